@@ -1,0 +1,107 @@
+# kernelmgr — build, test, demo. See README.md.
+#
+#   make deps    install missing Debian packages (root; apt-get update first)
+#   make         build/kernelmgr, build/kernel-python, build/kernel-bash
+#   make test    deps + build + every test, ends with one summary line
+#   make demo    deps + build + run examples/quickstart.md
+#   make fuzz    libFuzzer targets, FUZZ_SECONDS each (default 60)
+#   make bench   benchmarks against ipykernel (not a test)
+#   make format / lint
+
+BUILD    ?= build
+CC       ?= gcc
+PKGS      = libzmq libsodium jansson libseccomp
+CFLAGS   ?= -O2 -g
+WARN      = -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
+ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -I. -Iprotocol $(shell pkg-config --cflags $(PKGS))
+LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
+
+# Every .c file except a directory's main.c goes into one static library, so
+# binaries and unit tests link exactly the objects they use.
+LIB_SRC  := $(filter-out %/main.c,$(wildcard protocol/*.c kernels/*/*.c kernelmgr/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+HEADERS  := $(wildcard protocol/*.h kernels/*/*.h kernelmgr/*.h)
+BINS     := $(BUILD)/kernelmgr $(BUILD)/kernel-python $(BUILD)/kernel-bash
+SHARE    := $(patsubst kernels/%,$(BUILD)/share/kernelmgr/%,$(wildcard kernels/python/*.py kernels/bash/*.sh))
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+PYTHON   ?= /usr/bin/python3
+
+DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck valgrind \
+  libzmq3-dev libsodium-dev libjansson-dev libseccomp-dev uthash-dev libcmocka-dev \
+  libclang-rt-14-dev python3 python3-pytest python3-jupyter-client jupyter-console \
+  python3-nbclient python3-nbformat python3-ipykernel python3-numpy python3-pandas \
+  python3-matplotlib python3-venv bubblewrap slirp4netns iproute2 util-linux procps
+
+.PHONY: all deps test unit e2e demo fuzz bench format lint clean
+all: $(BINS) $(SHARE)
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libkm.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/kernelmgr: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/libkm.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/kernel-python: $(BUILD)/obj/kernels/python/main.o $(BUILD)/libkm.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/kernel-bash: $(BUILD)/obj/kernels/bash/main.o $(BUILD)/libkm.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/share/kernelmgr/%: kernels/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkm.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libkm.a -lcmocka $(LDLIBS)
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing" $$missing; \
+	  if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || \
+	  { echo "deps: apt-get install failed" >&2; exit 1; }; \
+	fi
+	@tests/npm-deps.sh
+
+unit: all $(UNIT_BIN)
+test: deps
+	@$(MAKE) --no-print-directory all $(UNIT_BIN)
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) tests/run.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@examples/demo.sh
+
+fuzz: deps
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+	@BUILD=$(BUILD) FUZZ_SECONDS=$${FUZZ_SECONDS:-60} tests/fuzz/run.sh
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard protocol/*.c) $(HEADERS)
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -I. -Iprotocol \
+	  $(shell pkg-config --cflags $(PKGS)) -o $@ $< $(wildcard protocol/*.c) $(LDLIBS)
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) tests/bench/bench.py
+
+FMT_FILES = $(wildcard protocol/*.[ch] kernels/*/*.[ch] kernelmgr/*.[ch] tests/unit/*.c tests/fuzz/*.c)
+format:
+	clang-format -i $(FMT_FILES)
+lint:
+	clang-format --dry-run --Werror $(FMT_FILES)
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
+	  --suppress=missingIncludeSystem -I protocol -I . $(FMT_FILES)
+
+clean:
+	rm -rf $(BUILD)

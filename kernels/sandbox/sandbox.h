@@ -1,0 +1,77 @@
+/*
+ * sandbox.h — run a worker process isolated from the host.
+ *
+ * One concept per file under kernels/sandbox/: namespaces and uid mapping,
+ * mounts and the read-only root, Landlock, seccomp, limits (cgroups/rlimits),
+ * the init that runs as PID 1, network. This header is the only entry point:
+ * the kernel server's worker spawn and the manager's installers use it.
+ *
+ * Ownership: a sandbox object owns its init process, its cgroup and its
+ * scratch directories; sandbox_destroy() kills every process in it.
+ */
+#ifndef KERNELS_SANDBOX_SANDBOX_H
+#define KERNELS_SANDBOX_SANDBOX_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef enum sandbox_level {
+    SANDBOX_NONE = 0, /* plain fork/exec: setsid, PDEATHSIG, fds closed, rlimits */
+    SANDBOX_STRICT,   /* everything of DESIGN.md's sandbox policy */
+} sandbox_level;
+
+typedef struct sandbox_config {
+    sandbox_level level;
+    const char *workspace;       /* absolute host path, read-write, the cwd */
+    const char *const *ro_paths; /* extra host paths bound read-only, NULL-terminated, may be NULL */
+    int network;                 /* 0: empty net namespace with lo; 1: user-mode networking */
+    uint64_t memory_bytes;       /* default 2 GiB */
+    uint64_t tmp_bytes;          /* /tmp and /dev/shm tmpfs size, default 512 MiB */
+    unsigned max_procs;          /* default 256 */
+    unsigned max_open_files;     /* default 1024 */
+    uint64_t max_file_bytes;     /* default 1 GiB */
+} sandbox_config;
+
+/* Sets cfg to the defaults above (level strict, network off). */
+void sandbox_config_defaults(sandbox_config *cfg);
+
+typedef struct sandbox sandbox;
+
+/* new: starts argv[0] (absolute path) inside a new sandbox with environment
+ * envp. fds[i] (i < nfds) becomes fd i of the worker; every other fd is
+ * closed. On failure returns NULL with a reason in err (e.g. "user namespaces
+ * unavailable: Operation not permitted"). */
+sandbox *sandbox_spawn(const sandbox_config *cfg, char *const argv[], char *const envp[],
+                       const int *fds, int nfds, char *err, size_t errlen);
+
+/* The pid the caller waits for with waitpid(): a direct child. Its exit status
+ * is the worker's (exit code, or the signal that killed it). */
+pid_t sandbox_pid(const sandbox *sb);
+
+/* Delivers sig to the worker's whole process group (SIGINT for interrupts). */
+int sandbox_signal(sandbox *sb, int sig);
+
+/* When the worker died of a limit, writes which limit and its value, e.g.
+ * "out of memory (limit 2 GiB)", and returns buf; otherwise returns NULL.
+ * Call it after the worker was reaped, before sandbox_destroy(). */
+const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t size);
+
+/* CPU time (user + system, nanoseconds) used by every process of the sandbox
+ * so far, or 0 when it cannot be measured. */
+uint64_t sandbox_cpu_ns(sandbox *sb);
+
+/* Kills every process of the sandbox (SIGKILL), reaps the direct child if the
+ * caller has not, releases cgroups and scratch directories. NULL-safe. */
+void sandbox_destroy(sandbox **sb);
+
+/* new: array of strings naming the protections this config gets on this
+ * host, e.g. ["user-namespace", "pid-namespace", "seccomp", "landlock-v4",
+ * "cgroup-v1-memory", ...]. */
+json_t *sandbox_protections(const sandbox_config *cfg);
+
+/* 0 when this host can provide cfg->level, else -1 with what is missing in err. */
+int sandbox_check(const sandbox_config *cfg, char *err, size_t errlen);
+
+#endif

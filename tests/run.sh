@@ -1,0 +1,51 @@
+#!/bin/sh
+# Runs every test: C unit tests (cmocka, under valgrind for leaks) and the
+# end-to-end tests (pytest with Debian's python3 and the real jupyter_client).
+# Ends with one summary line counting passed and failed tests.
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+unit_pass=0; unit_fail=0; failed_units=""
+mkdir -p "$BUILD/test-logs"
+
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    log="$BUILD/test-logs/$name.log"
+    if valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect \
+        --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
+        "$t" >"$log" 2>&1; then
+        n=$(grep -c '^\[       OK \]' "$log")
+        unit_pass=$((unit_pass + n))
+        echo "unit  $name: $n passed"
+    else
+        n_ok=$(grep -c '^\[       OK \]' "$log")
+        n_bad=$(grep -c '^\[  FAILED  \]' "$log")
+        [ "$n_bad" -eq 0 ] && n_bad=1   # crash, leak or valgrind error
+        unit_pass=$((unit_pass + n_ok)); unit_fail=$((unit_fail + n_bad))
+        failed_units="$failed_units $name"
+        echo "unit  $name: FAILED (log: $log)"; tail -n 40 "$log"
+    fi
+done
+
+xml="$BUILD/test-logs/pytest.xml"
+rm -f "$xml"
+"$PYTHON" -m pytest -q -p no:cacheprovider --junitxml="$xml" ${PYTEST_ARGS:-} tests/e2e
+py_rc=$?
+set -- $("$PYTHON" - "$xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    r = ET.parse(sys.argv[1]).getroot()
+    s = r if r.tag == "testsuite" else r.find("testsuite")
+    t, f, e, sk = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+    print(t - f - e - sk, f + e, sk)
+except Exception:
+    print(0, 1, 0)
+PY
+)
+e2e_pass=$1; e2e_fail=$2; e2e_skip=$3
+[ "$py_rc" -ne 0 ] && [ "$e2e_fail" -eq 0 ] && e2e_fail=1
+
+total_pass=$((unit_pass + e2e_pass)); total_fail=$((unit_fail + e2e_fail))
+echo "SUMMARY: $total_pass passed, $total_fail failed, $e2e_skip skipped" \
+     "(unit: $unit_pass passed, $unit_fail failed; e2e: $e2e_pass passed, $e2e_fail failed)"
+[ "$total_fail" -eq 0 ]
