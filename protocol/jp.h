@@ -36,24 +36,24 @@ extern "C" {
 
 typedef enum jp_status {
     JP_OK = 0,
-    JP_ERR_NOMEM,          /* allocation failed */
-    JP_ERR_ARG,            /* invalid argument from the caller (a bug) */
-    JP_ERR_AGAIN,          /* non-blocking I/O: nothing to read / would block */
-    JP_ERR_ZMQ,            /* libzmq reported an error (reason has zmq_strerror) */
-    JP_ERR_IO,             /* file-system error (reason has strerror) */
-    JP_ERR_TOO_MANY_FRAMES,/* more frames than the configured maximum */
-    JP_ERR_TOO_LARGE,      /* more bytes than the configured maximum */
-    JP_ERR_NO_DELIMITER,   /* no "<IDS|MSG>" frame */
-    JP_ERR_FRAME_COUNT,    /* fewer than signature + 4 JSON frames after it */
-    JP_ERR_SIG_LENGTH,     /* signature frame has the wrong length / not hex */
-    JP_ERR_SIG_MISMATCH,   /* HMAC does not match */
-    JP_ERR_REPLAY,         /* this signature was seen before */
-    JP_ERR_UTF8,           /* a JSON frame is not valid UTF-8 */
-    JP_ERR_JSON,           /* a JSON frame does not parse */
-    JP_ERR_FIELD_MISSING,  /* a required field is absent */
-    JP_ERR_FIELD_TYPE,     /* a field has the wrong JSON type */
-    JP_ERR_SCHEME,         /* unsupported signature_scheme */
-    JP_ERR_CONNFILE,       /* connection file content is invalid */
+    JP_ERR_NOMEM,           /* allocation failed */
+    JP_ERR_ARG,             /* invalid argument from the caller (a bug) */
+    JP_ERR_AGAIN,           /* non-blocking I/O: nothing to read / would block */
+    JP_ERR_ZMQ,             /* libzmq reported an error (reason has zmq_strerror) */
+    JP_ERR_IO,              /* file-system error (reason has strerror) */
+    JP_ERR_TOO_MANY_FRAMES, /* more frames than the configured maximum */
+    JP_ERR_TOO_LARGE,       /* more bytes than the configured maximum */
+    JP_ERR_NO_DELIMITER,    /* no "<IDS|MSG>" frame */
+    JP_ERR_FRAME_COUNT,     /* fewer than signature + 4 JSON frames after it */
+    JP_ERR_SIG_LENGTH,      /* signature frame has the wrong length / not hex */
+    JP_ERR_SIG_MISMATCH,    /* HMAC does not match */
+    JP_ERR_REPLAY,          /* this signature was seen before */
+    JP_ERR_UTF8,            /* a JSON frame is not valid UTF-8 */
+    JP_ERR_JSON,            /* a JSON frame does not parse */
+    JP_ERR_FIELD_MISSING,   /* a required field is absent */
+    JP_ERR_FIELD_TYPE,      /* a field has the wrong JSON type */
+    JP_ERR_SCHEME,          /* unsupported signature_scheme */
+    JP_ERR_CONNFILE,        /* connection file content is invalid */
     JP_ERR__COUNT
 } jp_status;
 
@@ -104,7 +104,7 @@ void jp_frames_free(jp_frame **frames, size_t n);
 /* A Jupyter message. Fields are public for reading and may be replaced by the
  * owner of the message; every pointer below is owned by the message. */
 typedef struct jmsg {
-    jp_frame *ids;         /* routing identities (ROUTER sockets); may be NULL */
+    jp_frame *ids; /* routing identities (ROUTER sockets); may be NULL */
     size_t n_ids;
     json_t *header;        /* object: msg_id, session, username, date, msg_type, version */
     json_t *parent_header; /* object, {} when none */
@@ -119,8 +119,7 @@ typedef struct jmsg {
  * When parent is not NULL (borrowed): parent_header is a deep copy of its
  * header and the routing ids are copied, so a reply goes back to the sender.
  * metadata and content start as {}. */
-jmsg *jmsg_new(const char *msg_type, const char *session, const char *username,
-               const jmsg *parent);
+jmsg *jmsg_new(const char *msg_type, const char *session, const char *username, const jmsg *parent);
 
 /* Destroys the message and everything it owns; sets *msg to NULL. */
 void jmsg_destroy(jmsg **msg);
@@ -153,8 +152,7 @@ typedef struct jp_session jp_session;
 /* new: key[0..key_len) (copied; key_len 0 disables signing and verification),
  * scheme must be "hmac-sha256" (NULL means that); anything else fails with
  * JP_ERR_SCHEME in err (err may be NULL). */
-jp_session *jp_session_new(const void *key, size_t key_len, const char *scheme,
-                           jp_error *err);
+jp_session *jp_session_new(const void *key, size_t key_len, const char *scheme, jp_error *err);
 void jp_session_destroy(jp_session **s);
 
 /* Limits; 0 restores the default. Replay capacity is the number of recent
@@ -174,26 +172,32 @@ void jp_session_sign(const jp_session *s, const jp_frame parts[4],
  * replay; only then UTF-8 and JSON parsing; header fields msg_id, msg_type
  * (strings) required; parent_header, metadata, content must be objects.
  * On JP_OK *out is new; otherwise *out is NULL and err says why (err may be
- * NULL). A message that failed verification is not remembered as seen. */
-jp_status jp_session_decode(jp_session *s, const jp_frame *frames, size_t n,
-                            jmsg **out, jp_error *err);
+ * NULL). A message that failed verification is not remembered as seen (a
+ * signature is remembered only once the whole message decoded). With an
+ * empty key the signature frame is ignored, as in jupyter_client. JSON is
+ * parsed with JSON_ALLOW_NUL (Python writes "\u0000" for NUL characters) and
+ * duplicate keys are accepted, last one wins, as Python's json does. */
+jp_status jp_session_decode(jp_session *s, const jp_frame *frames, size_t n, jmsg **out,
+                            jp_error *err);
 
 /* Encodes msg (borrowed) into frames: ids, delimiter, signature, header,
  * parent_header, metadata, content, buffers. *frames is new (jp_frames_free). */
-jp_status jp_session_encode(const jp_session *s, const jmsg *msg,
-                            jp_frame **frames, size_t *n, jp_error *err);
+jp_status jp_session_encode(const jp_session *s, const jmsg *msg, jp_frame **frames, size_t *n,
+                            jp_error *err);
 
 /* Sends msg (borrowed) on a ZeroMQ socket. flags: 0 or ZMQ_DONTWAIT
- * (JP_ERR_AGAIN when the socket would block; nothing is sent then). */
-jp_status jp_session_send(const jp_session *s, void *zsock, const jmsg *msg,
-                          int flags, jp_error *err);
+ * (JP_ERR_AGAIN when the socket would block; nothing is sent then). A signal
+ * interrupting a blocking send before anything left also gives JP_ERR_AGAIN. */
+jp_status jp_session_send(const jp_session *s, void *zsock, const jmsg *msg, int flags,
+                          jp_error *err);
 
 /* Receives one whole multipart message (all parts are always drained, even
  * when the message is rejected, so the socket stays in sync). flags: 0 or
  * ZMQ_DONTWAIT (JP_ERR_AGAIN when nothing is waiting). Oversized messages are
- * discarded part by part without being stored. *out is new on JP_OK. */
-jp_status jp_session_recv(jp_session *s, void *zsock, int flags, jmsg **out,
-                          jp_error *err);
+ * discarded part by part without being stored. *out is new on JP_OK. A
+ * signal interrupting a blocking wait before the first part gives JP_ERR_AGAIN
+ * (nothing consumed; call again). */
+jp_status jp_session_recv(jp_session *s, void *zsock, int flags, jmsg **out, jp_error *err);
 
 /* ---------------------------------------------------------------- connection files */
 
@@ -210,41 +214,37 @@ typedef enum jp_channel {
 const char *jp_channel_name(jp_channel ch);
 
 typedef struct jp_connection {
-    char transport[8];        /* "tcp" or "ipc" */
-    char ip[256];             /* tcp: address; ipc: path stem */
+    char transport[8]; /* "tcp" or "ipc" */
+    char ip[256];      /* tcp: address; ipc: path stem */
     int ports[JP_CHANNEL__COUNT];
-    char key[256];            /* the HMAC key as text ("" = no signing) */
-    char signature_scheme[32];/* "hmac-sha256" */
-    char kernel_name[128];    /* may be "" */
+    char key[256];             /* the HMAC key as text ("" = no signing) */
+    char signature_scheme[32]; /* "hmac-sha256" */
+    char kernel_name[128];     /* may be "" */
 } jp_connection;
 
 /* Parses connection-file JSON text (len bytes, need not be NUL-terminated).
  * Required: transport ("tcp"|"ipc"), ip, the five *_port as integers
  * (1..65535 for tcp, >= 0 for ipc), key (string), signature_scheme
  * ("hmac-sha256"). Optional: kernel_name. */
-jp_status jp_connection_parse(const char *text, size_t len, jp_connection *out,
-                              jp_error *err);
+jp_status jp_connection_parse(const char *text, size_t len, jp_connection *out, jp_error *err);
 
 /* Reads and parses a file (at most 1 MiB). */
 jp_status jp_connection_read(const char *path, jp_connection *out, jp_error *err);
 
 /* Writes the connection as JSON to path with mode 0600 (created exclusively
  * through a temporary file in the same directory, then renamed). */
-jp_status jp_connection_write(const char *path, const jp_connection *c,
-                              jp_error *err);
+jp_status jp_connection_write(const char *path, const jp_connection *c, jp_error *err);
 
 /* Fills c for a new kernel: transport "tcp" (ip default "127.0.0.1", five
  * distinct free ports found by binding port 0) or "ipc" (ip = path stem,
  * required, ports 1..5); a fresh random 256-bit key as 64 hex chars;
  * signature_scheme "hmac-sha256"; kernel_name (may be NULL). */
-jp_status jp_connection_init(jp_connection *c, const char *transport,
-                             const char *ip, const char *kernel_name,
-                             jp_error *err);
+jp_status jp_connection_init(jp_connection *c, const char *transport, const char *ip,
+                             const char *kernel_name, jp_error *err);
 
 /* Writes the ZeroMQ endpoint of a channel, "tcp://IP:PORT" or
  * "ipc://STEM-PORT", into buf. Returns 0, or -1 when it does not fit. */
-int jp_connection_endpoint(const jp_connection *c, jp_channel ch, char *buf,
-                           size_t size);
+int jp_connection_endpoint(const jp_connection *c, jp_channel ch, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,266 @@
+/*
+ * jp_util.c — errors, uuids, timestamps, UTF-8 and frame helpers of the
+ * Jupyter wire-protocol library.
+ */
+#include "jp_internal.h"
+
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---------------------------------------------------------------- errors */
+
+static const char *const jp_status_names[JP_ERR__COUNT] = {
+    [JP_OK] = "ok",
+    [JP_ERR_NOMEM] = "out of memory",
+    [JP_ERR_ARG] = "invalid argument",
+    [JP_ERR_AGAIN] = "resource temporarily unavailable",
+    [JP_ERR_ZMQ] = "zeromq error",
+    [JP_ERR_IO] = "i/o error",
+    [JP_ERR_TOO_MANY_FRAMES] = "too many frames",
+    [JP_ERR_TOO_LARGE] = "message too large",
+    [JP_ERR_NO_DELIMITER] = "no <IDS|MSG> delimiter",
+    [JP_ERR_FRAME_COUNT] = "too few frames",
+    [JP_ERR_SIG_LENGTH] = "malformed signature",
+    [JP_ERR_SIG_MISMATCH] = "signature mismatch",
+    [JP_ERR_REPLAY] = "replayed message",
+    [JP_ERR_UTF8] = "invalid utf-8",
+    [JP_ERR_JSON] = "malformed json",
+    [JP_ERR_FIELD_MISSING] = "missing field",
+    [JP_ERR_FIELD_TYPE] = "field has wrong type",
+    [JP_ERR_SCHEME] = "unsupported signature scheme",
+    [JP_ERR_CONNFILE] = "invalid connection file",
+};
+
+const char *jp_strerror(jp_status code)
+{
+    if ((int)code < 0 || code >= JP_ERR__COUNT)
+        return "unknown error";
+    return jp_status_names[code];
+}
+
+jp_status jp_error_set(jp_error *err, jp_status code, const char *fmt, ...)
+{
+    if (!err)
+        return code;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(err->reason, sizeof err->reason, fmt, ap);
+    va_end(ap);
+    /* The header promises a non-empty reason on error. */
+    if (n <= 0 || err->reason[0] == '\0')
+        snprintf(err->reason, sizeof err->reason, "%s", jp_strerror(code));
+    return code;
+}
+
+void jp_error_clear(jp_error *err)
+{
+    if (err) {
+        err->code = JP_OK;
+        err->reason[0] = '\0';
+    }
+}
+
+int jp_sodium_ready(void)
+{
+    /* sodium_init() is idempotent and thread-safe; 1 means "already done". */
+    return sodium_init() < 0 ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- ids, time */
+
+void jp_uuid4(char out[37])
+{
+    unsigned char b[16];
+    if (jp_sodium_ready() == 0) {
+        randombytes_buf(b, sizeof b);
+    } else {
+        /* Without libsodium there is no CSPRNG we trust; ids only need to be
+         * unique, so fall back to the clock and address entropy. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        unsigned long long x = (unsigned long long)ts.tv_nsec ^
+                               ((unsigned long long)ts.tv_sec << 20) ^
+                               (unsigned long long)(uintptr_t)out;
+        for (size_t i = 0; i < sizeof b; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            b[i] = (unsigned char)(x >> 56);
+        }
+    }
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[o++] = '-';
+        out[o++] = hex[b[i] >> 4];
+        out[o++] = hex[b[i] & 0x0f];
+    }
+    out[o] = '\0';
+}
+
+void jp_now_iso8601(char out[32])
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    /* jupyter_client's extract_dates accepts exactly this shape (microseconds
+     * and "Z"); dateutil turns it into an aware UTC datetime. */
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (n != 19) /* years beyond 9999: not a date anyone will parse */
+        snprintf(out, 32, "9999-12-31T23:59:59");
+    unsigned us = (unsigned)(ts.tv_nsec / 1000) % 1000000u;
+    snprintf(out + 19, 32 - 19, ".%06uZ", us);
+}
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+/* Length of the sequence that lead byte c starts (0 when c cannot start one),
+ * and the allowed range of the second byte, which is where overlongs,
+ * surrogates and code points above U+10FFFF are excluded (RFC 3629 table). */
+static int utf8_lead(unsigned char c, unsigned char *lo, unsigned char *hi)
+{
+    *lo = 0x80;
+    *hi = 0xbf;
+    if (c < 0x80)
+        return 1;
+    if (c < 0xc2)
+        return 0; /* continuation byte or overlong 2-byte lead */
+    if (c < 0xe0)
+        return 2;
+    if (c < 0xf0) {
+        if (c == 0xe0)
+            *lo = 0xa0;
+        else if (c == 0xed)
+            *hi = 0x9f;
+        return 3;
+    }
+    if (c < 0xf5) {
+        if (c == 0xf0)
+            *lo = 0x90;
+        else if (c == 0xf4)
+            *hi = 0x8f;
+        return 4;
+    }
+    return 0;
+}
+
+/* Number of bytes at p[0..len) that form a valid prefix of the sequence
+ * started at p[0]; *need gets the full length (0 for an invalid lead). */
+static size_t utf8_match(const unsigned char *p, size_t len, int *need)
+{
+    unsigned char lo, hi;
+    int n = utf8_lead(p[0], &lo, &hi);
+    *need = n;
+    if (n <= 1)
+        return (size_t)n;
+    size_t got = 1;
+    while (got < (size_t)n && got < len) {
+        unsigned char c = p[got];
+        if (got == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xbf))
+            break;
+        got++;
+    }
+    return got;
+}
+
+int jp_utf8_valid(const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    size_t i = 0;
+    if (!buf && len)
+        return 0;
+    while (i < len) {
+        if (p[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int need;
+        size_t got = utf8_match(p + i, len - i, &need);
+        if (need == 0 || got != (size_t)need)
+            return 0;
+        i += got;
+    }
+    return 1;
+}
+
+char *jp_utf8_sanitize(const void *buf, size_t len, size_t *out_len)
+{
+    const unsigned char *p = buf;
+    if (!buf)
+        len = 0;
+    /* Worst case: every byte becomes a 3-byte U+FFFD. */
+    if (len > (SIZE_MAX - 1) / 3)
+        return NULL;
+    char *out = malloc(len * 3 + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0, i = 0;
+    while (i < len) {
+        if (p[i] != 0 && p[i] < 0x80) {
+            out[o++] = (char)p[i++];
+            continue;
+        }
+        int need;
+        size_t got = p[i] == 0 ? 1 : utf8_match(p + i, len - i, &need);
+        if (p[i] != 0 && need != 0 && got == (size_t)need) {
+            memcpy(out + o, p + i, got);
+            o += got;
+            i += got;
+            continue;
+        }
+        /* One U+FFFD per maximal invalid subpart, as Python's
+         * errors="replace" does, so both sides agree on the text. */
+        out[o++] = (char)0xef;
+        out[o++] = (char)0xbf;
+        out[o++] = (char)0xbd;
+        i += got ? got : 1;
+    }
+    out[o] = '\0';
+    if (out_len)
+        *out_len = o;
+    return out;
+}
+
+size_t jp_utf8_complete_prefix(const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    if (!buf || len == 0)
+        return 0;
+    /* Find the last byte that is not a continuation byte, at most 3 back. */
+    size_t back = 0;
+    while (back < 4 && back < len) {
+        unsigned char c = p[len - 1 - back];
+        if ((c & 0xc0) != 0x80)
+            break;
+        back++;
+    }
+    if (back == len || back == 4)
+        return len; /* only continuation bytes: invalid, never completes */
+    size_t start = len - 1 - back;
+    int need;
+    size_t got = utf8_match(p + start, len - start, &need);
+    /* Cut only when the tail is a valid but unfinished sequence: that is the
+     * only case where more bytes can complete it. */
+    if (need > 1 && got == len - start && got < (size_t)need)
+        return start;
+    return len;
+}
+
+/* ---------------------------------------------------------------- frames */
+
+void jp_frames_free(jp_frame **frames, size_t n)
+{
+    if (!frames || !*frames)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free((*frames)[i].data);
+    free(*frames);
+    *frames = NULL;
+}

@@ -1,0 +1,193 @@
+/* Unit tests for protocol/jp_util.c: errors, uuid4, timestamps, UTF-8, frames. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jp.h"
+
+static void test_strerror_names_every_code(void **state)
+{
+    (void)state;
+    for (int i = 0; i < JP_ERR__COUNT; i++) {
+        const char *a = jp_strerror((jp_status)i);
+        assert_non_null(a);
+        assert_true(strlen(a) > 0);
+        assert_string_not_equal(a, "unknown error");
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(a, jp_strerror((jp_status)j));
+    }
+    assert_string_equal(jp_strerror(JP_ERR__COUNT), "unknown error");
+    assert_string_equal(jp_strerror((jp_status)-1), "unknown error");
+    assert_string_equal(jp_strerror(JP_ERR_SIG_MISMATCH), "signature mismatch");
+}
+
+static int is_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+static void test_uuid4_format_and_uniqueness(void **state)
+{
+    (void)state;
+    char seen[64][37];
+    for (int n = 0; n < 64; n++) {
+        char *u = seen[n];
+        jp_uuid4(u);
+        assert_int_equal(strlen(u), 36);
+        for (int i = 0; i < 36; i++) {
+            if (i == 8 || i == 13 || i == 18 || i == 23)
+                assert_int_equal(u[i], '-');
+            else
+                assert_true(is_hex(u[i]));
+        }
+        assert_int_equal(u[14], '4');
+        assert_non_null(strchr("89ab", u[19]));
+        for (int j = 0; j < n; j++)
+            assert_string_not_equal(u, seen[j]);
+    }
+}
+
+static void test_now_iso8601_format(void **state)
+{
+    (void)state;
+    char d[32];
+    time_t before = time(NULL);
+    jp_now_iso8601(d);
+    time_t after = time(NULL);
+    assert_int_equal(strlen(d), 27);
+    const char *shape = "dddd-dd-ddTdd:dd:dd.ddddddZ";
+    for (int i = 0; i < 27; i++) {
+        if (shape[i] == 'd')
+            assert_true(d[i] >= '0' && d[i] <= '9');
+        else
+            assert_int_equal(d[i], shape[i]);
+    }
+    struct tm tm = {0};
+    assert_non_null(strptime(d, "%Y-%m-%dT%H:%M:%S", &tm));
+    time_t t = timegm(&tm);
+    assert_true(t >= before - 1 && t <= after + 1);
+}
+
+struct utf8_case {
+    const char *bytes;
+    size_t len;
+    int valid;
+};
+
+static void test_utf8_valid(void **state)
+{
+    (void)state;
+    static const struct utf8_case cases[] = {
+        {"", 0, 1},
+        {"plain ascii", 11, 1},
+        {"nul\0inside", 10, 1},
+        {"\xc3\xa9", 2, 1},         /* é */
+        {"\xe2\x9c\x93", 3, 1},     /* ✓ */
+        {"\xf0\x9f\x98\x80", 4, 1}, /* 😀 */
+        {"\xf4\x8f\xbf\xbf", 4, 1}, /* U+10FFFF */
+        {"\xef\xbb\xbf", 3, 1},     /* BOM is fine */
+        {"\xc0\x80", 2, 0},         /* overlong NUL */
+        {"\xc1\xbf", 2, 0},         /* overlong */
+        {"\xe0\x80\x80", 3, 0},     /* overlong 3-byte */
+        {"\xf0\x80\x80\x80", 4, 0}, /* overlong 4-byte */
+        {"\xed\xa0\x80", 3, 0},     /* surrogate D800 */
+        {"\xed\xbf\xbf", 3, 0},     /* surrogate DFFF */
+        {"\xf4\x90\x80\x80", 4, 0}, /* > U+10FFFF */
+        {"\xf5\x80\x80\x80", 4, 0}, /* invalid lead */
+        {"\xff", 1, 0},
+        {"\x80", 1, 0},     /* lone continuation */
+        {"\xc3", 1, 0},     /* truncated */
+        {"\xe2\x9c", 2, 0}, /* truncated */
+        {"a\xc3(", 3, 0},   /* bad continuation */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (jp_utf8_valid(cases[i].bytes, cases[i].len) != cases[i].valid)
+            fail_msg("case %zu: expected %d", i, cases[i].valid);
+    }
+    assert_int_equal(jp_utf8_valid(NULL, 0), 1);
+    assert_int_equal(jp_utf8_valid(NULL, 3), 0);
+}
+
+static void test_utf8_sanitize(void **state)
+{
+    (void)state;
+    size_t n = 99;
+    char *s = jp_utf8_sanitize("ok \xc3\xa9", 5, &n);
+    assert_string_equal(s, "ok \xc3\xa9");
+    assert_int_equal(n, 5);
+    free(s);
+
+    /* NUL and each maximal invalid subpart -> one U+FFFD (like Python's
+     * bytes.decode("utf-8", "replace")). */
+    s = jp_utf8_sanitize("a\0b\xff\xe2\x9c"
+                         "c\xed\xa0\x80"
+                         "d\xf0\x9f\x98",
+                         14, &n);
+    assert_string_equal(s, "a\xef\xbf\xbd"
+                           "b\xef\xbf\xbd\xef\xbf\xbd"
+                           "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                           "d\xef\xbf\xbd");
+    assert_int_equal(n, strlen(s));
+    assert_int_equal(jp_utf8_valid(s, n), 1);
+    free(s);
+
+    s = jp_utf8_sanitize(NULL, 0, NULL);
+    assert_string_equal(s, "");
+    free(s);
+    s = jp_utf8_sanitize("\x80\x80", 2, NULL);
+    assert_string_equal(s, "\xef\xbf\xbd\xef\xbf\xbd");
+    free(s);
+}
+
+static void test_utf8_complete_prefix(void **state)
+{
+    (void)state;
+    assert_int_equal(jp_utf8_complete_prefix("abc", 3), 3);
+    assert_int_equal(jp_utf8_complete_prefix(NULL, 0), 0);
+    assert_int_equal(jp_utf8_complete_prefix("ab\xc3", 3), 2);
+    assert_int_equal(jp_utf8_complete_prefix("ab\xc3\xa9", 4), 4);
+    assert_int_equal(jp_utf8_complete_prefix("a\xe2", 2), 1);
+    assert_int_equal(jp_utf8_complete_prefix("a\xe2\x9c", 3), 1);
+    assert_int_equal(jp_utf8_complete_prefix("a\xe2\x9c\x93", 4), 4);
+    assert_int_equal(jp_utf8_complete_prefix("a\xf0\x9f\x98", 4), 1);
+    assert_int_equal(jp_utf8_complete_prefix("\xf0\x9f\x98\x80", 4), 4);
+    /* Invalid tails can never complete: keep them (sanitising replaces them). */
+    assert_int_equal(jp_utf8_complete_prefix("a\xff", 2), 2);
+    assert_int_equal(jp_utf8_complete_prefix("a\x80\x80\x80\x80", 5), 5);
+    assert_int_equal(jp_utf8_complete_prefix("a\xe0\x80", 3), 3); /* overlong start */
+    assert_int_equal(jp_utf8_complete_prefix("a\xed\xa0", 3), 3); /* surrogate start */
+    assert_int_equal(jp_utf8_complete_prefix("\x80", 1), 1);
+}
+
+static void test_frames_free(void **state)
+{
+    (void)state;
+    jp_frames_free(NULL, 3);
+    jp_frame *f = NULL;
+    jp_frames_free(&f, 3);
+    f = calloc(2, sizeof *f);
+    f[0].data = strdup("x");
+    f[0].size = 1;
+    jp_frames_free(&f, 2);
+    assert_null(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strerror_names_every_code),
+        cmocka_unit_test(test_uuid4_format_and_uniqueness),
+        cmocka_unit_test(test_now_iso8601_format),
+        cmocka_unit_test(test_utf8_valid),
+        cmocka_unit_test(test_utf8_sanitize),
+        cmocka_unit_test(test_utf8_complete_prefix),
+        cmocka_unit_test(test_frames_free),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
