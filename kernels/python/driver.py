@@ -1,0 +1,1129 @@
+"""kernelmgr Python worker driver.
+
+Runs user code for the kernel server (kernels/server/) and speaks the worker
+side of kernels/WORKER_PROTOCOL.md: NUL-separated requests on fd 3, one JSON
+event per line on fd 4; stdout/stderr are plain fds the server captures.
+
+Constraints that shape this file:
+  * stdlib only, any CPython >= 3.8, so it runs under whatever interpreter or
+    venv the user has;
+  * start fast: the kernel is "ready" after importing little more than the
+    interpreter itself does; json/ast/traceback/... load on first use, and
+    matplotlib/pandas are never imported unless user code did;
+  * nothing of the driver shows in user-facing tracebacks, and a SIGINT that
+    lands between cells or while an event is half written cannot kill or
+    desynchronise the driver.
+"""
+
+import os
+import sys
+
+_DRIVER_FILE = __file__
+_SELF = sys.modules[__name__]
+_REQ_FD = int(os.environ.pop("KERNELMGR_REQ_FD", "3"))
+_EVT_FD = int(os.environ.pop("KERNELMGR_EVT_FD", "4"))
+
+# Number of fields following each request type (WORKER_PROTOCOL.md).
+_REQ_FIELDS = {
+    "execute": 5,
+    "complete": 2,
+    "inspect": 3,
+    "is_complete": 1,
+    "input_reply": 1,
+    "input_cancel": 0,
+}
+
+
+_TERMINATING = ("done", "complete_reply", "inspect_reply", "is_complete_reply")
+
+
+class _State:
+    answered = False  # the current request's terminating event was sent
+    user = False  # True while user code runs: SIGINT then raises
+    allow_stdin = False
+    silent = False
+    count = 0
+    cell_serial = 0
+    used_names = set()
+
+
+_S = _State()
+_json = None
+_lock = None
+
+
+def _j():
+    global _json
+    if _json is None:
+        import json
+
+        _json = json
+    return _json
+
+
+# ---------------------------------------------------------------- signals
+
+
+def _on_sigint(signum, frame):
+    # Between cells (reading requests, writing events) an interrupt is simply
+    # dropped; inside user code it is the usual KeyboardInterrupt.
+    if _S.user:
+        raise KeyboardInterrupt
+
+
+# ---------------------------------------------------------------- events
+
+
+def _flush_std():
+    for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if s is not None:
+                s.flush()
+        except Exception:
+            pass
+
+
+def _default(o):
+    # Last resort for values a formatter returned that json cannot encode.
+    if isinstance(o, (bytes, bytearray)):
+        import base64
+
+        return base64.b64encode(bytes(o)).decode("ascii")
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return repr(o)
+
+
+def _emit(ev):
+    """Writes one event line; the output written before it is flushed first."""
+    _flush_std()
+    if ev["type"] in _TERMINATING:
+        _S.answered = True
+    line = _j().dumps(ev, default=_default, ensure_ascii=False, allow_nan=False)
+    data = (line + "\n").encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode()
+    # SIGINT is blocked while the line is written so that a KeyboardInterrupt
+    # can only surface after a whole line, never in the middle of one.
+    import signal
+
+    blocked = False
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        blocked = True
+    except (AttributeError, OSError, ValueError):
+        pass
+    try:
+        if _lock is not None:
+            _lock.acquire()
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(_EVT_FD, view)
+                view = view[n:]
+        finally:
+            if _lock is not None:
+                _lock.release()
+    finally:
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _log(message):
+    try:
+        _emit({"type": "log", "message": str(message)})
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------- requests
+
+
+class _Requests:
+    """Reader of NUL-terminated fields from the request fd."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = b""
+        self.fields = []
+
+    def field(self):
+        while not self.fields:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                raise EOFError
+            self.buf += chunk
+            if b"\0" in chunk:
+                parts = self.buf.split(b"\0")
+                self.buf = parts.pop()
+                self.fields.extend(p.decode("utf-8", "replace") for p in parts)
+        return self.fields.pop(0)
+
+    def request(self):
+        kind = self.field()
+        n = _REQ_FIELDS.get(kind)
+        if n is None:
+            _log("driver: unknown request type %r ignored" % kind)
+            return kind, []
+        return kind, [self.field() for _ in range(n)]
+
+
+_requests = _Requests(_REQ_FD)
+
+
+# ---------------------------------------------------------------- stdin
+
+
+class StdinNotImplementedError(NotImplementedError):
+    """input() was called in an execution that cannot answer it."""
+
+
+def _read_input(prompt, password):
+    if not _S.allow_stdin:
+        what = "getpass()" if password else "input()"
+        raise StdinNotImplementedError(
+            "%s: this execution has no stdin (allow_stdin is false)" % what
+        )
+    _emit({"type": "input_request", "prompt": str(prompt), "password": bool(password)})
+    while True:
+        kind, fields = _requests.request()
+        if kind == "input_reply":
+            return fields[0]
+        if kind == "input_cancel":
+            raise KeyboardInterrupt("input request cancelled")
+        _log("driver: %s request while waiting for input ignored" % kind)
+
+
+def _input(prompt=""):
+    return _read_input(prompt, False)
+
+
+def _getpass(prompt="Password: ", stream=None):
+    return _read_input(prompt, True)
+
+
+# ---------------------------------------------------------------- display
+
+_MIME_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+    ("application/pdf", "_repr_pdf_"),
+)
+_BINARY_MIME = ("image/png", "image/jpeg", "application/pdf")
+
+
+def _formatter_failed(obj, method):
+    sys.stderr.write(
+        "kernelmgr: %s.%s() failed, representation skipped:\n%s"
+        % (type(obj).__name__, method, _format_exc_text(*sys.exc_info()))
+    )
+
+
+def _encode_mime(mime, value):
+    if mime in _BINARY_MIME and isinstance(value, (bytes, bytearray)):
+        import base64
+
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if mime == "application/json" and isinstance(value, str):
+        return _j().loads(value)
+    return value
+
+
+def _text_plain(obj):
+    try:
+        r = repr(obj)
+    except Exception as e:
+        return "<%s object: repr() failed: %s: %s>" % (type(obj).__name__, type(e).__name__, e)
+    if len(r) > 79 and type(obj) in (dict, list, tuple, set, frozenset):
+        try:
+            import pprint
+
+            return pprint.pformat(obj, width=79, sort_dicts=False)
+        except Exception:
+            pass
+    return r
+
+
+def _figure_png(fig):
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _is_mpl_figure(obj):
+    mod = sys.modules.get("matplotlib.figure")
+    return mod is not None and isinstance(obj, getattr(mod, "Figure", ()))
+
+
+def _format(obj, include=None, exclude=None):
+    """(data, metadata) mime bundle for obj, like IPython's DisplayFormatter."""
+    data, md = {}, {}
+
+    def want(mime):
+        return (include is None or mime in include) and not (exclude and mime in exclude)
+
+    if not isinstance(obj, type):
+        meth = getattr(obj, "_repr_mimebundle_", None)
+        if callable(meth):
+            try:
+                r = meth(include=include, exclude=exclude)
+            except Exception:
+                _formatter_failed(obj, "_repr_mimebundle_")
+                r = None
+            if isinstance(r, tuple) and len(r) == 2:
+                r, m = r
+                if isinstance(m, dict):
+                    md.update(m)
+            if isinstance(r, dict):
+                for mime, value in r.items():
+                    if want(mime):
+                        data[mime] = _encode_mime(mime, value)
+        for mime, name in _MIME_METHODS:
+            if mime in data or not want(mime):
+                continue
+            meth = getattr(obj, name, None)
+            if not callable(meth):
+                continue
+            try:
+                value = meth()
+            except Exception:
+                _formatter_failed(obj, name)
+                continue
+            if isinstance(value, tuple) and len(value) == 2:
+                value, m = value
+                if isinstance(m, dict):
+                    md[mime] = m
+            if value is None:
+                continue
+            try:
+                data[mime] = _encode_mime(mime, value)
+            except Exception:
+                _formatter_failed(obj, name)
+        if "image/png" not in data and want("image/png") and _is_mpl_figure(obj):
+            try:
+                data["image/png"] = _encode_mime("image/png", _figure_png(obj))
+            except Exception:
+                _formatter_failed(obj, "savefig")
+    if "text/plain" not in data:
+        data["text/plain"] = _text_plain(obj)
+    return data, md
+
+
+def _new_display_id():
+    import uuid
+
+    return uuid.uuid4().hex
+
+
+class DisplayHandle:
+    """Returned by display(..., display_id=...): update() replaces the output."""
+
+    def __init__(self, display_id=None):
+        self.display_id = display_id or _new_display_id()
+
+    def __repr__(self):
+        return "<DisplayHandle display_id=%s>" % self.display_id
+
+    def display(self, obj, **kwargs):
+        display(obj, display_id=self.display_id, **kwargs)
+
+    def update(self, obj, **kwargs):
+        display(obj, display_id=self.display_id, update=True, **kwargs)
+
+
+def publish_display_data(data, metadata=None, transient=None, update=False):
+    ev = {
+        "type": "display_data",
+        "data": data,
+        "metadata": metadata or {},
+        "update": bool(update),
+    }
+    if transient:
+        ev["transient"] = transient
+    _emit(ev)
+
+
+def display(
+    *objs,
+    include=None,
+    exclude=None,
+    metadata=None,
+    transient=None,
+    display_id=None,
+    raw=False,
+    clear=False,
+    update=False,
+    **kwargs
+):
+    """Shows each object with its richest representations (like IPython's)."""
+    if display_id is True:
+        display_id = _new_display_id()
+    if update and not display_id:
+        raise TypeError("display(update=True) needs a display_id")
+    if clear:
+        clear_output(wait=True)
+    transient = dict(transient or {})
+    if display_id:
+        transient["display_id"] = display_id
+    for obj in objs:
+        if raw:
+            data, md = dict(obj), {}
+        else:
+            data, md = _format(obj, include, exclude)
+        if metadata:
+            md.update(metadata)
+        publish_display_data(data, md, transient, update)
+    if display_id:
+        return DisplayHandle(display_id)
+    return None
+
+
+def update_display(obj, *, display_id, **kwargs):
+    """Updates the output shown with display_id."""
+    kwargs["update"] = True
+    display(obj, display_id=display_id, **kwargs)
+
+
+def clear_output(wait=False):
+    """Clears this cell's output (now, or when new output arrives if wait)."""
+    _emit({"type": "clear_output", "wait": bool(wait)})
+
+
+# ---------------------------------------------------------------- matplotlib
+
+
+def _flush_figures():
+    """Sends every open pyplot figure as image/png, then closes them all."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        nums = list(plt.get_fignums())
+    except Exception:
+        return
+    try:
+        for num in nums:
+            fig = plt.figure(num)
+            try:
+                png = _figure_png(fig)
+            except Exception:
+                _formatter_failed(fig, "savefig")
+                continue
+            publish_display_data(
+                {"image/png": _encode_mime("image/png", png), "text/plain": _text_plain(fig)}
+            )
+    finally:
+        try:
+            plt.close("all")
+        except Exception:
+            pass
+
+
+def _show(*args, **kwargs):
+    _flush_figures()
+
+
+def _patch_pyplot(mod):
+    mod.show = _show
+
+
+def _patch_getpass(mod):
+    mod.getpass = _getpass
+
+
+def _patch_ipython_display(mod):
+    # IPython.display.display() without a running IPython shell only prints
+    # repr(); route it (and its friends) to this kernel's display instead.
+    for name, fn in (
+        ("display", display),
+        ("clear_output", clear_output),
+        ("update_display", update_display),
+        ("publish_display_data", publish_display_data),
+    ):
+        if hasattr(mod, name):
+            setattr(mod, name, fn)
+
+
+_POST_IMPORT = {
+    "matplotlib.pyplot": _patch_pyplot,
+    "getpass": _patch_getpass,
+    "IPython.core.display_functions": _patch_ipython_display,
+    "IPython.core.display": _patch_ipython_display,
+    "IPython.display": _patch_ipython_display,
+}
+
+
+class _HookLoader:
+    def __init__(self, loader, hook):
+        self._loader = loader
+        self._hook = hook
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create else None
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        try:
+            self._hook(module)
+        except Exception as e:
+            _log("driver: post-import hook for %s failed: %r" % (module.__name__, e))
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _PostImportFinder:
+    """Meta path finder that patches a few modules right after they load."""
+
+    def __init__(self):
+        self.busy = set()
+
+    def find_spec(self, name, path=None, target=None):
+        hook = _POST_IMPORT.get(name)
+        if hook is None or name in self.busy:
+            return None
+        self.busy.add(name)
+        try:
+            for finder in sys.meta_path:
+                if finder is self:
+                    continue
+                find = getattr(finder, "find_spec", None)
+                if find is None:
+                    continue
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self.busy.discard(name)
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _HookLoader(spec.loader, hook)
+        return spec
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _user_tb_exception(etype, value, tb):
+    import traceback
+
+    te = traceback.TracebackException(etype, value, tb, compact=True) if sys.version_info >= (
+        3,
+        10,
+    ) else traceback.TracebackException(etype, value, tb)
+    seen = set()
+    stack = [te]
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        t.stack[:] = [f for f in t.stack if f.filename != _DRIVER_FILE]
+        for nxt in (t.__cause__, t.__context__):
+            if nxt is not None:
+                stack.append(nxt)
+        for nxt in getattr(t, "exceptions", None) or ():
+            stack.append(nxt)
+    return te
+
+
+def _format_exc_text(etype, value, tb):
+    try:
+        return "".join(_user_tb_exception(etype, value, tb).format())
+    except Exception:
+        return "%s: %s\n" % (etype.__name__, value)
+
+
+def _report_error(etype, value, tb):
+    try:
+        chunks = list(_user_tb_exception(etype, value, tb).format())
+    except Exception:
+        chunks = ["%s: %s" % (etype.__name__, value)]
+    traceback_lines = [c[:-1] if c.endswith("\n") else c for c in chunks]
+    try:
+        evalue = str(value)
+    except Exception:
+        evalue = "<str() failed>"
+    _emit(
+        {
+            "type": "error",
+            "ename": getattr(etype, "__name__", str(etype)),
+            "evalue": evalue,
+            "traceback": traceback_lines,
+        }
+    )
+
+
+# ---------------------------------------------------------------- execute
+
+_ns = None
+
+
+def _cell_filename(count):
+    name = "<cell-%d>" % count
+    if name in _S.used_names:
+        _S.cell_serial += 1
+        name = "<cell-%d.%d>" % (count, _S.cell_serial)
+    _S.used_names.add(name)
+    return name
+
+
+def _register_source(filename, code):
+    import linecache
+
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+
+
+def _ends_with_semicolon(code):
+    """IPython's rule: a trailing ';' (ignoring comments) hides the result."""
+    import io
+    import tokenize
+
+    last = None
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type in (
+                tokenize.COMMENT,
+                tokenize.NL,
+                tokenize.NEWLINE,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.ENDMARKER,
+            ):
+                continue
+            last = tok
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return False
+    return last is not None and last.type == tokenize.OP and last.string == ";"
+
+
+def _displayhook(value):
+    if value is None:
+        return
+    import builtins
+
+    ns = _ns
+    ns["___"] = ns.get("__", "")
+    ns["__"] = ns.get("_", "")
+    ns["_"] = value
+    builtins._ = value
+    data, md = _format(value)
+    _emit({"type": "execute_result", "data": data, "metadata": md})
+
+
+def _shell(cmd):
+    """`!cmd` in a cell: runs cmd with /bin/sh; output goes to the cell's fds."""
+    _flush_std()
+    status = os.system(cmd)
+    _ns["_exit_code"] = os.waitstatus_to_exitcode(status) if hasattr(
+        os, "waitstatus_to_exitcode") else status >> 8
+
+
+def _magic(line):
+    """The few IPython line magics agents commonly write, as plain calls."""
+    name, _, arg = line.partition(" ")
+    arg = arg.strip()
+    if name in ("pip", "conda", "uv"):
+        import shlex
+
+        if name == "pip":
+            cmd = "%s -m pip %s" % (shlex.quote(sys.executable), arg)
+        else:
+            cmd = "%s %s" % (name, arg)
+        _shell(cmd)
+    elif name == "cd":
+        os.chdir(os.path.expanduser(arg or "~"))
+        print(os.getcwd())
+    elif name == "pwd":
+        return os.getcwd()
+    elif name in ("matplotlib", "config", "load_ext", "reload_ext", "autoreload"):
+        pass  # figures are always sent inline; the rest has no meaning here
+    else:
+        raise NameError("line magic %%%s is not supported by this kernel (it is not IPython)"
+                        % name)
+    return None
+
+
+def _transform_magics(code):
+    """Rewrites lines starting with `!` or `%name` into calls, one line for one
+    line (so line numbers hold). Only used for code that is not valid Python
+    as it stands, so valid code is never changed."""
+    import re
+
+    out = []
+    changed = False
+    for line in code.split("\n"):
+        m = re.match(r"^(\s*)(!|%(?!%))(.*)$", line)
+        if m:
+            indent, kind, rest = m.groups()
+            fn = "_shell" if kind == "!" else "_magic"
+            line = "%s__kernelmgr_driver__.%s(%r)" % (indent, fn, rest)
+            changed = True
+        out.append(line)
+    return "\n".join(out) if changed else None
+
+
+def _run_code(code, count):
+    """Compiles and runs one cell; exceptions propagate to the caller."""
+    import ast
+
+    filename = _cell_filename(count)
+    _register_source(filename, code)
+    flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+    try:
+        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+    except SyntaxError:
+        alt = _transform_magics(code)
+        if alt is None:
+            raise
+        try:
+            tree = compile(alt, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+        except SyntaxError:
+            raise_original = True
+        else:
+            raise_original = False
+        if raise_original:
+            raise
+        code = alt
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_with_semicolon(code):
+        last = ast.Expression(tree.body.pop().value)
+    codes = []
+    if tree.body:
+        codes.append(("exec", compile(tree, filename, "exec", flags, dont_inherit=True)))
+    if last is not None:
+        codes.append(("eval", compile(last, filename, "eval", flags, dont_inherit=True)))
+    for mode, co in codes:
+        _S.user = True
+        try:
+            if co.co_flags & 0x80:  # CO_COROUTINE: top-level await
+                value = _run_async(co)
+            else:
+                value = eval(co, _ns)
+        finally:
+            _S.user = False
+        if mode == "eval" and not _S.silent:
+            _displayhook(value)
+
+
+def _run_async(co):
+    import asyncio
+
+    try:
+        loop = asyncio.get_event_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    if loop.is_closed():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    return loop.run_until_complete(eval(co, _ns))
+
+
+def _execute(code, silent, store_history, allow_stdin, count):
+    _S.silent = silent == "1"
+    _S.allow_stdin = allow_stdin == "1"
+    try:
+        count = int(count)
+    except ValueError:
+        count = _S.count + 1
+    _S.count = count
+    status, exit_code = "ok", 0
+    try:
+        try:
+            _run_code(code, count)
+        finally:
+            _S.user = False
+            _flush_std()
+    except SystemExit as e:
+        # sys.exit(0) ends the cell successfully; another code is an error
+        # whose exit_code the caller sees.
+        code_ = e.code
+        if code_ is None or code_ == 0:
+            pass
+        else:
+            status = "error"
+            exit_code = code_ if isinstance(code_, int) else 1
+            _report_error(type(e), e, e.__traceback__)
+    except BaseException as e:
+        status, exit_code = "error", 1
+        _report_error(type(e), e, e.__traceback__)
+    finally:
+        _S.user = False
+    try:
+        _flush_figures()
+    except BaseException as e:
+        _log("driver: flushing figures failed: %r" % (e,))
+    _emit({"type": "done", "status": status, "exit_code": exit_code})
+
+
+# ---------------------------------------------------------------- complete
+
+
+
+def _token_before(text):
+    """Dotted identifier ending at the end of text."""
+    i = len(text)
+    while i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_."):
+        i -= 1
+    return text[i:]
+
+
+def _complete_jedi(code, cursor):
+    try:
+        import jedi
+    except Exception:
+        return None
+    before = code[:cursor]
+    line = before.count("\n") + 1
+    column = len(before) - (before.rfind("\n") + 1)
+    try:
+        comps = jedi.Interpreter(code, [_ns]).complete(line, column)
+    except Exception as e:
+        _log("driver: jedi completion failed: %r" % (e,))
+        return None
+    matches, types = [], []
+    start = cursor
+    for c in comps:
+        prefix_len = len(c.name) - len(c.complete)
+        start = cursor - prefix_len
+        break
+    for c in comps:
+        prefix_len = len(c.name) - len(c.complete)
+        if cursor - prefix_len != start:
+            continue
+        matches.append(c.name)
+        types.append({"start": start, "end": cursor, "text": c.name, "type": c.type,
+                      "signature": ""})
+    return matches, start, {"_jupyter_types_experimental": types}
+
+
+def _complete_rl(code, cursor):
+    import builtins
+    import keyword
+    import rlcompleter
+
+    token = _token_before(code[:cursor])
+    start = cursor - len(token)
+    if not token:
+        return [], cursor, {}
+    completer = rlcompleter.Completer(_ns)
+    matches = []
+    if "." in token:
+        try:
+            matches = completer.attr_matches(token)
+        except Exception:
+            matches = []
+    else:
+        seen = set()
+        for word in keyword.kwlist + list(_ns) + list(vars(builtins)):
+            if word.startswith(token) and word not in seen:
+                seen.add(word)
+                matches.append(word)
+    # Like jedi: matches replace only the part after the last dot.
+    cut = token.rfind(".") + 1
+    start += cut
+    out = []
+    for m in matches:
+        m = m.rstrip("(")[cut:]
+        if m not in out:
+            out.append(m)
+    if "." not in token:
+        out.sort(key=lambda w: (w.startswith("_"), w))
+    return out, start, {}
+
+
+def _complete(code, cursor):
+    try:
+        cursor = int(cursor)
+    except ValueError:
+        cursor = len(code)
+    cursor = max(0, min(cursor, len(code)))
+    r = _complete_jedi(code, cursor)
+    if r is None or not r[0]:
+        r = _complete_rl(code, cursor)
+    matches, start, md = r
+    _emit(
+        {
+            "type": "complete_reply",
+            "matches": matches,
+            "cursor_start": start,
+            "cursor_end": cursor,
+            "metadata": md,
+        }
+    )
+
+
+# ---------------------------------------------------------------- inspect
+
+
+def _name_at(code, cursor):
+    """The dotted name under the cursor, or the callee of an open call."""
+    i = cursor
+    n = len(code)
+    while i < n and (code[i].isalnum() or code[i] == "_"):
+        i += 1
+    token = _token_before(code[:i]).strip(".")
+    if token and not token[0].isdigit():
+        return token
+    depth = 0
+    j = cursor - 1
+    while j >= 0:
+        ch = code[j]
+        if ch == ")":
+            depth += 1
+        elif ch == "(":
+            if depth == 0:
+                return _token_before(code[:j]).strip(".")
+            depth -= 1
+        j -= 1
+    return ""
+
+
+def _resolve(name):
+    import builtins
+
+    parts = name.split(".")
+    if parts[0] in _ns:
+        obj = _ns[parts[0]]
+    elif hasattr(builtins, parts[0]):
+        obj = getattr(builtins, parts[0])
+    else:
+        raise LookupError(name)
+    for p in parts[1:]:
+        obj = getattr(obj, p)
+    return obj
+
+
+def _inspect_text(name, obj, detail):
+    import inspect
+
+    lines = []
+    try:
+        sig = str(inspect.signature(obj)) if callable(obj) else None
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None:
+        lines.append("Signature: %s%s" % (name.split(".")[-1], sig))
+    if not callable(obj) or isinstance(obj, (int, float, str, bytes, list, dict, tuple, set)):
+        text = _text_plain(obj)
+        if len(text) > 200:
+            text = text[:200] + "..."
+        lines.append("String form: %s" % text)
+        if hasattr(obj, "__len__"):
+            try:
+                lines.append("Length: %d" % len(obj))
+            except Exception:
+                pass
+    doc = inspect.getdoc(obj)
+    source = None
+    if detail >= 1:
+        try:
+            source = inspect.getsource(obj)
+        except (OSError, TypeError):
+            source = None
+    if source is not None:
+        lines.append("Source:\n" + source.rstrip("\n"))
+    elif doc:
+        lines.append("Docstring:\n" + doc)
+    else:
+        lines.append("Docstring: <no docstring>")
+    try:
+        f = inspect.getsourcefile(obj) or inspect.getfile(obj)
+        lines.append("File: %s" % f)
+    except (TypeError, OSError):
+        pass
+    lines.append("Type: %s" % type(obj).__name__)
+    return "\n".join(lines)
+
+
+def _inspect(code, cursor, detail):
+    try:
+        cursor = max(0, min(int(cursor), len(code)))
+    except ValueError:
+        cursor = len(code)
+    try:
+        detail = int(detail)
+    except ValueError:
+        detail = 0
+    name = _name_at(code, cursor)
+    ev = {"type": "inspect_reply", "found": False, "data": {}, "metadata": {}}
+    if name:
+        try:
+            obj = _resolve(name)
+        except Exception:
+            pass
+        else:
+            try:
+                ev["data"] = {"text/plain": _inspect_text(name, obj, detail)}
+                ev["found"] = True
+            except Exception as e:
+                _log("driver: inspect of %s failed: %r" % (name, e))
+    _emit(ev)
+
+
+# ---------------------------------------------------------------- is_complete
+
+
+def _is_complete(code):
+    import codeop
+
+    ev = {"type": "is_complete_reply", "status": "complete"}
+    if not code.strip():
+        _emit(ev)
+        return
+    lines = code.split("\n")
+    last_line = lines[-1]
+    nonblank = [ln for ln in lines if ln.strip()]
+    last_nonblank = nonblank[-1] if nonblank else ""
+    indent = last_nonblank[: len(last_nonblank) - len(last_nonblank.lstrip())]
+    try:
+        compile(code, "<input>", "exec", dont_inherit=True)
+        compiled = True
+    except (SyntaxError, OverflowError, ValueError):
+        compiled = False
+    if compiled:
+        # Still inside an indented block: a console keeps reading until an
+        # empty line closes it.
+        if last_line.strip() and last_line[:1] in (" ", "\t") and "\n" in code:
+            ev = {"type": "is_complete_reply", "status": "incomplete", "indent": indent}
+        _emit(ev)
+        return
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = codeop.compile_command(code, "<input>", "exec")
+    except (SyntaxError, OverflowError, ValueError):
+        ev = {"type": "is_complete_reply", "status": "invalid"}
+    else:
+        if r is None:
+            if last_nonblank.rstrip().endswith(":"):
+                indent += "    "
+            ev = {"type": "is_complete_reply", "status": "incomplete", "indent": indent}
+    _emit(ev)
+
+
+# ---------------------------------------------------------------- main
+
+
+def _setup():
+    global _ns, _lock
+    import builtins
+    import signal
+    import types
+
+    # sys.path[0] is this file's directory; user code should see its
+    # workspace (the cwd) there instead, as in IPython.
+    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(
+        os.path.abspath(_DRIVER_FILE)
+    ):
+        sys.path[0] = ""
+    sys.argv = [""]
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    # Inside the sandbox the home directory is not writable: caches that
+    # libraries keep there (matplotlib, fontconfig, jedi) go to /tmp instead
+    # of failing loudly on every import.
+    if not os.access(os.path.expanduser("~"), os.W_OK):
+        tmp = os.environ.get("TMPDIR", "/tmp")
+        uid = os.getuid()
+        os.environ.setdefault("XDG_CACHE_HOME", os.path.join(tmp, "kernelmgr-cache-%d" % uid))
+        os.environ.setdefault("MPLCONFIGDIR", os.path.join(tmp, "kernelmgr-mpl-%d" % uid))
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.reconfigure(encoding="utf-8", errors="backslashreplace", line_buffering=True)
+        except Exception:
+            pass
+    try:
+        import _thread
+
+        _lock = _thread.allocate_lock()
+    except ImportError:
+        _lock = None
+
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    _ns = main.__dict__
+    builtins.input = _input
+    builtins.__kernelmgr_driver__ = _SELF
+    builtins.display = display
+    builtins.clear_output = clear_output
+    builtins.update_display = update_display
+    sys.meta_path.insert(0, _PostImportFinder())
+    for name, hook in _POST_IMPORT.items():
+        if name in sys.modules:
+            hook(sys.modules[name])
+    signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        import faulthandler
+
+        faulthandler.enable()
+    except Exception:
+        pass
+
+
+def _dispatch(kind, fields):
+    if kind == "execute":
+        _execute(*fields)
+    elif kind == "complete":
+        _complete(*fields)
+    elif kind == "inspect":
+        _inspect(*fields)
+    elif kind == "is_complete":
+        _is_complete(*fields)
+    # input_reply / input_cancel outside an input request: a late answer to
+    # a request that an interrupt already ended. Dropped.
+
+
+_FALLBACK = {
+    "execute": {"type": "done", "status": "error", "exit_code": 1},
+    "complete": {"type": "complete_reply", "matches": [], "cursor_start": 0, "cursor_end": 0,
+                 "metadata": {}},
+    "inspect": {"type": "inspect_reply", "found": False, "data": {}, "metadata": {}},
+    "is_complete": {"type": "is_complete_reply", "status": "unknown"},
+}
+
+
+def main():
+    _setup()
+    os.write(_EVT_FD, b'{"type":"ready"}\n')
+    while True:
+        try:
+            kind, fields = _requests.request()
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            continue
+        _S.answered = False
+        try:
+            _dispatch(kind, fields)
+        except BaseException as e:
+            # Only reached when the driver itself failed (or an interrupt hit
+            # a tiny window outside user code): answer anyway so the server is
+            # never left waiting.
+            if isinstance(e, SystemExit):
+                raise
+            try:
+                _log("driver: %s request failed: %r" % (kind, e))
+                fb = _FALLBACK.get(kind)
+                if fb is not None and not _S.answered:
+                    if kind == "execute":
+                        _report_error(type(e), e, e.__traceback__)
+                    _emit(fb)
+            except BaseException:
+                pass
+    _flush_std()
+
+
+if __name__ == "__main__":
+    main()

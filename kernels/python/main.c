@@ -1,0 +1,75 @@
+/*
+ * kernel-python: the generic kernel server with the Python backend.
+ *
+ * The backend only finds an interpreter (pydetect.h) and describes the worker
+ * that runs share/kernelmgr/python/driver.py with it (pykernel.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/python/pydetect.h"
+#include "kernels/python/pykernel.h"
+#include "kernels/server/backend.h"
+
+static const char *python_arg;
+
+static int python_option(int argc, char **argv, char *err, size_t errlen)
+{
+    if (strncmp(argv[0], "--python=", 9) == 0) {
+        python_arg = argv[0] + 9;
+    } else if (strcmp(argv[0], "--python") == 0) {
+        if (argc < 2) {
+            snprintf(err, errlen, "--python needs a path (or a name on PATH)");
+            return -1;
+        }
+        python_arg = argv[1];
+        if (!*python_arg) {
+            snprintf(err, errlen, "--python needs a path (or a name on PATH)");
+            return -1;
+        }
+        return 2;
+    } else {
+        return 0;
+    }
+    if (!*python_arg) {
+        snprintf(err, errlen, "--python needs a path (or a name on PATH)");
+        return -1;
+    }
+    return 1;
+}
+
+static int python_prepare(const char *share_dir, const char *workspace, kworker_spec *spec,
+                          char *err, size_t errlen)
+{
+    pydetect_sources src = {
+        .explicit_path = python_arg,
+        .env_python = getenv("KERNELMGR_PYTHON"),
+        .workspace = workspace,
+        .virtual_env = getenv("VIRTUAL_ENV"),
+        .path_env = getenv("PATH"),
+    };
+    pydetect_info info = {0};
+    if (pydetect_find(&src, &info, err, errlen) < 0)
+        return -1;
+    int rc = pykernel_fill_spec(&info, share_dir, workspace, src.path_env, spec, err, errlen);
+    pydetect_info_clear(&info);
+    return rc;
+}
+
+static const kbackend python_backend = {
+    .name = "python",
+    .option_help =
+        "  --python PATH            Python interpreter (>= 3.8) that runs the code; a bare\n"
+        "                           name is looked up on PATH. Default: $KERNELMGR_PYTHON,\n"
+        "                           else WORKSPACE/.venv/bin/python (uv), else\n"
+        "                           $VIRTUAL_ENV/bin/python, else python3 on PATH (pyenv\n"
+        "                           shims resolved to the real interpreter)\n",
+    .option = python_option,
+    .prepare = python_prepare,
+};
+
+int main(int c, char **v)
+{
+    return kserver_main(c, v, &python_backend);
+}

@@ -1,0 +1,173 @@
+/*
+ * pykernel.c — worker spec and kernel_info of the Python backend.
+ */
+#include "kernels/python/pykernel.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/server/kopts.h"
+
+#define PYKERNEL_MAX_RO 6
+
+json_t *pykernel_kernel_info(const pydetect_info *info)
+{
+    char docs[64], *banner = NULL;
+    snprintf(docs, sizeof docs, "https://docs.python.org/%d.%d", info->major, info->minor);
+    if (asprintf(&banner,
+                 "Python %s\nkernelmgr Python kernel %s: %s%s (found via %s)\n"
+                 "display(), clear_output() and update_display() are builtins.",
+                 info->version_full, KSERVER_VERSION, info->interpreter,
+                 info->is_venv ? " (venv)" : "", info->source ? info->source : "?") < 0)
+        return NULL;
+    json_t *ki = json_pack(
+        "{s:{s:s, s:s, s:s, s:s, s:s, s:{s:s, s:i}, s:s}, s:s, s:s, s:s, s:[{s:s, s:s}],"
+        " s:{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:s}}",
+        "language_info", "name", "python", "version", info->version, "mimetype", "text/x-python",
+        "file_extension", ".py", "pygments_lexer", "ipython3", "codemirror_mode", "name", "ipython",
+        "version", 3, "nbconvert_exporter", "python", "implementation", "kernelmgr",
+        "implementation_version", KSERVER_VERSION, "banner", banner, "help_links", "text",
+        "Python Reference", "url", docs, "interpreter", "path", info->interpreter, "executable",
+        info->real_executable, "version", info->version, "implementation", info->implementation,
+        "prefix", info->prefix, "base_prefix", info->base_prefix, "venv", info->is_venv, "source",
+        info->source ? info->source : "");
+    free(banner);
+    return ki;
+}
+
+/* 1 when path is base or below it. */
+static int is_under(const char *path, const char *base)
+{
+    size_t n = strlen(base);
+    if (n == 1 && base[0] == '/')
+        return 1;
+    return strncmp(path, base, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* The sandbox always binds these (DESIGN.md); binding them again is waste. */
+static int is_system_dir(const char *path)
+{
+    static const char *const sys_dirs[] = {"/usr",   "/bin",   "/sbin",  "/lib",
+                                           "/lib32", "/lib64", "/libx32"};
+    for (size_t i = 0; i < sizeof sys_dirs / sizeof *sys_dirs; i++)
+        if (is_under(path, sys_dirs[i]))
+            return 1;
+    return 0;
+}
+
+/* Adds the real path of dir to list unless the sandbox already sees it. */
+static void add_ro(char **list, size_t *n, const char *dir, const char *workspace)
+{
+    char *real = realpath(dir, NULL);
+    if (!real)
+        return;
+    if (strcmp(real, "/") == 0 || is_system_dir(real) || (workspace && is_under(real, workspace)))
+        goto skip;
+    for (size_t i = 0; i < *n; i++) {
+        if (is_under(real, list[i]))
+            goto skip;
+        if (is_under(list[i], real)) { /* the new one covers an older one */
+            free(list[i]);
+            list[i] = real;
+            return;
+        }
+    }
+    if (*n < PYKERNEL_MAX_RO) {
+        list[(*n)++] = real;
+        return;
+    }
+skip:
+    free(real);
+}
+
+static char *dir_of(const char *path)
+{
+    char *d = strdup(path);
+    if (!d)
+        return NULL;
+    char *slash = strrchr(d, '/');
+    if (slash == d)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    return d;
+}
+
+int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const char *workspace,
+                       const char *env_path, kworker_spec *spec, char *err, size_t errlen)
+{
+    char driver[PATH_MAX], *driver_real = NULL, *ws_real = NULL, *bindir = NULL;
+    char *ro[PYKERNEL_MAX_RO] = {0};
+    size_t nro = 0;
+    int rc = -1;
+
+    snprintf(driver, sizeof driver, "%s/python/driver.py", share_dir);
+    driver_real = realpath(driver, NULL);
+    if (!driver_real) {
+        snprintf(err, errlen, "python driver not found at %s: %s", driver, strerror(errno));
+        return -1;
+    }
+    ws_real = workspace ? realpath(workspace, NULL) : NULL;
+    bindir = dir_of(info->interpreter);
+    if (!bindir)
+        goto oom;
+
+    /* -u: unbuffered stdout/stderr, so Python-level prints and fd-level
+     * writes (os.system, subprocesses, C extensions) reach the pipes in the
+     * order they were made. No -I/-E/-s: PYTHONPATH and the user site are
+     * honoured as in any Python, and a venv's pyvenv.cfg applies either way. */
+    if (kspec_add_arg(spec, info->interpreter) < 0 || kspec_add_arg(spec, "-u") < 0 ||
+        kspec_add_arg(spec, driver_real) < 0)
+        goto oom;
+
+    /* User code that runs `python3`, `pip` or a console script of the venv
+     * in a subprocess gets the kernel's own interpreter, as `source
+     * .venv/bin/activate` (or pyenv's exec) would arrange. */
+    char *path = NULL;
+    const char *rest = env_path && *env_path ? env_path : "/usr/local/bin:/usr/bin:/bin";
+    if (asprintf(&path, "%s:%s", bindir, rest) < 0)
+        goto oom;
+    int e = kspec_add_env(spec, "PATH", path);
+    free(path);
+    if (e < 0)
+        goto oom;
+    if (info->is_venv && kspec_add_env(spec, "VIRTUAL_ENV", info->prefix) < 0)
+        goto oom;
+
+    char *driver_dir = dir_of(driver_real);
+    char *exe_dir = dir_of(info->real_executable);
+    if (!driver_dir || !exe_dir) {
+        free(driver_dir);
+        free(exe_dir);
+        goto oom;
+    }
+    const char *dirs[] = {driver_dir, info->prefix, info->base_prefix, bindir, exe_dir};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
+        add_ro(ro, &nro, dirs[i], ws_real);
+    free(driver_dir);
+    free(exe_dir);
+    for (size_t i = 0; i < nro; i++)
+        if (kspec_add_ro_path(spec, ro[i]) < 0)
+            goto oom;
+
+    json_decref(spec->kernel_info);
+    spec->kernel_info = pykernel_kernel_info(info);
+    if (!spec->kernel_info)
+        goto oom;
+    rc = 0;
+    goto out;
+oom:
+    snprintf(err, errlen, "python backend: out of memory (or too many worker arguments)");
+out:
+    for (size_t i = 0; i < nro; i++)
+        free(ro[i]);
+    free(bindir);
+    free(ws_real);
+    free(driver_real);
+    return rc;
+}

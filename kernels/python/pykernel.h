@@ -1,0 +1,28 @@
+/*
+ * pykernel.h — the Python backend's worker description: how to start
+ * driver.py under a detected interpreter (pydetect.h), what the sandbox must
+ * expose read-only, and what kernel_info reports.
+ */
+#ifndef KERNELS_PYTHON_PYKERNEL_H
+#define KERNELS_PYTHON_PYKERNEL_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "kernels/python/pydetect.h"
+#include "kernels/server/backend.h"
+
+/* new: the kernel_info_reply fields for info: language_info (name "python",
+ * the interpreter's version, ipython3 lexer...), implementation "kernelmgr",
+ * implementation_version, banner, help_links, and "interpreter" (path,
+ * executable, version, prefix, base_prefix, venv, source). NULL on OOM. */
+json_t *pykernel_kernel_info(const pydetect_info *info);
+
+/* Fills spec (argv, env extras, ro_paths, kernel_info) to run
+ * SHARE_DIR/python/driver.py with info's interpreter for workspace. env_path is
+ * the PATH the worker would otherwise get (may be NULL). Returns 0, or -1
+ * with a reason in err (e.g. the driver is not installed). */
+int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const char *workspace,
+                       const char *env_path, kworker_spec *spec, char *err, size_t errlen);
+
+#endif
