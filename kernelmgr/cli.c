@@ -1,0 +1,977 @@
+/*
+ * cli.c — `kernelmgr COMMAND [options]`.
+ *
+ * `run` drives an in-process manager (one fresh session, torn down at the
+ * end); every other session command talks to the daemon and starts it when
+ * none runs, so state survives between CLI calls.
+ */
+#include "kernelmgr/cli.h"
+#include "kernelmgr/daemon.h"
+#include "kernelmgr/kclient.h"
+#include "kernelmgr/klaunch.h"
+#include "kernelmgr/km.h"
+#include "kernelmgr/result.h"
+#include "kernels/sandbox/sandbox.h"
+#include "jp.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#define KM_VERSION "0.1.0"
+
+static const char usage_text[] =
+    "Usage: kernelmgr COMMAND [options]\n"
+    "\n"
+    "Commands:\n"
+    "  run [opts] (-c CODE | FILE | -)        one-shot: fresh session, run every block, tear down\n"
+    "  exec --session NAME [opts] (-c CODE | FILE | -)\n"
+    "                                         run in a persistent session (starts the daemon)\n"
+    "  sessions                               list sessions\n"
+    "  close NAME [--keep]                    stop kernels, remove the workspace (unless --keep)\n"
+    "  interrupt NAME | restart NAME          interrupt running code | fresh kernels, same files\n"
+    "  files NAME                             list the session's workspace\n"
+    "  export NAME [-o FILE] [--kernel NAME]  the session's history as a Jupyter notebook\n"
+    "  connection-file NAME [--lang L]        connection file for `jupyter console --existing`\n"
+    "  serve [--pool N] [--stop]              run the daemon in the foreground (or stop it)\n"
+    "  mcp                                    MCP server on stdio\n"
+    "  doctor                                 sandbox capabilities, kernels, versions\n"
+    "  kernelspec install [--user|--prefix DIR] [--sandbox strict|none]\n"
+    "                                         install kernelmgr-python / kernelmgr-bash "
+    "kernelspecs\n"
+    "\n"
+    "Options:\n"
+    "  --lang python|bash|auto   language of the input (default auto: Markdown fences,\n"
+    "                            shebang, else a heuristic)\n"
+    "  --timeout SECONDS         per block (default 60): interrupt, grace, then kill+restart\n"
+    "  --network on|off          network inside the sandbox (new sessions; default off)\n"
+    "  --memory SIZE             memory limit of each kernel, e.g. 1G (new sessions)\n"
+    "  --workspace DIR           use DIR as the workspace (new sessions)\n"
+    "  --python PATH             Python interpreter of the python kernel (new sessions)\n"
+    "  --sandbox strict|none     sandbox level of the kernels (new sessions; default strict)\n"
+    "  --json                    one JSON result object per block, one per line\n"
+    "  --continue-on-error       run the remaining blocks after a failing one\n"
+    "  --config FILE             configuration (default $KERNELMGR_HOME/config.json)\n"
+    "  -c CODE                   the code (instead of FILE or - for stdin)\n"
+    "\n"
+    "State lives in $KERNELMGR_HOME (default $XDG_STATE_HOME/kernelmgr or\n"
+    "~/.local/state/kernelmgr).\n"
+    "Exit status: 0 ok, 1 a block failed, 2 usage or configuration error, 3 no such\n"
+    "session, 4 a kernel could not start, 5 daemon unreachable, 6 internal error,\n"
+    "130 interrupted.\n";
+
+typedef struct cli {
+    const char *cmd;
+    const char *lang, *code, *file, *session, *workspace, *python, *sandbox, *config;
+    const char *output, *kernel_name, *prefix, *memory_s;
+    double timeout;
+    int network; /* -1 unset */
+    uint64_t memory;
+    int json, continue_on_error, keep, user, stop, pool;
+    int npos;
+    char *pos[8];
+    char home[2048];
+    kmcfg cfg;
+} cli;
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kernelmgr: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\nTry 'kernelmgr --help'.\n", stderr);
+    va_end(ap);
+    return KM_EUSAGE;
+}
+
+static int fail(int code, const char *msg)
+{
+    fprintf(stderr, "kernelmgr: %s\n", msg);
+    return code;
+}
+
+static void resolve_home(cli *c)
+{
+    const char *h = getenv("KERNELMGR_HOME");
+    const char *xdg = getenv("XDG_STATE_HOME");
+    const char *home = getenv("HOME");
+    if (h && *h)
+        snprintf(c->home, sizeof c->home, "%s", h);
+    else if (xdg && *xdg)
+        snprintf(c->home, sizeof c->home, "%s/kernelmgr", xdg);
+    else
+        snprintf(c->home, sizeof c->home, "%s/.local/state/kernelmgr", home ? home : "/tmp");
+    if (c->home[0] != '/') {
+        char cwd[1024];
+        if (getcwd(cwd, sizeof cwd)) {
+            char tmp[2048];
+            snprintf(tmp, sizeof tmp, "%s/%s", cwd, c->home);
+            snprintf(c->home, sizeof c->home, "%s", tmp);
+        }
+    }
+}
+
+/* new (free()): the code of -c, FILE or - (stdin). */
+static char *read_code(cli *c, char *err, size_t errlen)
+{
+    if (c->code)
+        return strdup(c->code);
+    const char *f = c->file;
+    if (!f) {
+        snprintf(err, errlen, "no code given: use -c CODE, a FILE, or - for stdin");
+        return NULL;
+    }
+    FILE *fp = strcmp(f, "-") ? fopen(f, "r") : stdin;
+    if (!fp) {
+        snprintf(err, errlen, "%s: %s", f, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 4096 > cap) {
+            char *b = cap > (64u << 20) ? NULL : realloc(buf, cap * 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                snprintf(err, errlen, "%s: input larger than 64 MiB", f);
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, fp);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    if (fp != stdin)
+        fclose(fp);
+    if (buf)
+        buf[n] = 0;
+    if (buf && strlen(buf) != n) {
+        free(buf);
+        snprintf(err, errlen, "%s: input contains NUL bytes", f);
+        return NULL;
+    }
+    return buf;
+}
+
+/* ---------------------------------------------------------------- output while running */
+
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+static volatile sig_atomic_t sigint_count;
+static int ticker_on, ticker_shown;
+static double ticker_t0;
+static pthread_t ticker_thread;
+static volatile int ticker_stop;
+static km_manager *run_mgr;
+static const char *run_session;
+
+static void clear_ticker_locked(void)
+{
+    if (ticker_shown) {
+        fputs("\r\033[K", stderr);
+        ticker_shown = 0;
+    }
+}
+
+static void *ticker_main(void *arg)
+{
+    (void)arg;
+    int interrupted = 0;
+    while (!ticker_stop) {
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+        if (sigint_count && !interrupted && run_mgr) {
+            interrupted = 1;
+            km_interrupt(run_mgr, run_session, NULL);
+        }
+        if (!ticker_on)
+            continue;
+        double el = kclient_now() - ticker_t0;
+        if (el < 2)
+            continue;
+        pthread_mutex_lock(&out_lock);
+        fprintf(stderr, "\r\033[K[running %.0f s]", el);
+        ticker_shown = 1;
+        pthread_mutex_unlock(&out_lock);
+    }
+    return NULL;
+}
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    if (++sigint_count >= 2) {
+        static const char msg[] = "\nkernelmgr: interrupted\n";
+        if (write(2, msg, sizeof msg - 1) < 0) {
+        }
+        _exit(130);
+    }
+}
+
+typedef struct render_ctx {
+    cli *c;
+    int streamed; /* stdout/stderr shown live for the current block */
+} render_ctx;
+
+static void on_event(void *ud, const json_t *ev)
+{
+    render_ctx *rc = ud;
+    const char *type = json_string_value(json_object_get(ev, "event"));
+    if (!type)
+        return;
+    pthread_mutex_lock(&out_lock);
+    clear_ticker_locked();
+    if (!strcmp(type, "stream") && !rc->c->json) {
+        const char *name = json_string_value(json_object_get(ev, "name"));
+        const char *text = json_string_value(json_object_get(ev, "text"));
+        FILE *f = name && !strcmp(name, "stderr") ? stderr : stdout;
+        if (text) {
+            fputs(text, f);
+            fflush(f);
+        }
+        rc->streamed = 1;
+    } else if (!strcmp(type, "result")) {
+        json_t *r = json_object_get(ev, "result");
+        if (rc->c->json) {
+            char *s = json_dumps(r, JSON_COMPACT);
+            if (s) {
+                puts(s);
+                free(s);
+            }
+            fflush(stdout);
+        } else {
+            /* live output may not end with a newline */
+            result_render(stdout, r, 1);
+        }
+        rc->streamed = 0;
+        ticker_t0 = kclient_now();
+    }
+    pthread_mutex_unlock(&out_lock);
+}
+
+static void ticker_start(cli *c)
+{
+    ticker_on = isatty(2) && !c->json;
+    ticker_t0 = kclient_now();
+    ticker_stop = 0;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    pthread_create(&ticker_thread, NULL, ticker_main, NULL);
+}
+
+static void ticker_end(void)
+{
+    ticker_stop = 1;
+    pthread_join(ticker_thread, NULL);
+    pthread_mutex_lock(&out_lock);
+    clear_ticker_locked();
+    pthread_mutex_unlock(&out_lock);
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static void fill_session_opts(cli *c, km_session_opts *so)
+{
+    km_session_opts_init(so);
+    so->network = c->network;
+    so->memory = c->memory;
+    so->python = c->python;
+    so->workspace = c->workspace;
+    so->sandbox = c->sandbox;
+}
+
+static int cmd_run(cli *c)
+{
+    char why[512];
+    char *code = read_code(c, why, sizeof why);
+    if (!code)
+        return usage_error("%s", why);
+    if (c->workspace) {
+        /* relative paths are the user's cwd */
+        char *real = realpath(c->workspace, NULL);
+        if (!real) {
+            free(code);
+            return usage_error("--workspace %s: %s", c->workspace, strerror(errno));
+        }
+        c->workspace = real; /* leaked on purpose: lives until exit */
+    }
+    c->cfg.pool = 0;
+    c->cfg.idle_timeout = 0;
+    km_err err = {0, ""};
+    km_manager *m = km_manager_new(c->home, &c->cfg, 0, &err);
+    if (!m) {
+        free(code);
+        return fail(err.code, err.msg);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "run-%d-%ld", (int)getpid(), (long)time(NULL));
+    km_session_opts so;
+    fill_session_opts(c, &so);
+    km_exec_opts eo = {c->lang, c->timeout, c->continue_on_error};
+    render_ctx rc = {c, 0};
+    run_mgr = m;
+    run_session = name;
+    ticker_start(c);
+    json_t *res = km_exec(m, name, &so, &eo, code, on_event, &rc, &err);
+    ticker_end();
+    run_mgr = NULL;
+    free(code);
+    int status;
+    if (!res) {
+        status = fail(err.code, err.msg);
+    } else {
+        status = json_is_true(json_object_get(res, "failed")) ? 1 : 0;
+        json_int_t skipped = json_integer_value(json_object_get(res, "skipped"));
+        if (skipped && !c->json)
+            fprintf(stderr, "kernelmgr: %lld later block(s) not run (use --continue-on-error)\n",
+                    (long long)skipped);
+        json_decref(res);
+    }
+    km_close(m, name, KM_KEEP_OUTPUTS, NULL);
+    km_manager_destroy(&m);
+    return sigint_count ? 130 : status;
+}
+
+static char *serve_extra[4];
+
+static int connect_daemon(cli *c, int autostart, km_err *err)
+{
+    int k = 0;
+    if (c->config) {
+        serve_extra[k++] = "--config";
+        serve_extra[k++] = (char *)c->config;
+    }
+    serve_extra[k] = NULL;
+    return daemon_connect(c->home, autostart, serve_extra, err);
+}
+
+static cli *cancel_cli;
+
+static void send_interrupt(void *ud)
+{
+    (void)ud;
+    km_err err;
+    int fd = connect_daemon(cancel_cli, 0, &err);
+    if (fd < 0)
+        return;
+    json_t *req = json_pack("{s:s s:s}", "op", "interrupt", "session", cancel_cli->session);
+    json_t *rep = NULL;
+    daemon_call(fd, req, NULL, NULL, NULL, NULL, &rep, &err);
+    json_decref(req);
+    json_decref(rep);
+    close(fd);
+}
+
+/* One request to the daemon; returns the exit status, *reply (new) on ok. */
+static int call(cli *c, json_t *req, int autostart, void (*ev)(void *, const json_t *), void *ud,
+                json_t **reply)
+{
+    km_err err = {0, ""};
+    *reply = NULL;
+    int fd = connect_daemon(c, autostart, &err);
+    if (fd < 0) {
+        json_decref(req);
+        return fail(err.code ? err.code : KM_EDAEMON, err.msg);
+    }
+    cancel_cli = c;
+    int rc = daemon_call(fd, req, ev, send_interrupt, ud, &sigint_count, reply, &err);
+    close(fd);
+    json_decref(req);
+    if (rc)
+        return fail(err.code, err.msg);
+    if (!json_is_true(json_object_get(*reply, "ok"))) {
+        json_t *e = json_object_get(*reply, "error");
+        int code = (int)json_integer_value(json_object_get(e, "code"));
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        if (c->json) {
+            char *s = json_dumps(*reply, JSON_COMPACT);
+            if (s)
+                puts(s);
+            free(s);
+        }
+        char copy[1024];
+        snprintf(copy, sizeof copy, "%s", msg ? msg : "request failed");
+        json_decref(*reply);
+        *reply = NULL;
+        return fail(code ? code : KM_EINTERNAL, copy);
+    }
+    return 0;
+}
+
+static int cmd_exec(cli *c)
+{
+    if (!c->session)
+        return usage_error("exec needs --session NAME");
+    if (!km_name_valid(c->session))
+        return usage_error("invalid session name \"%s\"", c->session);
+    char why[512];
+    char *code = read_code(c, why, sizeof why);
+    if (!code)
+        return usage_error("%s", why);
+    char *ws = NULL;
+    if (c->workspace && !(ws = realpath(c->workspace, NULL))) {
+        free(code);
+        return usage_error("--workspace %s: %s", c->workspace, strerror(errno));
+    }
+    json_t *req = json_pack("{s:s s:s s:s s:s s:b s:b}", "op", "exec", "session", c->session,
+                            "code", code, "lang", c->lang ? c->lang : "auto", "continue_on_error",
+                            c->continue_on_error, "stream", 1);
+    free(code);
+    if (c->timeout > 0)
+        json_object_set_new(req, "timeout", json_real(c->timeout));
+    if (c->network >= 0)
+        json_object_set_new(req, "network", json_string(c->network ? "on" : "off"));
+    if (c->memory_s)
+        json_object_set_new(req, "memory", json_string(c->memory_s));
+    if (c->python)
+        json_object_set_new(req, "python", json_string(c->python));
+    if (ws)
+        json_object_set_new(req, "workspace", json_string(ws));
+    free(ws);
+    if (c->sandbox)
+        json_object_set_new(req, "sandbox", json_string(c->sandbox));
+    render_ctx rc = {c, 0};
+    ticker_start(c);
+    json_t *rep;
+    int st = call(c, req, 1, on_event, &rc, &rep);
+    ticker_end();
+    if (st)
+        return st;
+    st = json_is_true(json_object_get(rep, "failed")) ? 1 : 0;
+    json_int_t skipped = json_integer_value(json_object_get(rep, "skipped"));
+    if (skipped && !c->json)
+        fprintf(stderr, "kernelmgr: %lld later block(s) not run (use --continue-on-error)\n",
+                (long long)skipped);
+    json_decref(rep);
+    return sigint_count ? 130 : st;
+}
+
+static void print_json(const json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (s)
+        puts(s);
+    free(s);
+}
+
+static int cmd_simple(cli *c, const char *op)
+{
+    const char *name = c->npos ? c->pos[0] : c->session;
+    if (strcmp(op, "sessions") && !name)
+        return usage_error("%s needs a session NAME", c->cmd);
+    json_t *req = json_pack("{s:s}", "op", op);
+    if (name)
+        json_object_set_new(req, "session", json_string(name));
+    if (!strcmp(op, "close") && c->keep)
+        json_object_set_new(req, "keep", json_true());
+    if (!strcmp(op, "connection_file"))
+        json_object_set_new(req, "lang", json_string(c->lang ? c->lang : "python"));
+    if (!strcmp(op, "export") && c->kernel_name)
+        json_object_set_new(req, "kernel_name", json_string(c->kernel_name));
+    /* listing sessions must not start a daemon just to say "none" */
+    int autostart = strcmp(op, "sessions") != 0;
+    json_t *rep;
+    km_err err;
+    if (!autostart) {
+        int fd = connect_daemon(c, 0, &err);
+        if (fd < 0) {
+            json_decref(req);
+            if (c->json)
+                puts("[]");
+            else
+                puts("no sessions (no daemon running)");
+            return 0;
+        }
+        close(fd);
+    }
+    int st = call(c, req, autostart, NULL, NULL, &rep);
+    if (st)
+        return st;
+    json_object_del(rep, "id");
+    json_object_del(rep, "ok");
+    if (!strcmp(op, "sessions")) {
+        json_t *ss = json_object_get(rep, "sessions");
+        if (c->json) {
+            print_json(ss);
+        } else {
+            size_t i;
+            json_t *s;
+            if (!json_array_size(ss))
+                puts("no sessions");
+            json_array_foreach(ss, i, s)
+            {
+                json_t *k = json_object_get(s, "kernels");
+                printf("%-20s %-5s python:%-8s bash:%-8s %s\n",
+                       json_string_value(json_object_get(s, "name")),
+                       json_is_true(json_object_get(s, "busy")) ? "busy" : "idle",
+                       json_object_get(k, "python") && !json_is_null(json_object_get(k, "python"))
+                           ? "live"
+                           : "-",
+                       json_object_get(k, "bash") && !json_is_null(json_object_get(k, "bash"))
+                           ? "live"
+                           : "-",
+                       json_string_value(json_object_get(s, "workspace")));
+            }
+        }
+    } else if (!strcmp(op, "files")) {
+        if (c->json) {
+            print_json(rep);
+        } else {
+            size_t i;
+            json_t *f;
+            printf("workspace: %s\n", json_string_value(json_object_get(rep, "workspace")));
+            json_array_foreach(json_object_get(rep, "files"), i, f) printf(
+                "%10lld  %-24s %s\n", (long long)json_integer_value(json_object_get(f, "size")),
+                json_string_value(json_object_get(f, "mime")),
+                json_string_value(json_object_get(f, "path")));
+        }
+    } else if (!strcmp(op, "connection_file")) {
+        const char *p = json_string_value(json_object_get(rep, "connection_file"));
+        if (c->json)
+            print_json(rep);
+        else
+            puts(p ? p : "");
+    } else if (!strcmp(op, "export")) {
+        json_t *nb = json_object_get(rep, "notebook");
+        char path[4096];
+        snprintf(path, sizeof path, "%s", c->output ? c->output : "");
+        if (!path[0])
+            snprintf(path, sizeof path, "%s.ipynb", name);
+        FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+        if (!f) {
+            json_decref(rep);
+            return fail(KM_EINTERNAL, strerror(errno));
+        }
+        json_dumpf(nb, f, JSON_INDENT(1) | JSON_ENSURE_ASCII);
+        fputc('\n', f);
+        if (f != stdout) {
+            fclose(f);
+            if (c->json)
+                printf("{\"notebook\":\"%s\",\"cells\":%zu}\n", path,
+                       json_array_size(json_object_get(nb, "cells")));
+            else
+                printf("wrote %s (%zu cells)\n", path,
+                       json_array_size(json_object_get(nb, "cells")));
+        }
+    } else if (c->json) {
+        puts("{\"ok\":true}");
+    }
+    json_decref(rep);
+    return 0;
+}
+
+static int cmd_serve(cli *c)
+{
+    if (c->stop) {
+        km_err err;
+        int fd = connect_daemon(c, 0, &err);
+        if (fd < 0) {
+            puts("no daemon running");
+            return 0;
+        }
+        close(fd);
+        json_t *rep;
+        int st = call(c, json_pack("{s:s}", "op", "shutdown"), 0, NULL, NULL, &rep);
+        json_decref(rep);
+        /* wait until the socket is gone: kernels are stopped by then */
+        char sock[256];
+        daemon_socket_path(c->home, sock, sizeof sock, NULL);
+        for (int i = 0; i < 200 && access(sock, F_OK) == 0; i++) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        return st;
+    }
+    if (c->pool >= 0)
+        c->cfg.pool = (unsigned)c->pool;
+    km_err err = {0, ""};
+    int st = daemon_serve(c->home, &c->cfg, &err);
+    if (st)
+        return fail(st, err.msg);
+    return 0;
+}
+
+static int cmd_kernelspec(cli *c)
+{
+    if (c->npos < 1 || strcmp(c->pos[0], "install"))
+        return usage_error("usage: kernelmgr kernelspec install [--user | --prefix DIR]");
+    char base[4096], dir[4096 + 64], self[4096];
+    if (c->prefix) {
+        snprintf(base, sizeof base, "%s/share/jupyter/kernels", c->prefix);
+    } else {
+        const char *dh = getenv("XDG_DATA_HOME");
+        const char *h = getenv("HOME");
+        if (dh && *dh)
+            snprintf(base, sizeof base, "%s/jupyter/kernels", dh);
+        else
+            snprintf(base, sizeof base, "%s/.local/share/jupyter/kernels", h ? h : "/root");
+    }
+    if (klaunch_self_dir(self, sizeof self))
+        return fail(KM_EINTERNAL, "cannot find the kernelmgr binary's directory");
+    const char *env = getenv("KERNELMGR_KERNEL_DIR");
+    if (env && *env)
+        snprintf(self, sizeof self, "%s", env);
+    for (int l = 0; l < KMCFG_NLANG; l++) {
+        const char *ln = kmcfg_lang_name(l);
+        snprintf(dir, sizeof dir, "%s/kernelmgr-%s", base, ln);
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s", dir);
+        for (char *p = tmp + 1; *p; p++)
+            if (*p == '/') {
+                *p = 0;
+                mkdir(tmp, 0755);
+                *p = '/';
+            }
+        mkdir(tmp, 0755);
+        char bin[4200];
+        snprintf(bin, sizeof bin, "%s/kernel-%s", self, ln);
+        json_t *argv = json_pack("[s s s]", bin, "-f", "{connection_file}");
+        if (c->sandbox) {
+            json_array_append_new(argv, json_string("--sandbox"));
+            json_array_append_new(argv, json_string(c->sandbox));
+        }
+        json_t *spec = json_pack("{s:o s:s s:s s:s s:{s:s}}", "argv", argv, "display_name",
+                                 l ? "Bash (kernelmgr sandbox)" : "Python 3 (kernelmgr sandbox)",
+                                 "language", ln, "interrupt_mode", "message", "metadata",
+                                 "kernelmgr", "version", KM_VERSION);
+        char path[4300];
+        snprintf(path, sizeof path, "%s/kernel.json", dir);
+        if (json_dump_file(spec, path, JSON_INDENT(1))) {
+            json_decref(spec);
+            return fail(KM_EINTERNAL, "cannot write the kernelspec");
+        }
+        json_decref(spec);
+        printf("installed kernelspec kernelmgr-%s in %s\n", ln, dir);
+    }
+    return 0;
+}
+
+static int cmd_doctor(cli *c)
+{
+    json_t *o = json_object();
+    struct utsname u;
+    uname(&u);
+    json_object_set_new(o, "version", json_string(KM_VERSION));
+    json_object_set_new(o, "kernel", json_sprintf("%s %s %s", u.sysname, u.release, u.machine));
+    json_object_set_new(o, "uid", json_integer(getuid()));
+    int zmaj, zmin, zpat;
+    zmq_version(&zmaj, &zmin, &zpat);
+    json_object_set_new(o, "libzmq", json_sprintf("%d.%d.%d", zmaj, zmin, zpat));
+    json_object_set_new(o, "jansson", json_string(JANSSON_VERSION));
+    json_object_set_new(o, "home", json_string(c->home));
+    char self[4096];
+    json_t *kernels = json_object();
+    if (!klaunch_self_dir(self, sizeof self))
+        for (int l = 0; l < KMCFG_NLANG; l++) {
+            char bin[4200];
+            snprintf(bin, sizeof bin, "%s/kernel-%s", self, kmcfg_lang_name(l));
+            json_object_set_new(kernels, kmcfg_lang_name(l),
+                                json_pack("{s:s s:b s:s*}", "path", bin, "found",
+                                          access(bin, X_OK) == 0, "kernelspec",
+                                          c->cfg.kernelspec[l][0] ? c->cfg.kernelspec[l] : NULL));
+        }
+    json_object_set_new(o, "kernels", kernels);
+    /* python interpreter as the python kernel would find it */
+    const char *py = c->cfg.python[0] ? c->cfg.python : getenv("KERNELMGR_PYTHON");
+    char found[4096] = "";
+    if (py && *py)
+        snprintf(found, sizeof found, "%s", py);
+    else {
+        const char *path = getenv("PATH");
+        char tmp[8192];
+        snprintf(tmp, sizeof tmp, "%s", path ? path : "/usr/bin:/bin");
+        char *save = NULL;
+        for (char *d = strtok_r(tmp, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+            char cand[4200];
+            snprintf(cand, sizeof cand, "%s/python3", d);
+            if (access(cand, X_OK) == 0) {
+                snprintf(found, sizeof found, "%s", cand);
+                break;
+            }
+        }
+    }
+    json_object_set_new(o, "python", found[0] ? json_string(found) : json_null());
+    json_t *levels = json_object();
+    for (int lv = 0; lv < 2; lv++) {
+        sandbox_config sc;
+        sandbox_config_defaults(&sc);
+        sc.level = lv ? SANDBOX_STRICT : SANDBOX_NONE;
+        sc.workspace = "/tmp";
+        sc.network = c->cfg.network;
+        char why[512] = "";
+        int ok = sandbox_check(&sc, why, sizeof why) == 0;
+        json_t *prot = sandbox_protections(&sc);
+        json_object_set_new(levels, lv ? "strict" : "none",
+                            json_pack("{s:b s:s* s:o}", "available", ok, "missing", ok ? NULL : why,
+                                      "protections", prot ? prot : json_array()));
+    }
+    json_object_set_new(o, "sandbox", levels);
+    json_object_set_new(o, "config", kmcfg_to_json(&c->cfg));
+    if (c->json) {
+        print_json(o);
+    } else {
+        char *s = json_dumps(o, JSON_INDENT(2));
+        if (s)
+            puts(s);
+        free(s);
+    }
+    int strict_ok = json_is_true(
+        json_object_get(json_object_get(json_object_get(o, "sandbox"), "strict"), "available"));
+    json_decref(o);
+    return strict_ok || !strcmp(c->cfg.sandbox, "none") ? 0 : 1;
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+enum {
+    OPT_LANG = 256,
+    OPT_TIMEOUT,
+    OPT_NETWORK,
+    OPT_MEMORY,
+    OPT_WORKSPACE,
+    OPT_PYTHON,
+    OPT_SANDBOX,
+    OPT_JSON,
+    OPT_CONTINUE,
+    OPT_CONFIG,
+    OPT_SESSION,
+    OPT_KEEP,
+    OPT_KERNEL,
+    OPT_USER,
+    OPT_PREFIX,
+    OPT_POOL,
+    OPT_STOP,
+    OPT_HELP,
+    OPT_VERSION,
+};
+
+int cli_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"lang", required_argument, 0, OPT_LANG},
+        {"timeout", required_argument, 0, OPT_TIMEOUT},
+        {"network", required_argument, 0, OPT_NETWORK},
+        {"memory", required_argument, 0, OPT_MEMORY},
+        {"workspace", required_argument, 0, OPT_WORKSPACE},
+        {"python", required_argument, 0, OPT_PYTHON},
+        {"sandbox", required_argument, 0, OPT_SANDBOX},
+        {"json", no_argument, 0, OPT_JSON},
+        {"continue-on-error", no_argument, 0, OPT_CONTINUE},
+        {"config", required_argument, 0, OPT_CONFIG},
+        {"session", required_argument, 0, OPT_SESSION},
+        {"keep", no_argument, 0, OPT_KEEP},
+        {"kernel", required_argument, 0, OPT_KERNEL},
+        {"user", no_argument, 0, OPT_USER},
+        {"prefix", required_argument, 0, OPT_PREFIX},
+        {"pool", required_argument, 0, OPT_POOL},
+        {"stop", no_argument, 0, OPT_STOP},
+        {"output", required_argument, 0, 'o'},
+        {"help", no_argument, 0, OPT_HELP},
+        {"version", no_argument, 0, OPT_VERSION},
+        {0, 0, 0, 0},
+    };
+    cli c;
+    memset(&c, 0, sizeof c);
+    c.network = -1;
+    c.pool = -1;
+    if (argc < 2)
+        return usage_error("no command given");
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        puts("kernelmgr " KM_VERSION);
+        return 0;
+    }
+    c.cmd = argv[1];
+    if (!strcmp(c.cmd, "mcp")) {
+        return mcp_main(argc - 1, argv + 1);
+    }
+    static const char *cmds[] = {
+        "run",     "exec",       "sessions", "close",           "interrupt",
+        "restart", "files",      "export",   "connection-file", "serve",
+        "doctor",  "kernelspec", NULL};
+    int known = 0;
+    for (int i = 0; cmds[i]; i++)
+        if (!strcmp(cmds[i], c.cmd))
+            known = 1;
+    if (!known)
+        return usage_error("unknown command \"%s\"", c.cmd);
+
+    optind = 2;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":c:o:", longopts, NULL)) != -1) {
+        char *end;
+        switch (opt) {
+        case 'c':
+            c.code = optarg;
+            break;
+        case 'o':
+            c.output = optarg;
+            break;
+        case OPT_LANG:
+            if (strcmp(optarg, "auto") && kmcfg_lang_index(optarg) < 0)
+                return usage_error("--lang must be python, bash or auto (got \"%s\")", optarg);
+            c.lang = optarg;
+            break;
+        case OPT_TIMEOUT:
+            c.timeout = strtod(optarg, &end);
+            if (*end || end == optarg || !(c.timeout > 0) || c.timeout > 604800)
+                return usage_error("--timeout must be a positive number of seconds (got \"%s\")",
+                                   optarg);
+            break;
+        case OPT_NETWORK:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                return usage_error("--network must be on or off (got \"%s\")", optarg);
+            c.network = !strcmp(optarg, "on");
+            break;
+        case OPT_MEMORY:
+            if (kmcfg_parse_size(optarg, &c.memory) || c.memory < (16u << 20))
+                return usage_error("--memory must be a size of at least 16M, like 512M or 2G "
+                                   "(got \"%s\")",
+                                   optarg);
+            c.memory_s = optarg;
+            break;
+        case OPT_WORKSPACE:
+            c.workspace = optarg;
+            break;
+        case OPT_PYTHON:
+            if (optarg[0] != '/')
+                return usage_error("--python must be an absolute path");
+            c.python = optarg;
+            break;
+        case OPT_SANDBOX:
+            if (strcmp(optarg, "strict") && strcmp(optarg, "none"))
+                return usage_error("--sandbox must be strict or none (got \"%s\")", optarg);
+            c.sandbox = optarg;
+            break;
+        case OPT_JSON:
+            c.json = 1;
+            break;
+        case OPT_CONTINUE:
+            c.continue_on_error = 1;
+            break;
+        case OPT_CONFIG:
+            c.config = optarg;
+            break;
+        case OPT_SESSION:
+            c.session = optarg;
+            break;
+        case OPT_KEEP:
+            c.keep = 1;
+            break;
+        case OPT_KERNEL:
+            c.kernel_name = optarg;
+            break;
+        case OPT_USER:
+            c.user = 1;
+            break;
+        case OPT_PREFIX:
+            c.prefix = optarg;
+            break;
+        case OPT_POOL:
+            c.pool = (int)strtol(optarg, &end, 10);
+            if (*end || c.pool < 0 || c.pool > 64)
+                return usage_error("--pool must be an integer 0..64");
+            break;
+        case OPT_STOP:
+            c.stop = 1;
+            break;
+        case OPT_HELP:
+            fputs(usage_text, stdout);
+            return 0;
+        case OPT_VERSION:
+            puts("kernelmgr " KM_VERSION);
+            return 0;
+        case ':':
+            return usage_error("option %s needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (c.npos >= 8)
+            return usage_error("too many arguments");
+        c.pos[c.npos++] = argv[i];
+    }
+
+    resolve_home(&c);
+    kmcfg_defaults(&c.cfg);
+    char why[1024];
+    char cfgpath[4096];
+    if (c.config)
+        snprintf(cfgpath, sizeof cfgpath, "%s", c.config);
+    else
+        snprintf(cfgpath, sizeof cfgpath, "%s/config.json", c.home);
+    if (kmcfg_load_file(&c.cfg, cfgpath, c.config != NULL, why, sizeof why)) {
+        fprintf(stderr, "kernelmgr: invalid configuration: %s\n", why);
+        return KM_EUSAGE;
+    }
+    if (c.config) {
+        char *real = realpath(c.config, NULL);
+        if (real)
+            c.config = real; /* the daemon runs elsewhere */
+    }
+    /* CLI options override the configuration */
+    if (c.network >= 0)
+        c.cfg.network = c.network;
+    if (c.memory)
+        c.cfg.memory = c.memory;
+    if (c.python)
+        snprintf(c.cfg.python, sizeof c.cfg.python, "%s", c.python);
+    if (c.sandbox)
+        snprintf(c.cfg.sandbox, sizeof c.cfg.sandbox, "%s", c.sandbox);
+
+    if (!strcmp(c.cmd, "run") || !strcmp(c.cmd, "exec")) {
+        if (c.npos > 1)
+            return usage_error("%s takes one FILE (or - for stdin)", c.cmd);
+        if (c.npos == 1 && c.code)
+            return usage_error("give either -c CODE or a FILE, not both");
+        if (c.npos == 1)
+            c.file = c.pos[0];
+        if (!strcmp(c.cmd, "run"))
+            return cmd_run(&c);
+        return cmd_exec(&c);
+    }
+    if (!strcmp(c.cmd, "sessions"))
+        return cmd_simple(&c, "sessions");
+    if (!strcmp(c.cmd, "close"))
+        return cmd_simple(&c, "close");
+    if (!strcmp(c.cmd, "interrupt"))
+        return cmd_simple(&c, "interrupt");
+    if (!strcmp(c.cmd, "restart"))
+        return cmd_simple(&c, "restart");
+    if (!strcmp(c.cmd, "files"))
+        return cmd_simple(&c, "files");
+    if (!strcmp(c.cmd, "export"))
+        return cmd_simple(&c, "export");
+    if (!strcmp(c.cmd, "connection-file"))
+        return cmd_simple(&c, "connection_file");
+    if (!strcmp(c.cmd, "serve"))
+        return cmd_serve(&c);
+    if (!strcmp(c.cmd, "doctor"))
+        return cmd_doctor(&c);
+    if (!strcmp(c.cmd, "kernelspec"))
+        return cmd_kernelspec(&c);
+    return usage_error("unknown command \"%s\"", c.cmd);
+}

@@ -1,0 +1,435 @@
+/*
+ * codeexec.c — run one block on a kernel and build its result.
+ */
+#include "kernelmgr/codeexec.h"
+#include "kernelmgr/fsdiff.h"
+#include "kernelmgr/outcap.h"
+#include "kernelmgr/result.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CODEEXEC_MAX_DISPLAYS 64
+#define CODEEXEC_MAX_NB_OUTPUTS 256
+
+void codeexec_strip_ansi(char *s)
+{
+    char *w = s;
+    for (char *r = s; *r;) {
+        if (*r == '\x1b' && r[1] == '[') {
+            r += 2;
+            while (*r && !(*r >= '@' && *r <= '~'))
+                r++;
+            if (*r)
+                r++;
+            continue;
+        }
+        *w++ = *r++;
+    }
+    *w = 0;
+}
+
+static void emit(const codeexec_params *p, json_t *ev)
+{
+    if (p->fn && ev)
+        p->fn(p->ud, ev);
+    json_decref(ev);
+}
+
+static const char *image_ext(const char *mime)
+{
+    if (!strcmp(mime, "image/png"))
+        return "png";
+    if (!strcmp(mime, "image/jpeg"))
+        return "jpg";
+    if (!strcmp(mime, "image/gif"))
+        return "gif";
+    if (!strcmp(mime, "image/svg+xml"))
+        return "svg";
+    return NULL;
+}
+
+/* Saves every image of a mime bundle under outdir; appends to images. */
+static void save_images(const codeexec_params *p, json_t *bundle, json_t *images, int *seq)
+{
+    const char *mime;
+    json_t *v;
+    json_object_foreach(bundle, mime, v)
+    {
+        const char *ext = image_ext(mime);
+        if (!ext || !json_is_string(v))
+            continue;
+        const char *txt = json_string_value(v);
+        size_t tl = json_string_length(v);
+        unsigned char *bin = NULL;
+        size_t bl = 0;
+        if (!strcmp(ext, "svg")) {
+            bin = (unsigned char *)strdup(txt);
+            bl = tl;
+        } else {
+            bin = malloc(tl / 4 * 3 + 4);
+            if (bin && sodium_base642bin(bin, tl / 4 * 3 + 4, txt, tl, "\n\r ", &bl, NULL,
+                                         sodium_base64_VARIANT_ORIGINAL)) {
+                free(bin);
+                bin = NULL;
+            }
+        }
+        if (!bin)
+            continue;
+        mkdir(p->outdir, 0700);
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%.3900s/%s-image%d.%s", p->outdir, p->tag, ++*seq, ext);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            ssize_t w = write(fd, bin, bl);
+            close(fd);
+            if (w == (ssize_t)bl)
+                json_array_append_new(images, json_pack("{s:s s:s s:I}", "path", path, "mime", mime,
+                                                        "size", (json_int_t)bl));
+        }
+        free(bin);
+    }
+}
+
+static json_t *nb_output(const char *type, json_t *fields)
+{
+    json_object_set_new(fields, "output_type", json_string(type));
+    return fields;
+}
+
+/* Appends stream text to the notebook outputs, merging with a previous
+ * output of the same stream (what nbconvert does), within the cap. */
+static void nb_stream(json_t *outs, const char *name, const char *text, size_t cap, size_t *kept)
+{
+    size_t len = strlen(text);
+    if (*kept >= cap)
+        return;
+    if (*kept + len > cap)
+        len = cap - *kept;
+    *kept += len;
+    char *t = strndup(text, len);
+    if (!t)
+        return;
+    size_t n = json_array_size(outs);
+    json_t *last = n ? json_array_get(outs, n - 1) : NULL;
+    if (last && !strcmp(json_string_value(json_object_get(last, "output_type")) ?: "", "stream") &&
+        !strcmp(json_string_value(json_object_get(last, "name")) ?: "", name)) {
+        const char *old = json_string_value(json_object_get(last, "text"));
+        size_t ol = strlen(old);
+        char *joined = malloc(ol + strlen(t) + 1);
+        if (joined) {
+            memcpy(joined, old, ol);
+            strcpy(joined + ol, t);
+            json_object_set_new(last, "text", json_string(joined));
+            free(joined);
+        }
+    } else if (n < CODEEXEC_MAX_NB_OUTPUTS) {
+        json_array_append_new(outs,
+                              nb_output("stream", json_pack("{s:s s:s}", "name", name, "text", t)));
+    }
+    free(t);
+}
+
+json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const char *code,
+                     codeexec_outcome *out)
+{
+    memset(out, 0, sizeof *out);
+    out->nb_outputs = json_array();
+    json_t *r = result_new(p->session, p->language);
+    if (!r)
+        return NULL;
+    double t0 = kclient_now();
+    fsdiff_snap *before = fsdiff_take(p->workspace, p->scan_max);
+
+    char spill[2][PATH_MAX];
+    static const char *names[2] = {"stdout", "stderr"};
+    outcap *cap[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(spill[i], sizeof spill[i], "%.3900s/%s.%s", p->outdir, p->tag, names[i]);
+        cap[i] = outcap_new(p->output_cap, spill[i]);
+    }
+    mkdir(p->outdir, 0700);
+    size_t nb_kept[2] = {0, 0};
+
+    json_t *content =
+        json_pack("{s:s s:b s:b s:{} s:b s:b}", "code", code, "silent", 0, "store_history", 1,
+                  "user_expressions", "allow_stdin", 0, "stop_on_error", 1);
+    char msg_id[37] = "";
+    int sent = kclient_send(kc, JP_SHELL, "execute_request", content, NULL, msg_id) == 0;
+
+    json_t *reply = NULL, *result = json_null(), *error = json_null();
+    json_t *displays = json_array(), *images = json_array();
+    int idle = 0, timed_out = 0, interrupted = 0, died = 0, stuck = 0, img_seq = 0;
+    json_int_t exec_count = -1;
+    double deadline = t0 + p->timeout, give_up = 0, last_alive_check = 0;
+    int user_interrupt_seen = 0;
+
+    while (sent && !(idle && reply)) {
+        double now = kclient_now();
+        if (p->interrupt_flag && *p->interrupt_flag && !user_interrupt_seen) {
+            user_interrupt_seen = 1;
+            interrupted = 1;
+            give_up = now + p->grace + 2;
+            if (kp->interrupt_signal)
+                klaunch_signal(kp, SIGINT);
+            else
+                kclient_send(kc, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
+        }
+        if (!timed_out && now >= deadline) {
+            timed_out = 1;
+            if (!interrupted) {
+                interrupted = 1;
+                /* our kernels escalate by themselves after their own grace;
+                 * the extra seconds let them report it before we kill */
+                give_up = now + p->grace + 3;
+                if (kp->interrupt_signal)
+                    klaunch_signal(kp, SIGINT);
+                else
+                    kclient_send(kc, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
+            }
+        }
+        if (interrupted && now >= give_up) {
+            stuck = 1;
+            break;
+        }
+        if (now - last_alive_check > 0.25) {
+            last_alive_check = now;
+            /* once dead, take what is still queued, then give up */
+            if (!klaunch_alive(kp))
+                died = 1;
+        }
+        jp_channel ch;
+        jmsg *m = NULL;
+        int rc = kclient_recv(kc, died ? 200 : 100, &ch, &m);
+        if (rc < 0)
+            break;
+        if (rc == 0) {
+            if (died)
+                break;
+            continue;
+        }
+        json_t *parent_id = json_object_get(m->parent_header, "msg_id");
+        if (!json_is_string(parent_id) || strcmp(json_string_value(parent_id), msg_id)) {
+            jmsg_destroy(&m);
+            continue; /* someone else's (an attached console's) or an old request */
+        }
+        const char *type = jmsg_type(m);
+        json_t *c = m->content;
+        if (ch == JP_SHELL && !strcmp(type, "execute_reply")) {
+            json_decref(reply);
+            reply = json_incref(c);
+            json_t *md = m->metadata;
+            json_t *ec = json_object_get(md, "exit_code");
+            if (json_is_integer(ec))
+                json_object_set(r, "exit_code", ec);
+            /* a kernel that restarted its worker says the state is gone */
+            json_t *sp = json_object_get(md, "state_preserved");
+            json_t *kr = json_object_get(md, "kernelmgr");
+            if (json_is_object(kr) && !sp)
+                sp = json_object_get(kr, "state_preserved");
+            if (json_is_false(sp) || json_is_true(json_object_get(md, "worker_restarted"))) {
+                out->state_lost = 1;
+                const char *why = json_string_value(json_object_get(md, "reason"));
+                if (!why && json_is_object(kr))
+                    why = json_string_value(json_object_get(kr, "reason"));
+                snprintf(out->reason, sizeof out->reason, "%s",
+                         why ? why : "the kernel restarted its worker; state was lost");
+            }
+            json_t *cnt = json_object_get(c, "execution_count");
+            if (json_is_integer(cnt))
+                exec_count = json_integer_value(cnt);
+        } else if (ch == JP_IOPUB) {
+            if (!strcmp(type, "status")) {
+                const char *st = json_string_value(json_object_get(c, "execution_state"));
+                if (st && !strcmp(st, "idle"))
+                    idle = 1;
+                else if (st && (!strcmp(st, "restarting") || !strcmp(st, "starting"))) {
+                    out->state_lost = 1;
+                    if (!out->reason[0])
+                        snprintf(out->reason, sizeof out->reason,
+                                 "the kernel restarted its worker; state was lost");
+                }
+            } else if (!strcmp(type, "execute_input")) {
+                json_t *cnt = json_object_get(c, "execution_count");
+                if (json_is_integer(cnt))
+                    exec_count = json_integer_value(cnt);
+            } else if (!strcmp(type, "stream")) {
+                const char *name = json_string_value(json_object_get(c, "name"));
+                const char *text = json_string_value(json_object_get(c, "text"));
+                int si = name && !strcmp(name, "stderr") ? 1 : 0;
+                if (text && cap[si]) {
+                    outcap_add(cap[si], text, json_string_length(json_object_get(c, "text")));
+                    nb_stream(out->nb_outputs, names[si], text, p->output_cap, &nb_kept[si]);
+                    emit(p, json_pack("{s:s s:i s:s s:s}", "event", "stream", "block", p->block,
+                                      "name", names[si], "text", text));
+                }
+            } else if (!strcmp(type, "execute_result")) {
+                json_t *data = json_object_get(c, "data");
+                if (json_is_object(data)) {
+                    json_decref(result);
+                    result = json_deep_copy(data);
+                    save_images(p, data, images, &img_seq);
+                    if (json_array_size(out->nb_outputs) < CODEEXEC_MAX_NB_OUTPUTS)
+                        json_array_append_new(
+                            out->nb_outputs,
+                            nb_output(
+                                "execute_result",
+                                json_pack("{s:O s:{} s:O}", "data", data, "metadata",
+                                          "execution_count",
+                                          json_object_get(c, "execution_count") ?: json_null())));
+                }
+            } else if (!strcmp(type, "display_data") || !strcmp(type, "update_display_data")) {
+                json_t *data = json_object_get(c, "data");
+                if (json_is_object(data) && json_array_size(displays) < CODEEXEC_MAX_DISPLAYS) {
+                    json_array_append(displays, data);
+                    save_images(p, data, images, &img_seq);
+                    json_t *md = json_object_get(c, "metadata");
+                    json_array_append_new(
+                        out->nb_outputs,
+                        nb_output("display_data",
+                                  json_pack("{s:O s:O}", "data", data, "metadata",
+                                            json_is_object(md) ? md : json_object())));
+                }
+            } else if (!strcmp(type, "error")) {
+                json_t *tb = json_array();
+                size_t i;
+                json_t *line;
+                json_array_foreach(json_object_get(c, "traceback"), i, line)
+                {
+                    if (!json_is_string(line) || i >= 200)
+                        continue;
+                    char *s = strdup(json_string_value(line));
+                    if (s) {
+                        codeexec_strip_ansi(s);
+                        json_array_append_new(tb, json_string(s));
+                        free(s);
+                    }
+                }
+                const char *en = json_string_value(json_object_get(c, "ename"));
+                const char *ev = json_string_value(json_object_get(c, "evalue"));
+                json_decref(error);
+                error = json_pack("{s:s s:s s:o}", "name", en ? en : "Error", "value", ev ? ev : "",
+                                  "traceback", tb);
+                json_array_append_new(
+                    out->nb_outputs,
+                    nb_output("error", json_pack("{s:s s:s s:O}", "ename", en ? en : "Error",
+                                                 "evalue", ev ? ev : "", "traceback",
+                                                 json_object_get(error, "traceback"))));
+            } else if (!strcmp(type, "clear_output")) {
+                /* progress bars redraw: keep only what follows */
+                json_array_clear(displays);
+            }
+        }
+        jmsg_destroy(&m);
+    }
+
+    /* status */
+    const char *status = "ok";
+    char reason[512] = "";
+    if (!sent) {
+        status = "killed";
+        out->need_restart = 1;
+        snprintf(reason, sizeof reason, "could not send the request to the kernel");
+    } else if (died || (!reply && !klaunch_alive(kp))) {
+        char how[128];
+        status = "killed";
+        out->need_restart = 1;
+        snprintf(reason, sizeof reason, "kernel died during execution (%s)",
+                 klaunch_describe_exit(kp, how, sizeof how));
+    } else if (stuck) {
+        status = "killed";
+        out->need_restart = 1;
+        snprintf(reason, sizeof reason,
+                 "%s; the kernel did not stop within %.0f s of the interrupt and was killed",
+                 timed_out ? "timeout" : "interrupted", p->grace);
+    } else if (timed_out) {
+        status = out->state_lost ? "killed" : "timeout";
+        snprintf(reason, sizeof reason, "timeout after %.1f s; %.400s", p->timeout,
+                 out->state_lost ? out->reason : "interrupted, state preserved");
+    } else if (reply) {
+        const char *st = json_string_value(json_object_get(reply, "status"));
+        if (out->state_lost)
+            status = "killed";
+        else if (st && !strcmp(st, "ok"))
+            status = "ok";
+        else
+            status = "error";
+        if (st && !strcmp(st, "error") && json_is_null(error)) {
+            const char *en = json_string_value(json_object_get(reply, "ename"));
+            const char *ev = json_string_value(json_object_get(reply, "evalue"));
+            error = json_pack("{s:s s:s s:[]}", "name", en ? en : "Error", "value", ev ? ev : "");
+        }
+        if (st && !strcmp(st, "aborted") && json_is_null(error))
+            error = json_pack("{s:s s:s s:[]}", "name", "Aborted", "value",
+                              "execution aborted by the kernel");
+    }
+    if (out->need_restart && !out->reason[0])
+        snprintf(out->reason, sizeof out->reason, "%s", reason);
+    json_object_set_new(r, "status", json_string(status));
+    json_t *ecv = json_object_get(r, "exit_code");
+    if (!strcmp(status, "timeout"))
+        json_object_set_new(r, "exit_code", json_integer(124));
+    else if (!strcmp(status, "killed"))
+        json_object_set_new(r, "exit_code", json_integer(137));
+    else if (!strcmp(status, "error") && json_integer_value(ecv) == 0)
+        json_object_set_new(r, "exit_code", json_integer(1));
+    if (!strcmp(status, "killed") && json_is_null(error))
+        error = json_pack("{s:s s:s s:[]}", "name", "KernelKilled", "value", out->reason);
+    if (!strcmp(status, "timeout") && json_is_null(error))
+        error = json_pack("{s:s s:s s:[]}", "name", "Timeout", "value", reason);
+    if (!strcmp(status, "timeout") || !strcmp(status, "killed")) {
+        /* say it even when the kernel reported a KeyboardInterrupt */
+        json_object_set_new(error, "timeout", json_boolean(timed_out));
+    }
+    if (exec_count >= 0)
+        json_object_set_new(r, "execution_count", json_integer(exec_count));
+
+    json_t *trunc = json_object();
+    for (int i = 0; i < 2; i++) {
+        if (!cap[i])
+            continue;
+        size_t kept = 0;
+        char *txt = outcap_text(cap[i], &kept);
+        json_object_set_new(r, names[i], json_string(txt ? txt : ""));
+        free(txt);
+        if (outcap_truncated(cap[i])) {
+            const char *sp = outcap_spill(cap[i]);
+            json_object_set_new(trunc, names[i],
+                                json_pack("{s:I s:I s:s?}", "total_bytes",
+                                          (json_int_t)outcap_total(cap[i]), "kept_bytes",
+                                          (json_int_t)kept, "spill", sp));
+        }
+        outcap_destroy(&cap[i]);
+    }
+    json_object_set_new(r, "truncated", trunc);
+    json_object_set_new(r, "result", result);
+    json_object_set_new(r, "displays", displays);
+    json_object_set_new(r, "error", error);
+    if (json_array_size(images))
+        json_object_set_new(r, "images", images);
+    else
+        json_decref(images);
+
+    fsdiff_snap *after = fsdiff_take(p->workspace, p->scan_max);
+    size_t omitted = 0;
+    json_t *files = before && after
+                        ? fsdiff_compare(before, after, p->workspace, p->files_max, &omitted)
+                        : json_array();
+    json_object_set_new(r, "files", files ? files : json_array());
+    if (omitted)
+        json_object_set_new(r, "files_omitted", json_integer((json_int_t)omitted));
+    fsdiff_destroy(&before);
+    fsdiff_destroy(&after);
+    if (out->state_lost || out->need_restart)
+        result_set_kernel(r, 0, 0, out->reason[0] ? out->reason : reason);
+    json_object_set_new(r, "duration_ms", json_real((kclient_now() - t0) * 1000.0));
+    json_decref(reply);
+    return r;
+}

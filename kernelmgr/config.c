@@ -1,0 +1,325 @@
+/*
+ * config.c — defaults, JSON configuration and its validation.
+ */
+#include "kernelmgr/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kmcfg_defaults(kmcfg *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->allow[KMCFG_LANG_PYTHON] = 1;
+    cfg->allow[KMCFG_LANG_BASH] = 1;
+    cfg->timeout = 60;
+    cfg->interrupt_grace = 5;
+    cfg->start_timeout = 60;
+    cfg->network = 0;
+    snprintf(cfg->sandbox, sizeof cfg->sandbox, "strict");
+    snprintf(cfg->transport, sizeof cfg->transport, "ipc");
+    cfg->pool = 0;
+    cfg->idle_timeout = 3600;
+    cfg->max_kernels = 32;
+    cfg->output_cap = 64 * 1024;
+    cfg->files_max = 100;
+    cfg->files_scan_max = 50000;
+}
+
+int kmcfg_lang_index(const char *name)
+{
+    if (!name)
+        return -1;
+    if (!strcmp(name, "python") || !strcmp(name, "py") || !strcmp(name, "python3"))
+        return KMCFG_LANG_PYTHON;
+    if (!strcmp(name, "bash") || !strcmp(name, "sh") || !strcmp(name, "shell"))
+        return KMCFG_LANG_BASH;
+    return -1;
+}
+
+const char *kmcfg_lang_name(int idx)
+{
+    return idx == KMCFG_LANG_BASH ? "bash" : "python";
+}
+
+int kmcfg_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0 || !isfinite(v))
+        return -1;
+    while (*end == ' ')
+        end++;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 0:
+        break;
+    case 'B':
+        end++;
+        break;
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        return -1;
+    }
+    if (mul > 1) {
+        /* accept K, KB, KiB */
+        if (*end == 'i' || *end == 'I')
+            end++;
+        if (*end == 'b' || *end == 'B')
+            end++;
+    }
+    if (*end)
+        return -1;
+    double bytes = v * mul;
+    if (bytes > 9.0e18)
+        return -1;
+    *out = (uint64_t)bytes;
+    return 0;
+}
+
+static int fail(char *err, size_t errlen, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, const char *key, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    snprintf(err, errlen, "%s: %s", key, why);
+    return -1;
+}
+
+static int get_number(const json_t *v, const char *key, double lo, double hi, double *out,
+                      char *err, size_t errlen)
+{
+    if (!json_is_number(v))
+        return fail(err, errlen, key, "must be a number");
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return fail(err, errlen, key, "must be between %g and %g (got %g)", lo, hi, d);
+    *out = d;
+    return 0;
+}
+
+static int get_string(const json_t *v, const char *key, char *out, size_t size, char *err,
+                      size_t errlen)
+{
+    if (!json_is_string(v))
+        return fail(err, errlen, key, "must be a string");
+    if (json_string_length(v) >= size)
+        return fail(err, errlen, key, "too long (max %zu bytes)", size - 1);
+    if (strlen(json_string_value(v)) != json_string_length(v))
+        return fail(err, errlen, key, "contains a NUL byte");
+    memcpy(out, json_string_value(v), json_string_length(v) + 1);
+    return 0;
+}
+
+int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
+{
+    if (!json_is_object(obj))
+        return fail(err, errlen, "(top level)", "must be a JSON object");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v)
+    {
+        double d;
+        if (!strcmp(key, "languages")) {
+            if (!json_is_array(v))
+                return fail(err, errlen, key, "must be an array of \"python\" / \"bash\"");
+            int allow[KMCFG_NLANG] = {0, 0};
+            size_t i;
+            json_t *e;
+            json_array_foreach(v, i, e)
+            {
+                int li = json_is_string(e) ? kmcfg_lang_index(json_string_value(e)) : -1;
+                if (li < 0)
+                    return fail(err, errlen, key,
+                                "unknown language at index %zu (allowed: "
+                                "\"python\", \"bash\")",
+                                i);
+                allow[li] = 1;
+            }
+            memcpy(cfg->allow, allow, sizeof allow);
+        } else if (!strcmp(key, "timeout")) {
+            if (get_number(v, key, 0.001, 86400 * 7, &cfg->timeout, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "interrupt_grace")) {
+            if (get_number(v, key, 0, 3600, &cfg->interrupt_grace, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "start_timeout")) {
+            if (get_number(v, key, 1, 3600, &cfg->start_timeout, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "memory")) {
+            uint64_t b;
+            if (json_is_integer(v) && json_integer_value(v) >= 0) {
+                cfg->memory = (uint64_t)json_integer_value(v);
+            } else if (json_is_string(v) && !kmcfg_parse_size(json_string_value(v), &b)) {
+                cfg->memory = b;
+            } else {
+                return fail(err, errlen, key, "must be a size like \"512M\" or \"2G\"");
+            }
+            if (cfg->memory && cfg->memory < 16u << 20)
+                return fail(err, errlen, key, "must be at least 16M");
+        } else if (!strcmp(key, "network")) {
+            if (json_is_boolean(v)) {
+                cfg->network = json_is_true(v);
+            } else if (json_is_string(v) && (!strcmp(json_string_value(v), "on") ||
+                                             !strcmp(json_string_value(v), "off"))) {
+                cfg->network = !strcmp(json_string_value(v), "on");
+            } else {
+                return fail(err, errlen, key, "must be \"on\" or \"off\"");
+            }
+        } else if (!strcmp(key, "python")) {
+            if (json_is_null(v)) {
+                cfg->python[0] = 0;
+                continue;
+            }
+            if (get_string(v, key, cfg->python, sizeof cfg->python, err, errlen))
+                return -1;
+            if (cfg->python[0] && cfg->python[0] != '/')
+                return fail(err, errlen, key, "must be an absolute path");
+        } else if (!strcmp(key, "sandbox")) {
+            char s[16];
+            if (get_string(v, key, s, sizeof s, err, errlen))
+                return -1;
+            if (strcmp(s, "strict") && strcmp(s, "none"))
+                return fail(err, errlen, key, "must be \"strict\" or \"none\"");
+            snprintf(cfg->sandbox, sizeof cfg->sandbox, "%s", s);
+        } else if (!strcmp(key, "transport")) {
+            char s[8];
+            if (get_string(v, key, s, sizeof s, err, errlen))
+                return -1;
+            if (strcmp(s, "ipc") && strcmp(s, "tcp"))
+                return fail(err, errlen, key, "must be \"ipc\" or \"tcp\"");
+            snprintf(cfg->transport, sizeof cfg->transport, "%s", s);
+        } else if (!strcmp(key, "pool")) {
+            if (get_number(v, key, 0, 64, &d, err, errlen))
+                return -1;
+            if (d != floor(d))
+                return fail(err, errlen, key, "must be an integer");
+            cfg->pool = (unsigned)d;
+        } else if (!strcmp(key, "idle_timeout")) {
+            if (get_number(v, key, 0, 86400 * 365, &cfg->idle_timeout, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "max_kernels")) {
+            if (get_number(v, key, 1, 4096, &d, err, errlen))
+                return -1;
+            if (d != floor(d))
+                return fail(err, errlen, key, "must be an integer");
+            cfg->max_kernels = (unsigned)d;
+        } else if (!strcmp(key, "output_cap")) {
+            uint64_t b;
+            if (json_is_integer(v) && json_integer_value(v) > 0) {
+                b = (uint64_t)json_integer_value(v);
+            } else if (!json_is_string(v) || kmcfg_parse_size(json_string_value(v), &b)) {
+                return fail(err, errlen, key, "must be a size like \"64K\"");
+            }
+            if (b < 256 || b > (256u << 20))
+                return fail(err, errlen, key, "must be between 256 bytes and 256M");
+            cfg->output_cap = (size_t)b;
+        } else if (!strcmp(key, "files_max")) {
+            if (get_number(v, key, 0, 100000, &d, err, errlen))
+                return -1;
+            cfg->files_max = (unsigned)d;
+        } else if (!strcmp(key, "files_scan_max")) {
+            if (get_number(v, key, 1, 10000000, &d, err, errlen))
+                return -1;
+            cfg->files_scan_max = (unsigned)d;
+        } else if (!strcmp(key, "kernels")) {
+            if (!json_is_object(v))
+                return fail(err, errlen, key,
+                            "must be an object like {\"python\": \"KERNELSPEC\"}");
+            const char *lk;
+            json_t *lv;
+            json_object_foreach(v, lk, lv)
+            {
+                int li = kmcfg_lang_index(lk);
+                char sub[64];
+                snprintf(sub, sizeof sub, "kernels.%.40s", lk);
+                if (li < 0)
+                    return fail(err, errlen, sub, "unknown language (allowed: python, bash)");
+                if (json_is_null(lv)) {
+                    cfg->kernelspec[li][0] = 0;
+                    continue;
+                }
+                if (get_string(lv, sub, cfg->kernelspec[li], sizeof cfg->kernelspec[li], err,
+                               errlen))
+                    return -1;
+                for (const char *p = cfg->kernelspec[li]; *p; p++)
+                    if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
+                        return fail(err, errlen, sub, "not a kernelspec name");
+            }
+        } else {
+            return fail(err, errlen, key, "unknown key");
+        }
+    }
+    return 0;
+}
+
+int kmcfg_load_file(kmcfg *cfg, const char *path, int must_exist, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT && !must_exist)
+            return 0;
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    json_error_t jerr;
+    json_t *obj = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!obj) {
+        snprintf(err, errlen, "%s: invalid JSON at line %d: %s", path, jerr.line, jerr.text);
+        return -1;
+    }
+    char why[512];
+    int rc = kmcfg_apply_json(cfg, obj, why, sizeof why);
+    json_decref(obj);
+    if (rc)
+        snprintf(err, errlen, "%s: %s", path, why);
+    return rc;
+}
+
+json_t *kmcfg_to_json(const kmcfg *cfg)
+{
+    json_t *langs = json_array();
+    for (int i = 0; i < KMCFG_NLANG; i++)
+        if (cfg->allow[i])
+            json_array_append_new(langs, json_string(kmcfg_lang_name(i)));
+    json_t *kernels = json_object();
+    for (int i = 0; i < KMCFG_NLANG; i++)
+        json_object_set_new(kernels, kmcfg_lang_name(i),
+                            cfg->kernelspec[i][0] ? json_string(cfg->kernelspec[i]) : json_null());
+    return json_pack("{s:o s:f s:f s:f s:I s:s s:s* s:s s:s s:i s:f s:i s:I s:i s:i s:o}",
+                     "languages", langs, "timeout", cfg->timeout, "interrupt_grace",
+                     cfg->interrupt_grace, "start_timeout", cfg->start_timeout, "memory",
+                     (json_int_t)cfg->memory, "network", cfg->network ? "on" : "off", "python",
+                     cfg->python[0] ? cfg->python : NULL, "sandbox", cfg->sandbox, "transport",
+                     cfg->transport, "pool", (int)cfg->pool, "idle_timeout", cfg->idle_timeout,
+                     "max_kernels", (int)cfg->max_kernels, "output_cap",
+                     (json_int_t)cfg->output_cap, "files_max", (int)cfg->files_max,
+                     "files_scan_max", (int)cfg->files_scan_max, "kernels", kernels);
+}

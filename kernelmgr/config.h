@@ -1,0 +1,61 @@
+/*
+ * config.h — the manager's configuration: defaults, the JSON file
+ * ($KERNELMGR_HOME/config.json or --config) and validation.
+ *
+ * Every key is optional; an unknown key or a value of the wrong type/range is
+ * refused with the key and the reason, never silently ignored, because a typo
+ * in a limit ("memroy") must not leave a sandbox unlimited.
+ */
+#ifndef KERNELMGR_CONFIG_H
+#define KERNELMGR_CONFIG_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KMCFG_LANG_PYTHON 0
+#define KMCFG_LANG_BASH 1
+#define KMCFG_NLANG 2
+
+typedef struct kmcfg {
+    int allow[KMCFG_NLANG];            /* "languages": allowed languages */
+    double timeout;                    /* "timeout": seconds per execution (default 60) */
+    double interrupt_grace;            /* "interrupt_grace": seconds after interrupt (default 5) */
+    double start_timeout;              /* "start_timeout": kernel start (default 60) */
+    uint64_t memory;                   /* "memory": bytes, 0 = kernel default */
+    int network;                       /* "network": 0 off (default), 1 on */
+    char python[4096];                 /* "python": interpreter path, "" = detected */
+    char sandbox[16];                  /* "sandbox": "strict" (default) | "none" */
+    char transport[8];                 /* "transport": "ipc" (default) | "tcp" */
+    unsigned pool;                     /* "pool": warm sessions kept ready (default 0) */
+    double idle_timeout;               /* "idle_timeout": seconds, 0 = never (default 3600) */
+    unsigned max_kernels;              /* "max_kernels": live kernels (default 32) */
+    size_t output_cap;                 /* "output_cap": bytes kept per stream (default 64 KiB) */
+    unsigned files_max;                /* "files_max": changes reported per execution (100) */
+    unsigned files_scan_max;           /* "files_scan_max": entries walked (default 50000) */
+    char kernelspec[KMCFG_NLANG][256]; /* "kernels": {"python": "kernelspec name"} */
+} kmcfg;
+
+/* Fills cfg with the defaults. */
+void kmcfg_defaults(kmcfg *cfg);
+
+/* Applies a JSON object (borrowed) on top of cfg. Returns 0, or -1 with
+ * "KEY: reason" in err; cfg may be partially updated then. */
+int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen);
+
+/* Reads path and applies it. When must_exist is 0 a missing file is fine.
+ * Returns 0, or -1 with "PATH: KEY: reason" in err. */
+int kmcfg_load_file(kmcfg *cfg, const char *path, int must_exist, char *err, size_t errlen);
+
+/* Parses "512M", "2G", "1048576", "1.5GiB" into bytes. 0 or -1. */
+int kmcfg_parse_size(const char *s, uint64_t *out);
+
+/* Index of a language name ("python"/"py" → 0, "bash"/"sh"/"shell" → 1), or -1. */
+int kmcfg_lang_index(const char *name);
+/* borrowed: "python" / "bash". */
+const char *kmcfg_lang_name(int idx);
+
+/* new: the configuration as a JSON object (the keys kmcfg_apply_json takes). */
+json_t *kmcfg_to_json(const kmcfg *cfg);
+
+#endif

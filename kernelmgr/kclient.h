@@ -1,0 +1,52 @@
+/*
+ * kclient.h — a ZeroMQ client of one kernel, built on protocol/jp.h.
+ *
+ * Sockets: shell, control and stdin as DEALER, iopub as SUB (all topics),
+ * hb as REQ. Every message received is verified (signature, replay, sizes)
+ * by jp_session_recv; anything malformed is dropped with one log line on
+ * stderr, so a misbehaving kernel cannot take the manager down.
+ *
+ * Not thread-safe: one thread at a time (the session's lock).
+ */
+#ifndef KERNELMGR_KCLIENT_H
+#define KERNELMGR_KCLIENT_H
+
+#include "jp.h"
+
+typedef struct kclient kclient;
+
+/* borrowed: the process-wide ZeroMQ context (created on first use). */
+void *kclient_zctx(void);
+
+/* new: connects to the kernel of conn. NULL with a reason in err. */
+kclient *kclient_new(const jp_connection *conn, const char *label, char *err, size_t errlen);
+void kclient_destroy(kclient **kc);
+
+/* Sends a request msg_type with content (steals; NULL = {}) on ch (shell,
+ * control or stdin). When parent is not NULL (borrowed) it becomes the
+ * parent header. msg_id (may be NULL) receives the request's id. 0 or -1. */
+int kclient_send(kclient *kc, jp_channel ch, const char *msg_type, json_t *content,
+                 const jmsg *parent, char msg_id[37]);
+
+/* Waits up to timeout_ms for one message on shell, iopub, control or stdin.
+ * Returns 1 with *out (new) and *ch set, 0 on timeout, -1 on a socket error.
+ * Malformed messages are logged and skipped (the wait goes on). */
+int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out);
+
+/* Sends a kernel_info_request every 500 ms until a reply arrives and iopub
+ * has delivered a message too (so no output of the first execution is lost
+ * to the PUB/SUB slow-joiner race), or until timeout_s passes, or alive()
+ * returns 0. Returns the reply content (new) or NULL with a reason in err. */
+json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), void *ud, char *err,
+                           size_t errlen);
+
+/* Heartbeat round trip within timeout_ms: 1 answered, 0 not. */
+int kclient_heartbeat(kclient *kc, int timeout_ms);
+
+/* Number of malformed messages dropped so far. */
+unsigned long kclient_dropped(const kclient *kc);
+
+/* Current monotonic time in seconds. */
+double kclient_now(void);
+
+#endif

@@ -1,0 +1,7 @@
+/* kernelmgr — sessions of sandboxed Python and Bash kernels for agents. */
+#include "kernelmgr/cli.h"
+
+int main(int argc, char **argv)
+{
+    return cli_main(argc, argv);
+}

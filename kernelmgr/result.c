@@ -1,0 +1,128 @@
+/*
+ * result.c — result JSON and its terminal rendering.
+ */
+#include "kernelmgr/result.h"
+
+#include <string.h>
+
+json_t *result_new(const char *session, const char *language)
+{
+    return json_pack("{s:s s:s s:s s:n s:i s:s s:s s:n s:[] s:n s:[] s:{} s:f "
+                     "s:{s:b s:b s:n}}",
+                     "session", session, "language", language, "status", "ok", "execution_count",
+                     "exit_code", 0, "stdout", "", "stderr", "", "result", "displays", "error",
+                     "files", "truncated", "duration_ms", 0.0, "kernel", "restarted", 0,
+                     "state_preserved", 1, "reason");
+}
+
+void result_set_kernel(json_t *r, int restarted, int state_preserved, const char *reason)
+{
+    json_object_set_new(r, "kernel",
+                        json_pack("{s:b s:b s:o}", "restarted", restarted, "state_preserved",
+                                  state_preserved, "reason",
+                                  reason && *reason ? json_string(reason) : json_null()));
+}
+
+void result_set_failure(json_t *r, const char *status, const char *name, const char *value)
+{
+    json_object_set_new(r, "status", json_string(status));
+    json_object_set_new(r, "exit_code",
+                        json_integer(status && !strcmp(status, "killed") ? 137
+                                     : !strcmp(status, "timeout")        ? 124
+                                                                         : 1));
+    json_object_set_new(
+        r, "error", json_pack("{s:s s:s s:[s]}", "name", name, "value", value, "traceback", value));
+}
+
+int result_failed(const json_t *r)
+{
+    const char *st = json_string_value(json_object_get(r, "status"));
+    return !st || strcmp(st, "ok") != 0;
+}
+
+static void print_text(FILE *out, const char *label, const char *text)
+{
+    if (!text || !*text)
+        return;
+    if (label)
+        fprintf(out, "%s\n", label);
+    fputs(text, out);
+    if (text[strlen(text) - 1] != '\n')
+        fputc('\n', out);
+}
+
+void result_render(FILE *out, const json_t *r, int streamed)
+{
+    const char *lang = json_string_value(json_object_get(r, "language"));
+    const char *status = json_string_value(json_object_get(r, "status"));
+    if (!streamed) {
+        print_text(out, NULL, json_string_value(json_object_get(r, "stdout")));
+        print_text(out, "--- stderr ---", json_string_value(json_object_get(r, "stderr")));
+    }
+    json_t *res = json_object_get(r, "result");
+    if (json_is_object(res)) {
+        const char *plain = json_string_value(json_object_get(res, "text/plain"));
+        if (plain)
+            print_text(out, NULL, plain);
+    }
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(r, "displays"), i, d)
+    {
+        const char *plain = json_string_value(json_object_get(d, "text/plain"));
+        if (plain && !json_object_get(d, "image/png") && !json_object_get(d, "image/jpeg") &&
+            !json_object_get(d, "image/svg+xml"))
+            print_text(out, NULL, plain);
+    }
+    json_t *img;
+    json_array_foreach(json_object_get(r, "images"), i, img)
+        fprintf(out, "[image %s saved to %s]\n", json_string_value(json_object_get(img, "mime")),
+                json_string_value(json_object_get(img, "path")));
+    json_t *err = json_object_get(r, "error");
+    if (json_is_object(err)) {
+        json_t *tb = json_object_get(err, "traceback");
+        if (json_array_size(tb)) {
+            json_t *line;
+            json_array_foreach(tb, i, line) print_text(out, NULL, json_string_value(line));
+        } else {
+            fprintf(out, "%s: %s\n", json_string_value(json_object_get(err, "name")),
+                    json_string_value(json_object_get(err, "value")));
+        }
+    }
+    const char *key;
+    json_t *t;
+    json_object_foreach(json_object_get(r, "truncated"), key, t)
+        fprintf(out, "[%s truncated: %lld bytes total, %lld kept; complete output in %s]\n", key,
+                (long long)json_integer_value(json_object_get(t, "total_bytes")),
+                (long long)json_integer_value(json_object_get(t, "kept_bytes")),
+                json_string_value(json_object_get(t, "spill")) ?: "(unavailable)");
+    json_t *f;
+    json_array_foreach(json_object_get(r, "files"), i, f)
+    {
+        const char *target = json_string_value(json_object_get(f, "target"));
+        fprintf(out, "[file %s: %s (%lld bytes, %s)%s%s]\n",
+                json_string_value(json_object_get(f, "change")),
+                json_string_value(json_object_get(f, "path")),
+                (long long)json_integer_value(json_object_get(f, "size")),
+                json_string_value(json_object_get(f, "mime")), target ? " -> " : "",
+                target ? target : "");
+    }
+    json_int_t omitted = json_integer_value(json_object_get(r, "files_omitted"));
+    if (omitted)
+        fprintf(out, "[... %lld more file changes not listed]\n", (long long)omitted);
+    json_t *k = json_object_get(r, "kernel");
+    if (json_is_true(json_object_get(k, "restarted")))
+        fprintf(out, "[%s kernel restarted, state %s: %s]\n", lang,
+                json_is_true(json_object_get(k, "state_preserved")) ? "preserved" : "lost",
+                json_string_value(json_object_get(k, "reason")) ?: "");
+    else if (json_is_false(json_object_get(k, "state_preserved")))
+        fprintf(out, "[%s kernel state lost: %s]\n", lang,
+                json_string_value(json_object_get(k, "reason")) ?: "");
+    if (status && strcmp(status, "ok")) {
+        json_t *ec = json_object_get(r, "exit_code");
+        fprintf(out, "[%s block %s, exit code %lld, %.0f ms]\n", lang, status,
+                (long long)json_integer_value(ec),
+                json_number_value(json_object_get(r, "duration_ms")));
+    }
+    fflush(out);
+}

@@ -1,0 +1,39 @@
+/*
+ * result.h — the result JSON of one block (the contract in DESIGN.md) and
+ * its readable rendering for a terminal.
+ *
+ *  {"session","language","status":"ok|error|timeout|killed","execution_count",
+ *   "exit_code","stdout","stderr","result","displays","error","files",
+ *   "truncated","duration_ms","kernel":{"restarted","state_preserved","reason"}}
+ *
+ * Additive members (present only when they say something): "images" (files
+ * the manager saved from image outputs: [{"path","mime","size"}]) and
+ * "files_omitted" (changes beyond the report limit).
+ *
+ * exit_code: the bash kernel's status of the last command; for Python 0 when
+ * ok and 1 on an exception; 124 on timeout, 137 when the kernel was killed.
+ */
+#ifndef KERNELMGR_RESULT_H
+#define KERNELMGR_RESULT_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+/* new: a result with every member at its neutral value (status "ok"). */
+json_t *result_new(const char *session, const char *language);
+
+/* Sets result.kernel. reason may be NULL. */
+void result_set_kernel(json_t *r, int restarted, int state_preserved, const char *reason);
+
+/* Sets status and error {name, value, traceback: [value]} (a manager-side
+ * failure such as a kernel that would not start). */
+void result_set_failure(json_t *r, const char *status, const char *name, const char *value);
+
+/* 1 when the block counts as failed (status other than "ok"). */
+int result_failed(const json_t *r);
+
+/* Writes a readable rendering. When streamed is 1, stdout/stderr were already
+ * shown live and are not repeated (only a truncation note). */
+void result_render(FILE *out, const json_t *r, int streamed);
+
+#endif

@@ -1,0 +1,1075 @@
+/*
+ * session.c — the manager: sessions, their kernels and code_exec (km.h).
+ *
+ * Locking: m->lock guards the session list, the pool and the live-kernel
+ * count; each session's lock serialises everything that touches its kernels.
+ * Order: a session lock may be held while taking m->lock, never the reverse;
+ * other sessions' locks are only ever try-locked (eviction), so no cycle.
+ */
+#include "kernelmgr/session.h"
+#include "kernelmgr/codeblocks.h"
+#include "kernelmgr/codeexec.h"
+#include "kernelmgr/export.h"
+#include "kernelmgr/fsdiff.h"
+#include "kernelmgr/kclient.h"
+#include "kernelmgr/klaunch.h"
+#include "kernelmgr/result.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Messages and paths here are bounded by construction; a truncated error
+ * message is acceptable, a truncated path is never used to create files
+ * (PATH_MAX is far above what mkdir would accept anyway). */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+typedef struct kslot {
+    kproc *proc;
+    kclient *client;
+    char pending[512]; /* why the next result must say "restarted, state lost" */
+    double last_used;
+} kslot;
+
+typedef struct session {
+    char name[KM_NAME_MAX + 1];
+    char dir[PATH_MAX - 64];
+    char workspace[PATH_MAX - 64];
+    char outdir[PATH_MAX - 64];
+    char pool_dir[PATH_MAX - 64]; /* pooled: the pool entry to remove at close */
+    int own_workspace;
+    int network;
+    unsigned long long memory;
+    char python[1024];
+    char sandbox[16];
+    pthread_mutex_t lock;
+    kslot k[KMCFG_NLANG];
+    atomic_int busy;
+    atomic_int interrupt_flag;
+    int refs;
+    int gone; /* closed: no new work */
+    double created, last_used;
+    unsigned seq;
+    struct session *next;
+} session;
+
+struct km_manager {
+    kmcfg cfg;
+    char home[PATH_MAX - 128];
+    char run_dir[PATH_MAX - 128];
+    pthread_mutex_t lock;
+    session *list;
+    session *pool;
+    atomic_int live;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static int kerr(km_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int kerr(km_err *e, int code, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        e->code = code;
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int km_name_valid(const char *name)
+{
+    if (!name || !*name || name[0] == '.' || strlen(name) > KM_NAME_MAX)
+        return 0;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_' || *p == '-' || *p == '.'))
+            return 0;
+    return 1;
+}
+
+void km_session_opts_init(km_session_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->network = -1;
+}
+
+static int mkdirs(const char *path, mode_t mode)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(tmp, mode) && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    if (mkdir(tmp, mode) && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (flag == FTW_DP || flag == FTW_D)
+        return rmdir(path) && errno != ENOENT ? 0 : 0;
+    unlink(path);
+    return 0;
+}
+
+int session_rmtree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st))
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path);
+    /* make read-only directories the code created removable */
+    return nftw(path, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+int session_history_append(const char *session_dir, const char *language, const char *code,
+                           const json_t *result, const json_t *nb_outputs)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%.4000s/history.jsonl", session_dir);
+    json_t *line = json_pack("{s:s s:s s:O s:O s:O}", "language", language, "code", code,
+                             "execution_count", json_object_get(result, "execution_count"),
+                             "status", json_object_get(result, "status"), "outputs",
+                             nb_outputs ? nb_outputs : json_array());
+    if (!line)
+        return -1;
+    char *s = json_dumps(line, JSON_COMPACT);
+    json_decref(line);
+    if (!s)
+        return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int rc = -1;
+    if (fd >= 0) {
+        size_t n = strlen(s);
+        s[n] = '\n';
+        rc = write(fd, s, n + 1) == (ssize_t)(n + 1) ? 0 : -1;
+        close(fd);
+    }
+    free(s);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- persistence */
+
+static void session_save(km_manager *m, session *s)
+{
+    (void)m;
+    json_t *kernels = json_object();
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        if (s->k[l].proc)
+            json_object_set_new(kernels, kmcfg_lang_name(l),
+                                json_pack("{s:i s:s}", "pid", (int)s->k[l].proc->pid,
+                                          "connection_file", s->k[l].proc->cf_path));
+    json_t *o = json_pack("{s:s s:s s:b s:s s:f s:{s:b s:I s:s s:s} s:o}", "name", s->name,
+                          "workspace", s->workspace, "own_workspace", s->own_workspace, "pool_dir",
+                          s->pool_dir, "created", s->created, "options", "network", s->network,
+                          "memory", (json_int_t)s->memory, "python", s->python, "sandbox",
+                          s->sandbox, "kernels", kernels);
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%.4000s/session.json", s->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (o && json_dump_file(o, tmp, JSON_INDENT(1)) == 0) {
+        chmod(tmp, 0600);
+        rename(tmp, path);
+    }
+    json_decref(o);
+}
+
+/* A kernel of an earlier manager may still run: kill it, but only when
+ * /proc says it is really that kernel (its argv names the connection file). */
+static void kill_stale(int pid, const char *cf)
+{
+    if (pid <= 1 || !cf || !*cf)
+        return;
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    for (ssize_t i = 0; i < n; i++)
+        if (!buf[i])
+            buf[i] = ' ';
+    buf[n] = 0;
+    if (strstr(buf, cf)) {
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+    }
+    unlink(cf);
+}
+
+static session *session_alloc(const char *name)
+{
+    session *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    pthread_mutex_init(&s->lock, NULL);
+    s->network = -1;
+    s->created = s->last_used = wall_now();
+    return s;
+}
+
+/* Loads sessions/NAME/session.json into a session (kernels not started).
+ * Kernels it lists are from an earlier manager: killed and marked pending. */
+static session *session_load(km_manager *m, const char *name)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%.3000s/sessions/%.64s/session.json", m->home, name);
+    json_t *o = json_load_file(path, 0, NULL);
+    if (!o)
+        return NULL;
+    session *s = session_alloc(name);
+    if (!s) {
+        json_decref(o);
+        return NULL;
+    }
+    snprintf(s->dir, sizeof s->dir, "%.3000s/sessions/%.64s", m->home, name);
+    snprintf(s->outdir, sizeof s->outdir, "%.3000s/outputs/%.64s", m->home, name);
+    const char *ws = json_string_value(json_object_get(o, "workspace"));
+    snprintf(s->workspace, sizeof s->workspace, "%s", ws ? ws : "");
+    if (!ws) {
+        snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
+    }
+    s->own_workspace = json_is_true(json_object_get(o, "own_workspace"));
+    const char *pd = json_string_value(json_object_get(o, "pool_dir"));
+    snprintf(s->pool_dir, sizeof s->pool_dir, "%s", pd ? pd : "");
+    json_t *created = json_object_get(o, "created");
+    if (json_is_number(created))
+        s->created = json_number_value(created);
+    json_t *opt = json_object_get(o, "options");
+    s->network = json_is_boolean(json_object_get(opt, "network"))
+                     ? json_is_true(json_object_get(opt, "network"))
+                     : m->cfg.network;
+    s->memory = (unsigned long long)json_integer_value(json_object_get(opt, "memory"));
+    const char *py = json_string_value(json_object_get(opt, "python"));
+    snprintf(s->python, sizeof s->python, "%s", py ? py : "");
+    const char *sb = json_string_value(json_object_get(opt, "sandbox"));
+    snprintf(s->sandbox, sizeof s->sandbox, "%s", sb && *sb ? sb : m->cfg.sandbox);
+    const char *lk;
+    json_t *kv;
+    json_object_foreach(json_object_get(o, "kernels"), lk, kv)
+    {
+        int l = kmcfg_lang_index(lk);
+        if (l < 0)
+            continue;
+        kill_stale((int)json_integer_value(json_object_get(kv, "pid")),
+                   json_string_value(json_object_get(kv, "connection_file")));
+        snprintf(s->k[l].pending, sizeof s->k[l].pending,
+                 "the manager restarted; the %s kernel was replaced by a fresh one and its "
+                 "state was lost (workspace kept)",
+                 kmcfg_lang_name(l));
+    }
+    json_decref(o);
+    return s;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+static int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
+                      size_t errlen)
+{
+    memset(cmd, 0, sizeof *cmd);
+    if (m->cfg.kernelspec[lang][0])
+        return klaunch_cmd_from_kernelspec(cmd, m->cfg.kernelspec[lang], err, errlen);
+    char dir[PATH_MAX], bin[PATH_MAX + 32];
+    const char *env = getenv("KERNELMGR_KERNEL_DIR");
+    if (env && *env)
+        snprintf(dir, sizeof dir, "%s", env);
+    else if (klaunch_self_dir(dir, sizeof dir)) {
+        snprintf(err, errlen, "cannot find the directory of the kernelmgr binary");
+        return -1;
+    }
+    snprintf(bin, sizeof bin, "%s/kernel-%s", dir, kmcfg_lang_name(lang));
+    if (access(bin, X_OK)) {
+        snprintf(err, errlen, "%s: %s", bin, strerror(errno));
+        return -1;
+    }
+    char num[64];
+    int rc = klaunch_cmd_add(cmd, bin) | klaunch_cmd_add(cmd, "-f") |
+             klaunch_cmd_add(cmd, "{connection_file}") | klaunch_cmd_add(cmd, "--workspace") |
+             klaunch_cmd_add(cmd, s->workspace) | klaunch_cmd_add(cmd, "--sandbox") |
+             klaunch_cmd_add(cmd, s->sandbox[0] ? s->sandbox : m->cfg.sandbox) |
+             klaunch_cmd_add(cmd, "--network") |
+             klaunch_cmd_add(cmd, (s->network < 0 ? m->cfg.network : s->network) ? "on" : "off");
+    unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
+    if (mem) {
+        snprintf(num, sizeof num, "%llu", mem);
+        rc |= klaunch_cmd_add(cmd, "--memory") | klaunch_cmd_add(cmd, num);
+    }
+    const char *py = s->python[0] ? s->python : m->cfg.python;
+    if (lang == KMCFG_LANG_PYTHON && py[0])
+        rc |= klaunch_cmd_add(cmd, "--python") | klaunch_cmd_add(cmd, py);
+    snprintf(num, sizeof num, "%g", m->cfg.interrupt_grace);
+    rc |= klaunch_cmd_add(cmd, "--interrupt-grace") | klaunch_cmd_add(cmd, num);
+    cmd->interrupt_signal = 0;
+    if (rc) {
+        klaunch_cmd_clear(cmd);
+        snprintf(err, errlen, "kernel command too long");
+        return -1;
+    }
+    return 0;
+}
+
+static int proc_alive_cb(void *ud)
+{
+    return klaunch_alive((kproc *)ud);
+}
+
+static void slot_stop(km_manager *m, kslot *k)
+{
+    kclient_destroy(&k->client);
+    if (k->proc) {
+        klaunch_stop(&k->proc, 2.0);
+        atomic_fetch_sub(&m->live, 1);
+    }
+}
+
+/* Stops the least recently used idle kernel of another session, to stay
+ * under max_kernels. 0 when one was stopped. */
+static int evict_one(km_manager *m, session *self)
+{
+    pthread_mutex_lock(&m->lock);
+    session *best = NULL;
+    int best_l = -1;
+    double oldest = 0;
+    for (session *s = m->list; s; s = s->next) {
+        if (s == self || atomic_load(&s->busy))
+            continue;
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            if (s->k[l].proc && (!best || s->k[l].last_used < oldest)) {
+                best = s;
+                best_l = l;
+                oldest = s->k[l].last_used;
+            }
+    }
+    int rc = -1;
+    if (best && pthread_mutex_trylock(&best->lock) == 0) {
+        best->refs++;
+        pthread_mutex_unlock(&m->lock);
+        if (best->k[best_l].proc) {
+            slot_stop(m, &best->k[best_l]);
+            snprintf(best->k[best_l].pending, sizeof best->k[best_l].pending,
+                     "the kernel was stopped to stay under max_kernels=%u; state was lost",
+                     m->cfg.max_kernels);
+            session_save(m, best);
+            rc = 0;
+        }
+        pthread_mutex_unlock(&best->lock);
+        pthread_mutex_lock(&m->lock);
+        best->refs--;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
+/* Starts the kernel of slot l. Caller holds s->lock. */
+static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen)
+{
+    kslot *k = &s->k[l];
+    if ((unsigned)atomic_load(&m->live) >= m->cfg.max_kernels && evict_one(m, s)) {
+        snprintf(err, errlen, "too many live kernels (max_kernels=%u) and none idle to stop",
+                 m->cfg.max_kernels);
+        return -1;
+    }
+    klaunch_cmd cmd;
+    if (kernel_cmd(m, s, l, &cmd, err, errlen))
+        return -1;
+    char id[48], log[PATH_MAX], label[128];
+    char u[37];
+    jp_uuid4(u);
+    snprintf(id, sizeof id, "%.8s%.4s-%s", u, u + 9, l ? "bash" : "py");
+    snprintf(log, sizeof log, "%.4000s/%s.log", s->dir, kmcfg_lang_name(l));
+    snprintf(label, sizeof label, "%s/%s", s->name, kmcfg_lang_name(l));
+    k->proc = klaunch_start(&cmd, m->run_dir, id, m->cfg.transport, s->workspace, log,
+                            m->cfg.kernelspec[l][0] ? m->cfg.kernelspec[l]
+                                                    : (l ? "kernelmgr-bash" : "kernelmgr-python"),
+                            err, errlen);
+    klaunch_cmd_clear(&cmd);
+    if (!k->proc)
+        return -1;
+    atomic_fetch_add(&m->live, 1);
+    k->client = kclient_new(&k->proc->conn, label, err, errlen);
+    json_t *info = NULL;
+    if (k->client) {
+        char why[256];
+        info = kclient_wait_ready(k->client, m->cfg.start_timeout, proc_alive_cb, k->proc, why,
+                                  sizeof why);
+        if (!info) {
+            char how[128] = "";
+            if (!klaunch_alive(k->proc))
+                klaunch_describe_exit(k->proc, how, sizeof how);
+            snprintf(err, errlen, "%s kernel did not start: %s%s%s (log: %s)", kmcfg_lang_name(l),
+                     why, how[0] ? "; " : "", how, log);
+        }
+    }
+    if (!info) {
+        slot_stop(m, k);
+        return -1;
+    }
+    json_decref(info);
+    k->last_used = kclient_now();
+    session_save(m, s);
+    return 0;
+}
+
+/* Makes sure slot l has a live kernel. *restarted / reason say whether the
+ * result must report a fresh kernel that replaced a lost one. */
+static int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *reason, size_t rsize,
+                       char *err, size_t errlen)
+{
+    kslot *k = &s->k[l];
+    *restarted = 0;
+    if (k->proc && !klaunch_alive(k->proc)) {
+        char how[128];
+        snprintf(k->pending, sizeof k->pending,
+                 "the %s kernel died since the last execution (%s); a fresh kernel was started "
+                 "and its state was lost (workspace kept)",
+                 kmcfg_lang_name(l), klaunch_describe_exit(k->proc, how, sizeof how));
+        slot_stop(m, k);
+    }
+    if (!k->proc && slot_start(m, s, l, err, errlen))
+        return -1;
+    if (k->pending[0]) {
+        *restarted = 1;
+        snprintf(reason, rsize, "%s", k->pending);
+        k->pending[0] = 0;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- manager */
+
+km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_err *err)
+{
+    km_manager *m = calloc(1, sizeof *m);
+    if (!m) {
+        kerr(err, KM_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    m->cfg = *cfg;
+    pthread_mutex_init(&m->lock, NULL);
+    snprintf(m->home, sizeof m->home, "%s", home);
+    char p[PATH_MAX];
+    if (mkdirs(home, 0700)) {
+        kerr(err, KM_EINTERNAL, "cannot create %s: %s", home, strerror(errno));
+        goto fail;
+    }
+    snprintf(p, sizeof p, "%s/sessions", m->home);
+    mkdir(p, 0700);
+    snprintf(p, sizeof p, "%s/outputs", m->home);
+    mkdir(p, 0700);
+    char why[512];
+    if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, why, sizeof why)) {
+        kerr(err, KM_EINTERNAL, "%s", why);
+        goto fail;
+    }
+    if (resume) {
+        snprintf(p, sizeof p, "%s/sessions", m->home);
+        DIR *d = opendir(p);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            if (!km_name_valid(de->d_name))
+                continue;
+            session *s = session_load(m, de->d_name);
+            if (!s)
+                continue;
+            session_save(m, s); /* the stale pids are gone */
+            s->next = m->list;
+            m->list = s;
+        }
+        if (d)
+            closedir(d);
+        /* pooled workspaces of an earlier manager were never handed out */
+        snprintf(p, sizeof p, "%s/pool", m->home);
+        session_rmtree(p);
+    }
+    return m;
+fail:
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    return NULL;
+}
+
+static void session_free(session *s)
+{
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+void km_manager_destroy(km_manager **pm)
+{
+    if (!pm || !*pm)
+        return;
+    km_manager *m = *pm;
+    for (int pass = 0; pass < 2; pass++) {
+        session *s = pass ? m->pool : m->list;
+        while (s) {
+            session *next = s->next;
+            atomic_store(&s->interrupt_flag, 1);
+            pthread_mutex_lock(&s->lock);
+            for (int l = 0; l < KMCFG_NLANG; l++)
+                slot_stop(m, &s->k[l]);
+            if (pass)
+                session_rmtree(s->pool_dir);
+            pthread_mutex_unlock(&s->lock);
+            session_free(s);
+            s = next;
+        }
+    }
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    *pm = NULL;
+}
+
+const kmcfg *km_manager_config(const km_manager *m)
+{
+    return &m->cfg;
+}
+
+const char *km_manager_home(const km_manager *m)
+{
+    return m->home;
+}
+
+/* Finds a session and takes a reference. Caller holds m->lock. */
+static session *find_locked(km_manager *m, const char *name)
+{
+    for (session *s = m->list; s; s = s->next)
+        if (!strcmp(s->name, name) && !s->gone)
+            return s;
+    return NULL;
+}
+
+static session *session_get(km_manager *m, const char *name)
+{
+    pthread_mutex_lock(&m->lock);
+    session *s = find_locked(m, name);
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&m->lock);
+    return s;
+}
+
+static void session_put(km_manager *m, session *s)
+{
+    pthread_mutex_lock(&m->lock);
+    s->refs--;
+    int free_it = s->gone && s->refs == 0;
+    pthread_mutex_unlock(&m->lock);
+    if (free_it)
+        session_free(s);
+}
+
+static int opts_default(const km_manager *m, const km_session_opts *o)
+{
+    return !o || ((o->network < 0 || o->network == m->cfg.network) && !o->memory && !o->python &&
+                  !o->workspace && (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)));
+}
+
+/* Creates (or reopens a kept) session. Caller holds m->lock. */
+static session *create_locked(km_manager *m, const char *name, const km_session_opts *o,
+                              km_err *err)
+{
+    session *s = session_load(m, name);
+    if (s) {
+        s->next = m->list;
+        m->list = s;
+        return s;
+    }
+    if (o && o->workspace) {
+        struct stat st;
+        if (o->workspace[0] != '/' || stat(o->workspace, &st) || !S_ISDIR(st.st_mode)) {
+            kerr(err, KM_EUSAGE, "--workspace %s: must be an existing directory (absolute path)",
+                 o->workspace);
+            return NULL;
+        }
+    }
+    /* a warm-pool entry when the options are the defaults */
+    session *pooled = NULL;
+    if (opts_default(m, o) && m->pool) {
+        pooled = m->pool;
+        m->pool = pooled->next;
+    }
+    s = pooled ? pooled : session_alloc(name);
+    if (!s) {
+        kerr(err, KM_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    snprintf(s->name, sizeof s->name, "%s", name);
+    snprintf(s->dir, sizeof s->dir, "%.3000s/sessions/%.64s", m->home, name);
+    snprintf(s->outdir, sizeof s->outdir, "%.3000s/outputs/%.64s", m->home, name);
+    if (mkdirs(s->dir, 0700)) {
+        kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->dir, strerror(errno));
+        goto fail;
+    }
+    if (pooled) {
+        char link[PATH_MAX];
+        snprintf(link, sizeof link, "%.4000s/workspace", s->dir);
+        if (symlink(s->workspace, link)) {
+            /* not fatal: the real path is in session.json */
+        }
+        /* the pool's kernel logs stay where they are; point at them */
+    } else {
+        s->network = o && o->network >= 0 ? o->network : m->cfg.network;
+        s->memory = o && o->memory ? o->memory : 0;
+        snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
+        snprintf(s->sandbox, sizeof s->sandbox, "%s",
+                 o && o->sandbox ? o->sandbox : m->cfg.sandbox);
+        if (o && o->workspace) {
+            char *real = realpath(o->workspace, NULL);
+            snprintf(s->workspace, sizeof s->workspace, "%s", real ? real : o->workspace);
+            free(real);
+            s->own_workspace = 0;
+        } else {
+            snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
+            s->own_workspace = 1;
+            if (mkdir(s->workspace, 0700) && errno != EEXIST) {
+                kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->workspace, strerror(errno));
+                goto fail;
+            }
+        }
+    }
+    session_save(m, s);
+    s->next = m->list;
+    m->list = s;
+    return s;
+fail:
+    if (pooled) {
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            slot_stop(m, &s->k[l]);
+        session_rmtree(s->pool_dir);
+    }
+    session_free(s);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- code_exec */
+
+json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
+                const km_exec_opts *opts, const char *code, km_event_fn fn, void *ud, km_err *err)
+{
+    if (!km_name_valid(name)) {
+        kerr(err, KM_EUSAGE,
+             "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
+             "at most %d, not starting with '.')",
+             name ? name : "", KM_NAME_MAX);
+        return NULL;
+    }
+    int lang = -1;
+    if (opts && opts->lang && strcmp(opts->lang, "auto")) {
+        lang = kmcfg_lang_index(opts->lang);
+        if (lang < 0) {
+            kerr(err, KM_EUSAGE, "unknown language \"%s\" (python, bash or auto)", opts->lang);
+            return NULL;
+        }
+    }
+    cblock_list blocks;
+    if (cblocks_split(code ? code : "", lang, &blocks)) {
+        kerr(err, KM_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_lock(&m->lock);
+    session *s = find_locked(m, name);
+    if (!s)
+        s = create_locked(m, name, sopts, err);
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&m->lock);
+    if (!s) {
+        cblocks_free(&blocks);
+        return NULL;
+    }
+
+    pthread_mutex_lock(&s->lock);
+    atomic_store(&s->busy, 1);
+    atomic_store(&s->interrupt_flag, 0);
+    json_t *results = json_array();
+    int failed = 0;
+    size_t ran = 0;
+    for (size_t i = 0; i < blocks.n; i++) {
+        cblock *b = &blocks.v[i];
+        const char *lname = kmcfg_lang_name(b->lang);
+        json_t *r = NULL;
+        if (s->gone) {
+            r = result_new(name, lname);
+            result_set_failure(r, "error", "SessionClosed", "the session was closed");
+        } else if (!m->cfg.allow[b->lang]) {
+            r = result_new(name, lname);
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "language \"%s\" is not allowed by the configuration (\"languages\")", lname);
+            result_set_failure(r, "error", "LanguageNotAllowed", msg);
+        } else {
+            int restarted = 0;
+            char reason[512] = "", why[1024] = "";
+            if (slot_ensure(m, s, b->lang, &restarted, reason, sizeof reason, why, sizeof why)) {
+                r = result_new(name, lname);
+                result_set_failure(r, "error", "KernelStartError", why);
+            } else {
+                kslot *k = &s->k[b->lang];
+                char tag[64];
+                s->seq++;
+                snprintf(tag, sizeof tag, "%lld-%04u-%s", (long long)wall_now(), s->seq, lname);
+                codeexec_params p = {
+                    .session = name,
+                    .language = lname,
+                    .block = (int)i,
+                    .timeout = opts && opts->timeout > 0 ? opts->timeout : m->cfg.timeout,
+                    .grace = m->cfg.interrupt_grace,
+                    .output_cap = m->cfg.output_cap,
+                    .outdir = s->outdir,
+                    .tag = tag,
+                    .workspace = s->workspace,
+                    .files_max = m->cfg.files_max,
+                    .scan_max = m->cfg.files_scan_max,
+                    .interrupt_flag = (volatile int *)&s->interrupt_flag,
+                    .fn = fn,
+                    .ud = ud,
+                };
+                codeexec_outcome out;
+                r = codeexec_run(k->client, k->proc, &p, b->code, &out);
+                k->last_used = kclient_now();
+                if (out.need_restart) {
+                    slot_stop(m, k);
+                    char e2[1024];
+                    if (slot_start(m, s, b->lang, e2, sizeof e2) == 0) {
+                        char msg[1100];
+                        snprintf(msg, sizeof msg, "%s; a fresh kernel was started (workspace kept)",
+                                 out.reason);
+                        result_set_kernel(r, 1, 0, msg);
+                    } else {
+                        char msg[2200];
+                        snprintf(msg, sizeof msg, "%s; restarting the kernel failed: %s",
+                                 out.reason, e2);
+                        result_set_kernel(r, 0, 0, msg);
+                    }
+                } else if (out.state_lost) {
+                    result_set_kernel(r, 1, 0, out.reason);
+                } else if (restarted) {
+                    result_set_kernel(r, 1, 0, reason);
+                }
+                if (r)
+                    session_history_append(s->dir, lname, b->code, r, out.nb_outputs);
+                json_decref(out.nb_outputs);
+            }
+        }
+        if (!r)
+            r = result_new(name, lname);
+        ran++;
+        if (fn) {
+            json_t *ev =
+                json_pack("{s:s s:i s:O}", "event", "result", "block", (int)i, "result", r);
+            fn(ud, ev);
+            json_decref(ev);
+        }
+        int bad = result_failed(r);
+        json_array_append_new(results, r);
+        if (bad) {
+            failed = 1;
+            if (!(opts && opts->continue_on_error))
+                break;
+        }
+        if (atomic_load(&s->interrupt_flag) && !(opts && opts->continue_on_error))
+            break;
+    }
+    s->last_used = wall_now();
+    atomic_store(&s->busy, 0);
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    size_t skipped = blocks.n - ran;
+    cblocks_free(&blocks);
+    return json_pack("{s:o s:b s:I}", "results", results, "failed", failed, "skipped",
+                     (json_int_t)skipped);
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+json_t *km_sessions(km_manager *m)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&m->lock);
+    for (session *s = m->list; s; s = s->next) {
+        if (s->gone)
+            continue;
+        json_t *ks = json_object();
+        for (int l = 0; l < KMCFG_NLANG; l++) {
+            kproc *kp = s->k[l].proc;
+            /* reading another session's slot without its lock: a snapshot only */
+            if (kp)
+                json_object_set_new(ks, kmcfg_lang_name(l),
+                                    json_pack("{s:s s:i s:s}", "state",
+                                              atomic_load(&s->busy) ? "busy" : "idle", "pid",
+                                              (int)kp->pid, "connection_file", kp->cf_path));
+            else
+                json_object_set_new(ks, kmcfg_lang_name(l), json_null());
+        }
+        json_array_append_new(arr, json_pack("{s:s s:s s:f s:f s:b s:o}", "name", s->name,
+                                             "workspace", s->workspace, "created", s->created,
+                                             "last_used", s->last_used, "busy",
+                                             atomic_load(&s->busy), "kernels", ks));
+    }
+    pthread_mutex_unlock(&m->lock);
+    return arr;
+}
+
+int km_interrupt(km_manager *m, const char *name, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s)
+        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+    if (atomic_load(&s->busy)) {
+        atomic_store(&s->interrupt_flag, 1);
+    } else if (pthread_mutex_trylock(&s->lock) == 0) {
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            if (s->k[l].client && klaunch_alive(s->k[l].proc))
+                kclient_send(s->k[l].client, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
+        pthread_mutex_unlock(&s->lock);
+    } else {
+        atomic_store(&s->interrupt_flag, 1);
+    }
+    session_put(m, s);
+    return 0;
+}
+
+int km_restart(km_manager *m, const char *name, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s)
+        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+    atomic_store(&s->interrupt_flag, 1);
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    for (int l = 0; l < KMCFG_NLANG; l++) {
+        if (!s->k[l].proc)
+            continue;
+        slot_stop(m, &s->k[l]);
+        s->k[l].pending[0] = 0;
+        char why[1024];
+        if (slot_start(m, s, l, why, sizeof why))
+            rc = kerr(err, KM_EKERNEL, "%s", why);
+    }
+    session_save(m, s);
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    return rc;
+}
+
+int km_close(km_manager *m, const char *name, int flags, km_err *err)
+{
+    int keep = flags & KM_KEEP;
+    session *s = session_get(m, name);
+    if (!s) {
+        /* a kept session from earlier is still on disk: allow removing it */
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
+        if (km_name_valid(name) && !keep && access(dir, F_OK) == 0) {
+            session *t = session_load(m, name);
+            if (t) {
+                if (t->own_workspace)
+                    session_rmtree(t->workspace);
+                session_free(t);
+            }
+            session_rmtree(dir);
+            return 0;
+        }
+        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+    }
+    atomic_store(&s->interrupt_flag, 1);
+    pthread_mutex_lock(&s->lock);
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        slot_stop(m, &s->k[l]);
+    pthread_mutex_lock(&m->lock);
+    s->gone = 1;
+    for (session **pp = &m->list; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    pthread_mutex_unlock(&m->lock);
+    if (keep) {
+        session_save(m, s);
+    } else {
+        if (s->own_workspace)
+            session_rmtree(s->workspace);
+        if (s->pool_dir[0])
+            session_rmtree(s->pool_dir);
+        session_rmtree(s->dir);
+        if (!(flags & KM_KEEP_OUTPUTS))
+            session_rmtree(s->outdir);
+    }
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    return 0;
+}
+
+json_t *km_files(km_manager *m, const char *name, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return NULL;
+    }
+    fsdiff_snap *snap = fsdiff_take(s->workspace, m->cfg.files_scan_max);
+    json_t *files = snap ? fsdiff_list(snap, s->workspace, 10000) : json_array();
+    json_t *o = json_pack("{s:s s:s s:o s:b}", "session", s->name, "workspace", s->workspace,
+                          "files", files, "incomplete", snap && fsdiff_incomplete(snap));
+    fsdiff_destroy(&snap);
+    session_put(m, s);
+    return o;
+}
+
+json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_err *err)
+{
+    char dir[PATH_MAX];
+    session *s = session_get(m, name);
+    if (s) {
+        snprintf(dir, sizeof dir, "%s", s->dir);
+        session_put(m, s);
+    } else {
+        snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
+        if (!km_name_valid(name) || access(dir, F_OK)) {
+            kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+            return NULL;
+        }
+    }
+    char why[512];
+    json_t *nb = export_notebook(dir, name, kernel_name, why, sizeof why);
+    if (!nb)
+        kerr(err, KM_EINTERNAL, "%s", why);
+    return nb;
+}
+
+int km_connection_file(km_manager *m, const char *name, const char *lang, char *out, size_t size,
+                       km_err *err)
+{
+    int l = kmcfg_lang_index(lang ? lang : "python");
+    if (l < 0)
+        return kerr(err, KM_EUSAGE, "unknown language \"%s\" (python or bash)", lang);
+    if (!m->cfg.allow[l])
+        return kerr(err, KM_EUSAGE, "language \"%s\" is not allowed by the configuration",
+                    kmcfg_lang_name(l));
+    session *s = session_get(m, name);
+    if (!s)
+        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+    pthread_mutex_lock(&s->lock);
+    int restarted;
+    char reason[512], why[1024];
+    int rc = 0;
+    if (slot_ensure(m, s, l, &restarted, reason, sizeof reason, why, sizeof why))
+        rc = kerr(err, KM_EKERNEL, "%s", why);
+    else {
+        /* the next result of the agent still has to say so */
+        if (restarted)
+            snprintf(s->k[l].pending, sizeof s->k[l].pending, "%s", reason);
+        snprintf(out, size, "%s", s->k[l].proc->cf_path);
+    }
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- periodic */
+
+static void pool_fill(km_manager *m)
+{
+    for (;;) {
+        pthread_mutex_lock(&m->lock);
+        unsigned n = 0;
+        for (session *s = m->pool; s; s = s->next)
+            n++;
+        pthread_mutex_unlock(&m->lock);
+        if (n >= m->cfg.pool)
+            return;
+        char u[37];
+        jp_uuid4(u);
+        session *s = session_alloc(".pool");
+        if (!s)
+            return;
+        s->network = m->cfg.network;
+        snprintf(s->sandbox, sizeof s->sandbox, "%s", m->cfg.sandbox);
+        snprintf(s->pool_dir, sizeof s->pool_dir, "%.3000s/pool/%.8s", m->home, u);
+        snprintf(s->dir, sizeof s->dir, "%s", s->pool_dir);
+        snprintf(s->workspace, sizeof s->workspace, "%s/workspace", s->pool_dir);
+        s->own_workspace = 1;
+        char why[1024];
+        int ok = mkdirs(s->workspace, 0700) == 0;
+        pthread_mutex_lock(&s->lock);
+        for (int l = 0; ok && l < KMCFG_NLANG; l++)
+            if (m->cfg.allow[l] && slot_start(m, s, l, why, sizeof why)) {
+                fprintf(stderr, "kernelmgr: warm pool: %s\n", why);
+                ok = 0;
+            }
+        pthread_mutex_unlock(&s->lock);
+        if (!ok) {
+            for (int l = 0; l < KMCFG_NLANG; l++)
+                slot_stop(m, &s->k[l]);
+            session_rmtree(s->pool_dir);
+            session_free(s);
+            return;
+        }
+        pthread_mutex_lock(&m->lock);
+        s->next = m->pool;
+        m->pool = s;
+        pthread_mutex_unlock(&m->lock);
+    }
+}
+
+void km_tick(km_manager *m)
+{
+    if (m->cfg.idle_timeout > 0) {
+        double now = kclient_now();
+        pthread_mutex_lock(&m->lock);
+        for (session *s = m->list; s; s = s->next) {
+            if (atomic_load(&s->busy) || pthread_mutex_trylock(&s->lock))
+                continue;
+            for (int l = 0; l < KMCFG_NLANG; l++) {
+                kslot *k = &s->k[l];
+                if (k->proc && now - k->last_used > m->cfg.idle_timeout) {
+                    slot_stop(m, k);
+                    snprintf(k->pending, sizeof k->pending,
+                             "the %s kernel was stopped after %.0f s idle (idle_timeout); a "
+                             "fresh kernel was started and its state was lost (workspace kept)",
+                             kmcfg_lang_name(l), m->cfg.idle_timeout);
+                    session_save(m, s);
+                }
+            }
+            pthread_mutex_unlock(&s->lock);
+        }
+        pthread_mutex_unlock(&m->lock);
+    }
+    if (m->cfg.pool)
+        pool_fill(m);
+}

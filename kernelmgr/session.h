@@ -1,0 +1,25 @@
+/*
+ * session.h — internals shared by session.c (which implements km.h) and
+ * export.c: where a session keeps its files.
+ *
+ *   $KERNELMGR_HOME/sessions/NAME/session.json   options, kernels (pids)
+ *   $KERNELMGR_HOME/sessions/NAME/history.jsonl  one executed block per line
+ *   $KERNELMGR_HOME/sessions/NAME/workspace/     the shared cwd of both kernels
+ *   $KERNELMGR_HOME/sessions/NAME/LANG.log       kernel stdout/stderr
+ *   $KERNELMGR_HOME/outputs/NAME/                spill files and saved images
+ *   $KERNELMGR_HOME/run/                         connection files, ipc sockets
+ *   $KERNELMGR_HOME/pool/ID/workspace            workspaces of warm-pool kernels
+ */
+#ifndef KERNELMGR_SESSION_H
+#define KERNELMGR_SESSION_H
+
+#include "kernelmgr/km.h"
+
+/* One history line: {"language","code","execution_count","status","outputs"}. */
+int session_history_append(const char *session_dir, const char *language, const char *code,
+                           const json_t *result, const json_t *nb_outputs);
+
+/* Removes a directory tree without following symlinks. 0 or -1. */
+int session_rmtree(const char *path);
+
+#endif

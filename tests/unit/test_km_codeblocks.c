@@ -1,0 +1,98 @@
+/* Unit tests of kernelmgr/codeblocks.c: Markdown fences and the heuristic. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "kernelmgr/codeblocks.h"
+#include "kernelmgr/config.h"
+
+static void fences_route_languages(void **state)
+{
+    (void)state;
+    const char *md = "# t\n\n```python\nx = 1\n```\ntext\n```text\nnot code\n```\n"
+                     "~~~bash\necho hi\n~~~\n```sh\nls\n```\n```py\nprint(x)\n```\n";
+    cblock_list l;
+    assert_int_equal(cblocks_split(md, -1, &l), 0);
+    assert_int_equal(l.n, 4);
+    assert_int_equal(l.v[0].lang, KMCFG_LANG_PYTHON);
+    assert_string_equal(l.v[0].code, "x = 1\n");
+    assert_int_equal(l.v[0].line, 4);
+    assert_int_equal(l.v[1].lang, KMCFG_LANG_BASH);
+    assert_string_equal(l.v[1].code, "echo hi\n");
+    assert_int_equal(l.v[2].lang, KMCFG_LANG_BASH);
+    assert_string_equal(l.v[3].code, "print(x)\n");
+    cblocks_free(&l);
+    assert_null(l.v);
+}
+
+static void console_prompts_stripped(void **state)
+{
+    (void)state;
+    const char *md = "```console\n$ echo a\na\n$ ls \\\n> -l\noutput\n$\n```\n";
+    cblock_list l;
+    assert_int_equal(cblocks_split(md, -1, &l), 0);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.v[0].lang, KMCFG_LANG_BASH);
+    assert_string_equal(l.v[0].code, "echo a\nls \\\n-l\n");
+    cblocks_free(&l);
+}
+
+static void longer_fence_and_unterminated(void **state)
+{
+    (void)state;
+    const char *md = "````python\n```\nprint(1)\n````\n```bash\necho open";
+    cblock_list l;
+    assert_int_equal(cblocks_split(md, -1, &l), 0);
+    assert_int_equal(l.n, 2);
+    assert_string_equal(l.v[0].code, "```\nprint(1)\n");
+    assert_string_equal(l.v[1].code, "echo open");
+    cblocks_free(&l);
+}
+
+static void raw_input_and_forced_language(void **state)
+{
+    (void)state;
+    cblock_list l;
+    assert_int_equal(cblocks_split("```python\nx\n```\n", KMCFG_LANG_BASH, &l), 0);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.v[0].lang, KMCFG_LANG_BASH);
+    assert_string_equal(l.v[0].code, "```python\nx\n```\n");
+    cblocks_free(&l);
+    assert_int_equal(cblocks_split("#!/usr/bin/env bash\nx=1\n", -1, &l), 0);
+    assert_int_equal(l.v[0].lang, KMCFG_LANG_BASH);
+    cblocks_free(&l);
+    assert_int_equal(cblocks_split("#!/usr/bin/python3\nls\n", -1, &l), 0);
+    assert_int_equal(l.v[0].lang, KMCFG_LANG_PYTHON);
+    cblocks_free(&l);
+    assert_int_equal(cblocks_split("", -1, &l), 0);
+    assert_int_equal(l.n, 1);
+    cblocks_free(&l);
+}
+
+static void heuristic(void **state)
+{
+    (void)state;
+    assert_int_equal(cblocks_guess_language("import os\nprint(os.getcwd())\n"), KMCFG_LANG_PYTHON);
+    assert_int_equal(cblocks_guess_language("x = [1, 2]\nfor i in x:\n    print(i)\n"),
+                     KMCFG_LANG_PYTHON);
+    assert_int_equal(cblocks_guess_language("ls -la | grep foo\n"), KMCFG_LANG_BASH);
+    assert_int_equal(cblocks_guess_language("X=1\necho $X > out.txt\n"), KMCFG_LANG_BASH);
+    assert_int_equal(cblocks_guess_language("for f in *.csv; do wc -l \"$f\"; done\n"),
+                     KMCFG_LANG_BASH);
+    assert_int_equal(cblocks_guess_language("def f():\n    return 1\n"), KMCFG_LANG_PYTHON);
+    assert_int_equal(cblocks_guess_language("1 + 1\n"), KMCFG_LANG_PYTHON); /* tie: python */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(fences_route_languages),
+        cmocka_unit_test(console_prompts_stripped),
+        cmocka_unit_test(longer_fence_and_unterminated),
+        cmocka_unit_test(raw_input_and_forced_language),
+        cmocka_unit_test(heuristic),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

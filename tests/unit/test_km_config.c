@@ -1,0 +1,105 @@
+/* Unit tests of kernelmgr/config.c: defaults, validation, sizes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "kernelmgr/config.h"
+
+static int apply(kmcfg *c, const char *text, char *err, size_t n)
+{
+    json_t *o = json_loads(text, 0, NULL);
+    int rc = kmcfg_apply_json(c, o, err, n);
+    json_decref(o);
+    return rc;
+}
+
+static void defaults_and_valid(void **state)
+{
+    (void)state;
+    kmcfg c;
+    kmcfg_defaults(&c);
+    assert_true(c.timeout == 60);
+    assert_int_equal(c.output_cap, 65536);
+    assert_string_equal(c.sandbox, "strict");
+    assert_string_equal(c.transport, "ipc");
+    char err[256] = "";
+    assert_int_equal(apply(&c,
+                           "{\"languages\": [\"bash\"], \"timeout\": 5, \"memory\": \"1G\","
+                           "\"network\": \"on\", \"pool\": 2, \"kernels\": {\"python\": "
+                           "\"python3\"}, \"output_cap\": \"8K\", \"sandbox\": \"none\"}",
+                           err, sizeof err),
+                     0);
+    assert_false(c.allow[KMCFG_LANG_PYTHON]);
+    assert_true(c.allow[KMCFG_LANG_BASH]);
+    assert_true(c.timeout == 5);
+    assert_int_equal(c.memory, 1ull << 30);
+    assert_int_equal(c.network, 1);
+    assert_int_equal(c.pool, 2);
+    assert_int_equal(c.output_cap, 8192);
+    assert_string_equal(c.kernelspec[KMCFG_LANG_PYTHON], "python3");
+    json_t *j = kmcfg_to_json(&c);
+    kmcfg d;
+    kmcfg_defaults(&d);
+    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0); /* round trip */
+    json_decref(j);
+    assert_int_equal(d.memory, c.memory);
+}
+
+static void invalid_names_key_and_reason(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json, *expect;
+    } cases[] = {
+        {"{\"timeout\": \"x\"}", "timeout: must be a number"},
+        {"{\"timeout\": -1}", "timeout: must be between"},
+        {"{\"memroy\": 1}", "memroy: unknown key"},
+        {"{\"memory\": \"lots\"}", "memory: must be a size"},
+        {"{\"memory\": \"1K\"}", "memory: must be at least 16M"},
+        {"{\"languages\": [\"cobol\"]}", "languages: unknown language"},
+        {"{\"network\": 1}", "network: must be"},
+        {"{\"python\": \"python3\"}", "python: must be an absolute path"},
+        {"{\"pool\": 1.5}", "pool: must be an integer"},
+        {"{\"kernels\": {\"ruby\": \"x\"}}", "kernels.ruby: unknown language"},
+        {"{\"kernels\": {\"python\": \"../x\"}}", "kernels.python: not a kernelspec name"},
+        {"[]", "(top level): must be a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        kmcfg c;
+        kmcfg_defaults(&c);
+        char err[256] = "";
+        assert_int_equal(apply(&c, cases[i].json, err, sizeof err), -1);
+        if (!strstr(err, cases[i].expect))
+            fail_msg("%s: got \"%s\", want \"%s\"", cases[i].json, err, cases[i].expect);
+    }
+}
+
+static void sizes(void **state)
+{
+    (void)state;
+    uint64_t b;
+    assert_int_equal(kmcfg_parse_size("512M", &b), 0);
+    assert_int_equal(b, 512ull << 20);
+    assert_int_equal(kmcfg_parse_size("1.5GiB", &b), 0);
+    assert_int_equal(b, 3ull << 29);
+    assert_int_equal(kmcfg_parse_size("100", &b), 0);
+    assert_int_equal(b, 100);
+    assert_int_equal(kmcfg_parse_size("2 GB", &b), 0);
+    assert_int_equal(kmcfg_parse_size("", &b), -1);
+    assert_int_equal(kmcfg_parse_size("-1M", &b), -1);
+    assert_int_equal(kmcfg_parse_size("1X", &b), -1);
+    assert_int_equal(kmcfg_parse_size("1e30", &b), -1);
+    assert_int_equal(kmcfg_load_file(&(kmcfg){0}, "/nonexistent/x.json", 0, (char[64]){0}, 64), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(defaults_and_valid),
+        cmocka_unit_test(invalid_names_key_and_reason),
+        cmocka_unit_test(sizes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
