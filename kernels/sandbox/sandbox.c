@@ -2,9 +2,32 @@
  * sandbox.c — sandbox_spawn() and the object that tracks a running sandbox.
  * Level "none" is implemented here (fork/exec with the fd plan, setsid,
  * PDEATHSIG, rlimits); level "strict" is assembled from the per-concern files
- * of this directory.
+ * of this directory, as one readable sequence of steps:
+ *
+ *   caller ── fork ──▶ monitor          host pid namespace; what the caller
+ *                        │                waits for; re-creates the worker's
+ *                        │                exit status; forwards signals
+ *                        ├─ clone(new user, mount, pid, net, ipc, uts, cgroup)
+ *                        │     ▶ init   PID 1 inside: clones the host paths
+ *                        │                it needs, waits for "go", becomes
+ *                        │                the sandbox uid, builds the root,
+ *                        │                Landlock, drops caps, seccomp
+ *                        │                  └─ fork ▶ worker: setsid, fds,
+ *                        │                            rlimits, exec
+ *                        └─ (monitor meanwhile: uid/gid maps, cgroups,
+ *                            slirp4netns, then "go")
+ *
+ * Setup errors travel back on a report pipe that every stage holds with
+ * O_CLOEXEC: sandbox_spawn() returns once it reaches EOF, i.e. when the
+ * worker's exec succeeded, or with the first stage's reason.
  */
 #include "kernels/sandbox/sandbox.h"
+#include "kernels/sandbox/sbx_internal.h"
+
+#include <grp.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/stat.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,9 +42,12 @@
 #include <unistd.h>
 
 struct sandbox {
-    pid_t pid;       /* direct child the caller waits for */
-    int reaped;      /* caller told us (via destroy) or we reaped it */
+    pid_t pid;  /* direct child the caller waits for */
+    int reaped; /* caller told us (via destroy) or we reaped it */
     sandbox_config cfg;
+    pid_t init_pid;  /* strict: host pid of the sandbox's PID 1 */
+    int init_pidfd;  /* strict: pidfd of init (-1 if unavailable) */
+    sbx_limits *lim; /* strict: cgroups */
 };
 
 void sandbox_config_defaults(sandbox_config *cfg)
@@ -117,17 +143,371 @@ static sandbox *spawn_none(const sandbox_config *cfg, char *const argv[], char *
     return sb;
 }
 
+/* ---- strict ------------------------------------------------------------- */
+
+/* Sends one report message (NUL-terminated) on the report pipe: "P<pid>"
+ * from the monitor, "E<reason>" from whichever stage failed. */
+static void report(int fd, char kind, const char *text)
+{
+    char buf[600];
+    int n = snprintf(buf, sizeof buf, "%c%s", kind, text);
+    if (n < 0)
+        return;
+    if (n >= (int)sizeof buf)
+        n = sizeof buf - 1;
+    ssize_t w = write(fd, buf, (size_t)n + 1);
+    (void)w;
+}
+
+static void reset_signals(void)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            signal(s, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* The worker: last steps before exec. Runs with no capabilities, under
+ * seccomp and Landlock already. */
+static void worker_main(const sandbox_config *cfg, char *const argv[], char *const envp[],
+                        const int *fds, int nfds, int rep, const sbx_limits *lim)
+{
+    char err[512];
+    setsid();
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    reset_signals();
+    /* Keep the report pipe (CLOEXEC) above the worker's fd range. */
+    rep = fcntl(rep, F_DUPFD_CLOEXEC, 100 + nfds);
+    int tmp[16];
+    for (int i = 0; i < nfds; i++)
+        if ((tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 100)) < 0)
+            goto fail_fds;
+    for (int i = 0; i < nfds; i++)
+        if (dup2(tmp[i], i) < 0)
+            goto fail_fds;
+    int keep[18];
+    int nkeep = 0;
+    for (int i = 0; i < nfds; i++)
+        keep[nkeep++] = i;
+    keep[nkeep++] = rep;
+    sbx_util_close_except(keep, nkeep);
+    if (sbx_limits_apply_rlimits(cfg, lim, err, sizeof err) < 0) {
+        report(rep, 'E', err);
+        _exit(127);
+    }
+    execve(argv[0], argv, envp);
+    sbx_util_fail(err, sizeof err, "exec %s", argv[0]);
+    report(rep, 'E', err);
+    _exit(127);
+fail_fds:
+    sbx_util_fail(err, sizeof err, "worker: set up fds");
+    report(rep, 'E', err);
+    _exit(127);
+}
+
+/* PID 1 of the new namespaces. */
+/* The host's addresses, collected before the namespaces exist (network on). */
+typedef struct host_addrs {
+    uint32_t a[SBX_NET_MAX_HOST_ADDRS];
+    int n;
+} host_addrs;
+
+static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_addrs *ha,
+                      char *const argv[], char *const envp[], const int *fds, int nfds, int rep,
+                      int go, int status_w, const sbx_limits *lim)
+{
+    char err[512];
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    sbx_mount_plan *plan = sbx_mount_prepare(cfg, err, sizeof err);
+    if (!plan)
+        goto fail;
+    char c;
+    if (read(go, &c, 1) != 1)
+        _exit(127); /* the monitor failed and reported why */
+    close(go);
+    if (sbx_ns_become(ids, err, sizeof err) < 0)
+        goto fail;
+    if (sethostname("sandbox", 7) < 0) {
+        sbx_util_fail(err, sizeof err, "sethostname");
+        goto fail;
+    }
+    prctl(PR_SET_NAME, "sandbox-init", 0, 0, 0);
+    if (sbx_net_lo_up(err, sizeof err) < 0)
+        goto fail;
+    if (cfg->network && sbx_net_block_host(ha->a, ha->n, err, sizeof err) < 0)
+        goto fail;
+    if (sbx_mount_build(plan, cfg, ids, err, sizeof err) < 0)
+        goto fail;
+    sbx_mount_plan_free(&plan);
+    if (sbx_landlock_apply(cfg, err, sizeof err) < 0)
+        goto fail;
+    if (sbx_caps_drop_all(err, sizeof err) < 0)
+        goto fail;
+    if (sbx_seccomp_apply(cfg, err, sizeof err) < 0)
+        goto fail;
+    sbx_init_block_signals();
+    pid_t worker = fork();
+    if (worker < 0) {
+        sbx_util_fail(err, sizeof err, "fork worker");
+        goto fail;
+    }
+    if (worker == 0)
+        worker_main(cfg, argv, envp, fds, nfds, rep, lim);
+    int keep[1] = {status_w};
+    sbx_util_close_except(keep, 1);
+    _exit(sbx_init_run(worker, status_w));
+fail:
+    report(rep, 'E', err);
+    _exit(127);
+}
+
+static volatile sig_atomic_t monitor_init_pid;
+
+static void monitor_forward(int sig)
+{
+    if (monitor_init_pid > 0)
+        kill(monitor_init_pid, sig);
+}
+
+/* Exits the way the worker did: same code, or the same signal. */
+static void monitor_exit_as(int st)
+{
+    if (WIFSIGNALED(st)) {
+        int sig = WTERMSIG(st);
+        struct rlimit r = {0, 0};
+        setrlimit(RLIMIT_CORE, &r);
+        signal(sig, SIG_DFL);
+        sigset_t s;
+        sigemptyset(&s);
+        sigaddset(&s, sig);
+        sigprocmask(SIG_UNBLOCK, &s, NULL);
+        kill(getpid(), sig);
+        _exit(128 + sig);
+    }
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 127);
+}
+
+static void monitor_main(const sandbox_config *cfg, const sbx_ids *ids, const host_addrs *ha,
+                         sbx_limits *lim, char *const argv[], char *const envp[], const int *fds,
+                         int nfds, int rep, pid_t parent)
+{
+    char err[512], msg[32];
+    setsid();
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    reset_signals();
+    if (geteuid() == 0 && setgroups(0, NULL) < 0) {
+        sbx_util_fail(err, sizeof err, "setgroups");
+        report(rep, 'E', err);
+        _exit(127);
+    }
+    int go[2], status[2];
+    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0) {
+        sbx_util_fail(err, sizeof err, "pipe");
+        report(rep, 'E', err);
+        _exit(127);
+    }
+    /* Raw clone without a new stack behaves like fork; this process has a
+     * single thread, so the child may run any code. */
+    pid_t init = (pid_t)syscall(SYS_clone, SBX_NS_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
+    if (init < 0) {
+        sbx_util_fail(err, sizeof err, "namespaces: clone");
+        report(rep, 'E', err);
+        _exit(127);
+    }
+    if (init == 0) {
+        close(go[1]);
+        close(status[0]);
+        init_main(cfg, ids, ha, argv, envp, fds, nfds, rep, go[0], status[1], lim);
+    }
+    close(go[0]);
+    close(status[1]);
+    monitor_init_pid = init;
+    pid_t slirp = 0;
+    int slirp_exit = -1;
+    if (sbx_ns_write_maps(init, ids, err, sizeof err) < 0 ||
+        sbx_limits_attach(lim, init, err, sizeof err) < 0 ||
+        (cfg->network && (slirp = sbx_net_start_slirp(init, &slirp_exit, err, sizeof err)) < 0)) {
+        report(rep, 'E', err);
+        kill(init, SIGKILL);
+        _exit(127);
+    }
+    snprintf(msg, sizeof msg, "%d", (int)init);
+    report(rep, 'P', msg);
+    if (write(go[1], "g", 1) != 1) {
+        report(rep, 'E', "sandbox init died during setup");
+        kill(init, SIGKILL);
+        _exit(127);
+    }
+    int keep[2] = {status[0], slirp_exit};
+    sbx_util_close_except(keep, 2);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = monitor_forward;
+    const int fwd[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < sizeof fwd / sizeof *fwd; i++)
+        sigaction(fwd[i], &sa, NULL);
+
+    int st = 0;
+    for (;;) {
+        pid_t w = waitpid(-1, &st, 0);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(127);
+        }
+        if (w == init)
+            break;
+        if (w == slirp)
+            slirp = 0; /* networking died; the sandbox goes on without it */
+    }
+    int worker_st;
+    if (read(status[0], &worker_st, sizeof worker_st) == (ssize_t)sizeof worker_st)
+        st = worker_st;
+    if (slirp > 0) {
+        close(slirp_exit);
+        kill(slirp, SIGKILL);
+        waitpid(slirp, NULL, 0);
+    }
+    monitor_exit_as(st);
+}
+
+static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char *const envp[],
+                             const int *fds, int nfds, char *err, size_t errlen)
+{
+    if (nfds > 16) {
+        snprintf(err, errlen, "sandbox_spawn: at most 16 fds");
+        return NULL;
+    }
+    if (argv[0][0] != '/') {
+        snprintf(err, errlen, "sandbox_spawn: %s is not an absolute path", argv[0]);
+        return NULL;
+    }
+    struct stat st;
+    if (cfg->workspace &&
+        (cfg->workspace[0] != '/' || stat(cfg->workspace, &st) < 0 || !S_ISDIR(st.st_mode))) {
+        if (cfg->workspace[0] != '/')
+            errno = EINVAL;
+        else if (errno == 0 || S_ISDIR(st.st_mode) == 0)
+            errno = errno ? errno : ENOTDIR;
+        sbx_util_fail(err, errlen, "workspace %s", cfg->workspace);
+        return NULL;
+    }
+    if (cfg->network && sbx_net_probe(err, errlen) < 0)
+        return NULL;
+    sbx_ids ids;
+    if (sbx_ns_choose_ids(cfg->workspace, &ids, err, errlen) < 0)
+        return NULL;
+    if (ids.chown_workspace && chown(cfg->workspace, ids.uid, ids.gid) < 0) {
+        sbx_util_fail(err, errlen, "chown workspace %s to %u", cfg->workspace, (unsigned)ids.uid);
+        return NULL;
+    }
+    host_addrs ha = {.n = 0};
+    if (cfg->network)
+        ha.n = sbx_net_host_addrs(ha.a, SBX_NET_MAX_HOST_ADDRS);
+    sandbox *sb = calloc(1, sizeof *sb);
+    if (!sb) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    sb->cfg = *cfg;
+    sb->init_pidfd = -1;
+    sb->lim = sbx_limits_new(cfg);
+    int rep[2];
+    if (pipe2(rep, O_CLOEXEC) < 0) {
+        sbx_util_fail(err, errlen, "pipe");
+        goto fail;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        sbx_util_fail(err, errlen, "fork");
+        close(rep[0]);
+        close(rep[1]);
+        goto fail;
+    }
+    if (pid == 0) {
+        close(rep[0]);
+        monitor_main(cfg, &ids, &ha, sb->lim, argv, envp, fds, nfds, rep[1], parent);
+        _exit(127);
+    }
+    close(rep[1]);
+    sb->pid = pid;
+
+    /* Read reports until EOF (the worker's exec closed the last copy). */
+    char buf[2048];
+    size_t have = 0;
+    int failed = 0;
+    err[0] = 0;
+    for (;;) {
+        struct pollfd pfd = {rep[0], POLLIN, 0};
+        int rc = poll(&pfd, 1, 30000);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            snprintf(err, errlen, "sandbox setup timed out");
+            failed = 1;
+            break;
+        }
+        ssize_t n = read(rep[0], buf + have, sizeof buf - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        /* consume complete messages */
+        size_t off = 0;
+        while (off < have) {
+            char *nul = memchr(buf + off, 0, have - off);
+            if (!nul)
+                break;
+            char kind = buf[off];
+            const char *text = buf + off + 1;
+            if (kind == 'P' && sb->init_pid == 0) {
+                sb->init_pid = atoi(text);
+                sb->init_pidfd = (int)syscall(SYS_pidfd_open, sb->init_pid, 0);
+            } else if (kind == 'E' && !failed) {
+                snprintf(err, errlen, "%s", text);
+                failed = 1;
+            }
+            off = (size_t)(nul - buf) + 1;
+        }
+        memmove(buf, buf + off, have - off);
+        have -= off;
+        if (have == sizeof buf - 1)
+            have = 0; /* garbage without terminator: drop */
+    }
+    close(rep[0]);
+    if (!failed && sb->init_pid == 0) {
+        snprintf(err, errlen, "sandbox setup failed without a reason");
+        failed = 1;
+    }
+    if (failed)
+        goto fail;
+    return sb;
+fail:
+    sandbox_destroy(&sb);
+    return NULL;
+}
+
 sandbox *sandbox_spawn(const sandbox_config *cfg, char *const argv[], char *const envp[],
                        const int *fds, int nfds, char *err, size_t errlen)
 {
-    if (!cfg || !argv || !argv[0] || nfds < 0) {
+    if (!cfg || !argv || !argv[0] || nfds < 0 || (nfds > 0 && !fds)) {
         snprintf(err, errlen, "sandbox_spawn: invalid arguments");
         return NULL;
     }
     if (cfg->level == SANDBOX_NONE)
         return spawn_none(cfg, argv, envp, fds, nfds, err, errlen);
-    snprintf(err, errlen, "sandbox level strict is not available in this build yet");
-    return NULL;
+    if (cfg->level != SANDBOX_STRICT) {
+        snprintf(err, errlen, "sandbox_spawn: unknown sandbox level %d", (int)cfg->level);
+        return NULL;
+    }
+    return spawn_strict(cfg, argv, envp, fds, nfds, err, errlen);
 }
 
 pid_t sandbox_pid(const sandbox *sb)
@@ -139,15 +519,25 @@ int sandbox_signal(sandbox *sb, int sig)
 {
     if (!sb || sb->pid <= 0)
         return -1;
-    return kill(-sb->pid, sig);
+    if (sb->cfg.level == SANDBOX_NONE)
+        return kill(-sb->pid, sig);
+    /* Init forwards to the worker's process group; SIGKILL ends the pid
+     * namespace and so every process in it. */
+    if (sb->init_pidfd >= 0)
+        return (int)syscall(SYS_pidfd_send_signal, sb->init_pidfd, sig, NULL, 0);
+    return sb->init_pid > 0 ? kill(sb->init_pid, sig) : -1;
 }
 
 const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t size)
 {
-    (void)sb;
+    if (!sb || !buf || size == 0)
+        return NULL;
+    if (sb->cfg.level == SANDBOX_STRICT)
+        return sbx_limits_hit(sb->lim, &sb->cfg, wait_status, buf, size);
     if (WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGXFSZ) {
-        snprintf(buf, size, "file size limit exceeded (limit %llu bytes)",
-                 (unsigned long long)sb->cfg.max_file_bytes);
+        char n[32];
+        snprintf(buf, size, "file size limit exceeded (limit %s)",
+                 sbx_util_bytes(sb->cfg.max_file_bytes, n, sizeof n));
         return buf;
     }
     return NULL;
@@ -155,8 +545,11 @@ const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t si
 
 uint64_t sandbox_cpu_ns(sandbox *sb)
 {
-    (void)sb;
-    return 0;
+    if (!sb)
+        return 0;
+    if (sb->cfg.level == SANDBOX_STRICT)
+        return sbx_limits_cpu_ns(sb->lim, sb->init_pid);
+    return sbx_limits_cpu_ns(NULL, sb->pid);
 }
 
 void sandbox_destroy(sandbox **psb)
@@ -164,11 +557,17 @@ void sandbox_destroy(sandbox **psb)
     if (!psb || !*psb)
         return;
     sandbox *sb = *psb;
+    if (sb->init_pidfd >= 0) {
+        syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
+        close(sb->init_pidfd);
+    }
     if (sb->pid > 0) {
-        kill(-sb->pid, SIGKILL);
+        if (sb->cfg.level == SANDBOX_NONE)
+            kill(-sb->pid, SIGKILL);
         kill(sb->pid, SIGKILL);
         waitpid(sb->pid, NULL, 0); /* ECHILD if the caller reaped it: fine */
     }
+    sbx_limits_destroy(&sb->lim);
     free(sb);
     *psb = NULL;
 }
@@ -176,17 +575,83 @@ void sandbox_destroy(sandbox **psb)
 json_t *sandbox_protections(const sandbox_config *cfg)
 {
     json_t *a = json_array();
+    if (!a || !cfg)
+        return a;
     if (cfg->level == SANDBOX_NONE) {
         json_array_append_new(a, json_string("none"));
         return a;
     }
+    char err[256];
+    if (sbx_ns_probe(err, sizeof err) == 0) {
+        static const char *const ns[] = {"user-namespace",
+                                         "mount-namespace",
+                                         "pid-namespace",
+                                         "network-namespace",
+                                         "ipc-namespace",
+                                         "uts-namespace",
+                                         "cgroup-namespace",
+                                         "read-only-root",
+                                         "unprivileged-uid",
+                                         "pid1-init",
+                                         NULL};
+        for (const char *const *n = ns; *n; n++)
+            json_array_append_new(a, json_string(*n));
+    }
+    json_array_append_new(a, json_string("no-new-privs"));
+    json_array_append_new(a, json_string("capabilities-dropped"));
+    if (sbx_seccomp_probe(err, sizeof err) == 0)
+        json_array_append_new(a, json_string("seccomp"));
+    int abi = sbx_landlock_abi();
+    if (abi > 0) {
+        char name[32];
+        snprintf(name, sizeof name, "landlock-v%d", abi);
+        json_array_append_new(a, json_string(name));
+        if (abi >= 4 && !cfg->network)
+            json_array_append_new(a, json_string("landlock-tcp"));
+        if (abi >= 6)
+            json_array_append_new(a, json_string("landlock-scope"));
+    }
+    sbx_limits_describe(cfg, a);
+    json_array_append_new(a, json_string(cfg->network ? "network-slirp4netns" : "network-off"));
     return a;
 }
 
 int sandbox_check(const sandbox_config *cfg, char *err, size_t errlen)
 {
+    if (!cfg) {
+        snprintf(err, errlen, "sandbox_check: no config");
+        return -1;
+    }
     if (cfg->level == SANDBOX_NONE)
         return 0;
-    snprintf(err, errlen, "sandbox level strict is not available in this build yet");
-    return -1;
+    char why[512];
+    size_t off = 0;
+    int bad = 0;
+    err[0] = 0;
+#define SBX_MISSING(call)                                                                          \
+    do {                                                                                           \
+        if ((call) < 0) {                                                                          \
+            int n_ = snprintf(err + off, off < errlen ? errlen - off : 0, "%s%s", bad ? "; " : "", \
+                              why);                                                                \
+            if (n_ > 0)                                                                            \
+                off += (size_t)n_;                                                                 \
+            bad = 1;                                                                               \
+        }                                                                                          \
+    } while (0)
+    SBX_MISSING(sbx_ns_probe(why, sizeof why));
+    SBX_MISSING(sbx_seccomp_probe(why, sizeof why));
+    struct mount_attr_probe {
+        uint64_t a, b, c, d;
+    } probe = {0, 0, 0, 0};
+    errno = 0;
+    if (syscall(SYS_mount_setattr, -1, "", 0, &probe, sizeof probe) < 0 && errno == ENOSYS) {
+        errno = 0;
+        SBX_MISSING(sbx_util_fail(why, sizeof why,
+                                  "the new mount API (open_tree, mount_setattr; Linux 5.12) "
+                                  "is unavailable"));
+    }
+    if (cfg->network)
+        SBX_MISSING(sbx_net_probe(why, sizeof why));
+#undef SBX_MISSING
+    return bad ? -1 : 0;
 }

@@ -8,6 +8,17 @@
  *
  * Ownership: a sandbox object owns its init process, its cgroup and its
  * scratch directories; sandbox_destroy() kills every process in it.
+ *
+ * Identity (strict): the worker never runs as host root. An unprivileged
+ * caller's sandbox runs as the caller; a root caller's as the workspace's
+ * owner, or as nobody (65534) when root owns the workspace, in which case
+ * the workspace's top directory is chowned to nobody. The uid is the same
+ * number inside and outside, so workspace files have sane host ownership.
+ * The workspace appears at its host path (tracebacks stay valid on the host).
+ *
+ * Threads: PR_SET_PDEATHSIG follows the *thread* that called sandbox_spawn();
+ * call it from a thread that lives as long as the sandbox should.
+ * See kernels/sandbox/README.md for the security model.
  */
 #ifndef KERNELS_SANDBOX_SANDBOX_H
 #define KERNELS_SANDBOX_SANDBOX_H
@@ -24,14 +35,15 @@ typedef enum sandbox_level {
 
 typedef struct sandbox_config {
     sandbox_level level;
-    const char *workspace;       /* absolute host path, read-write, the cwd */
-    const char *const *ro_paths; /* extra host paths bound read-only, NULL-terminated, may be NULL */
-    int network;                 /* 0: empty net namespace with lo; 1: user-mode networking */
-    uint64_t memory_bytes;       /* default 2 GiB */
-    uint64_t tmp_bytes;          /* /tmp and /dev/shm tmpfs size, default 512 MiB */
-    unsigned max_procs;          /* default 256 */
-    unsigned max_open_files;     /* default 1024 */
-    uint64_t max_file_bytes;     /* default 1 GiB */
+    const char *workspace; /* absolute host path, read-write, the cwd */
+    const char *const
+        *ro_paths;           /* extra host paths bound read-only, NULL-terminated, may be NULL */
+    int network;             /* 0: empty net namespace with lo; 1: user-mode networking */
+    uint64_t memory_bytes;   /* default 2 GiB */
+    uint64_t tmp_bytes;      /* /tmp and /dev/shm tmpfs size, default 512 MiB */
+    unsigned max_procs;      /* default 256 */
+    unsigned max_open_files; /* default 1024 */
+    uint64_t max_file_bytes; /* default 1 GiB */
 } sandbox_config;
 
 /* Sets cfg to the defaults above (level strict, network off). */
@@ -40,9 +52,10 @@ void sandbox_config_defaults(sandbox_config *cfg);
 typedef struct sandbox sandbox;
 
 /* new: starts argv[0] (absolute path) inside a new sandbox with environment
- * envp. fds[i] (i < nfds) becomes fd i of the worker; every other fd is
- * closed. On failure returns NULL with a reason in err (e.g. "user namespaces
- * unavailable: Operation not permitted"). */
+ * envp. fds[i] (i < nfds, nfds <= 16) becomes fd i of the worker; every other
+ * fd is closed. Returns once the worker's exec succeeded. On failure returns
+ * NULL with a reason in err (e.g. "user namespaces unavailable: Operation not
+ * permitted", "exec /x: No such file or directory"). */
 sandbox *sandbox_spawn(const sandbox_config *cfg, char *const argv[], char *const envp[],
                        const int *fds, int nfds, char *err, size_t errlen);
 
@@ -50,7 +63,8 @@ sandbox *sandbox_spawn(const sandbox_config *cfg, char *const argv[], char *cons
  * is the worker's (exit code, or the signal that killed it). */
 pid_t sandbox_pid(const sandbox *sb);
 
-/* Delivers sig to the worker's whole process group (SIGINT for interrupts). */
+/* Delivers sig to the worker's whole process group (SIGINT for interrupts);
+ * strict: through the sandbox's init, and SIGKILL ends the whole sandbox. */
 int sandbox_signal(sandbox *sb, int sig);
 
 /* When the worker died of a limit, writes which limit and its value, e.g.
@@ -59,7 +73,9 @@ int sandbox_signal(sandbox *sb, int sig);
 const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t size);
 
 /* CPU time (user + system, nanoseconds) used by every process of the sandbox
- * so far, or 0 when it cannot be measured. */
+ * so far, or 0 when it cannot be measured. With a cgroup (cpuacct / cpu.stat)
+ * it stays readable after the worker ended; without one it is summed from
+ * /proc over the live process tree, so read it while the sandbox runs. */
 uint64_t sandbox_cpu_ns(sandbox *sb);
 
 /* Kills every process of the sandbox (SIGKILL), reaps the direct child if the

@@ -1,0 +1,150 @@
+/*
+ * sbx_internal.h — the pieces sandbox.c assembles into SANDBOX_STRICT.
+ *
+ * One file per isolation concern, each with its own prefix. Everything here
+ * is private to kernels/sandbox/: the public entry point is sandbox.h.
+ *
+ * Functions that run in the sandbox's child processes report failure by
+ * returning -1 with a human-readable reason (strerror appended) in err; they
+ * never print and never exit, so sandbox.c can forward the reason to the
+ * caller of sandbox_spawn().
+ */
+#ifndef KERNELS_SANDBOX_SBX_INTERNAL_H
+#define KERNELS_SANDBOX_SBX_INTERNAL_H
+
+#include "kernels/sandbox/sandbox.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- sbx_util.c: error strings ------------------------------------------ */
+
+/* Writes fmt into err and appends ": strerror(errno)" when errno != 0.
+ * Returns -1 so callers can `return sbx_util_fail(...)`. */
+int sbx_util_fail(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Formats a byte count the way limit messages show it: "2 GiB", "64 MiB",
+ * "1536 KiB", "100 bytes". Returns buf. */
+const char *sbx_util_bytes(uint64_t n, char *buf, size_t size);
+/* Writes s to path (O_WRONLY, no O_CREAT). 0 or -1 with errno. */
+int sbx_util_write_file(const char *path, const char *s);
+/* Closes every fd >= 0 except the n in keep (-1 entries are ignored). */
+void sbx_util_close_except(const int *keep, int n);
+
+/* ---- sbx_ns.c: namespaces and the uid/gid mapping ------------------------ */
+
+/* Every namespace the worker gets (user, mount, pid, net, ipc, uts, cgroup). */
+#define SBX_NS_CLONE_FLAGS                                                                         \
+    (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |     \
+     CLONE_NEWCGROUP)
+
+typedef struct sbx_ids {
+    uid_t uid; /* host uid the sandbox runs as; also its uid inside */
+    gid_t gid;
+    int chown_workspace; /* root-owned workspace handed to uid (caller is root) */
+} sbx_ids;
+
+/* Decides which unprivileged host uid/gid the sandbox maps to. See the
+ * "Identity" comment in sbx_ns.c. */
+int sbx_ns_choose_ids(const char *workspace, sbx_ids *ids, char *err, size_t len);
+/* Parent side: writes setgroups=deny, uid_map and gid_map of child pid. */
+int sbx_ns_write_maps(pid_t pid, const sbx_ids *ids, char *err, size_t len);
+/* Child side, once the maps exist: become ids->uid/gid inside, keeping the
+ * namespace capabilities needed to finish the setup. */
+int sbx_ns_become(const sbx_ids *ids, char *err, size_t len);
+/* 0 when this process may create the namespaces, else -1 with a reason. */
+int sbx_ns_probe(char *err, size_t len);
+
+/* ---- sbx_mount.c: the read-only root ------------------------------------ */
+
+typedef struct sbx_mount_plan sbx_mount_plan;
+
+/* Child side, in the new mount namespace, before sbx_ns_become(): resolves
+ * every host path while the process still has the caller's access rights
+ * (detached mount clones via open_tree). new: free with sbx_mount_plan_free. */
+sbx_mount_plan *sbx_mount_prepare(const sandbox_config *cfg, char *err, size_t len);
+/* Child side, after sbx_ns_become(), as PID 1 of the new pid namespace:
+ * builds the tmpfs root, pivots into it, remounts it read-only and makes the
+ * workspace the cwd. */
+int sbx_mount_build(sbx_mount_plan *plan, const sandbox_config *cfg, const sbx_ids *ids, char *err,
+                    size_t len);
+void sbx_mount_plan_free(sbx_mount_plan **plan);
+
+/* ---- sbx_caps.c --------------------------------------------------------- */
+
+/* no_new_privs, then every capability gone: bounding, ambient, inheritable,
+ * permitted, effective. */
+int sbx_caps_drop_all(char *err, size_t len);
+
+/* ---- sbx_landlock.c ----------------------------------------------------- */
+
+/* Landlock ABI version of the running kernel, 0 when unavailable. */
+int sbx_landlock_abi(void);
+/* Restricts the calling process (in the final root) to the sandbox's mounts.
+ * Returns the ABI used (> 0), 0 when Landlock is unavailable, -1 on error. */
+int sbx_landlock_apply(const sandbox_config *cfg, char *err, size_t len);
+
+/* ---- sbx_seccomp.c ------------------------------------------------------ */
+
+/* 0 when seccomp filters with KILL_PROCESS are available, else -1 + reason. */
+int sbx_seccomp_probe(char *err, size_t len);
+/* Loads the deny-list filter into the calling process (no_new_privs set). */
+int sbx_seccomp_apply(const sandbox_config *cfg, char *err, size_t len);
+
+/* ---- sbx_limits.c ------------------------------------------------------- */
+
+typedef struct sbx_limits sbx_limits;
+
+/* Parent side: creates this sandbox's cgroups where the host lets us and
+ * writes the limits. Never fails: without cgroups the rlimits carry the
+ * limits. new: free with sbx_limits_destroy. */
+sbx_limits *sbx_limits_new(const sandbox_config *cfg);
+/* Moves pid (and its future children) into the cgroups. */
+int sbx_limits_attach(sbx_limits *lim, pid_t pid, char *err, size_t len);
+/* Child side, in the worker just before exec. */
+int sbx_limits_apply_rlimits(const sandbox_config *cfg, const sbx_limits *lim, char *err,
+                             size_t len);
+int sbx_limits_has_memory_cgroup(const sbx_limits *lim);
+/* "out of memory (limit 2 GiB)" etc. or NULL; see sandbox_limit_hit(). */
+const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status, char *buf,
+                           size_t size);
+/* CPU ns of the sandbox's cgroup, or of the process tree under root_pid. */
+uint64_t sbx_limits_cpu_ns(sbx_limits *lim, pid_t root_pid);
+/* Appends protection names ("cgroup-v1-memory", "rlimit-nproc", ...). */
+void sbx_limits_describe(const sandbox_config *cfg, json_t *list);
+/* Kills what is left in the cgroups and removes them. NULL-safe. */
+void sbx_limits_destroy(sbx_limits **lim);
+
+/* ---- sbx_net.c ---------------------------------------------------------- */
+
+/* Child side: brings lo up in the new network namespace. */
+int sbx_net_lo_up(char *err, size_t len);
+/* Parent side, network on: attaches slirp4netns to pid's namespaces and
+ * waits until tap0 is configured. Returns slirp4netns' pid; it exits when
+ * *exit_fd (kept by the caller) is closed. */
+pid_t sbx_net_start_slirp(pid_t pid, int *exit_fd, char *err, size_t len);
+#define SBX_NET_MAX_HOST_ADDRS 32
+/* Parent side, in the host's network namespace: the host's own IPv4
+ * addresses (not loopback), network byte order. Returns how many. */
+int sbx_net_host_addrs(uint32_t *addrs, int max);
+/* Child side, network on, with CAP_NET_ADMIN in the new namespace: reject
+ * routes to the host's own addresses, so that services listening on the
+ * host's 0.0.0.0 are not reachable through its external address either. */
+int sbx_net_block_host(const uint32_t *addrs, int n, char *err, size_t len);
+/* 0 when user-mode networking can work on this host, else -1 + reason. */
+int sbx_net_probe(char *err, size_t len);
+
+/* ---- sbx_init.c --------------------------------------------------------- */
+
+/* PID 1 of the sandbox: runs until the worker (pid worker) exits, forwarding
+ * SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 to its process group and
+ * reaping orphans. Writes the worker's wait status (int) to status_fd, then
+ * returns the exit code init should _exit() with. */
+int sbx_init_run(pid_t worker, int status_fd);
+/* Blocks the signals sbx_init_run() forwards; call before forking the worker
+ * so that none is lost in between (the worker unblocks them). */
+void sbx_init_block_signals(void);
+
+#endif

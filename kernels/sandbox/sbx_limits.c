@@ -1,0 +1,459 @@
+/*
+ * sbx_limits.c — resource limits: cgroups where the host lets us create
+ * them (cgroup v2 memory.max/pids.max, or v1 memory/pids/cpuacct
+ * controllers), rlimits always.
+ *
+ * A sandbox's cgroups are children of the cgroup the caller runs in (that is
+ * the part of the hierarchy delegated to us, if any). Only the sandbox's init
+ * and its descendants are moved in, so the accounting is exactly the
+ * sandbox's. Without cgroups (an unprivileged caller without delegation):
+ *   memory    RLIMIT_DATA (not RLIMIT_AS: JIT runtimes reserve huge ranges)
+ *   processes RLIMIT_NPROC — since Linux 5.14 it is counted per user
+ *             namespace, and every sandbox has a fresh one, so it is a
+ *             per-sandbox limit even when sandboxes share a host uid
+ *   cpu time  summed over the sandbox's process tree from /proc
+ * RLIMIT_NOFILE, RLIMIT_FSIZE and RLIMIT_CORE=0 apply in every case.
+ */
+#include "kernels/sandbox/sbx_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SBX_CG_ROOT "/sys/fs/cgroup"
+#define SBX_CG_DIRLEN 1024
+
+struct sbx_limits {
+    int version;             /* 0: no cgroups, 1, 2 */
+    char mem[SBX_CG_DIRLEN]; /* "" when not available */
+    char pids[SBX_CG_DIRLEN];
+    char cpu[SBX_CG_DIRLEN]; /* v1 cpuacct dir, or the v2 dir */
+    uint64_t memory_bytes;   /* what was written */
+    unsigned max_procs;
+};
+
+static atomic_uint sbx_limits_counter;
+
+/* The caller's cgroup path for a v1 controller (or "" for v2), from
+ * /proc/self/cgroup. */
+static int sbx_limits_self_path(const char *ctrl, char *out, size_t size)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (!f)
+        return -1;
+    char line[1024];
+    int found = -1;
+    while (fgets(line, sizeof line, f)) {
+        char *c1 = strchr(line, ':');
+        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = 0;
+        char *ctrls = c1 + 1;
+        int match = 0;
+        if (ctrl[0] == 0)
+            match = ctrls[0] == 0;
+        else
+            for (char *tok = strtok(ctrls, ","); tok; tok = strtok(NULL, ","))
+                if (!strcmp(tok, ctrl))
+                    match = 1;
+        if (match) {
+            char *path = c2 + 1;
+            path[strcspn(path, "\n")] = 0;
+            snprintf(out, size, "%s", strcmp(path, "/") ? path : "");
+            found = 0;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static int sbx_limits_exists(const char *dir, const char *file)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    return access(p, F_OK) == 0;
+}
+
+static int sbx_limits_write(const char *dir, const char *file, const char *val)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    return sbx_util_write_file(p, val);
+}
+
+/* Reads "key N" out of a flat keyed file (memory.events, pids.events,
+ * memory.oom_control). */
+static long long sbx_limits_read_key(const char *dir, const char *file, const char *key)
+{
+    char p[PATH_MAX], line[256];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    FILE *f = fopen(p, "re");
+    if (!f)
+        return -1;
+    long long v = -1;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && line[kl] == ' ') {
+            v = atoll(line + kl + 1);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Removes empty sandbox cgroups in dir left by callers that died without
+ * sandbox_destroy() (SIGKILLed kernels): their name carries the caller's
+ * pid, and cgroup v1 has no way to remove them on release without touching
+ * the host-wide release agent. A busy cgroup is never removed. */
+static void sbx_limits_collect_stale(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int pid;
+        if (sscanf(de->d_name, "kernelmgr-sandbox-%d-", &pid) != 1 || pid <= 0)
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char p[SBX_CG_DIRLEN + 300];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        rmdir(p);
+    }
+    closedir(d);
+}
+
+/* Creates <controller root><own path>/<name>; "" in out on failure. */
+static void sbx_limits_mkdir_v1(const char *ctrl, const char *name, char *out, size_t size)
+{
+    char own[SBX_CG_DIRLEN];
+    out[0] = 0;
+    if (sbx_limits_self_path(ctrl, own, sizeof own) < 0)
+        return;
+    char dir[SBX_CG_DIRLEN];
+    if (snprintf(dir, sizeof dir, SBX_CG_ROOT "/%s%s", ctrl, own) >= (int)sizeof dir - 80)
+        return;
+    sbx_limits_collect_stale(dir);
+    size_t n = strlen(dir);
+    snprintf(dir + n, sizeof dir - n, "/%s", name);
+    if (mkdir(dir, 0755) < 0)
+        return;
+    snprintf(out, size, "%s", dir);
+}
+
+sbx_limits *sbx_limits_new(const sandbox_config *cfg)
+{
+    sbx_limits *lim = calloc(1, sizeof *lim);
+    if (!lim)
+        return NULL;
+    char name[64], val[32];
+    snprintf(name, sizeof name, "kernelmgr-sandbox-%d-%u", (int)getpid(),
+             atomic_fetch_add(&sbx_limits_counter, 1));
+    struct statfs sfs;
+    if (statfs(SBX_CG_ROOT, &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC) {
+        char own[SBX_CG_DIRLEN], dir[SBX_CG_DIRLEN] = "";
+        if (sbx_limits_self_path("", own, sizeof own) == 0 &&
+            snprintf(dir, sizeof dir, SBX_CG_ROOT "%s", own) < (int)sizeof dir - 80) {
+            sbx_limits_collect_stale(dir);
+            size_t n = strlen(dir);
+            snprintf(dir + n, sizeof dir - n, "/%s", name);
+        }
+        if (dir[0] && mkdir(dir, 0755) == 0) {
+            lim->version = 2;
+            snprintf(lim->cpu, sizeof lim->cpu, "%s", dir);
+            snprintf(val, sizeof val, "%llu", (unsigned long long)cfg->memory_bytes);
+            if (cfg->memory_bytes && sbx_limits_exists(dir, "memory.max") &&
+                sbx_limits_write(dir, "memory.max", val) == 0) {
+                sbx_limits_write(dir, "memory.swap.max", "0");
+                snprintf(lim->mem, sizeof lim->mem, "%s", dir);
+            }
+            snprintf(val, sizeof val, "%u", cfg->max_procs);
+            if (cfg->max_procs && sbx_limits_exists(dir, "pids.max") &&
+                sbx_limits_write(dir, "pids.max", val) == 0)
+                snprintf(lim->pids, sizeof lim->pids, "%s", dir);
+        }
+    } else {
+        if (cfg->memory_bytes) {
+            sbx_limits_mkdir_v1("memory", name, lim->mem, sizeof lim->mem);
+            snprintf(val, sizeof val, "%llu", (unsigned long long)cfg->memory_bytes);
+            if (lim->mem[0] && sbx_limits_write(lim->mem, "memory.limit_in_bytes", val) < 0) {
+                rmdir(lim->mem);
+                lim->mem[0] = 0;
+            }
+            /* memory+swap at the same value: no escaping the limit by swapping */
+            if (lim->mem[0])
+                sbx_limits_write(lim->mem, "memory.memsw.limit_in_bytes", val);
+        }
+        if (cfg->max_procs) {
+            sbx_limits_mkdir_v1("pids", name, lim->pids, sizeof lim->pids);
+            snprintf(val, sizeof val, "%u", cfg->max_procs);
+            if (lim->pids[0] && sbx_limits_write(lim->pids, "pids.max", val) < 0) {
+                rmdir(lim->pids);
+                lim->pids[0] = 0;
+            }
+        }
+        sbx_limits_mkdir_v1("cpuacct", name, lim->cpu, sizeof lim->cpu);
+        if (lim->mem[0] || lim->pids[0] || lim->cpu[0])
+            lim->version = 1;
+    }
+    lim->memory_bytes = lim->mem[0] ? cfg->memory_bytes : 0;
+    lim->max_procs = lim->pids[0] ? cfg->max_procs : 0;
+    return lim;
+}
+
+int sbx_limits_attach(sbx_limits *lim, pid_t pid, char *err, size_t len)
+{
+    char val[32];
+    snprintf(val, sizeof val, "%d", (int)pid);
+    const char *dirs[] = {lim->mem, lim->pids, lim->cpu};
+    for (size_t i = 0; i < 3; i++) {
+        if (!dirs[i][0] || (i > 0 && !strcmp(dirs[i], dirs[0])) ||
+            (i == 2 && !strcmp(dirs[2], dirs[1])))
+            continue;
+        if (sbx_limits_write(dirs[i], "cgroup.procs", val) < 0)
+            return sbx_util_fail(err, len, "cgroup: move %d into %s", (int)pid, dirs[i]);
+    }
+    return 0;
+}
+
+int sbx_limits_has_memory_cgroup(const sbx_limits *lim)
+{
+    return lim && lim->mem[0];
+}
+
+int sbx_limits_apply_rlimits(const sandbox_config *cfg, const sbx_limits *lim, char *err,
+                             size_t len)
+{
+    struct {
+        int res;
+        uint64_t val;
+        const char *name;
+    } set[] = {
+        {RLIMIT_CORE, 0, "core"},
+        {RLIMIT_NOFILE, cfg->max_open_files, "open files"},
+        {RLIMIT_FSIZE, cfg->max_file_bytes, "file size"},
+        {RLIMIT_NPROC, cfg->max_procs, "processes"},
+        {RLIMIT_DATA, sbx_limits_has_memory_cgroup(lim) ? 0 : cfg->memory_bytes, "memory"},
+    };
+    for (size_t i = 0; i < sizeof set / sizeof *set; i++) {
+        if (set[i].val == 0 && set[i].res != RLIMIT_CORE)
+            continue;
+        struct rlimit r = {set[i].val, set[i].val};
+        if (setrlimit(set[i].res, &r) < 0)
+            return sbx_util_fail(err, len, "rlimit %s", set[i].name);
+    }
+    return 0;
+}
+
+const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status, char *buf,
+                           size_t size)
+{
+    char n[32];
+    /* A shell reports a child killed by SIGXFSZ as exit code 128+SIGXFSZ. */
+    if ((WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGXFSZ) ||
+        (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 128 + SIGXFSZ)) {
+        snprintf(buf, size, "file size limit exceeded (limit %s)",
+                 sbx_util_bytes(cfg->max_file_bytes, n, sizeof n));
+        return buf;
+    }
+    int failed = WIFSIGNALED(wait_status) || (WIFEXITED(wait_status) && WEXITSTATUS(wait_status));
+    if (!lim || !failed)
+        return NULL;
+    if (lim->mem[0]) {
+        long long ooms = lim->version == 2
+                             ? sbx_limits_read_key(lim->mem, "memory.events", "oom_kill")
+                             : sbx_limits_read_key(lim->mem, "memory.oom_control", "oom_kill");
+        if (ooms > 0) {
+            snprintf(buf, size, "out of memory (limit %s)",
+                     sbx_util_bytes(lim->memory_bytes, n, sizeof n));
+            return buf;
+        }
+    }
+    if (lim->pids[0] && sbx_limits_read_key(lim->pids, "pids.events", "max") > 0) {
+        snprintf(buf, size, "process limit reached (limit %u)", lim->max_procs);
+        return buf;
+    }
+    return NULL;
+}
+
+static uint64_t sbx_limits_read_u64(const char *dir, const char *file)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    FILE *f = fopen(p, "re");
+    unsigned long long v = 0;
+    if (f) {
+        if (fscanf(f, "%llu", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
+typedef struct {
+    pid_t pid, ppid;
+    unsigned long long ticks;
+} sbx_limits_proc;
+
+/* Without cgroups: every live process of the tree under root, with the time
+ * of its reaped children (cutime/cstime), covers everything the sandbox
+ * ever ran (orphans are reparented to init, which is in the tree). */
+static uint64_t sbx_limits_proc_tree_ns(pid_t root)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    size_t n = 0, cap = 256;
+    sbx_limits_proc *ps = malloc(cap * sizeof *ps);
+    if (!ps) {
+        closedir(d);
+        return 0;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        char p[300], buf[1024];
+        snprintf(p, sizeof p, "/proc/%s/stat", de->d_name);
+        FILE *f = fopen(p, "re");
+        if (!f)
+            continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = 0;
+        char *rp = strrchr(buf, ')');
+        if (!rp)
+            continue;
+        /* after ")": state ppid pgrp session tty tpgid flags minflt cminflt
+         * majflt cmajflt utime stime cutime cstime */
+        int ppid;
+        unsigned long long ut, st, cut, cst;
+        if (sscanf(rp + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &ppid,
+                   &ut, &st, &cut, &cst) != 5)
+            continue;
+        if (n == cap) {
+            sbx_limits_proc *np = realloc(ps, 2 * cap * sizeof *ps);
+            if (!np)
+                break;
+            ps = np;
+            cap *= 2;
+        }
+        ps[n++] = (sbx_limits_proc){atoi(de->d_name), ppid, ut + st + cut + cst};
+    }
+    closedir(d);
+    /* Mark the tree: repeat until no new member (trees are shallow). */
+    char *in = calloc(n ? n : 1, 1);
+    unsigned long long ticks = 0;
+    int changed = 1;
+    while (in && changed) {
+        changed = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (in[i])
+                continue;
+            int member = ps[i].pid == root;
+            for (size_t j = 0; !member && j < n; j++)
+                member = in[j] && ps[j].pid == ps[i].ppid;
+            if (member) {
+                in[i] = 1;
+                ticks += ps[i].ticks;
+                changed = 1;
+            }
+        }
+    }
+    free(in);
+    free(ps);
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? ticks * (1000000000ULL / (unsigned long long)hz) : 0;
+}
+
+uint64_t sbx_limits_cpu_ns(sbx_limits *lim, pid_t root_pid)
+{
+    if (lim && lim->cpu[0]) {
+        if (lim->version == 1)
+            return sbx_limits_read_u64(lim->cpu, "cpuacct.usage");
+        long long us = sbx_limits_read_key(lim->cpu, "cpu.stat", "usage_usec");
+        if (us >= 0)
+            return (uint64_t)us * 1000;
+    }
+    return root_pid > 0 ? sbx_limits_proc_tree_ns(root_pid) : 0;
+}
+
+void sbx_limits_describe(const sandbox_config *cfg, json_t *list)
+{
+    sbx_limits *lim = sbx_limits_new(cfg);
+    char name[64];
+    const char *v = lim && lim->version == 2 ? "cgroup-v2" : "cgroup-v1";
+    if (lim && lim->mem[0]) {
+        snprintf(name, sizeof name, "%s-memory", v);
+        json_array_append_new(list, json_string(name));
+    } else if (cfg->memory_bytes) {
+        json_array_append_new(list, json_string("rlimit-data"));
+    }
+    if (lim && lim->pids[0]) {
+        snprintf(name, sizeof name, "%s-pids", v);
+        json_array_append_new(list, json_string(name));
+    }
+    if (cfg->max_procs)
+        json_array_append_new(list, json_string("rlimit-nproc"));
+    if (lim && lim->cpu[0]) {
+        snprintf(name, sizeof name, "%s-cpu-accounting", v);
+        json_array_append_new(list, json_string(name));
+    }
+    json_array_append_new(list, json_string("rlimit-nofile"));
+    json_array_append_new(list, json_string("rlimit-fsize"));
+    json_array_append_new(list, json_string("rlimit-core-0"));
+    sbx_limits_destroy(&lim);
+}
+
+/* SIGKILLs whatever is still in dir and removes it, waiting briefly for
+ * dying processes to leave. */
+static void sbx_limits_remove(const char *dir)
+{
+    for (int attempt = 0; attempt < 200; attempt++) {
+        if (rmdir(dir) == 0 || errno == ENOENT)
+            return;
+        if (errno != EBUSY)
+            return;
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/cgroup.procs", dir);
+        FILE *f = fopen(p, "re");
+        if (f) {
+            int pid;
+            while (fscanf(f, "%d", &pid) == 1)
+                kill(pid, SIGKILL);
+            fclose(f);
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void sbx_limits_destroy(sbx_limits **plim)
+{
+    if (!plim || !*plim)
+        return;
+    sbx_limits *lim = *plim;
+    if (lim->mem[0])
+        sbx_limits_remove(lim->mem);
+    if (lim->pids[0] && strcmp(lim->pids, lim->mem))
+        sbx_limits_remove(lim->pids);
+    if (lim->cpu[0] && strcmp(lim->cpu, lim->mem) && strcmp(lim->cpu, lim->pids))
+        sbx_limits_remove(lim->cpu);
+    free(lim);
+    *plim = NULL;
+}

@@ -1,0 +1,184 @@
+/*
+ * sbx_seccomp.c — the system-call deny list (libseccomp).
+ *
+ * Default allow, deny what a REPL never needs and what has a history of
+ * kernel exploits or of reaching outside a namespace: debugging other
+ * processes, keyrings, BPF, perf, userfaultfd, io_uring, every mount and
+ * namespace call, kexec/modules/reboot/swap, terminal injection, file
+ * handles, personality changes, exotic socket families. Denied calls fail
+ * with EPERM so programs see an ordinary error; clone3 fails with ENOSYS so
+ * libc falls back to clone, whose flags (unlike clone3's) can be inspected.
+ * A call made through a foreign architecture (32-bit int 0x80, x32) kills
+ * the process: the filter only speaks the native one.
+ *
+ * Sockets: AF_UNIX always; AF_NETLINK only NETLINK_ROUTE (ip, getifaddrs —
+ * it only shows the sandbox's own network namespace); AF_INET/AF_INET6 only
+ * with network on; every other family denied.
+ */
+#include "kernels/sandbox/sbx_internal.h"
+
+#include <errno.h>
+#include <linux/netlink.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+static const char *const sbx_seccomp_denied[] = {"ptrace",
+                                                 "process_vm_readv",
+                                                 "process_vm_writev",
+                                                 "pidfd_getfd",
+                                                 "kcmp",
+                                                 "keyctl",
+                                                 "add_key",
+                                                 "request_key",
+                                                 "bpf",
+                                                 "perf_event_open",
+                                                 "userfaultfd",
+                                                 "io_uring_setup",
+                                                 "io_uring_enter",
+                                                 "io_uring_register",
+                                                 "mount",
+                                                 "umount",
+                                                 "umount2",
+                                                 "move_mount",
+                                                 "open_tree",
+                                                 "fsopen",
+                                                 "fsconfig",
+                                                 "fsmount",
+                                                 "fspick",
+                                                 "mount_setattr",
+                                                 "pivot_root",
+                                                 "chroot",
+                                                 "unshare",
+                                                 "setns",
+                                                 "kexec_load",
+                                                 "kexec_file_load",
+                                                 "init_module",
+                                                 "finit_module",
+                                                 "delete_module",
+                                                 "reboot",
+                                                 "swapon",
+                                                 "swapoff",
+                                                 "open_by_handle_at",
+                                                 "name_to_handle_at",
+                                                 "acct",
+                                                 "quotactl",
+                                                 "quotactl_fd",
+                                                 "syslog",
+                                                 "vhangup",
+                                                 "iopl",
+                                                 "ioperm",
+                                                 "lookup_dcookie",
+                                                 "settimeofday",
+                                                 "clock_settime",
+                                                 "clock_adjtime",
+                                                 "adjtimex",
+                                                 "uselib",
+                                                 "nfsservctl",
+                                                 "fanotify_init",
+                                                 "vm86",
+                                                 "vm86old",
+                                                 NULL};
+
+int sbx_seccomp_probe(char *err, size_t len)
+{
+    if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0)
+        return sbx_util_fail(err, len, "seccomp unavailable");
+    uint32_t action = SECCOMP_RET_KILL_PROCESS;
+    if (syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) < 0)
+        return sbx_util_fail(err, len, "seccomp unavailable (no filter mode with kill-process)");
+    return 0;
+}
+
+#define SBX_SC_RULE(ctx, action, name, ...)                                                        \
+    seccomp_rule_add((ctx), (action), seccomp_syscall_resolve_name(name), __VA_ARGS__)
+
+int sbx_seccomp_apply(const sandbox_config *cfg, char *err, size_t len)
+{
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        return sbx_util_fail(err, len, "seccomp: init");
+    const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
+    int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+    const char *what = "bad-arch action";
+    for (const char *const *n = sbx_seccomp_denied; rc == 0 && *n; n++) {
+        int nr = seccomp_syscall_resolve_name(*n);
+        if (nr == __NR_SCMP_ERROR)
+            continue; /* not on this architecture */
+        what = *n;
+        rc = seccomp_rule_add(ctx, eperm, nr, 0);
+    }
+    if (rc == 0) {
+        what = "clone3";
+        rc = SBX_SC_RULE(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0);
+    }
+    /* clone's flags are its first argument on x86_64 and arm64 alike; one
+     * masked compare per namespace flag. */
+    static const uint64_t ns_flags[] = {CLONE_NEWUSER,   CLONE_NEWNS,  CLONE_NEWPID,
+                                        CLONE_NEWNET,    CLONE_NEWIPC, CLONE_NEWUTS,
+                                        CLONE_NEWCGROUP, CLONE_NEWTIME};
+    for (size_t i = 0; rc == 0 && i < sizeof ns_flags / sizeof *ns_flags; i++) {
+        what = "clone";
+        rc = SBX_SC_RULE(ctx, eperm, "clone", 1,
+                         SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
+    }
+    /* The ioctl request is an unsigned int: compare the low 32 bits only, or
+     * a caller could set high bits to slip past an exact 64-bit compare. */
+    if (rc == 0) {
+        what = "ioctl TIOCSTI";
+        rc = SBX_SC_RULE(ctx, eperm, "ioctl", 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI));
+    }
+    if (rc == 0) {
+        what = "ioctl TIOCLINUX";
+        rc = SBX_SC_RULE(ctx, eperm, "ioctl", 1,
+                         SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX));
+    }
+    /* personality: only the query (0xffffffff). Setting a persona can turn
+     * off ASLR (ADDR_NO_RANDOMIZE) or make data executable; libseccomp cannot
+     * express a set of allowed values in one rule, and nothing a REPL runs
+     * needs to set one. */
+    if (rc == 0) {
+        what = "personality";
+        rc = SBX_SC_RULE(ctx, eperm, "personality", 1, SCMP_A0(SCMP_CMP_NE, 0xffffffffu));
+    }
+    /* socket(domain, ...): the domain is an int, so any value with high bits
+     * set is >= AF_NETLINK + 1 as a 64-bit number and falls in the last range. */
+    if (rc == 0) {
+        what = "socket";
+        rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_UNSPEC));
+        for (uint64_t af = 3; rc == 0 && af < AF_NETLINK; af++)
+            if (af != AF_INET6)
+                rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, af));
+        if (rc == 0)
+            rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_GT, AF_NETLINK));
+        if (rc == 0)
+            rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
+                             SCMP_A2(SCMP_CMP_NE, NETLINK_ROUTE));
+        if (rc == 0 && !cfg->network) {
+            rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_INET));
+            if (rc == 0)
+                rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+        }
+    }
+    if (rc == 0) {
+        what = "load";
+        rc = seccomp_load(ctx);
+    }
+    seccomp_release(ctx);
+    if (rc < 0) {
+        errno = -rc;
+        return sbx_util_fail(err, len, "seccomp: %s", what);
+    }
+    return 0;
+}

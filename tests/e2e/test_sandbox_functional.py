@@ -1,0 +1,222 @@
+"""The sandbox must not break real work (issue 5): the scientific stack,
+subprocess, multiprocessing, pip, workspace files with sane ownership,
+signals, exit statuses, limit messages, clear errors."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import kutil
+import sbxutil
+from sbxutil import PY
+
+
+@pytest.fixture(params=sbxutil.USERS)
+def sbx(request):
+    s = sbxutil.Sandboxes(request.param)
+    yield s
+    s.close()
+
+
+SCIENCE = r'''
+import numpy as np, pandas as pd, matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+a = np.linalg.inv(np.array([[2.0, 0.0], [0.0, 4.0]]))
+df = pd.DataFrame({"x": range(5), "y": [v * v for v in range(5)]})
+fig, ax = plt.subplots()
+ax.plot(df.x, df.y)
+fig.savefig("plot.png")
+df.to_csv("table.csv", index=False)
+print("SUM", df.y.sum(), a[1][1])
+'''
+
+
+def test_scientific_stack(sbx):
+    r = sbx.run(SCIENCE, "python", ["--ro", "/usr"], timeout=120)
+    assert r.rc == 0, r
+    assert "SUM 30 0.25" in r.out, r
+    png = sbx.ws / "plot.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_uid == sbx.expected_uid()
+    assert (sbx.ws / "table.csv").read_text().startswith("x,y")
+
+
+def test_scientific_stack_in_kernel(sbx):
+    text, _ = sbx.kernel_run("python", SCIENCE, ["--python", PY], timeout=120)
+    assert "SUM 30 0.25" in text, text
+    assert (sbx.ws / "plot.png").stat().st_uid == sbx.expected_uid()
+
+
+def test_subprocess_and_multiprocessing(sbx):
+    code = r'''
+import multiprocessing as mp, subprocess
+def sq(v):
+    return v * v
+if __name__ == "__main__":
+    print("SUB", subprocess.run(["/bin/echo", "hi"], capture_output=True, text=True).stdout.strip())
+    with mp.Pool(2) as p:
+        print("POOL", sum(p.map(sq, range(10))))
+    q = mp.Queue(); pr = mp.Process(target=q.put, args=(7,)); pr.start(); print("PROC", q.get()); pr.join()
+'''
+    (sbx.ws / "mpjob.py").write_text(code)
+    if sbx.user == "nobody":
+        os.chown(sbx.ws / "mpjob.py", sbxutil.NOBODY, sbxutil.NOBODY)
+    r = sbx.run(f"{PY} mpjob.py", "bash", timeout=120)
+    assert r.rc == 0, r
+    assert "SUB hi" in r.out and "POOL 285" in r.out and "PROC 7" in r.out, r
+
+
+def test_pip_version(sbx):
+    r = sbx.run(f"{PY} -m pip --version", "bash", timeout=120)
+    assert r.rc == 0, r
+    assert r.out.startswith("pip "), r
+
+
+def test_bash_tools_work(sbx):
+    r = sbx.run("set -e; echo data > f.txt; grep -c data f.txt; sort < f.txt | wc -l; "
+                "ls /tmp >/dev/null; echo x > /tmp/t && cat /tmp/t; "
+                "echo y > /dev/shm/s && cat /dev/shm/s; date +%Y >/dev/null; "
+                "whoami; hostname; echo err >&2", "bash")
+    assert r.rc == 0, r
+    assert r.out.split() == ["1", "1", "x", "y", r.out.split()[4], "sandbox"], r
+    assert "err" in r.err
+
+
+@pytest.mark.skipif(not sbxutil.IS_ROOT, reason="needs root to chown the workspace")
+def test_workspace_owner_is_the_sandbox_user(tmp_path):
+    s = sbxutil.Sandboxes("invoker")
+    try:
+        os.chown(s.ws, 4321, 4321)
+        r = s.run("id -u; id -g; echo x > made-here", "bash")
+        assert r.rc == 0, r
+        assert r.out.split()[:2] == ["4321", "4321"], r
+        st = (s.ws / "made-here").stat()
+        assert (st.st_uid, st.st_gid) == (4321, 4321)
+    finally:
+        s.close()
+
+
+@pytest.mark.skipif(not sbxutil.IS_ROOT, reason="root-owned workspaces need root")
+def test_root_owned_workspace_is_handed_to_nobody(tmp_path):
+    s = sbxutil.Sandboxes("invoker")
+    try:
+        assert s.ws.stat().st_uid == 0
+        r = s.run("id -u; echo x > f", "bash")
+        assert r.rc == 0, r
+        assert r.out.split()[0] == str(sbxutil.NOBODY), r  # never root on the host
+        assert (s.ws / "f").stat().st_uid == sbxutil.NOBODY
+    finally:
+        s.close()
+
+
+def test_exit_status_and_signals(sbx):
+    assert sbx.run("exit 3").rc == 3
+    assert sbx.run("kill -9 $$").rc == 128 + 9
+    # SIGINT reaches the worker's process group through the sandbox's init
+    cmd = [*sbx.prefix, sbx.tool, "--workspace", str(sbx.ws), "--", "/bin/bash", "-c",
+           "trap 'echo GOT-INT; exit 7' INT; echo ready; while :; do sleep 0.1; done"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert "GOT-INT" in out, (out, err)
+    assert p.returncode == 7, (out, err)
+
+
+def test_file_size_limit_message(sbx):
+    r = sbx.run("head -c 3000000 /dev/zero > big", "bash", ["--fsize", "1m"])
+    assert r.rc == 128 + signal.SIGXFSZ, r
+    assert "file size limit exceeded (limit 1 MiB)" in r.err, r
+    assert (sbx.ws / "big").stat().st_size == 1 << 20
+
+
+def test_open_files_limit(sbx):
+    r = sbx.run("import os\nfds = []\ntry:\n    while True: fds.append(os.open('/dev/null', 0))\n"
+                "except OSError as e:\n    print('LIMIT', len(fds), e.errno)\n", "python",
+                ["--nofile", "64"])
+    assert r.rc == 0, r
+    assert "LIMIT" in r.out and int(r.out.split()[1]) < 64 and r.out.split()[2] == "24", r
+
+
+def test_cpu_time_is_measured(sbx):
+    r = sbx.run("i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done", "bash")
+    assert r.rc == 0, r
+    ns = int(r.err.split("cpu_ns=")[1].split()[0])
+    if sbxutil.IS_ROOT and sbx.user == "invoker":
+        assert ns > 10_000_000, r  # cgroup cpuacct: the loop takes well over 10 ms
+    else:
+        assert ns >= 0
+
+
+def test_check_and_protections(sbx):
+    r = subprocess.run([*sbx.prefix, sbx.tool, "--check"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r
+    assert "check: ok" in r.stdout
+    for p in ("user-namespace", "pid-namespace", "network-namespace", "seccomp",
+              "no-new-privs", "capabilities-dropped", "network-off", "rlimit-nproc"):
+        assert f'"{p}"' in r.stdout, r.stdout
+    if sbxutil.IS_ROOT and sbx.user == "invoker":
+        assert '"cgroup-v1-memory"' in r.stdout or '"cgroup-v2-memory"' in r.stdout, r.stdout
+
+
+def test_clear_errors(sbx):
+    r = sbx.run("true", "bash", ["--ro", "/nonexistent-kmsbx"])
+    assert r.rc == 125 and "/nonexistent-kmsbx" in r.err and "No such file" in r.err, r
+    r = subprocess.run([*sbx.prefix, sbx.tool, "--workspace", "/nonexistent-kmsbx-ws", "--",
+                        "/bin/true"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 125 and "workspace /nonexistent-kmsbx-ws" in r.stderr, r
+    r = subprocess.run([*sbx.prefix, sbx.tool, "--workspace", str(sbx.ws), "--", "true"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 125 and "not an absolute path" in r.stderr, r
+    r = subprocess.run([*sbx.prefix, sbx.tool, "--workspace", str(sbx.ws), "--",
+                        "/no/such/binary"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 125 and "exec /no/such/binary" in r.stderr, r
+
+
+def test_level_none_still_runs(sbx):
+    r = sbx.run("echo plain; pwd", "bash", ["--level", "none"])
+    assert r.rc == 0 and r.out.split() == ["plain", str(sbx.ws)], r
+
+
+def test_interpreter_prefix_in_ro_paths(sbx):
+    """A Python outside /usr (pyenv, uv) works when its prefix is bound."""
+    found = shutil.which("python3")
+    if not found:
+        pytest.skip("no python3 on PATH")
+    real = subprocess.run([found, "-c", "import sys; print(sys.executable); print(sys.prefix)"],
+                          capture_output=True, text=True, timeout=30)
+    if real.returncode != 0:
+        pytest.skip("python3 on PATH does not run")
+    exe, prefix = real.stdout.split()
+    exe = os.path.realpath(exe)
+    if prefix.startswith("/usr"):
+        pytest.skip("python3 on PATH is the system one")
+    if sbx.user == "nobody" and subprocess.run(
+            [*sbx.prefix, "/usr/bin/stat", prefix], capture_output=True).returncode != 0:
+        pytest.skip(f"{exe} is not readable by nobody on the host")
+    cmd = [*sbx.prefix, sbx.tool, "--workspace", str(sbx.ws), "--ro", prefix, "--", exe, "-c",
+           "import sys, os; print(sys.version_info[0], os.getcwd())"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r
+    assert r.stdout.split() == ["3", str(sbx.ws)], r
+
+
+def test_python_traceback_paths_match_the_host(sbx):
+    (sbx.ws / "boom.py").write_text("def f():\n    1/0\nf()\n")
+    if sbx.user == "nobody":
+        os.chown(sbx.ws / "boom.py", sbxutil.NOBODY, sbxutil.NOBODY)
+    r = sbx.run(f"{PY} boom.py", "bash")
+    assert r.rc == 1
+    assert f'File "{sbx.ws}/boom.py", line 2' in r.err, r
