@@ -7,11 +7,12 @@
  */
 #include "kernelmgr/cli.h"
 #include "kernelmgr/daemon.h"
+#include "kernelmgr/doctor.h"
 #include "kernelmgr/kclient.h"
 #include "kernelmgr/klaunch.h"
+#include "kernelmgr/kspecinstall.h"
 #include "kernelmgr/km.h"
 #include "kernelmgr/result.h"
-#include "kernels/sandbox/sandbox.h"
 #include "jp.h"
 
 #include <errno.h>
@@ -23,10 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
@@ -47,8 +46,9 @@ static const char usage_text[] =
     "  connection-file NAME [--lang L]        connection file for `jupyter console --existing`\n"
     "  serve [--pool N] [--stop]              run the daemon in the foreground (or stop it)\n"
     "  mcp                                    MCP server on stdio\n"
-    "  doctor                                 sandbox capabilities, kernels, versions\n"
-    "  kernelspec install [--user|--prefix DIR] [--sandbox strict|none]\n"
+    "  doctor                                 sandbox capabilities, Python, versions\n"
+    "                                         (exit 1: configured sandbox unavailable)\n"
+    "  kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n"
     "                                         install kernelmgr-python / kernelmgr-bash "
     "kernelspecs\n"
     "\n"
@@ -288,6 +288,8 @@ static void ticker_end(void)
 
 /* ---------------------------------------------------------------- commands */
 
+static void print_json(const json_t *o);
+
 static void fill_session_opts(cli *c, km_session_opts *so)
 {
     km_session_opts_init(so);
@@ -416,6 +418,16 @@ static int call(cli *c, json_t *req, int autostart, void (*ev)(void *, const jso
     return 0;
 }
 
+/* Warnings of an exec reply go to stderr in every mode: with --json they
+ * are also in the first result, and stdout stays one object per block. */
+static void print_warnings(const json_t *rep)
+{
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(rep, "warnings"), i, w)
+        fprintf(stderr, "kernelmgr: warning: %s\n", json_string_value(w));
+}
+
 static int cmd_exec(cli *c)
 {
     if (!c->session)
@@ -455,6 +467,7 @@ static int cmd_exec(cli *c)
     ticker_end();
     if (st)
         return st;
+    print_warnings(rep);
     st = json_is_true(json_object_get(rep, "failed")) ? 1 : 0;
     json_int_t skipped = json_integer_value(json_object_get(rep, "skipped"));
     if (skipped && !c->json)
@@ -516,6 +529,11 @@ static int cmd_simple(cli *c, const char *op)
             json_t *s;
             if (!json_array_size(ss))
                 puts("no sessions");
+            json_t *pool = json_object_get(rep, "pool");
+            if (json_integer_value(json_object_get(pool, "size")))
+                printf("warm pool: %lld of %lld ready\n",
+                       (long long)json_integer_value(json_object_get(pool, "ready")),
+                       (long long)json_integer_value(json_object_get(pool, "size")));
             json_array_foreach(ss, i, s)
             {
                 json_t *k = json_object_get(s, "kernels");
@@ -551,6 +569,12 @@ static int cmd_simple(cli *c, const char *op)
             puts(p ? p : "");
     } else if (!strcmp(op, "export")) {
         json_t *nb = json_object_get(rep, "notebook");
+        size_t wi;
+        json_t *w;
+        json_array_foreach(
+            json_object_get(json_object_get(json_object_get(nb, "metadata"), "kernelmgr"),
+                            "warnings"),
+            wi, w) fprintf(stderr, "kernelmgr: warning: %s\n", json_string_value(w));
         char path[4096];
         snprintf(path, sizeof path, "%s", c->output ? c->output : "");
         if (!path[0])
@@ -611,132 +635,61 @@ static int cmd_serve(cli *c)
 
 static int cmd_kernelspec(cli *c)
 {
-    if (c->npos < 1 || strcmp(c->pos[0], "install"))
-        return usage_error("usage: kernelmgr kernelspec install [--user | --prefix DIR]");
-    char base[4096], dir[4096 + 64], self[4096];
-    if (c->prefix) {
-        snprintf(base, sizeof base, "%s/share/jupyter/kernels", c->prefix);
-    } else {
-        const char *dh = getenv("XDG_DATA_HOME");
-        const char *h = getenv("HOME");
-        if (dh && *dh)
-            snprintf(base, sizeof base, "%s/jupyter/kernels", dh);
-        else
-            snprintf(base, sizeof base, "%s/.local/share/jupyter/kernels", h ? h : "/root");
-    }
-    if (klaunch_self_dir(self, sizeof self))
-        return fail(KM_EINTERNAL, "cannot find the kernelmgr binary's directory");
+    if (c->npos != 1 || strcmp(c->pos[0], "install"))
+        return usage_error("usage: kernelmgr kernelspec install [--user | --prefix DIR] "
+                           "[--sandbox strict|none] [--python PATH] [--network on|off] "
+                           "[--memory SIZE]");
+    if (c->user && c->prefix)
+        return usage_error("kernelspec install: give --user or --prefix DIR, not both");
+    char self[4096];
     const char *env = getenv("KERNELMGR_KERNEL_DIR");
     if (env && *env)
         snprintf(self, sizeof self, "%s", env);
-    for (int l = 0; l < KMCFG_NLANG; l++) {
-        const char *ln = kmcfg_lang_name(l);
-        snprintf(dir, sizeof dir, "%s/kernelmgr-%s", base, ln);
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%s", dir);
-        for (char *p = tmp + 1; *p; p++)
-            if (*p == '/') {
-                *p = 0;
-                mkdir(tmp, 0755);
-                *p = '/';
-            }
-        mkdir(tmp, 0755);
-        char bin[4200];
-        snprintf(bin, sizeof bin, "%s/kernel-%s", self, ln);
-        json_t *argv = json_pack("[s s s]", bin, "-f", "{connection_file}");
-        if (c->sandbox) {
-            json_array_append_new(argv, json_string("--sandbox"));
-            json_array_append_new(argv, json_string(c->sandbox));
-        }
-        json_t *spec = json_pack("{s:o s:s s:s s:s s:{s:s}}", "argv", argv, "display_name",
-                                 l ? "Bash (kernelmgr sandbox)" : "Python 3 (kernelmgr sandbox)",
-                                 "language", ln, "interrupt_mode", "message", "metadata",
-                                 "kernelmgr", "version", KM_VERSION);
-        char path[4300];
-        snprintf(path, sizeof path, "%s/kernel.json", dir);
-        if (json_dump_file(spec, path, JSON_INDENT(1))) {
-            json_decref(spec);
-            return fail(KM_EINTERNAL, "cannot write the kernelspec");
-        }
-        json_decref(spec);
-        printf("installed kernelspec kernelmgr-%s in %s\n", ln, dir);
+    else if (klaunch_self_dir(self, sizeof self))
+        return fail(KM_EINTERNAL, "cannot find the kernelmgr binary's directory");
+    kspecinst_opts o = {
+        .prefix = c->prefix,
+        .kernel_dir = self,
+        .sandbox = c->sandbox,
+        .python = c->python,
+        .memory = c->memory_s,
+        .network = c->network,
+        .version = KM_VERSION,
+    };
+    char why[1024];
+    json_t *done = kspecinst_install(&o, why, sizeof why);
+    if (!done)
+        return fail(KM_EINTERNAL, why);
+    if (c->json) {
+        json_t *o2 = json_pack("{s:o}", "installed", done);
+        print_json(o2);
+        json_decref(o2);
+        return 0;
     }
+    size_t i;
+    json_t *e;
+    json_array_foreach(done, i, e)
+        printf("installed kernelspec %s in %s\n", json_string_value(json_object_get(e, "name")),
+               json_string_value(json_object_get(e, "path")));
+    json_decref(done);
     return 0;
 }
 
 static int cmd_doctor(cli *c)
 {
-    json_t *o = json_object();
-    struct utsname u;
-    uname(&u);
-    json_object_set_new(o, "version", json_string(KM_VERSION));
-    json_object_set_new(o, "kernel", json_sprintf("%s %s %s", u.sysname, u.release, u.machine));
-    json_object_set_new(o, "uid", json_integer(getuid()));
-    int zmaj, zmin, zpat;
-    zmq_version(&zmaj, &zmin, &zpat);
-    json_object_set_new(o, "libzmq", json_sprintf("%d.%d.%d", zmaj, zmin, zpat));
-    json_object_set_new(o, "jansson", json_string(JANSSON_VERSION));
-    json_object_set_new(o, "home", json_string(c->home));
-    char self[4096];
-    json_t *kernels = json_object();
-    if (!klaunch_self_dir(self, sizeof self))
-        for (int l = 0; l < KMCFG_NLANG; l++) {
-            char bin[4200];
-            snprintf(bin, sizeof bin, "%s/kernel-%s", self, kmcfg_lang_name(l));
-            json_object_set_new(kernels, kmcfg_lang_name(l),
-                                json_pack("{s:s s:b s:s*}", "path", bin, "found",
-                                          access(bin, X_OK) == 0, "kernelspec",
-                                          c->cfg.kernelspec[l][0] ? c->cfg.kernelspec[l] : NULL));
-        }
-    json_object_set_new(o, "kernels", kernels);
-    /* python interpreter as the python kernel would find it */
-    const char *py = c->cfg.python[0] ? c->cfg.python : getenv("KERNELMGR_PYTHON");
-    char found[4096] = "";
-    if (py && *py)
-        snprintf(found, sizeof found, "%s", py);
-    else {
-        const char *path = getenv("PATH");
-        char tmp[8192];
-        snprintf(tmp, sizeof tmp, "%s", path ? path : "/usr/bin:/bin");
-        char *save = NULL;
-        for (char *d = strtok_r(tmp, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-            char cand[4200];
-            snprintf(cand, sizeof cand, "%s/python3", d);
-            if (access(cand, X_OK) == 0) {
-                snprintf(found, sizeof found, "%s", cand);
-                break;
-            }
-        }
-    }
-    json_object_set_new(o, "python", found[0] ? json_string(found) : json_null());
-    json_t *levels = json_object();
-    for (int lv = 0; lv < 2; lv++) {
-        sandbox_config sc;
-        sandbox_config_defaults(&sc);
-        sc.level = lv ? SANDBOX_STRICT : SANDBOX_NONE;
-        sc.workspace = "/tmp";
-        sc.network = c->cfg.network;
-        char why[512] = "";
-        int ok = sandbox_check(&sc, why, sizeof why) == 0;
-        json_t *prot = sandbox_protections(&sc);
-        json_object_set_new(levels, lv ? "strict" : "none",
-                            json_pack("{s:b s:s* s:o}", "available", ok, "missing", ok ? NULL : why,
-                                      "protections", prot ? prot : json_array()));
-    }
-    json_object_set_new(o, "sandbox", levels);
-    json_object_set_new(o, "config", kmcfg_to_json(&c->cfg));
-    if (c->json) {
+    if (c->npos)
+        return usage_error("doctor takes no arguments");
+    json_t *o = doctor_report(&c->cfg, c->home, KM_VERSION);
+    if (!o)
+        return fail(KM_EINTERNAL, "out of memory");
+    if (c->json)
         print_json(o);
-    } else {
-        char *s = json_dumps(o, JSON_INDENT(2));
-        if (s)
-            puts(s);
-        free(s);
-    }
-    int strict_ok = json_is_true(
-        json_object_get(json_object_get(json_object_get(o, "sandbox"), "strict"), "available"));
+    else
+        doctor_render(stdout, o);
+    int ok = json_is_true(json_object_get(json_object_get(o, "sandbox"), "ok"));
     json_decref(o);
-    return strict_ok || !strcmp(c->cfg.sandbox, "none") ? 0 : 1;
+    /* 1: kernels with the configured sandbox level cannot start here */
+    return ok ? 0 : 1;
 }
 
 /* ---------------------------------------------------------------- parsing */

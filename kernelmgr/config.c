@@ -28,6 +28,8 @@ void kmcfg_defaults(kmcfg *cfg)
     cfg->output_cap = 64 * 1024;
     cfg->files_max = 100;
     cfg->files_scan_max = 50000;
+    cfg->outputs_keep_runs = 20;
+    cfg->outputs_max_age = 7 * 86400;
 }
 
 int kmcfg_lang_index(const char *name)
@@ -248,6 +250,15 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             if (get_number(v, key, 1, 10000000, &d, err, errlen))
                 return -1;
             cfg->files_scan_max = (unsigned)d;
+        } else if (!strcmp(key, "outputs_keep_runs")) {
+            if (get_number(v, key, 0, 100000, &d, err, errlen))
+                return -1;
+            if (d != floor(d))
+                return fail(err, errlen, key, "must be an integer");
+            cfg->outputs_keep_runs = (unsigned)d;
+        } else if (!strcmp(key, "outputs_max_age")) {
+            if (get_number(v, key, 0, 86400.0 * 3650, &cfg->outputs_max_age, err, errlen))
+                return -1;
         } else if (!strcmp(key, "kernels")) {
             if (!json_is_object(v))
                 return fail(err, errlen, key,
@@ -313,13 +324,18 @@ json_t *kmcfg_to_json(const kmcfg *cfg)
     for (int i = 0; i < KMCFG_NLANG; i++)
         json_object_set_new(kernels, kmcfg_lang_name(i),
                             cfg->kernelspec[i][0] ? json_string(cfg->kernelspec[i]) : json_null());
-    return json_pack("{s:o s:f s:f s:f s:I s:s s:s* s:s s:s s:i s:f s:i s:I s:i s:i s:o}",
-                     "languages", langs, "timeout", cfg->timeout, "interrupt_grace",
-                     cfg->interrupt_grace, "start_timeout", cfg->start_timeout, "memory",
-                     (json_int_t)cfg->memory, "network", cfg->network ? "on" : "off", "python",
-                     cfg->python[0] ? cfg->python : NULL, "sandbox", cfg->sandbox, "transport",
-                     cfg->transport, "pool", (int)cfg->pool, "idle_timeout", cfg->idle_timeout,
-                     "max_kernels", (int)cfg->max_kernels, "output_cap",
-                     (json_int_t)cfg->output_cap, "files_max", (int)cfg->files_max,
-                     "files_scan_max", (int)cfg->files_scan_max, "kernels", kernels);
+    json_t *o =
+        json_pack("{s:o s:f s:f s:f s:I s:s s:s* s:s s:s s:i s:f s:i s:I s:i s:i s:o}", "languages",
+                  langs, "timeout", cfg->timeout, "interrupt_grace", cfg->interrupt_grace,
+                  "start_timeout", cfg->start_timeout, "memory", (json_int_t)cfg->memory, "network",
+                  cfg->network ? "on" : "off", "python", cfg->python[0] ? cfg->python : NULL,
+                  "sandbox", cfg->sandbox, "transport", cfg->transport, "pool", (int)cfg->pool,
+                  "idle_timeout", cfg->idle_timeout, "max_kernels", (int)cfg->max_kernels,
+                  "output_cap", (json_int_t)cfg->output_cap, "files_max", (int)cfg->files_max,
+                  "files_scan_max", (int)cfg->files_scan_max, "kernels", kernels);
+    if (o) {
+        json_object_set_new(o, "outputs_keep_runs", json_integer(cfg->outputs_keep_runs));
+        json_object_set_new(o, "outputs_max_age", json_real(cfg->outputs_max_age));
+    }
+    return o;
 }

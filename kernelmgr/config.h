@@ -34,6 +34,8 @@ typedef struct kmcfg {
     unsigned files_max;                /* "files_max": changes reported per execution (100) */
     unsigned files_scan_max;           /* "files_scan_max": entries walked (default 50000) */
     char kernelspec[KMCFG_NLANG][256]; /* "kernels": {"python": "kernelspec name"} */
+    unsigned outputs_keep_runs;        /* "outputs_keep_runs": one-shot run outputs kept (20) */
+    double outputs_max_age;            /* "outputs_max_age": seconds, 0 = no age limit (7 d) */
 } kmcfg;
 
 /* Fills cfg with the defaults. */

@@ -2,11 +2,12 @@
  * daemon.c — the unix-socket server and its client.
  *
  * Request fields (all optional unless noted):
- *   ping                                   -> {"ok","pid","home"}
+ *   ping                                   -> {"ok","pid","home","pool"}
  *   exec     session*, code*, lang, timeout, continue_on_error, stream,
  *            network ("on"/"off"), memory ("2G"), python, workspace, sandbox
  *                                          -> {"ok","results","failed","skipped"}
- *   sessions                               -> {"ok","sessions":[...]}
+ *   sessions                               -> {"ok","sessions":[...],"pool":{...}}
+ *            (exec replies and results may carry "warnings", see km.h)
  *   close    session*, keep                -> {"ok"}
  *   interrupt / restart  session*          -> {"ok"}
  *   files    session*                      -> {"ok","session","workspace","files",...}
@@ -210,7 +211,8 @@ static void handle(conn *c, const json_t *req)
     if (needs_session && !name)
         return reply_err(c, KM_EUSAGE, "request needs a \"session\"");
     if (!strcmp(op, "ping")) {
-        reply_ok(c, json_pack("{s:i s:s}", "pid", (int)getpid(), "home", km_manager_home(m)));
+        reply_ok(c, json_pack("{s:i s:s s:o}", "pid", (int)getpid(), "home", km_manager_home(m),
+                              "pool", km_pool_status(m)));
     } else if (!strcmp(op, "exec")) {
         const char *code = sfield(req, "code");
         if (!code)
@@ -240,7 +242,7 @@ static void handle(conn *c, const json_t *req)
             return reply_err(c, err.code, err.msg);
         reply_ok(c, res);
     } else if (!strcmp(op, "sessions")) {
-        reply_ok(c, json_pack("{s:o}", "sessions", km_sessions(m)));
+        reply_ok(c, json_pack("{s:o s:o}", "sessions", km_sessions(m), "pool", km_pool_status(m)));
     } else if (!strcmp(op, "close")) {
         if (km_close(m, name, json_is_true(json_object_get(req, "keep")) ? KM_KEEP : 0, &err))
             return reply_err(c, err.code, err.msg);
@@ -307,9 +309,10 @@ static void *conn_thread(void *arg)
 static void *tick_thread(void *arg)
 {
     (void)arg;
+    int steps = (int)(km_tick_interval(daemon_mgr) * 10 + 0.5);
     while (!daemon_stop) {
         km_tick(daemon_mgr);
-        for (int i = 0; i < 50 && !daemon_stop; i++) {
+        for (int i = 0; i < steps && !daemon_stop; i++) {
             struct timespec ts = {0, 100 * 1000000L};
             nanosleep(&ts, NULL);
         }

@@ -52,37 +52,89 @@ static json_t *fix_output(const json_t *o)
     return c;
 }
 
-json_t *export_notebook(const char *session_dir, const char *session_name, const char *kernel_name,
-                        char *err, size_t errlen)
+/* Reads history.jsonl: new array of its well-formed lines, NULL with err. */
+static json_t *export_read_history(const char *session_dir, char *err, size_t errlen)
 {
     char path[4200];
     snprintf(path, sizeof path, "%.4000s/history.jsonl", session_dir);
     FILE *f = fopen(path, "r");
-    json_t *cells = json_array();
     if (!f && errno != ENOENT) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        json_decref(cells);
         return NULL;
     }
+    json_t *hist = json_array();
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    unsigned idx = 0;
     while (f && (n = getline(&line, &cap, f)) > 0) {
         json_t *h = json_loadb(line, (size_t)n, 0, NULL);
-        if (!json_is_object(h)) {
-            json_decref(h);
-            continue; /* a torn last line after a crash */
-        }
+        /* a torn last line after a crash is skipped */
+        if (json_is_object(h) && json_is_string(json_object_get(h, "language")) &&
+            json_is_string(json_object_get(h, "code")))
+            json_array_append(hist, h);
+        json_decref(h);
+    }
+    free(line);
+    if (f)
+        fclose(f);
+    return hist;
+}
+
+json_t *export_notebook(const char *session_dir, const char *session_name, const char *kernel_name,
+                        char *err, size_t errlen)
+{
+    json_t *hist = export_read_history(session_dir, err, errlen);
+    if (!hist)
+        return NULL;
+    size_t i, nbash = 0, npy = 0;
+    json_t *h;
+    json_array_foreach(hist, i, h)
+    {
+        if (!strcmp(json_string_value(json_object_get(h, "language")), "bash"))
+            nbash++;
+        else
+            npy++;
+    }
+    /* A bash-only session re-runs faithfully on our bash kernel (one shell,
+     * its variables and cwd carry over between cells, as they did); a
+     * notebook with Python cells needs a Python kernel, bash cells as %%bash. */
+    const char *kn = kernel_name && *kernel_name ? kernel_name
+                     : nbash && !npy             ? EXPORT_BASH_KERNEL
+                                                 : "python3";
+    int bash_kernel = !strcmp(kn, EXPORT_BASH_KERNEL);
+    if (bash_kernel && npy) {
+        snprintf(err, errlen,
+                 "the session has %zu Python cell(s): a notebook for kernel %s can only hold "
+                 "bash cells (use --kernel python3 or --kernel " EXPORT_PYTHON_KERNEL ")",
+                 npy, kn);
+        json_decref(hist);
+        return NULL;
+    }
+    json_t *warnings = json_array();
+    if (nbash && !strcmp(kn, EXPORT_PYTHON_KERNEL))
+        json_array_append_new(
+            warnings, json_sprintf("%zu bash cell(s) are written as %%%%bash cells, but the "
+                                   "kernelmgr Python driver has no %%%%bash cell magic (only "
+                                   "!cmd and a few line magics): they fail when the notebook is "
+                                   "re-run with %s; re-run it with the python3 kernel "
+                                   "(ipykernel), or export a bash-only session",
+                                   nbash, kn));
+    else if (nbash && !bash_kernel)
+        json_array_append_new(
+            warnings, json_sprintf("%zu bash cell(s) are written as %%%%bash cells: re-run with "
+                                   "%s, each runs in its own bash process (workspace files carry "
+                                   "over, shell variables and cwd do not)",
+                                   nbash, kn));
+
+    json_t *cells = json_array();
+    unsigned idx = 0;
+    json_array_foreach(hist, i, h)
+    {
         const char *lang = json_string_value(json_object_get(h, "language"));
         const char *code = json_string_value(json_object_get(h, "code"));
-        if (!lang || !code) {
-            json_decref(h);
-            continue;
-        }
         int bash = !strcmp(lang, "bash");
         char *src = NULL;
-        if (bash) {
+        if (bash && !bash_kernel) {
             size_t l = strlen(code);
             src = malloc(l + 16);
             if (src)
@@ -91,9 +143,9 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
             src = strdup(code);
         }
         json_t *outs = json_array();
-        size_t i;
+        size_t j;
         json_t *o;
-        json_array_foreach(json_object_get(h, "outputs"), i, o)
+        json_array_foreach(json_object_get(h, "outputs"), j, o)
             json_array_append_new(outs, fix_output(o));
         char id[37];
         jp_uuid4(id);
@@ -112,15 +164,21 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
                                         "outputs", outs, "execution_count",
                                         json_is_integer(ec) ? json_incref(ec) : json_null()));
         free(src);
-        json_decref(h);
     }
-    free(line);
-    if (f)
-        fclose(f);
-    const char *kn = kernel_name && *kernel_name ? kernel_name : "python3";
-    return json_pack("{s:i s:i s:{s:{s:s s:s s:s} s:{s:s s:s} s:{s:s}} s:o}", "nbformat", 4,
-                     "nbformat_minor", 5, "metadata", "kernelspec", "name", kn, "display_name",
-                     !strcmp(kn, "python3") ? "Python 3" : kn, "language", "python",
-                     "language_info", "name", "python", "file_extension", ".py", "kernelmgr",
-                     "session", session_name, "cells", cells);
+    json_decref(hist);
+    const char *display = !strcmp(kn, "python3")              ? "Python 3"
+                          : bash_kernel                       ? "Bash (kernelmgr sandbox)"
+                          : !strcmp(kn, EXPORT_PYTHON_KERNEL) ? "Python 3 (kernelmgr sandbox)"
+                                                              : kn;
+    json_t *li = bash_kernel ? json_pack("{s:s s:s s:s}", "name", "bash", "file_extension", ".sh",
+                                         "mimetype", "text/x-sh")
+                             : json_pack("{s:s s:s}", "name", "python", "file_extension", ".py");
+    json_t *km = json_pack("{s:s}", "session", session_name);
+    if (json_array_size(warnings))
+        json_object_set(km, "warnings", warnings);
+    json_decref(warnings);
+    return json_pack("{s:i s:i s:{s:{s:s s:s s:s} s:o s:o} s:o}", "nbformat", 4, "nbformat_minor",
+                     5, "metadata", "kernelspec", "name", kn, "display_name", display, "language",
+                     bash_kernel ? "bash" : "python", "language_info", li, "kernelmgr", km, "cells",
+                     cells);
 }

@@ -3,10 +3,16 @@
  *
  * Cells are the executed blocks in order with their outputs (streams, results,
  * displays including images, errors). Every cell's metadata says its language
- * ({"kernelmgr": {"language": "bash"}}); Python cells are plain code. Bash
- * cells are written as IPython "%%bash" cells, so the notebook re-runs with a
- * Python kernel (nbclient, JupyterLab): note that each such cell then runs in
- * its own bash process (workspace files carry over, shell variables do not).
+ * ({"kernelmgr": {"language": "bash"}}).
+ *
+ * Which kernel re-runs it (metadata.kernelspec):
+ *  - a bash-only session: kernelmgr-bash, cells as plain bash. One shell runs
+ *    them all, so variables and cwd carry over as they did in the session.
+ *  - otherwise python3 (ipykernel), or the kernel_name asked for. Bash cells
+ *    are IPython "%%bash" cells, each in its own bash process (workspace files
+ *    carry over, shell variables do not). The kernelmgr Python driver has no
+ *    %%bash cell magic, so with kernelmgr-python such cells fail: the
+ *    notebook's metadata.kernelmgr.warnings says so.
  */
 #ifndef KERNELMGR_EXPORT_H
 #define KERNELMGR_EXPORT_H
@@ -14,8 +20,13 @@
 #include <jansson.h>
 #include <stddef.h>
 
-/* new: the notebook of session_dir/history.jsonl; kernel_name (NULL =
- * "python3") goes to metadata.kernelspec. NULL with err on failure. */
+#define EXPORT_PYTHON_KERNEL "kernelmgr-python"
+#define EXPORT_BASH_KERNEL "kernelmgr-bash"
+
+/* new: the notebook of session_dir/history.jsonl; kernel_name (NULL = chosen
+ * as above) goes to metadata.kernelspec. NULL with err on failure, e.g.
+ * kernelmgr-bash asked for a session with Python cells. Caveats for the
+ * chosen kernel are in metadata.kernelmgr.warnings (array of strings). */
 json_t *export_notebook(const char *session_dir, const char *session_name, const char *kernel_name,
                         char *err, size_t errlen);
 

@@ -37,8 +37,9 @@ typedef struct km_err {
 
 #define KM_NAME_MAX 64
 
-/* Options fixed when a session is created (later values are ignored for an
- * existing session; restart does not change them). NULL / -1 = config. */
+/* Options fixed when a session is created; restart does not change them.
+ * NULL / -1 = config. Given to an existing session with another value, they
+ * are not applied: km_exec reports each in "warnings" (see km_exec). */
 typedef struct km_session_opts {
     int network;               /* -1, 0, 1 */
     unsigned long long memory; /* 0 = config */
@@ -76,9 +77,12 @@ const kmcfg *km_manager_config(const km_manager *m);
 const char *km_manager_home(const km_manager *m);
 
 /* Runs code in session `name` (created when absent, with sopts). Returns
- * {"results": [result, ...], "failed": 0|1} where each result is the JSON of
- * DESIGN.md; NULL with err when nothing could run (bad session name, kernel
- * start failure is reported as a result, not here). */
+ * {"results": [result, ...], "failed": 0|1, "skipped": N} where each result
+ * is the JSON of DESIGN.md; NULL with err when nothing could run (bad session
+ * name, kernel start failure is reported as a result, not here). When the
+ * session already existed and sopts asks for other values than it has,
+ * "warnings": ["session \"s\" already exists: --network on was ignored ..."]
+ * is added to the reply and to the first result. */
 json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 const km_exec_opts *opts, const char *code, km_event_fn fn, void *ud, km_err *err);
 
@@ -105,8 +109,18 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
 int km_connection_file(km_manager *m, const char *name, const char *lang, char *out, size_t size,
                        km_err *err);
 
-/* Periodic work for a long-running manager: idle culling, warm pool refill. */
+/* new: the warm pool: {"size": configured entries, "ready": started entries,
+ * "live_kernels": N, "entries": [{"python": pid|null, "bash": pid|null}]}.
+ * A new session created with default options takes a ready entry (its
+ * kernels are already running); km_tick refills the pool. */
+json_t *km_pool_status(km_manager *m);
+
+/* Periodic work for a long-running manager: idle culling (kernels idle for
+ * longer than idle_timeout are stopped; the session's next result says
+ * "culled" and that state was lost) and warm pool refill (never beyond
+ * max_kernels). Call it every km_tick_interval() seconds. */
 void km_tick(km_manager *m);
+double km_tick_interval(const km_manager *m);
 
 /* 1 when name is a valid session name: [A-Za-z0-9_.-]{1,64}, not "." first. */
 int km_name_valid(const char *name);

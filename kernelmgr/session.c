@@ -58,7 +58,9 @@ typedef struct session {
     atomic_int busy;
     atomic_int interrupt_flag;
     int refs;
-    int gone; /* closed: no new work */
+    int gone;       /* closed: no new work */
+    int from_pool;  /* its kernels were pre-started by the warm pool */
+    int pool_entry; /* still in the warm pool: never evicts for itself */
     double created, last_used;
     unsigned seq;
     struct session *next;
@@ -75,6 +77,9 @@ struct km_manager {
 };
 
 /* ---------------------------------------------------------------- helpers */
+
+static void session_free(session *s);
+static void session_put(km_manager *m, session *s);
 
 static int kerr(km_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int kerr(km_err *e, int code, const char *fmt, ...)
@@ -189,11 +194,12 @@ static void session_save(km_manager *m, session *s)
             json_object_set_new(kernels, kmcfg_lang_name(l),
                                 json_pack("{s:i s:s}", "pid", (int)s->k[l].proc->pid,
                                           "connection_file", s->k[l].proc->cf_path));
-    json_t *o = json_pack("{s:s s:s s:b s:s s:f s:{s:b s:I s:s s:s} s:o}", "name", s->name,
-                          "workspace", s->workspace, "own_workspace", s->own_workspace, "pool_dir",
-                          s->pool_dir, "created", s->created, "options", "network", s->network,
-                          "memory", (json_int_t)s->memory, "python", s->python, "sandbox",
-                          s->sandbox, "kernels", kernels);
+    json_t *o =
+        json_pack("{s:s s:s s:b s:s s:f s:i s:b s:{s:b s:I s:s s:s} s:o}", "name", s->name,
+                  "workspace", s->workspace, "own_workspace", s->own_workspace, "pool_dir",
+                  s->pool_dir, "created", s->created, "manager_pid", (int)getpid(), "from_pool",
+                  s->from_pool, "options", "network", s->network, "memory", (json_int_t)s->memory,
+                  "python", s->python, "sandbox", s->sandbox, "kernels", kernels);
     char path[PATH_MAX], tmp[PATH_MAX + 8];
     snprintf(path, sizeof path, "%.4000s/session.json", s->dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -264,6 +270,7 @@ static session *session_load(km_manager *m, const char *name)
         snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
     }
     s->own_workspace = json_is_true(json_object_get(o, "own_workspace"));
+    s->from_pool = json_is_true(json_object_get(o, "from_pool"));
     const char *pd = json_string_value(json_object_get(o, "pool_dir"));
     snprintf(s->pool_dir, sizeof s->pool_dir, "%s", pd ? pd : "");
     json_t *created = json_object_get(o, "created");
@@ -357,16 +364,56 @@ static void slot_stop(km_manager *m, kslot *k)
     }
 }
 
-/* Stops the least recently used idle kernel of another session, to stay
- * under max_kernels. 0 when one was stopped. */
-static int evict_one(km_manager *m, session *self)
+/* Stops the kernels of one warm-pool entry (the pool refills later). Pool
+ * kernels go first when the cap is reached: they hold no one's state. 0 when
+ * one was stopped. Caller holds no lock of m. */
+static int evict_pool_entry(km_manager *m)
 {
+    pthread_mutex_lock(&m->lock);
+    session *p = m->pool;
+    if (p)
+        m->pool = p->next;
+    pthread_mutex_unlock(&m->lock);
+    if (!p)
+        return -1;
+    pthread_mutex_lock(&p->lock);
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        slot_stop(m, &p->k[l]);
+    session_rmtree(p->pool_dir);
+    pthread_mutex_unlock(&p->lock);
+    session_free(p);
+    fprintf(stderr, "kernelmgr: max_kernels=%u reached: stopped a warm-pool entry\n",
+            m->cfg.max_kernels);
+    return 0;
+}
+
+/* Stops one kernel to stay under max_kernels: a warm-pool entry first, then
+ * the session's own idle kernel of the other language, then the least
+ * recently used kernel of an idle session. The victim's next result says
+ * why its state was lost. Caller holds self->lock. 0 when one was stopped. */
+static int evict_one(km_manager *m, session *self, int self_lang)
+{
+    if (evict_pool_entry(m) == 0)
+        return 0;
+    for (int l = 0; l < KMCFG_NLANG; l++) {
+        if (l == self_lang || !self->k[l].proc)
+            continue;
+        slot_stop(m, &self->k[l]);
+        snprintf(self->k[l].pending, sizeof self->k[l].pending,
+                 "evicted: the %s kernel was stopped to stay under max_kernels=%u (the "
+                 "%s kernel of this session needed the slot); state was lost (workspace kept)",
+                 kmcfg_lang_name(l), m->cfg.max_kernels, kmcfg_lang_name(self_lang));
+        session_save(m, self);
+        fprintf(stderr, "kernelmgr: max_kernels=%u reached: stopped %s/%s\n", m->cfg.max_kernels,
+                self->name, kmcfg_lang_name(l));
+        return 0;
+    }
     pthread_mutex_lock(&m->lock);
     session *best = NULL;
     int best_l = -1;
     double oldest = 0;
     for (session *s = m->list; s; s = s->next) {
-        if (s == self || atomic_load(&s->busy))
+        if (s == self || s->gone || atomic_load(&s->busy))
             continue;
         for (int l = 0; l < KMCFG_NLANG; l++)
             if (s->k[l].proc && (!best || s->k[l].last_used < oldest)) {
@@ -382,14 +429,18 @@ static int evict_one(km_manager *m, session *self)
         if (best->k[best_l].proc) {
             slot_stop(m, &best->k[best_l]);
             snprintf(best->k[best_l].pending, sizeof best->k[best_l].pending,
-                     "the kernel was stopped to stay under max_kernels=%u; state was lost",
-                     m->cfg.max_kernels);
+                     "evicted: the %s kernel was stopped to stay under max_kernels=%u (session "
+                     "\"%s\" needed one; this session was the least recently used); state was "
+                     "lost (workspace kept)",
+                     kmcfg_lang_name(best_l), m->cfg.max_kernels, self->name);
             session_save(m, best);
+            fprintf(stderr, "kernelmgr: max_kernels=%u reached: stopped %s/%s for %s\n",
+                    m->cfg.max_kernels, best->name, kmcfg_lang_name(best_l), self->name);
             rc = 0;
         }
         pthread_mutex_unlock(&best->lock);
-        pthread_mutex_lock(&m->lock);
-        best->refs--;
+        session_put(m, best);
+        return rc;
     }
     pthread_mutex_unlock(&m->lock);
     return rc;
@@ -399,8 +450,12 @@ static int evict_one(km_manager *m, session *self)
 static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen)
 {
     kslot *k = &s->k[l];
-    if ((unsigned)atomic_load(&m->live) >= m->cfg.max_kernels && evict_one(m, s)) {
-        snprintf(err, errlen, "too many live kernels (max_kernels=%u) and none idle to stop",
+    if ((unsigned)atomic_load(&m->live) >= m->cfg.max_kernels && !s->pool_entry &&
+        evict_one(m, s, l)) {
+        snprintf(err, errlen,
+                 "too many live kernels (max_kernels=%u) and none idle to stop: every other "
+                 "kernel belongs to a session that is running code; retry later or raise "
+                 "max_kernels",
                  m->cfg.max_kernels);
         return -1;
     }
@@ -470,6 +525,90 @@ static int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *r
     return 0;
 }
 
+/* ---------------------------------------------------------------- outputs policy */
+
+typedef struct outrun {
+    char name[KM_NAME_MAX + 1];
+    double mtime;
+} outrun;
+
+static int outrun_newest_first(const void *a, const void *b)
+{
+    double x = ((const outrun *)a)->mtime, y = ((const outrun *)b)->mtime;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Bounds outputs/ (spill files, saved images). A session's outputs go when it
+ * is closed; a one-shot `run` keeps its outputs after it ends (its results
+ * name them), so those are pruned here: only the outputs_keep_runs newest are
+ * kept, and none older than outputs_max_age. When orphans is set (a daemon
+ * starting: no session of an earlier manager is live), outputs of sessions
+ * that no longer exist are removed too. A directory whose session still
+ * exists is never touched: a `run` may be in progress. */
+static void outputs_prune(km_manager *m, int orphans)
+{
+    char dir[PATH_MAX], p[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.3000s/outputs", m->home);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    outrun *runs = NULL;
+    size_t n = 0, cap = 0;
+    double now = wall_now();
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!km_name_valid(de->d_name))
+            continue;
+        snprintf(p, sizeof p, "%.3000s/sessions/%.64s", m->home, de->d_name);
+        if (access(p, F_OK) == 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%.64s", dir, de->d_name);
+        struct stat st;
+        if (lstat(p, &st) || !S_ISDIR(st.st_mode))
+            continue;
+        if (strncmp(de->d_name, "run-", 4) != 0) {
+            if (orphans)
+                session_rmtree(p);
+            continue;
+        }
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            outrun *r = realloc(runs, nc * sizeof *r);
+            if (!r)
+                break;
+            runs = r;
+            cap = nc;
+        }
+        snprintf(runs[n].name, sizeof runs[n].name, "%s", de->d_name);
+        runs[n].mtime = (double)st.st_mtim.tv_sec;
+        n++;
+    }
+    closedir(d);
+    if (n)
+        qsort(runs, n, sizeof *runs, outrun_newest_first);
+    for (size_t i = 0; i < n; i++) {
+        int too_many = i >= m->cfg.outputs_keep_runs;
+        int too_old = m->cfg.outputs_max_age > 0 && now - runs[i].mtime > m->cfg.outputs_max_age;
+        if (too_many || too_old) {
+            snprintf(p, sizeof p, "%s/%s", dir, runs[i].name);
+            session_rmtree(p);
+        }
+    }
+    free(runs);
+}
+
+/* 1 when session.json names a manager process other than this one that is
+ * still alive: a one-shot `run` in progress, not a session to take over. */
+static int owned_by_live_manager(const char *home, const char *name)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%.3000s/sessions/%.64s/session.json", home, name);
+    json_t *o = json_load_file(path, 0, NULL);
+    json_int_t pid = json_integer_value(json_object_get(o, "manager_pid"));
+    json_decref(o);
+    return pid > 1 && pid != getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
 /* ---------------------------------------------------------------- manager */
 
 km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_err *err)
@@ -501,7 +640,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
         DIR *d = opendir(p);
         struct dirent *de;
         while (d && (de = readdir(d))) {
-            if (!km_name_valid(de->d_name))
+            if (!km_name_valid(de->d_name) || owned_by_live_manager(m->home, de->d_name))
                 continue;
             session *s = session_load(m, de->d_name);
             if (!s)
@@ -516,6 +655,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
         snprintf(p, sizeof p, "%s/pool", m->home);
         session_rmtree(p);
     }
+    outputs_prune(m, resume);
     return m;
 fail:
     pthread_mutex_destroy(&m->lock);
@@ -601,9 +741,10 @@ static int opts_default(const km_manager *m, const km_session_opts *o)
 
 /* Creates (or reopens a kept) session. Caller holds m->lock. */
 static session *create_locked(km_manager *m, const char *name, const km_session_opts *o,
-                              km_err *err)
+                              int *existed, km_err *err)
 {
     session *s = session_load(m, name);
+    *existed = s != NULL;
     if (s) {
         s->next = m->list;
         m->list = s;
@@ -636,6 +777,12 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         goto fail;
     }
     if (pooled) {
+        pooled->from_pool = 1;
+        pooled->pool_entry = 0;
+        pooled->created = pooled->last_used = wall_now();
+        /* idle time is counted from the handout, not from the pre-start */
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            pooled->k[l].last_used = kclient_now();
         char link[PATH_MAX];
         snprintf(link, sizeof link, "%.4000s/workspace", s->dir);
         if (symlink(s->workspace, link)) {
@@ -678,6 +825,65 @@ fail:
 
 /* ---------------------------------------------------------------- code_exec */
 
+static void warn_ignored(json_t *arr, const char *sname, const char *opt, const char *given,
+                         const char *kept)
+{
+    json_array_append_new(arr, json_sprintf("session \"%s\" already exists: %s %s was ignored "
+                                            "(the session keeps %s); options of a session are "
+                                            "fixed when it is created: close it to change them",
+                                            sname, opt, given, kept));
+}
+
+/* new: warnings for session options given to an existing session whose value
+ * differs from the session's, or NULL when there are none. They are reported
+ * rather than applied: applying them means a restart, and silently losing an
+ * agent's state because of an option is worse than a warning. */
+static json_t *ignored_options(km_manager *m, session *s, const km_session_opts *o)
+{
+    if (!o)
+        return NULL;
+    json_t *arr = json_array();
+    char a[64], b[64];
+    int net = s->network < 0 ? m->cfg.network : s->network;
+    if (o->network >= 0 && o->network != net)
+        warn_ignored(arr, s->name, "--network", o->network ? "on" : "off",
+                     net ? "network on" : "network off");
+    unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
+    if (o->memory && o->memory != mem) {
+        snprintf(a, sizeof a, "%llu bytes", o->memory);
+        if (mem)
+            snprintf(b, sizeof b, "memory %llu bytes", mem);
+        else
+            snprintf(b, sizeof b, "the kernel's default memory limit");
+        warn_ignored(arr, s->name, "--memory", a, b);
+    }
+    const char *py = s->python[0] ? s->python : m->cfg.python;
+    if (o->python && strcmp(o->python, py)) {
+        char kept[1100];
+        snprintf(kept, sizeof kept, "python %s", py[0] ? py : "(detected)");
+        warn_ignored(arr, s->name, "--python", o->python, kept);
+    }
+    if (o->workspace) {
+        char *real = realpath(o->workspace, NULL);
+        if (strcmp(real ? real : o->workspace, s->workspace)) {
+            char kept[PATH_MAX];
+            snprintf(kept, sizeof kept, "workspace %s", s->workspace);
+            warn_ignored(arr, s->name, "--workspace", o->workspace, kept);
+        }
+        free(real);
+    }
+    const char *sb = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
+    if (o->sandbox && strcmp(o->sandbox, sb)) {
+        snprintf(b, sizeof b, "sandbox %s", sb);
+        warn_ignored(arr, s->name, "--sandbox", o->sandbox, b);
+    }
+    if (!json_array_size(arr)) {
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 const km_exec_opts *opts, const char *code, km_event_fn fn, void *ud, km_err *err)
 {
@@ -702,9 +908,10 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         return NULL;
     }
     pthread_mutex_lock(&m->lock);
+    int existed = 1;
     session *s = find_locked(m, name);
     if (!s)
-        s = create_locked(m, name, sopts, err);
+        s = create_locked(m, name, sopts, &existed, err);
     if (s)
         s->refs++;
     pthread_mutex_unlock(&m->lock);
@@ -712,6 +919,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         cblocks_free(&blocks);
         return NULL;
     }
+    json_t *warnings = existed ? ignored_options(m, s, sopts) : NULL;
 
     pthread_mutex_lock(&s->lock);
     atomic_store(&s->busy, 1);
@@ -788,6 +996,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         }
         if (!r)
             r = result_new(name, lname);
+        if (i == 0 && warnings)
+            json_object_set(r, "warnings", warnings);
         ran++;
         if (fn) {
             json_t *ev =
@@ -811,8 +1021,12 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     session_put(m, s);
     size_t skipped = blocks.n - ran;
     cblocks_free(&blocks);
-    return json_pack("{s:o s:b s:I}", "results", results, "failed", failed, "skipped",
-                     (json_int_t)skipped);
+    json_t *ret = json_pack("{s:o s:b s:I}", "results", results, "failed", failed, "skipped",
+                            (json_int_t)skipped);
+    if (ret && warnings)
+        json_object_set(ret, "warnings", warnings);
+    json_decref(warnings);
+    return ret;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -836,13 +1050,30 @@ json_t *km_sessions(km_manager *m)
             else
                 json_object_set_new(ks, kmcfg_lang_name(l), json_null());
         }
-        json_array_append_new(arr, json_pack("{s:s s:s s:f s:f s:b s:o}", "name", s->name,
-                                             "workspace", s->workspace, "created", s->created,
-                                             "last_used", s->last_used, "busy",
-                                             atomic_load(&s->busy), "kernels", ks));
+        json_array_append_new(
+            arr, json_pack("{s:s s:s s:f s:f s:b s:b s:o}", "name", s->name, "workspace",
+                           s->workspace, "created", s->created, "last_used", s->last_used, "busy",
+                           atomic_load(&s->busy), "from_pool", s->from_pool, "kernels", ks));
     }
     pthread_mutex_unlock(&m->lock);
     return arr;
+}
+
+json_t *km_pool_status(km_manager *m)
+{
+    json_t *entries = json_array();
+    pthread_mutex_lock(&m->lock);
+    for (session *s = m->pool; s; s = s->next) {
+        json_t *e = json_object();
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            json_object_set_new(e, kmcfg_lang_name(l),
+                                s->k[l].proc ? json_integer(s->k[l].proc->pid) : json_null());
+        json_array_append_new(entries, e);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return json_pack("{s:i s:i s:i s:o}", "size", (int)m->cfg.pool, "ready",
+                     (int)json_array_size(entries), "live_kernels", atomic_load(&m->live),
+                     "entries", entries);
 }
 
 int km_interrupt(km_manager *m, const char *name, km_err *err)
@@ -932,6 +1163,8 @@ int km_close(km_manager *m, const char *name, int flags, km_err *err)
     }
     pthread_mutex_unlock(&s->lock);
     session_put(m, s);
+    if (flags & KM_KEEP_OUTPUTS)
+        outputs_prune(m, 0);
     return 0;
 }
 
@@ -1005,19 +1238,26 @@ int km_connection_file(km_manager *m, const char *name, const char *lang, char *
 
 static void pool_fill(km_manager *m)
 {
+    unsigned per_entry = 0;
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        per_entry += m->cfg.allow[l] ? 1u : 0u;
     for (;;) {
         pthread_mutex_lock(&m->lock);
         unsigned n = 0;
         for (session *s = m->pool; s; s = s->next)
             n++;
         pthread_mutex_unlock(&m->lock);
-        if (n >= m->cfg.pool)
+        if (n >= m->cfg.pool || !per_entry)
+            return;
+        /* the pool never pushes a session's kernel out: it only uses room */
+        if ((unsigned)atomic_load(&m->live) + per_entry > m->cfg.max_kernels)
             return;
         char u[37];
         jp_uuid4(u);
         session *s = session_alloc(".pool");
         if (!s)
             return;
+        s->pool_entry = 1;
         s->network = m->cfg.network;
         snprintf(s->sandbox, sizeof s->sandbox, "%s", m->cfg.sandbox);
         snprintf(s->pool_dir, sizeof s->pool_dir, "%.3000s/pool/%.8s", m->home, u);
@@ -1047,29 +1287,68 @@ static void pool_fill(km_manager *m)
     }
 }
 
-void km_tick(km_manager *m)
+/* Stops kernels idle for longer than idle_timeout. The session stays (its
+ * workspace too); its next execution starts a fresh kernel and the result
+ * says the state was lost because of culling. */
+static void cull_idle(km_manager *m)
 {
-    if (m->cfg.idle_timeout > 0) {
-        double now = kclient_now();
-        pthread_mutex_lock(&m->lock);
-        for (session *s = m->list; s; s = s->next) {
-            if (atomic_load(&s->busy) || pthread_mutex_trylock(&s->lock))
-                continue;
+    double now = kclient_now();
+    session *victims[64];
+    size_t n = 0;
+    pthread_mutex_lock(&m->lock);
+    for (session *s = m->list; s && n < sizeof victims / sizeof victims[0]; s = s->next) {
+        if (s->gone || atomic_load(&s->busy))
+            continue;
+        int due = 0;
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            if (s->k[l].proc && now - s->k[l].last_used > m->cfg.idle_timeout)
+                due = 1;
+        if (due) {
+            s->refs++;
+            victims[n++] = s;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    /* stopping takes a while: no manager lock held, and a session that just
+     * became busy is skipped (trylock) rather than waited for */
+    for (size_t i = 0; i < n; i++) {
+        session *s = victims[i];
+        if (pthread_mutex_trylock(&s->lock) == 0) {
+            int changed = 0;
             for (int l = 0; l < KMCFG_NLANG; l++) {
                 kslot *k = &s->k[l];
-                if (k->proc && now - k->last_used > m->cfg.idle_timeout) {
-                    slot_stop(m, k);
-                    snprintf(k->pending, sizeof k->pending,
-                             "the %s kernel was stopped after %.0f s idle (idle_timeout); a "
-                             "fresh kernel was started and its state was lost (workspace kept)",
-                             kmcfg_lang_name(l), m->cfg.idle_timeout);
-                    session_save(m, s);
-                }
+                if (s->gone || !k->proc || now - k->last_used <= m->cfg.idle_timeout)
+                    continue;
+                slot_stop(m, k);
+                snprintf(k->pending, sizeof k->pending,
+                         "culled: the %s kernel was stopped after %g s idle (idle_timeout=%g); "
+                         "a fresh kernel was started and its state was lost (workspace kept)",
+                         kmcfg_lang_name(l), now - k->last_used, m->cfg.idle_timeout);
+                fprintf(stderr, "kernelmgr: culled %s/%s after %g s idle\n", s->name,
+                        kmcfg_lang_name(l), now - k->last_used);
+                changed = 1;
             }
+            if (changed)
+                session_save(m, s);
             pthread_mutex_unlock(&s->lock);
         }
-        pthread_mutex_unlock(&m->lock);
+        session_put(m, s);
     }
+}
+
+double km_tick_interval(const km_manager *m)
+{
+    double t = 1.0;
+    /* a short idle_timeout is culled within about half of it */
+    if (m->cfg.idle_timeout > 0 && m->cfg.idle_timeout / 2 < t)
+        t = m->cfg.idle_timeout / 2;
+    return t < 0.1 ? 0.1 : t;
+}
+
+void km_tick(km_manager *m)
+{
+    if (m->cfg.idle_timeout > 0)
+        cull_idle(m);
     if (m->cfg.pool)
         pool_fill(m);
 }

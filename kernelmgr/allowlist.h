@@ -1,0 +1,90 @@
+/*
+ * allowlist.h — which packages `install_packages` may install.
+ *
+ * Configuration (JSON; nothing is installable without it):
+ *
+ *   {"pip": {"index_url": "https://pypi.example/simple/",
+ *            "packages": {"requests": ">=2.31,<3", "tinypkg": ""}},
+ *    "npm": {"registry": "https://registry.npmjs.org/",
+ *            "packages": {"is-number": "^7.0.0"}}}
+ *
+ * "packages" maps a name to a version specifier ("" or "*": any version);
+ * it may also be an array of names. Names are compared the way each
+ * ecosystem does: pip names normalised as in PEP 503 (lower case, runs of
+ * "-", "_", "." become "-"), npm names exactly (they are lower case).
+ *
+ * A request is one string per package, "name" or "name<specifier>" for pip
+ * ("tinypkg", "tinypkg==1.0") and "name" or "name@range" for npm
+ * ("is-number", "is-number@7.0.0"). Everything else is refused before anything
+ * runs, with a reason: options and flags ("-e", "--index-url ..."), URLs,
+ * VCS links ("git+https://..."), local paths and archives, direct references
+ * ("name @ url"), extras, environment markers, npm aliases and dist-tags,
+ * and names not on the list. The version installed always satisfies both the
+ * request and the list: allowlist_check() returns the two specifiers joined
+ * (pip: "a,b" is an intersection; npm: "a b" is one).
+ *
+ * Pure C (no I/O except allowlist_load), unit-tested in
+ * tests/unit/test_km_allowlist.c.
+ */
+#ifndef KERNELMGR_ALLOWLIST_H
+#define KERNELMGR_ALLOWLIST_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+typedef enum allowlist_mgr { ALLOWLIST_PIP = 0, ALLOWLIST_NPM = 1, ALLOWLIST_NMGR } allowlist_mgr;
+
+#define ALLOWLIST_NAME_MAX 214 /* npm's limit; longer than any PyPI name */
+#define ALLOWLIST_SPEC_MAX 256
+
+typedef struct allowlist allowlist;
+
+/* new: an empty list (nothing installable). NULL only without memory. */
+allowlist *allowlist_new(void);
+
+/* new: parses the configuration object (borrowed). NULL with "KEY: reason"
+ * in err on any unknown key, bad name, bad specifier or bad index URL. */
+allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen);
+
+/* new: reads path. A missing file gives an empty list when !must_exist. */
+allowlist *allowlist_load(const char *path, int must_exist, char *err, size_t errlen);
+
+void allowlist_destroy(allowlist **al);
+
+/* ALLOWLIST_PIP / ALLOWLIST_NPM for "pip" / "npm", else -1. */
+int allowlist_mgr_from_name(const char *name);
+/* borrowed static: "pip" / "npm". */
+const char *allowlist_mgr_name(allowlist_mgr m);
+
+/* borrowed: the index (pip index_url / npm registry), or NULL when unset. */
+const char *allowlist_index(const allowlist *al, allowlist_mgr m);
+
+/* Splits an index URL "http[s]://host[:port]/path" into host and port (80
+ * or 443 by default). 0, or -1 with a reason (credentials, other schemes,
+ * missing host, bad port). */
+int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *port, int *tls,
+                        char *err, size_t errlen);
+
+/* Number of allowed packages for m. */
+size_t allowlist_count(const allowlist *al, allowlist_mgr m);
+
+/* new: {"name": "specifier", ...} of the allowed packages for m. */
+json_t *allowlist_to_json(const allowlist *al, allowlist_mgr m);
+
+/* Normalises a package name for m (pip: PEP 503). -1 when it is not a valid
+ * name. out has at least ALLOWLIST_NAME_MAX + 1 bytes. */
+int allowlist_normalize_name(allowlist_mgr m, const char *name, char *out);
+
+/* Checks one requested package. On success returns 0 and writes the
+ * normalised name (ALLOWLIST_NAME_MAX + 1 bytes) and the specifier to
+ * install with (ALLOWLIST_SPEC_MAX + 1 bytes, "" for any version): the
+ * allowlist's and the request's joined. On refusal returns -1 with a reason
+ * meant for the model that asked. */
+int allowlist_check(const allowlist *al, allowlist_mgr m, const char *request, char *name,
+                    char *spec, char *err, size_t errlen);
+
+/* 1 when name (any form; normalised here) is on the list for m, and writes
+ * its allowlisted specifier to spec (may be NULL). */
+int allowlist_has(const allowlist *al, allowlist_mgr m, const char *name, char *spec);
+
+#endif

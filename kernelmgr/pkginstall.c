@@ -1,0 +1,684 @@
+/*
+ * pkginstall.c — allowlisted installs, each in its own sandbox whose only
+ * way out is pkgproxy to the configured index (see pkginstall.h).
+ *
+ * The sequence for one request:
+ *   1. every requested string passes allowlist_check() (else: refused, and
+ *      nothing ran);
+ *   2. resolve without installing, in the sandbox: pip `install --dry-run
+ *      --report -` (wheels only), npm `install --package-lock-only`;
+ *   3. every package of the resolved set must be on the allowlist (the
+ *      dependency policy); else refused, naming the missing ones;
+ *   4. install exactly the resolved set, in the sandbox: pip `--no-deps
+ *      --only-binary :all: --target DIR name==version...`, npm `install
+ *      --ignore-scripts` from the lock of step 2;
+ *   5. report name and version of everything installed.
+ *
+ * What the sandbox must provide (kernels/sandbox/sandbox.h): with network
+ * off, a TCP socket listening on 127.0.0.1:PORT inside the sandbox's network
+ * namespace, handed to the manager (sandbox_config.loopback_listen_port and
+ * sandbox_take_listen_fd()), and AF_INET sockets allowed by seccomp in that
+ * mode (the namespace has only lo, so only that socket is reachable). The
+ * sandbox advertises it with SANDBOX_HAS_LOOPBACK_LISTEN; without it every
+ * install is refused with that reason rather than run unconfined.
+ */
+#include "kernelmgr/pkginstall.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/sandbox/sandbox.h"
+#include "kernelmgr/pkgproxy.h"
+
+#define PKGINST_PROXY_PORT 3128
+#define PKGINST_TIMEOUT_S 300
+#define PKGINST_OUT_MAX ((size_t)8 << 20)
+#define PKGINST_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, mode) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+int pkginst_session_dirs(const char *home, const char *session, char *pydir, char *npmdir)
+{
+    if (!home || !session || strchr(session, '/') || session[0] == '.')
+        return -1;
+    if (snprintf(pydir, PATH_MAX, "%s/packages/%s/python", home, session) >= PATH_MAX ||
+        snprintf(npmdir, PATH_MAX, "%s/packages/%s/npm", home, session) >= PATH_MAX)
+        return -1;
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+int pkginst_remove_session(const char *home, const char *session)
+{
+    char py[PATH_MAX], npm[PATH_MAX];
+    if (pkginst_session_dirs(home, session, py, npm) < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    char *slash = strrchr(py, '/'); /* .../packages/SESSION */
+    *slash = '\0';
+    if (nftw(py, rm_entry, 32, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
+        return -1;
+    return 0;
+}
+
+char **pkginst_kernel_env(const char *home, const char *session, const char *lang)
+{
+    char py[PATH_MAX], npm[PATH_MAX];
+    if (pkginst_session_dirs(home, session, py, npm) < 0)
+        return NULL;
+    /* The directories exist from the start (empty), so a kernel started
+     * before an install sees the packages as soon as they land: Python's
+     * path finder re-reads a directory whose mtime changed. */
+    mkdir_p(py, 0755);
+    mkdir_p(npm, 0755);
+    char **env = calloc(4, sizeof *env);
+    if (!env)
+        return NULL;
+    int n = 0;
+    char buf[3 * PATH_MAX];
+    if (strcmp(lang, "python") == 0) {
+        snprintf(buf, sizeof buf, "PYTHONPATH=%s", py);
+        env[n++] = strdup(buf);
+    } else {
+        snprintf(buf, sizeof buf, "NODE_PATH=%s/node_modules", npm);
+        env[n++] = strdup(buf);
+        snprintf(buf, sizeof buf, "KERNELMGR_PATH_PREPEND=%s/node_modules/.bin", npm);
+        env[n++] = strdup(buf);
+    }
+    return env;
+}
+
+void pkginst_env_free(char ***env)
+{
+    if (!env || !*env)
+        return;
+    for (char **e = *env; *e; e++)
+        free(*e);
+    free(*env);
+    *env = NULL;
+}
+
+#ifndef SANDBOX_HAS_LOOPBACK_LISTEN
+
+json_t *pkginst_install(const allowlist *al, allowlist_mgr m, const char *home, const char *session,
+                        const json_t *packages, char *err, size_t errlen)
+{
+    (void)al;
+    (void)m;
+    (void)home;
+    (void)session;
+    (void)packages;
+    snprintf(err, errlen,
+             "installs are disabled in this build: the install sandbox needs a loopback listener "
+             "inside the sandbox's network namespace (SANDBOX_HAS_LOOPBACK_LISTEN in "
+             "kernels/sandbox/sandbox.h), which this sandbox does not provide yet; kernelmgr "
+             "will not run an installer with unrestricted network access");
+    return NULL;
+}
+
+#else
+
+static const char *const policy_text =
+    "dependencies are resolved first; the install runs only when every resolved package is "
+    "on the allowlist (nothing else is ever installed); pip: wheels only (no build scripts run); "
+    "npm: --ignore-scripts";
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Runs argv in a fresh install sandbox (workspace = dir, network only to
+ * index host:port via the proxy). *out (new, NUL-terminated) gets stdout,
+ * *log stderr. Returns the exit status (0..255), or -1 with err. */
+static int run_sandboxed(const char *dir, const char *host, unsigned port, char *const argv[],
+                         char *const envp[], char **out, char **log, char *err, size_t errlen)
+{
+    *out = *log = NULL;
+    sandbox_config cfg;
+    sandbox_config_defaults(&cfg);
+    cfg.level = SANDBOX_STRICT;
+    cfg.workspace = dir;
+    cfg.network = 0;
+    cfg.loopback_listen_port = PKGINST_PROXY_PORT;
+    cfg.memory_bytes = 1ull << 30;
+    int o[2], e[2], nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (nul < 0 || pipe2(o, O_CLOEXEC) < 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        if (nul >= 0)
+            close(nul);
+        return -1;
+    }
+    if (pipe2(e, O_CLOEXEC) < 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        close(nul);
+        close(o[0]);
+        close(o[1]);
+        return -1;
+    }
+    int fds[3] = {nul, o[1], e[1]};
+    char why[512];
+    sandbox *sb = sandbox_spawn(&cfg, argv, envp, fds, 3, why, sizeof why);
+    close(nul);
+    close(o[1]);
+    close(e[1]);
+    if (!sb) {
+        snprintf(err, errlen, "the install sandbox cannot start: %s", why);
+        close(o[0]);
+        close(e[0]);
+        return -1;
+    }
+    char hostport[300];
+    snprintf(hostport, sizeof hostport, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+    const char *allowed[] = {hostport, NULL};
+    pkgproxy *px = NULL;
+    int lfd = sandbox_take_listen_fd(sb);
+    if (lfd >= 0)
+        px = pkgproxy_start(lfd, allowed, why, sizeof why);
+    if (!px) {
+        snprintf(err, errlen, "the install proxy cannot start: %s",
+                 lfd < 0 ? "no listening socket from the sandbox" : why);
+        sandbox_destroy(&sb);
+        close(o[0]);
+        close(e[0]);
+        return -1;
+    }
+    /* Collect both streams until the installer exits or times out. */
+    size_t cap[2] = {65536, 65536}, len[2] = {0, 0};
+    char *buf[2] = {malloc(cap[0]), malloc(cap[1])};
+    int open_[2] = {1, 1}, fdv[2] = {o[0], e[0]};
+    double deadline = now_s() + PKGINST_TIMEOUT_S;
+    int timed_out = 0;
+    while ((open_[0] || open_[1]) && buf[0] && buf[1]) {
+        struct pollfd p[2] = {{.fd = open_[0] ? fdv[0] : -1, .events = POLLIN},
+                              {.fd = open_[1] ? fdv[1] : -1, .events = POLLIN}};
+        int left = (int)((deadline - now_s()) * 1000);
+        if (left <= 0) {
+            timed_out = 1;
+            break;
+        }
+        if (poll(p, 2, left) < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < 2; i++) {
+            if (!p[i].revents)
+                continue;
+            if (len[i] + 4096 > cap[i] && cap[i] < PKGINST_OUT_MAX) {
+                char *nb = realloc(buf[i], cap[i] * 2);
+                if (nb) {
+                    buf[i] = nb;
+                    cap[i] *= 2;
+                }
+            }
+            ssize_t r;
+            if (len[i] + 4096 <= cap[i])
+                r = read(fdv[i], buf[i] + len[i], cap[i] - len[i] - 1);
+            else {
+                char sink[4096]; /* beyond the cap: drained, dropped */
+                r = read(fdv[i], sink, sizeof sink);
+                if (r > 0)
+                    continue;
+            }
+            if (r <= 0) {
+                if (r < 0 && errno == EINTR)
+                    continue;
+                open_[i] = 0;
+            } else {
+                len[i] += (size_t)r;
+            }
+        }
+    }
+    if (timed_out)
+        sandbox_signal(sb, SIGKILL);
+    int st = 0;
+    while (waitpid(sandbox_pid(sb), &st, 0) < 0 && errno == EINTR)
+        ;
+    pkgproxy_stop(&px);
+    char limit[200];
+    const char *hit = sandbox_limit_hit(sb, st, limit, sizeof limit);
+    sandbox_destroy(&sb);
+    close(o[0]);
+    close(e[0]);
+    for (int i = 0; i < 2; i++)
+        if (buf[i])
+            buf[i][len[i]] = '\0';
+    *out = buf[0];
+    *log = buf[1];
+    if (!buf[0] || !buf[1]) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (timed_out) {
+        snprintf(err, errlen, "the installer took longer than %d s and was killed",
+                 PKGINST_TIMEOUT_S);
+        return -1;
+    }
+    if (hit) {
+        snprintf(err, errlen, "the installer hit a limit: %s", hit);
+        return -1;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static const char *last_lines(const char *log)
+{
+    size_t n = strlen(log);
+    if (n <= 1500)
+        return log;
+    return log + n - 1500;
+}
+
+static char *const *base_env(char *buf[], const char *extra)
+{
+    int n = 0;
+    buf[n++] = "PATH=/usr/local/bin:/usr/bin:/bin";
+    buf[n++] = "HOME=/tmp";
+    buf[n++] = "LANG=C.UTF-8";
+    if (extra)
+        buf[n++] = (char *)extra;
+    buf[n] = NULL;
+    return buf;
+}
+
+static json_t *install_pip(const allowlist *al, const char *home, const char *session,
+                           char specs[][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2], size_t nspec,
+                           char *err, size_t errlen)
+{
+    char py[PATH_MAX], npm[PATH_MAX], host[256];
+    unsigned port;
+    int tls;
+    const char *index = allowlist_index(al, ALLOWLIST_PIP);
+    if (pkginst_session_dirs(home, session, py, npm) < 0 || mkdir_p(py, 0755) < 0) {
+        snprintf(err, errlen, "cannot create the package directory for session %s", session);
+        return NULL;
+    }
+    if (allowlist_parse_url(index, host, sizeof host, &port, &tls, err, errlen) < 0)
+        return NULL;
+    char proxy[64];
+    snprintf(proxy, sizeof proxy, "http://127.0.0.1:%d", PKGINST_PROXY_PORT);
+    char *envb[8];
+    char *const *envp = base_env(envb, NULL);
+
+    /* 2. resolve. */
+    char *argv[80 + 100];
+    int a = 0;
+    const char *common[] = {"/usr/bin/python3",
+                            "-m",
+                            "pip",
+                            "install",
+                            "--isolated",
+                            "--no-cache-dir",
+                            "--disable-pip-version-check",
+                            "--no-input",
+                            "--no-compile",
+                            "--only-binary",
+                            ":all:",
+                            "--index-url",
+                            index,
+                            "--proxy",
+                            proxy,
+                            NULL};
+    for (int i = 0; common[i]; i++)
+        argv[a++] = (char *)common[i];
+    if (access(PKGINST_CA_FILE, R_OK) == 0) {
+        argv[a++] = "--cert";
+        argv[a++] = PKGINST_CA_FILE;
+    }
+    int a0 = a;
+    argv[a++] = "--dry-run";
+    argv[a++] = "--ignore-installed";
+    argv[a++] = "--quiet";
+    argv[a++] = "--report";
+    argv[a++] = "-";
+    for (size_t i = 0; i < nspec && a < 170; i++)
+        argv[a++] = specs[i];
+    argv[a] = NULL;
+    char *out, *log;
+    int rc = run_sandboxed(py, host, port, argv, envp, &out, &log, err, errlen);
+    if (rc != 0) {
+        if (rc > 0)
+            snprintf(err, errlen, "pip could not resolve the request (exit %d): %s", rc,
+                     last_lines(log));
+        free(out);
+        free(log);
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *report = json_loads(out, 0, &jerr);
+    free(out);
+    free(log);
+    json_t *items = json_object_get(report, "install");
+    if (!json_is_array(items)) {
+        snprintf(err, errlen, "pip's resolution report does not parse: %s", jerr.text);
+        json_decref(report);
+        return NULL;
+    }
+    /* 3. the dependency policy. */
+    json_t *installed = json_array();
+    char missing[1024] = "";
+    static char pinned[100][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2];
+    size_t npinned = 0, i;
+    json_t *it;
+    json_array_foreach(items, i, it)
+    {
+        json_t *md = json_object_get(it, "metadata");
+        const char *name = json_string_value(json_object_get(md, "name"));
+        const char *version = json_string_value(json_object_get(md, "version"));
+        if (!name || !version)
+            continue;
+        char aspec[ALLOWLIST_SPEC_MAX + 1];
+        if (!allowlist_has(al, ALLOWLIST_PIP, name, aspec)) {
+            if (strlen(missing) + strlen(name) + 3 < sizeof missing)
+                snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
+                         missing[0] ? ", " : "", name);
+            continue;
+        }
+        if (npinned < 100)
+            snprintf(pinned[npinned++], sizeof pinned[0], "%s==%s%s%s", name, version,
+                     aspec[0] ? "," : "", aspec);
+        json_array_append_new(installed, json_pack("{s:s,s:s}", "name", name, "version", version));
+    }
+    json_decref(report);
+    if (missing[0]) {
+        snprintf(err, errlen,
+                 "the request needs packages that are not on the pip allowlist: %s (dependency "
+                 "policy: every resolved package must be listed; nothing was installed)",
+                 missing);
+        json_decref(installed);
+        return NULL;
+    }
+    /* 4. install exactly the resolved set. */
+    a = a0;
+    argv[a++] = "--no-deps";
+    argv[a++] = "--upgrade";
+    argv[a++] = "--quiet";
+    argv[a++] = "--target";
+    argv[a++] = py;
+    for (size_t k = 0; k < npinned; k++)
+        argv[a++] = pinned[k];
+    argv[a] = NULL;
+    rc = run_sandboxed(py, host, port, argv, envp, &out, &log, err, errlen);
+    if (rc != 0) {
+        if (rc > 0)
+            snprintf(err, errlen, "pip failed (exit %d): %s", rc, last_lines(log));
+        free(out);
+        free(log);
+        json_decref(installed);
+        return NULL;
+    }
+    free(out);
+    free(log);
+    return json_pack("{s:s,s:o,s:s,s:s,s:s}", "manager", "pip", "installed", installed, "target",
+                     py, "index", index, "policy", policy_text);
+}
+
+/* Walks package-lock.json's "packages" (lockfile v2/v3): every entry but the
+ * root is "node_modules/NAME" or nested ".../node_modules/NAME". */
+static json_t *npm_lock_packages(const char *npmdir, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/package-lock.json", npmdir);
+    json_error_t jerr;
+    json_t *lock = json_load_file(path, 0, &jerr);
+    json_t *pk = json_object_get(lock, "packages");
+    if (!json_is_object(pk)) {
+        snprintf(err, errlen, "npm's lock file %s does not parse: %s", path, jerr.text);
+        json_decref(lock);
+        return NULL;
+    }
+    json_t *out = json_array();
+    const char *key;
+    json_t *v;
+    json_object_foreach(pk, key, v)
+    {
+        const char *nm = strstr(key, "node_modules/");
+        if (!nm)
+            continue;
+        const char *last;
+        while ((last = strstr(nm + 13, "node_modules/")) != NULL)
+            nm = last;
+        json_array_append_new(out,
+                              json_pack("{s:s,s:s}", "name", nm + 13, "version",
+                                        json_string_value(json_object_get(v, "version")) ?: "?"));
+    }
+    json_decref(lock);
+    return out;
+}
+
+/* A file's bytes kept aside, so a refused or failed npm request leaves the
+ * prefix's package.json and lock as they were (npm edits them while it
+ * resolves). */
+typedef struct saved_file {
+    char path[PATH_MAX + 32];
+    char *data; /* NULL: the file did not exist */
+    size_t len;
+} saved_file;
+
+static void save_file(saved_file *f, const char *dir, const char *name)
+{
+    snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
+    f->data = NULL;
+    f->len = 0;
+    FILE *in = fopen(f->path, "rbe");
+    if (!in)
+        return;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
+        char *nd = realloc(f->data, f->len + n + 1);
+        if (!nd)
+            break;
+        f->data = nd;
+        memcpy(f->data + f->len, buf, n);
+        f->len += n;
+    }
+    if (!f->data)
+        f->data = strdup("");
+    fclose(in);
+}
+
+static void restore_file(saved_file *f)
+{
+    if (!f->data) {
+        unlink(f->path);
+        return;
+    }
+    FILE *out = fopen(f->path, "wbe");
+    if (out) {
+        fwrite(f->data, 1, f->len, out);
+        fclose(out);
+    }
+}
+
+static void free_saved(saved_file *f)
+{
+    free(f->data);
+    f->data = NULL;
+}
+
+static json_t *install_npm(const allowlist *al, const char *home, const char *session,
+                           char specs[][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2], size_t nspec,
+                           char *err, size_t errlen)
+{
+    char py[PATH_MAX], npm[PATH_MAX], host[256];
+    unsigned port;
+    int tls;
+    const char *registry = allowlist_index(al, ALLOWLIST_NPM);
+    if (pkginst_session_dirs(home, session, py, npm) < 0 || mkdir_p(npm, 0755) < 0) {
+        snprintf(err, errlen, "cannot create the package directory for session %s", session);
+        return NULL;
+    }
+    if (allowlist_parse_url(registry, host, sizeof host, &port, &tls, err, errlen) < 0)
+        return NULL;
+    char proxy[64];
+    snprintf(proxy, sizeof proxy, "http://127.0.0.1:%d", PKGINST_PROXY_PORT);
+    char *envb[8];
+    char *const *envp = base_env(envb, "npm_config_cache=/tmp/.npm");
+    char *argv[60 + 100];
+    int a = 0;
+    const char *common[] = {"/usr/bin/npm",
+                            "install",
+                            "--prefix",
+                            npm,
+                            "--ignore-scripts",
+                            "--no-audit",
+                            "--no-fund",
+                            "--no-update-notifier",
+                            "--omit=dev",
+                            "--omit=optional",
+                            "--omit=peer",
+                            "--registry",
+                            registry,
+                            "--proxy",
+                            proxy,
+                            "--https-proxy",
+                            proxy,
+                            "--userconfig",
+                            "/dev/null",
+                            NULL};
+    for (int i = 0; common[i]; i++)
+        argv[a++] = (char *)common[i];
+    /* The host's trust store (bound read-only into the sandbox): a TLS
+     * inspecting proxy's CA, where there is one, is installed there. */
+    if (access(PKGINST_CA_FILE, R_OK) == 0) {
+        argv[a++] = "--cafile";
+        argv[a++] = PKGINST_CA_FILE;
+    }
+    int a0 = a;
+    argv[a++] = "--package-lock-only";
+    for (size_t i = 0; i < nspec && a < 150; i++)
+        argv[a++] = specs[i];
+    argv[a] = NULL;
+    saved_file pj, pl;
+    save_file(&pj, npm, "package.json");
+    save_file(&pl, npm, "package-lock.json");
+    char *out, *log;
+    json_t *resolved = NULL;
+    int rc = run_sandboxed(npm, host, port, argv, envp, &out, &log, err, errlen);
+    free(out);
+    if (rc > 0)
+        snprintf(err, errlen, "npm could not resolve the request (exit %d): %s", rc,
+                 last_lines(log));
+    free(log);
+    if (rc == 0)
+        resolved = npm_lock_packages(npm, err, errlen);
+    if (!resolved) {
+        restore_file(&pj);
+        restore_file(&pl);
+        free_saved(&pj);
+        free_saved(&pl);
+        return NULL;
+    }
+    char missing[1024] = "";
+    size_t i;
+    json_t *it;
+    json_array_foreach(resolved, i, it)
+    {
+        const char *name = json_string_value(json_object_get(it, "name"));
+        char needle[ALLOWLIST_NAME_MAX + 4];
+        snprintf(needle, sizeof needle, ", %s,", name);
+        char hay[sizeof missing + 4];
+        snprintf(hay, sizeof hay, ", %s,", missing);
+        if (!allowlist_has(al, ALLOWLIST_NPM, name, NULL) && !strstr(hay, needle) &&
+            strlen(missing) + strlen(name) + 3 < sizeof missing)
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
+                     missing[0] ? ", " : "", name);
+    }
+    if (missing[0]) {
+        snprintf(err, errlen,
+                 "the request needs packages that are not on the npm allowlist: %s (dependency "
+                 "policy: every resolved package must be listed; nothing was installed)",
+                 missing);
+        json_decref(resolved);
+        restore_file(&pj);
+        restore_file(&pl);
+        free_saved(&pj);
+        free_saved(&pl);
+        return NULL;
+    }
+    /* Install from the lock just checked: nothing is re-resolved. */
+    a = a0;
+    argv[a] = NULL;
+    rc = run_sandboxed(npm, host, port, argv, envp, &out, &log, err, errlen);
+    free(out);
+    if (rc != 0) {
+        if (rc > 0)
+            snprintf(err, errlen, "npm failed (exit %d): %s", rc, last_lines(log));
+        free(log);
+        json_decref(resolved);
+        restore_file(&pj);
+        restore_file(&pl);
+        free_saved(&pj);
+        free_saved(&pl);
+        return NULL;
+    }
+    free(log);
+    free_saved(&pj);
+    free_saved(&pl);
+    return json_pack("{s:s,s:o,s:s,s:s,s:s}", "manager", "npm", "installed", resolved, "target",
+                     npm, "index", registry, "policy", policy_text);
+}
+
+json_t *pkginst_install(const allowlist *al, allowlist_mgr m, const char *home, const char *session,
+                        const json_t *packages, char *err, size_t errlen)
+{
+    static char specs[50][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2];
+    static pthread_mutex_t one_at_a_time = PTHREAD_MUTEX_INITIALIZER;
+    size_t n = json_array_size(packages);
+    if (n == 0 || n > 50) {
+        snprintf(err, errlen, "give 1 to 50 packages");
+        return NULL;
+    }
+    pthread_mutex_lock(&one_at_a_time);
+    for (size_t i = 0; i < n; i++) {
+        char name[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1];
+        if (allowlist_check(al, m, json_string_value(json_array_get(packages, i)), name, spec, err,
+                            errlen) < 0) {
+            pthread_mutex_unlock(&one_at_a_time);
+            return NULL;
+        }
+        snprintf(specs[i], sizeof specs[i], m == ALLOWLIST_NPM && spec[0] ? "%s@%s" : "%s%s", name,
+                 spec);
+    }
+    json_t *r = m == ALLOWLIST_PIP ? install_pip(al, home, session, specs, n, err, errlen)
+                                   : install_npm(al, home, session, specs, n, err, errlen);
+    pthread_mutex_unlock(&one_at_a_time);
+    return r;
+}
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * pkgproxy.h — the only way out of a package installer's sandbox: an HTTP
+ * proxy that connects to nothing but the configured index.
+ *
+ * The installer (pip / npm) runs with its network namespace empty; its proxy
+ * setting points at a socket listening on 127.0.0.1 inside that namespace,
+ * and the manager serves that socket from outside (the listening fd works
+ * from any namespace). Each client request is either
+ *   CONNECT host:port HTTP/1.1            (https: a blind tunnel), or
+ *   GET http://host[:port]/path HTTP/1.1  (plain http: forwarded once,
+ *                                          with Connection: close)
+ * and is honoured only when host:port is on the proxy's list; anything else
+ * gets 403 and is logged. Nothing else is reachable: no DNS, no other port,
+ * no other host, even if the installer were subverted.
+ */
+#ifndef KERNELMGR_PKGPROXY_H
+#define KERNELMGR_PKGPROXY_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+typedef struct pkgproxy pkgproxy;
+
+/* new: serves listen_fd (stolen; a listening stream socket) on its own
+ * thread. allowed: "host:port" strings (NULL-terminated, copied; hosts
+ * compared case-insensitively, "[v6]:port" for IPv6). NULL with err. */
+pkgproxy *pkgproxy_start(int listen_fd, const char *const *allowed, char *err, size_t errlen);
+
+/* Stops serving, closes every connection, joins the threads. NULL-safe. */
+void pkgproxy_stop(pkgproxy **p);
+
+/* new: {"allowed": n, "refused": [{"target": "...", "reason": "..."}]}. */
+json_t *pkgproxy_report(pkgproxy *p);
+
+#endif

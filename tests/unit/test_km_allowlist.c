@@ -1,0 +1,299 @@
+/*
+ * test_km_allowlist.c — the package allowlist: configuration parsing and the
+ * validation of install requests (kernelmgr/allowlist.c).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+
+#include "kernelmgr/allowlist.h"
+
+static allowlist *load(const char *text)
+{
+    json_error_t jerr;
+    json_t *cfg = json_loads(text, 0, &jerr);
+    assert_non_null(cfg);
+    char err[512] = "";
+    allowlist *al = allowlist_from_json(cfg, err, sizeof err);
+    json_decref(cfg);
+    if (!al)
+        print_message("allowlist error: %s\n", err);
+    return al;
+}
+
+static const char *CFG = "{\"pip\": {\"index_url\": \"http://127.0.0.1:8765/simple/\","
+                         "         \"packages\": {\"TinyPkg\": \"\", \"requests\": \">=2.31,<3\","
+                         "                        \"zope.interface\": \"==6.*\"}},"
+                         " \"npm\": {\"registry\": \"https://registry.npmjs.org/\","
+                         "         \"packages\": {\"is-number\": \"^7.0.0\", \"@types/node\": \"\","
+                         "                        \"left-pad\": \"*\"}}}";
+
+/* Returns 0 when accepted (name/spec filled), -1 when refused (err filled). */
+static int check(allowlist *al, allowlist_mgr m, const char *req, char *name, char *spec, char *err)
+{
+    name[0] = spec[0] = err[0] = '\0';
+    int rc = allowlist_check(al, m, req, name, spec, err, 512);
+    if (rc < 0)
+        assert_true(strlen(err) > 0);
+    return rc;
+}
+
+static void test_empty_allows_nothing(void **state)
+{
+    (void)state;
+    allowlist *al = allowlist_new();
+    char name[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1], err[512];
+    assert_int_equal(check(al, ALLOWLIST_PIP, "requests", name, spec, err), -1);
+    assert_non_null(strstr(err, "allowlist for pip is empty"));
+    assert_int_equal(check(al, ALLOWLIST_NPM, "is-number", name, spec, err), -1);
+    assert_int_equal(allowlist_count(al, ALLOWLIST_PIP), 0);
+    assert_null(allowlist_index(al, ALLOWLIST_PIP));
+    allowlist_destroy(&al);
+    assert_null(al);
+    allowlist_destroy(&al); /* NULL-safe */
+}
+
+static void test_pip_accepts_listed(void **state)
+{
+    (void)state;
+    allowlist *al = load(CFG);
+    assert_non_null(al);
+    char name[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1], err[512];
+
+    assert_int_equal(check(al, ALLOWLIST_PIP, "tinypkg", name, spec, err), 0);
+    assert_string_equal(name, "tinypkg");
+    assert_string_equal(spec, "");
+    /* PEP 503 normalisation both ways. */
+    assert_int_equal(check(al, ALLOWLIST_PIP, "Tiny_Pkg", name, spec, err), -1);
+    assert_int_equal(check(al, ALLOWLIST_PIP, "TINYPKG==1.0", name, spec, err), 0);
+    assert_string_equal(name, "tinypkg");
+    assert_string_equal(spec, "==1.0");
+    assert_int_equal(check(al, ALLOWLIST_PIP, "Zope_Interface", name, spec, err), 0);
+    assert_string_equal(name, "zope-interface");
+    assert_string_equal(spec, "==6.*");
+    /* The allowlist's specifier always applies: joined with the request's. */
+    assert_int_equal(check(al, ALLOWLIST_PIP, "requests", name, spec, err), 0);
+    assert_string_equal(spec, ">=2.31,<3");
+    assert_int_equal(check(al, ALLOWLIST_PIP, " requests == 2.32.3 ", name, spec, err), 0);
+    assert_string_equal(spec, ">=2.31,<3,== 2.32.3");
+    assert_int_equal(check(al, ALLOWLIST_PIP, "requests~=2.31", name, spec, err), 0);
+    assert_string_equal(spec, ">=2.31,<3,~=2.31");
+    allowlist_destroy(&al);
+}
+
+static void test_pip_refusals(void **state)
+{
+    (void)state;
+    allowlist *al = load(CFG);
+    assert_non_null(al);
+    char name[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1], err[512];
+    struct {
+        const char *req;
+        const char *why;
+    } cases[] = {
+        {"numpy", "not on the pip allowlist"},
+        {"--index-url=http://evil/simple", "options and flags"},
+        {"--index-url", "options and flags"},
+        {"--extra-index-url http://evil/", "options and flags"},
+        {"-e", "options and flags"},
+        {"-e git+https://github.com/x/tinypkg", "options and flags"},
+        {"-r requirements.txt", "options and flags"},
+        {"--pre", "options and flags"},
+        {"git+https://github.com/psf/requests", "VCS links"},
+        {"https://files.example/tinypkg-1.0-py3-none-any.whl", "URLs"},
+        {"http://127.0.0.1:8765/simple/tinypkg/", "URLs"},
+        {"./tinypkg", "local paths"},
+        {"/tmp/tinypkg-1.0-py3-none-any.whl", "local paths"},
+        {"tinypkg-1.0-py3-none-any.whl", "local paths"},
+        {"tinypkg @ https://evil/tinypkg.whl", "direct references"},
+        {"tinypkg@file:///x", "direct references"},
+        {"tinypkg; python_version>'3'", "environment markers"},
+        {"requests[socks]", "extras"},
+        {"tinypkg==1.0 --index-url http://x", "URLs"},
+        {"tinypkg==1.0 -i http://x", "not allowed"},
+        {"tinypkg ==", "not a plain version"},
+        {"tinypkg latest", "not a plain version"},
+        {"tinypkg\n--index-url=http://x", "control"},
+        {"", "empty"},
+        {"-", "options and flags"},
+        {"tinypkg/../x", "paths"},
+        {"t\xc3\xa9", "non-ASCII"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = check(al, ALLOWLIST_PIP, cases[i].req, name, spec, err);
+        if (rc != -1 || !strstr(err, cases[i].why))
+            fail_msg("request '%s': rc %d, err '%s', expected '%s'", cases[i].req, rc, err,
+                     cases[i].why);
+    }
+    allowlist_destroy(&al);
+}
+
+static void test_npm(void **state)
+{
+    (void)state;
+    allowlist *al = load(CFG);
+    assert_non_null(al);
+    char name[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1], err[512];
+    assert_int_equal(check(al, ALLOWLIST_NPM, "is-number", name, spec, err), 0);
+    assert_string_equal(name, "is-number");
+    assert_string_equal(spec, "^7.0.0");
+    assert_int_equal(check(al, ALLOWLIST_NPM, "is-number@7.0.0", name, spec, err), 0);
+    assert_string_equal(spec, "^7.0.0 7.0.0");
+    assert_int_equal(check(al, ALLOWLIST_NPM, "@types/node", name, spec, err), 0);
+    assert_string_equal(name, "@types/node");
+    assert_int_equal(check(al, ALLOWLIST_NPM, "@types/node@^20", name, spec, err), 0);
+    assert_string_equal(spec, "^20");
+    assert_int_equal(check(al, ALLOWLIST_NPM, "left-pad", name, spec, err), 0);
+    assert_string_equal(spec, "");
+
+    const char *refused[] = {"is-odd",
+                             "Is-Number",
+                             "--registry=http://evil/",
+                             "--ignore-scripts=false",
+                             "is-number@latest",
+                             "is-number@npm:evil",
+                             "evil@npm:is-number@7",
+                             "github:jonschlinkert/is-number",
+                             "jonschlinkert/is-number",
+                             "git+https://github.com/jonschlinkert/is-number.git",
+                             "https://registry.npmjs.org/is-number/-/is-number-7.0.0.tgz",
+                             "./is-number",
+                             "file:../is-number",
+                             "is-number-7.0.0.tgz",
+                             "is-number@7 || >=0.0.0",
+                             "is-number#semver:7",
+                             "@types/../node",
+                             ".bin"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (check(al, ALLOWLIST_NPM, refused[i], name, spec, err) != -1)
+            fail_msg("npm request '%s' was accepted (spec '%s')", refused[i], spec);
+    allowlist_destroy(&al);
+}
+
+static void test_config_errors(void **state)
+{
+    (void)state;
+    struct {
+        const char *cfg;
+        const char *why;
+    } cases[] = {
+        {"[]", "must be a JSON object"},
+        {"{\"cargo\": {}}", "cargo: unknown key"},
+        {"{\"pip\": {\"index\": \"http://x/\"}}", "pip.index: unknown key"},
+        {"{\"pip\": {\"packages\": [\"a\"]}}", "pip.index_url: required"},
+        {"{\"pip\": {\"index_url\": \"ftp://x/\", \"packages\": []}}", "only http"},
+        {"{\"pip\": {\"index_url\": \"http://u:p@x/\"}}", "credentials"},
+        {"{\"pip\": {\"index_url\": \"http://x:99999/\"}}", "bad port"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"packages\": {\"a b\": \"\"}}}",
+         "not a valid pip package name"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"packages\": {\"a\": \"@ http://x\"}}}",
+         "not a valid version specifier"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"packages\": {\"a\": 1}}}", "must be a string"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"packages\": [\"A_b\", \"a.B\"]}}",
+         "listed twice"},
+        {"{\"npm\": {\"registry\": \"http://x/\", \"packages\": {\"Foo\": \"\"}}}",
+         "not a valid npm package name"},
+        {"{\"npm\": {\"registry\": \"http://x/\", \"packages\": {\"foo\": \"latest\"}}}",
+         "not a valid version specifier"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *cfg = json_loads(cases[i].cfg, 0, NULL);
+        assert_non_null(cfg);
+        char err[512] = "";
+        allowlist *al = allowlist_from_json(cfg, err, sizeof err);
+        json_decref(cfg);
+        if (al || !strstr(err, cases[i].why)) {
+            allowlist_destroy(&al);
+            fail_msg("config %s: err '%s', expected '%s'", cases[i].cfg, err, cases[i].why);
+        }
+    }
+}
+
+static void test_url_parse(void **state)
+{
+    (void)state;
+    char host[256], err[256];
+    unsigned port;
+    int tls;
+    assert_int_equal(allowlist_parse_url("http://127.0.0.1:8765/simple/", host, sizeof host, &port,
+                                         &tls, err, sizeof err),
+                     0);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 8765);
+    assert_int_equal(tls, 0);
+    assert_int_equal(allowlist_parse_url("https://registry.npmjs.org/", host, sizeof host, &port,
+                                         &tls, err, sizeof err),
+                     0);
+    assert_string_equal(host, "registry.npmjs.org");
+    assert_int_equal(port, 443);
+    assert_int_equal(tls, 1);
+    assert_int_equal(
+        allowlist_parse_url("http://[::1]:81/x", host, sizeof host, &port, &tls, err, sizeof err),
+        0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 81);
+    assert_int_equal(
+        allowlist_parse_url("http:///x", host, sizeof host, &port, &tls, err, sizeof err), -1);
+    assert_int_equal(
+        allowlist_parse_url("http://a:b/x", host, sizeof host, &port, &tls, err, sizeof err), -1);
+    assert_int_equal(
+        allowlist_parse_url("http://a b/x", host, sizeof host, &port, &tls, err, sizeof err), -1);
+}
+
+static void test_load_file(void **state)
+{
+    (void)state;
+    char err[512];
+    allowlist *al = allowlist_load("/nonexistent/allowlist.json", 0, err, sizeof err);
+    assert_non_null(al);
+    assert_int_equal(allowlist_count(al, ALLOWLIST_NPM), 0);
+    allowlist_destroy(&al);
+    assert_null(allowlist_load("/nonexistent/allowlist.json", 1, err, sizeof err));
+
+    char path[] = "/tmp/test_km_allowlist_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "{\"npm\": {\"registry\": \"https://registry.npmjs.org/\", "
+                       "\"packages\": [\"is-number\"]}}";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    al = allowlist_load(path, 1, err, sizeof err);
+    assert_non_null(al);
+    assert_int_equal(allowlist_count(al, ALLOWLIST_NPM), 1);
+    assert_string_equal(allowlist_index(al, ALLOWLIST_NPM), "https://registry.npmjs.org/");
+    json_t *j = allowlist_to_json(al, ALLOWLIST_NPM);
+    assert_string_equal(json_string_value(json_object_get(j, "is-number")), "");
+    json_decref(j);
+    allowlist_destroy(&al);
+
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "{bad", 4), 4);
+    close(fd);
+    assert_null(allowlist_load(path, 1, err, sizeof err));
+    assert_non_null(strstr(err, path));
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_empty_allows_nothing),
+        cmocka_unit_test(test_pip_accepts_listed),
+        cmocka_unit_test(test_pip_refusals),
+        cmocka_unit_test(test_npm),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_url_parse),
+        cmocka_unit_test(test_load_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
