@@ -32,8 +32,8 @@ PYTHON   ?= /usr/bin/python3
 DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck valgrind \
   libzmq3-dev libsodium-dev libjansson-dev libseccomp-dev uthash-dev libcmocka-dev \
   libclang-rt-14-dev python3 python3-pytest python3-jupyter-client jupyter-console \
-  python3-nbclient python3-nbformat python3-ipykernel python3-numpy python3-pandas \
-  python3-matplotlib python3-venv bubblewrap slirp4netns iproute2 util-linux procps
+  python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \
+  python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps
 
 .PHONY: all deps test unit e2e demo fuzz bench format lint clean
 all: $(BINS) $(SHARE)

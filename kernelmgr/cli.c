@@ -142,7 +142,9 @@ static char *read_code(cli *c, char *err, size_t errlen)
     }
     size_t cap = 65536, n = 0;
     char *buf = malloc(cap);
-    while (buf) {
+    if (!buf)
+        snprintf(err, errlen, "out of memory");
+    for (size_t r = 1; buf && r; n += r) {
         if (n + 4096 > cap) {
             char *b = cap > (64u << 20) ? NULL : realloc(buf, cap * 2);
             if (!b) {
@@ -154,10 +156,7 @@ static char *read_code(cli *c, char *err, size_t errlen)
             buf = b;
             cap *= 2;
         }
-        size_t r = fread(buf + n, 1, cap - n - 1, fp);
-        n += r;
-        if (r == 0)
-            break;
+        r = fread(&buf[n], 1, cap - n - 1, fp);
     }
     if (fp != stdin)
         fclose(fp);
@@ -425,7 +424,9 @@ static void print_warnings(const json_t *rep)
     size_t i;
     json_t *w;
     json_array_foreach(json_object_get(rep, "warnings"), i, w)
+    {
         fprintf(stderr, "kernelmgr: warning: %s\n", json_string_value(w));
+    }
 }
 
 static int cmd_exec(cli *c)
@@ -556,10 +557,13 @@ static int cmd_simple(cli *c, const char *op)
             size_t i;
             json_t *f;
             printf("workspace: %s\n", json_string_value(json_object_get(rep, "workspace")));
-            json_array_foreach(json_object_get(rep, "files"), i, f) printf(
-                "%10lld  %-24s %s\n", (long long)json_integer_value(json_object_get(f, "size")),
-                json_string_value(json_object_get(f, "mime")),
-                json_string_value(json_object_get(f, "path")));
+            json_array_foreach(json_object_get(rep, "files"), i, f)
+            {
+                printf("%10lld  %-24s %s\n",
+                       (long long)json_integer_value(json_object_get(f, "size")),
+                       json_string_value(json_object_get(f, "mime")),
+                       json_string_value(json_object_get(f, "path")));
+            }
         }
     } else if (!strcmp(op, "connection_file")) {
         const char *p = json_string_value(json_object_get(rep, "connection_file"));
@@ -571,10 +575,11 @@ static int cmd_simple(cli *c, const char *op)
         json_t *nb = json_object_get(rep, "notebook");
         size_t wi;
         json_t *w;
-        json_array_foreach(
-            json_object_get(json_object_get(json_object_get(nb, "metadata"), "kernelmgr"),
-                            "warnings"),
-            wi, w) fprintf(stderr, "kernelmgr: warning: %s\n", json_string_value(w));
+        json_t *kmmd = json_object_get(json_object_get(nb, "metadata"), "kernelmgr");
+        json_array_foreach(json_object_get(kmmd, "warnings"), wi, w)
+        {
+            fprintf(stderr, "kernelmgr: warning: %s\n", json_string_value(w));
+        }
         char path[4096];
         snprintf(path, sizeof path, "%s", c->output ? c->output : "");
         if (!path[0])
@@ -669,8 +674,10 @@ static int cmd_kernelspec(cli *c)
     size_t i;
     json_t *e;
     json_array_foreach(done, i, e)
+    {
         printf("installed kernelspec %s in %s\n", json_string_value(json_object_get(e, "name")),
                json_string_value(json_object_get(e, "path")));
+    }
     json_decref(done);
     return 0;
 }

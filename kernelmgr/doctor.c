@@ -195,7 +195,9 @@ void doctor_render(FILE *out, const json_t *r)
         if (avail && strcmp(key, "none")) {
             fputs("  protections:", out);
             json_array_foreach(json_object_get(k, "protections"), i, p)
+            {
                 fprintf(out, "%s%s", i % 6 ? ", " : "\n    ", json_string_value(p));
+            }
             fputc('\n', out);
         }
     }

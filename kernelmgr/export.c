@@ -81,8 +81,9 @@ static json_t *export_read_history(const char *session_dir, char *err, size_t er
 }
 
 json_t *export_notebook(const char *session_dir, const char *session_name, const char *kernel_name,
-                        char *err, size_t errlen)
+                        int *bad_request, char *err, size_t errlen)
 {
+    *bad_request = 0;
     json_t *hist = export_read_history(session_dir, err, errlen);
     if (!hist)
         return NULL;
@@ -107,6 +108,7 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
                  "the session has %zu Python cell(s): a notebook for kernel %s can only hold "
                  "bash cells (use --kernel python3 or --kernel " EXPORT_PYTHON_KERNEL ")",
                  npy, kn);
+        *bad_request = 1;
         json_decref(hist);
         return NULL;
     }
@@ -146,7 +148,9 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
         size_t j;
         json_t *o;
         json_array_foreach(json_object_get(h, "outputs"), j, o)
+        {
             json_array_append_new(outs, fix_output(o));
+        }
         char id[37];
         jp_uuid4(id);
         id[8] = 0; /* nbformat 4.5 ids: 1-64 chars of [a-zA-Z0-9-_] */

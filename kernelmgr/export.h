@@ -25,10 +25,11 @@
 
 /* new: the notebook of session_dir/history.jsonl; kernel_name (NULL = chosen
  * as above) goes to metadata.kernelspec. NULL with err on failure, e.g.
- * kernelmgr-bash asked for a session with Python cells. Caveats for the
+ * kernelmgr-bash asked for a session with Python cells (*bad_request set to
+ * 1 then; 0 for I/O errors). Caveats for the
  * chosen kernel are in metadata.kernelmgr.warnings (array of strings). */
 json_t *export_notebook(const char *session_dir, const char *session_name, const char *kernel_name,
-                        char *err, size_t errlen);
+                        int *bad_request, char *err, size_t errlen);
 
 /* Splits text into nbformat's list of lines (each keeping its "\n"). new. */
 json_t *export_lines(const char *text);

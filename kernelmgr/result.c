@@ -27,9 +27,9 @@ void result_set_failure(json_t *r, const char *status, const char *name, const c
 {
     json_object_set_new(r, "status", json_string(status));
     json_object_set_new(r, "exit_code",
-                        json_integer(status && !strcmp(status, "killed") ? 137
-                                     : !strcmp(status, "timeout")        ? 124
-                                                                         : 1));
+                        json_integer(status && !strcmp(status, "killed")    ? 137
+                                     : status && !strcmp(status, "timeout") ? 124
+                                                                            : 1));
     json_object_set_new(
         r, "error", json_pack("{s:s s:s s:[s]}", "name", name, "value", value, "traceback", value));
 }
@@ -76,14 +76,19 @@ void result_render(FILE *out, const json_t *r, int streamed)
     }
     json_t *img;
     json_array_foreach(json_object_get(r, "images"), i, img)
+    {
         fprintf(out, "[image %s saved to %s]\n", json_string_value(json_object_get(img, "mime")),
                 json_string_value(json_object_get(img, "path")));
+    }
     json_t *err = json_object_get(r, "error");
     if (json_is_object(err)) {
         json_t *tb = json_object_get(err, "traceback");
         if (json_array_size(tb)) {
             json_t *line;
-            json_array_foreach(tb, i, line) print_text(out, NULL, json_string_value(line));
+            json_array_foreach(tb, i, line)
+            {
+                print_text(out, NULL, json_string_value(line));
+            }
         } else {
             fprintf(out, "%s: %s\n", json_string_value(json_object_get(err, "name")),
                     json_string_value(json_object_get(err, "value")));
@@ -92,10 +97,12 @@ void result_render(FILE *out, const json_t *r, int streamed)
     const char *key;
     json_t *t;
     json_object_foreach(json_object_get(r, "truncated"), key, t)
+    {
         fprintf(out, "[%s truncated: %lld bytes total, %lld kept; complete output in %s]\n", key,
                 (long long)json_integer_value(json_object_get(t, "total_bytes")),
                 (long long)json_integer_value(json_object_get(t, "kept_bytes")),
                 json_string_value(json_object_get(t, "spill")) ?: "(unavailable)");
+    }
     json_t *f;
     json_array_foreach(json_object_get(r, "files"), i, f)
     {

@@ -580,7 +580,7 @@ static void outputs_prune(km_manager *m, int orphans)
             cap = nc;
         }
         snprintf(runs[n].name, sizeof runs[n].name, "%s", de->d_name);
-        runs[n].mtime = (double)st.st_mtim.tv_sec;
+        runs[n].mtime = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9;
         n++;
     }
     closedir(d);
@@ -1199,9 +1199,10 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
         }
     }
     char why[512];
-    json_t *nb = export_notebook(dir, name, kernel_name, why, sizeof why);
+    int bad = 0;
+    json_t *nb = export_notebook(dir, name, kernel_name, &bad, why, sizeof why);
     if (!nb)
-        kerr(err, KM_EINTERNAL, "%s", why);
+        kerr(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
     return nb;
 }
 

@@ -9,6 +9,13 @@
  *   $KERNELMGR_HOME/outputs/NAME/                spill files and saved images
  *   $KERNELMGR_HOME/run/                         connection files, ipc sockets
  *   $KERNELMGR_HOME/pool/ID/workspace            workspaces of warm-pool kernels
+ *                                                (a session taken from the pool keeps
+ *                                                it; sessions/NAME/workspace links it)
+ *
+ * outputs/ is bounded: a session's outputs go with `close` (unless kept);
+ * those of one-shot `run`s (named run-PID-TIME) stay after the run, pruned
+ * to the outputs_keep_runs newest and outputs_max_age; a starting daemon
+ * removes outputs of sessions that no longer exist.
  */
 #ifndef KERNELMGR_SESSION_H
 #define KERNELMGR_SESSION_H
