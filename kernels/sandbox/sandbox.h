@@ -44,7 +44,19 @@ typedef struct sandbox_config {
     unsigned max_procs;      /* default 256 */
     unsigned max_open_files; /* default 1024 */
     uint64_t max_file_bytes; /* default 1 GiB */
+    /* Strict and network off only (else sandbox_spawn() refuses): a TCP
+     * socket listening on 127.0.0.1:port inside the sandbox's network
+     * namespace, made by its init before any restriction applies and handed
+     * to the caller (sandbox_take_listen_fd()), who serves it from outside:
+     * the one way out of an otherwise empty namespace (package installers
+     * reach their index proxy this way). The worker may then create AF_INET
+     * stream sockets (seccomp) and connect to that port only (Landlock,
+     * ABI >= 4); binding any TCP port stays denied. 0: off (default). */
+    unsigned short loopback_listen_port;
 } sandbox_config;
+
+/* This sandbox implements loopback_listen_port / sandbox_take_listen_fd(). */
+#define SANDBOX_HAS_LOOPBACK_LISTEN 1
 
 /* Sets cfg to the defaults above (level strict, network off). */
 void sandbox_config_defaults(sandbox_config *cfg);
@@ -77,6 +89,12 @@ const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t si
  * it stays readable after the worker ended; without one it is summed from
  * /proc over the live process tree, so read it while the sandbox runs. */
 uint64_t sandbox_cpu_ns(sandbox *sb);
+
+/* new fd (the caller closes it): the listening socket of
+ * cfg.loopback_listen_port, once; -1 when there is none or it was taken.
+ * It lives in the sandbox's network namespace: accept() on it from the host
+ * yields the connections the sandbox makes to 127.0.0.1:port. */
+int sandbox_take_listen_fd(sandbox *sb);
 
 /* Kills every process of the sandbox (SIGKILL), reaps the direct child if the
  * caller has not, releases cgroups and scratch directories. NULL-safe. */

@@ -32,6 +32,12 @@ const char *sbx_util_bytes(uint64_t n, char *buf, size_t size);
 int sbx_util_write_file(const char *path, const char *s);
 /* Closes every fd >= 0 except the n in keep (-1 entries are ignored). */
 void sbx_util_close_except(const int *keep, int n);
+/* Passes fd over the unix socket sock (SCM_RIGHTS, one datagram). 0 or -1
+ * with errno. */
+int sbx_util_send_fd(int sock, int fd);
+/* Receives an fd sent by sbx_util_send_fd() without blocking: the new fd
+ * (O_CLOEXEC), or -1 with errno (EAGAIN: nothing was sent). */
+int sbx_util_recv_fd(int sock);
 
 /* ---- sbx_ns.c: namespaces and the uid/gid mapping ------------------------ */
 
@@ -121,6 +127,9 @@ void sbx_limits_destroy(sbx_limits **lim);
 
 /* Child side: brings lo up in the new network namespace. */
 int sbx_net_lo_up(char *err, size_t len);
+/* Child side, network off, after sbx_net_lo_up(), before any restriction:
+ * a TCP socket (O_CLOEXEC) listening on 127.0.0.1:port, or -1 with err. */
+int sbx_net_listen_lo(unsigned short port, char *err, size_t len);
 /* Parent side, network on: attaches slirp4netns to pid's namespaces and
  * waits until tap0 is configured. Returns slirp4netns' pid; it exits when
  * *exit_fd (kept by the caller) is closed. */

@@ -5,6 +5,13 @@
  * so local servers inside the sandbox work. Sockets of the INET families are
  * additionally denied by seccomp and TCP by Landlock.
  *
+ * Off with a loopback listener (sandbox_config.loopback_listen_port): init
+ * creates a socket listening on 127.0.0.1:port in the empty namespace and
+ * hands it to the caller, who serves it from the host. The namespace still
+ * has only lo, so that socket is the only thing outside the sandbox that
+ * its processes can reach; seccomp then allows AF_INET stream sockets and
+ * Landlock allows TCP connect to that one port.
+ *
  * On: slirp4netns (Debian) is attached to the namespace from outside and
  * gives it a tap0 with NAT to the host's network, user-mode, with
  * --disable-host-loopback so that 10.0.2.2 does not lead to the host's
@@ -53,6 +60,27 @@ int sbx_net_lo_up(char *err, size_t len)
     close(s);
     errno = saved;
     return rc < 0 ? sbx_util_fail(err, len, "network: bring lo up") : 0;
+}
+
+int sbx_net_listen_lo(unsigned short port, char *err, size_t len)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return sbx_util_fail(err, len, "network: loopback listener: socket");
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    /* No SO_REUSEADDR/SO_REUSEPORT: nothing else may share the port. */
+    if (bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 64) < 0) {
+        int saved = errno;
+        close(s);
+        errno = saved;
+        return sbx_util_fail(err, len, "network: loopback listener on 127.0.0.1:%u",
+                             (unsigned)port);
+    }
+    return s;
 }
 
 static const char *sbx_net_slirp_path(void)

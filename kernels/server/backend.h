@@ -19,13 +19,13 @@
 /* Filled by a backend's prepare(); every string is owned by the spec and
  * released by kspec_clear(). */
 typedef struct kworker_spec {
-    char *argv[KSPEC_MAX_ARGS + 1];  /* NULL-terminated; argv[0] an absolute path */
-    char *env[KSPEC_MAX_ENV + 1];    /* extra "NAME=value" entries, NULL-terminated */
-    char *ro_paths[KSPEC_MAX_RO + 1];/* host paths the sandbox must bind read-only
-                                        (e.g. the interpreter's prefix), NULL-terminated */
-    json_t *kernel_info;             /* owned: object merged into kernel_info_reply
-                                        content: language_info, implementation,
-                                        implementation_version, banner, help_links */
+    char *argv[KSPEC_MAX_ARGS + 1];   /* NULL-terminated; argv[0] an absolute path */
+    char *env[KSPEC_MAX_ENV + 1];     /* extra "NAME=value" entries, NULL-terminated */
+    char *ro_paths[KSPEC_MAX_RO + 1]; /* host paths the sandbox must bind read-only
+                                         (e.g. the interpreter's prefix), NULL-terminated */
+    json_t *kernel_info;              /* owned: object merged into kernel_info_reply
+                                         content: language_info, implementation,
+                                         implementation_version, banner, help_links */
 } kworker_spec;
 
 /* Frees every owned member and zeroes the spec. NULL-safe. */
@@ -49,8 +49,8 @@ typedef struct kbackend {
      * python/ and bash/ under it). workspace: absolute path of the worker's
      * cwd. Fills spec. Returns 0, or -1 with a message in err (the kernel then
      * exits with status 1 and prints it). */
-    int (*prepare)(const char *share_dir, const char *workspace, kworker_spec *spec,
-                   char *err, size_t errlen);
+    int (*prepare)(const char *share_dir, const char *workspace, kworker_spec *spec, char *err,
+                   size_t errlen);
 } kbackend;
 
 /* The generic kernel's main: parses options, reads the connection file,

@@ -52,7 +52,8 @@ class Kernel:
             raise
 
     def log_text(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return (self.workdir / "kernel.log").read_text(errors="replace")
 
     def execute(self, code, timeout=30, allow_stdin=False, stdin_handler=None, **kw):
@@ -115,3 +116,48 @@ def stream_text(iopub, name="stdout"):
 
 def of_type(iopub, msg_type):
     return [m for m in iopub if m["msg_type"] == msg_type]
+
+
+# ---------------------------------------------------------------- raw channel access
+# (added with the kernel server tests; used by the Bash and Python kernel tests)
+
+def raw_socket(kernel, channel, sock_type=None):
+    """A fresh zmq socket connected to one of the kernel's channels (DEALER by
+    default, REQ for "hb"). The caller closes it."""
+    import zmq
+    if sock_type is None:
+        sock_type = zmq.REQ if channel == "hb" else zmq.DEALER
+    s = zmq.Context.instance().socket(sock_type)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(kernel.kc._make_url(channel))
+    return s
+
+
+def recv_reply(kernel, sock, timeout=10):
+    """Receives and deserializes one message from a raw DEALER socket, or None
+    when nothing arrives within timeout seconds."""
+    if not sock.poll(int(timeout * 1000)):
+        return None
+    _, frames = kernel.kc.session.feed_identities(sock.recv_multipart())
+    return kernel.kc.session.deserialize(frames)
+
+
+def control_request(kernel, msg_type, content=None, timeout=10):
+    """Sends msg_type on the control channel through a fresh socket; returns
+    the reply message (None on timeout)."""
+    s = raw_socket(kernel, "control")
+    try:
+        kernel.kc.session.send(s, msg_type, content or {})
+        return recv_reply(kernel, s, timeout)
+    finally:
+        s.close()
+
+
+def hb_ping(kernel, timeout=5):
+    """True when the heartbeat channel echoes a ping within timeout seconds."""
+    s = raw_socket(kernel, "hb")
+    try:
+        s.send(b"ping")
+        return bool(s.poll(int(timeout * 1000))) and s.recv() == b"ping"
+    finally:
+        s.close()

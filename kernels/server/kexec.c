@@ -1,0 +1,541 @@
+/*
+ * kexec.c — the request the worker is serving: its events become IOPub
+ * messages and replies, its output becomes coalesced stream messages, and
+ * its end (done, death, interrupt escalation) restores a working worker.
+ */
+#include "kernels/server/kserver.h"
+
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEXEC_DRAIN_LIMIT (8u << 20)          /* output read after a death, at most */
+#define KEXEC_READY_TIMEOUT_NS 30000000000ull /* a worker must say "ready" within */
+
+/* new references: v itself when it has the right type, else an empty one
+ * (worker events are untrusted input). For the "o" pack format. */
+static json_t *obj_or_empty(json_t *v)
+{
+    return json_is_object(v) ? json_incref(v) : json_object();
+}
+
+static json_t *array_or_empty(json_t *v)
+{
+    return json_is_array(v) ? json_incref(v) : json_array();
+}
+
+static const jmsg *output_parent(kserver *ks)
+{
+    return ks->cur ? ks->cur : ks->last_parent;
+}
+
+static void publish_stream(kserver *ks, kstream *s, int final)
+{
+    char *text = kstream_take(s, final, kworker_now_ns());
+    if (!text)
+        return;
+    json_t *content = json_pack("{s:s, s:s}", "name", s->name, "text", text);
+    free(text);
+    kserver_publish(ks, "stream", content, output_parent(ks));
+}
+
+void kexec_flush_streams(kserver *ks, int final)
+{
+    /* The older buffer first, so arrival order is kept. */
+    kstream *a = &ks->out, *b = &ks->err;
+    if (b->len && (!a->len || b->first_ns < a->first_ns)) {
+        a = &ks->err;
+        b = &ks->out;
+    }
+    publish_stream(ks, a, final);
+    publish_stream(ks, b, final);
+    /* A final flush leaves nothing; a non-final one may keep a cut char. */
+}
+
+/* Reads a pipe until it is empty (or budget bytes were read), publishing full
+ * buffers. Returns bytes read. */
+static size_t read_pipe(kserver *ks, kworker_pipe p, size_t budget)
+{
+    kstream *s = p == KW_STDOUT ? &ks->out : &ks->err;
+    kstream *other = p == KW_STDOUT ? &ks->err : &ks->out;
+    size_t total = 0;
+    while (ks->worker && kworker_fd(ks->worker, p) >= 0 && total < budget) {
+        if (s->len >= KSTREAM_CHUNK)
+            publish_stream(ks, s, 0);
+        long r = kstream_read(s, kworker_fd(ks->worker, p), kworker_now_ns());
+        if (r == 0 || r == -2) {
+            kworker_close_fd(ks->worker, p);
+            break;
+        }
+        if (r < 0)
+            break;
+        total += (size_t)r;
+        /* What the other pipe delivered earlier goes out first. */
+        if (other->len)
+            publish_stream(ks, other, 0);
+        if (s->len >= KSTREAM_CHUNK)
+            publish_stream(ks, s, 0);
+    }
+    return total;
+}
+
+void kexec_read_output(kserver *ks, kworker_pipe p)
+{
+    /* A bounded amount per turn keeps the loop responsive under a flood. */
+    if (!kiopub_congested(ks->iopub))
+        read_pipe(ks, p, 1u << 20);
+}
+
+void kexec_drain_output(kserver *ks)
+{
+    read_pipe(ks, KW_STDOUT, 4u << 20);
+    read_pipe(ks, KW_STDERR, 4u << 20);
+}
+
+int kexec_send_request(kserver *ks, const char *const *fields, size_t n)
+{
+    if (!ks->worker)
+        return -1;
+    if (kworker_send(ks->worker, fields, n) < 0) {
+        kserver_log("cannot write a request to the worker (it is gone?)");
+        kworker_close_fd(ks->worker, KW_REQUESTS);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- ending */
+
+/* Forgets the current request; later output is attributed to it. */
+static void end_request(kserver *ks)
+{
+    kexec_flush_streams(ks, 1);
+    jmsg_destroy(&ks->last_parent);
+    ks->last_parent = ks->cur;
+    ks->cur = NULL;
+    ks->cur_kind = KREQ_NONE;
+    json_decref(ks->cur_error);
+    ks->cur_error = NULL;
+    ks->input_pending = 0;
+    ks->interrupt_deadline_ns = 0;
+    ks->interrupt_resend_ns = 0;
+}
+
+static json_t *reply_metadata(kserver *ks, const char *status)
+{
+    json_t *md = json_pack("{s:s, s:b, s:s, s:s}", "started", ks->cur_started, "dependencies_met",
+                           1, "engine", ks->session_id, "status", status);
+    if (ks->worker) {
+        uint64_t cpu = sandbox_cpu_ns(kworker_sandbox(ks->worker));
+        if (cpu > 0 && cpu >= ks->cur_cpu_ns)
+            json_object_set_new(md, "cpu_time_ms", json_real((double)(cpu - ks->cur_cpu_ns) / 1e6));
+    }
+    return md;
+}
+
+/* Sends the execute_reply and the idle status; content and metadata stolen. */
+static void finish_execute(kserver *ks, const char *status, int exit_code, json_t *user_expr,
+                           json_t *payload, json_t *extra_md)
+{
+    kexec_flush_streams(ks, 1);
+    if (!strcmp(status, "error") && !ks->cur_error) {
+        char ev[64];
+        snprintf(ev, sizeof ev, "%d", exit_code);
+        ks->cur_error = json_pack("{s:s, s:s, s:[s]}", "ename", "Error", "evalue", ev, "traceback",
+                                  "the execution failed");
+    }
+    json_t *content =
+        json_pack("{s:s, s:i, s:o, s:o}", "status", status, "execution_count", ks->cur_count,
+                  "user_expressions", user_expr ? user_expr : json_object(), "payload",
+                  payload ? payload : json_array());
+    if (!strcmp(status, "error") && ks->cur_error)
+        json_object_update(content, ks->cur_error);
+    json_t *md = reply_metadata(ks, status);
+    json_object_set_new(md, "exit_code", json_integer(exit_code));
+    if (extra_md) {
+        json_object_update(md, extra_md);
+        json_decref(extra_md);
+    }
+    int stop = !strcmp(status, "error") && ks->cur_stop_on_error;
+    /* Requests that arrived before this reply count as queued and are
+     * aborted; a request sent in answer to the reply must not be. */
+    if (stop)
+        kshell_receive_all(ks, ks->shell, 1024);
+    jmsg *req = ks->cur;
+    kserver_reply(ks, ks->shell, "execute_reply", content, md, req);
+    kserver_status(ks, "idle", req);
+    end_request(ks);
+    if (stop)
+        kshell_abort_queued(ks, NULL);
+}
+
+/* Sends the reply of a complete/inspect/is_complete request and idle. */
+static void finish_other(kserver *ks, const char *reply_type, json_t *content)
+{
+    kserver_reply(ks, ks->shell, reply_type, content, NULL, ks->cur);
+    kserver_status(ks, "idle", ks->cur);
+    end_request(ks);
+}
+
+static const char *reply_type_of(kreq_kind kind)
+{
+    switch (kind) {
+    case KREQ_COMPLETE:
+        return "complete_reply";
+    case KREQ_INSPECT:
+        return "inspect_reply";
+    case KREQ_IS_COMPLETE:
+        return "is_complete_reply";
+    default:
+        return "execute_reply";
+    }
+}
+
+/* ---------------------------------------------------------------- events */
+
+/* display_data "decode_base64": text types the worker sent base64-encoded
+ * (a shell cannot cheaply escape a whole file into a JSON string). */
+static void decode_base64_entries(json_t *data, json_t *which)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(which, i, v)
+    {
+        const char *mime = json_string_value(v);
+        const char *b64 = mime ? json_string_value(json_object_get(data, mime)) : NULL;
+        if (!b64)
+            continue;
+        size_t len = strlen(b64), out_len = 0;
+        unsigned char *bin = malloc(len / 4 * 3 + 4);
+        if (!bin)
+            continue;
+        if (sodium_base642bin(bin, len / 4 * 3 + 4, b64, len, " \n\r", &out_len, NULL,
+                              sodium_base64_VARIANT_ORIGINAL) == 0) {
+            char *text = jp_utf8_sanitize(bin, out_len, NULL);
+            if (text)
+                json_object_set_new(data, mime, json_string(text));
+            free(text);
+        }
+        free(bin);
+    }
+}
+
+static void on_display(kserver *ks, json_t *ev)
+{
+    json_t *data = json_object_get(ev, "data");
+    if (!json_is_object(data))
+        return;
+    data = json_deep_copy(data);
+    json_t *which = json_object_get(ev, "decode_base64");
+    if (json_is_array(which))
+        decode_base64_entries(data, which);
+    json_t *content = json_pack("{s:o, s:o, s:o}", "data", data, "metadata",
+                                obj_or_empty(json_object_get(ev, "metadata")), "transient",
+                                obj_or_empty(json_object_get(ev, "transient")));
+    kexec_flush_streams(ks, 0);
+    kserver_publish(
+        ks, json_is_true(json_object_get(ev, "update")) ? "update_display_data" : "display_data",
+        content, output_parent(ks));
+}
+
+static void on_error(kserver *ks, json_t *ev)
+{
+    const char *ename = json_string_value(json_object_get(ev, "ename"));
+    const char *evalue = json_string_value(json_object_get(ev, "evalue"));
+    json_t *tb = json_object_get(ev, "traceback");
+    json_t *err = json_pack("{s:s, s:s, s:o}", "ename", ename ? ename : "Error", "evalue",
+                            evalue ? evalue : "", "traceback", array_or_empty(tb));
+    if (!err)
+        return;
+    kexec_flush_streams(ks, 0);
+    kserver_publish(ks, "error", json_deep_copy(err), output_parent(ks));
+    if (ks->cur && ks->cur_kind == KREQ_EXECUTE) {
+        json_decref(ks->cur_error);
+        ks->cur_error = err;
+    } else {
+        json_decref(err);
+    }
+}
+
+static void on_input_request(kserver *ks, json_t *ev)
+{
+    kexec_flush_streams(ks, 0);
+    if (!ks->cur || ks->cur_kind != KREQ_EXECUTE || !ks->cur_allow_stdin) {
+        const char *f[] = {"input_cancel"};
+        kexec_send_request(ks, f, 1);
+        return;
+    }
+    const char *prompt = json_string_value(json_object_get(ev, "prompt"));
+    int password = json_is_true(json_object_get(ev, "password"));
+    kserver_reply(ks, ks->stdin_sock, "input_request",
+                  json_pack("{s:s, s:b}", "prompt", prompt ? prompt : "", "password", password),
+                  NULL, ks->cur);
+    ks->input_pending = 1;
+}
+
+static int expect(kserver *ks, kreq_kind kind, const char *type)
+{
+    if (ks->cur && ks->cur_kind == kind)
+        return 1;
+    kserver_log("ignoring worker event '%s' outside of its request", type);
+    return 0;
+}
+
+static void dispatch_event(kserver *ks, json_t *ev)
+{
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    if (!strcmp(type, "ready")) {
+        ks->worker_ready = 1;
+        ks->start_failures = 0;
+    } else if (!strcmp(type, "log")) {
+        const char *m = json_string_value(json_object_get(ev, "message"));
+        kserver_log("worker: %s", m ? m : "");
+    } else if (!strcmp(type, "stream")) {
+        /* Structured text output (not from the pipes): keep the order. */
+        const char *name = json_string_value(json_object_get(ev, "name"));
+        const char *text = json_string_value(json_object_get(ev, "text"));
+        if (text) {
+            kexec_flush_streams(ks, 0);
+            kserver_publish(ks, "stream",
+                            json_pack("{s:s, s:s}", "name",
+                                      name && !strcmp(name, "stderr") ? "stderr" : "stdout", "text",
+                                      text),
+                            output_parent(ks));
+        }
+    } else if (!strcmp(type, "execute_result")) {
+        if (!expect(ks, KREQ_EXECUTE, type) || ks->cur_silent)
+            return;
+        json_t *data = json_object_get(ev, "data"), *md = json_object_get(ev, "metadata");
+        kexec_flush_streams(ks, 0);
+        kserver_publish(ks, "execute_result",
+                        json_pack("{s:i, s:o, s:o}", "execution_count", ks->cur_count, "data",
+                                  obj_or_empty(data), "metadata", obj_or_empty(md)),
+                        ks->cur);
+    } else if (!strcmp(type, "display_data")) {
+        on_display(ks, ev);
+    } else if (!strcmp(type, "clear_output")) {
+        kexec_flush_streams(ks, 0);
+        kserver_publish(ks, "clear_output",
+                        json_pack("{s:b}", "wait", json_is_true(json_object_get(ev, "wait"))),
+                        output_parent(ks));
+    } else if (!strcmp(type, "error")) {
+        on_error(ks, ev);
+    } else if (!strcmp(type, "input_request")) {
+        on_input_request(ks, ev);
+    } else if (!strcmp(type, "done")) {
+        if (!expect(ks, KREQ_EXECUTE, type))
+            return;
+        const char *status = json_string_value(json_object_get(ev, "status"));
+        json_t *code = json_object_get(ev, "exit_code");
+        json_t *ue = json_object_get(ev, "user_expressions");
+        json_t *pl = json_object_get(ev, "payload");
+        finish_execute(ks, status && !strcmp(status, "error") ? "error" : "ok",
+                       json_is_integer(code) ? (int)json_integer_value(code) : 0,
+                       json_is_object(ue) ? json_incref(ue) : NULL,
+                       json_is_array(pl) ? json_incref(pl) : NULL, NULL);
+    } else if (!strcmp(type, "complete_reply")) {
+        if (!expect(ks, KREQ_COMPLETE, type))
+            return;
+        json_t *m = json_object_get(ev, "matches"), *cs = json_object_get(ev, "cursor_start"),
+               *ce = json_object_get(ev, "cursor_end"), *md = json_object_get(ev, "metadata");
+        finish_other(ks, "complete_reply",
+                     json_pack("{s:s, s:o, s:I, s:I, s:o}", "status", "ok", "matches",
+                               array_or_empty(m), "cursor_start",
+                               (json_int_t)(json_is_integer(cs) ? json_integer_value(cs) : 0),
+                               "cursor_end",
+                               (json_int_t)(json_is_integer(ce) ? json_integer_value(ce) : 0),
+                               "metadata", obj_or_empty(md)));
+    } else if (!strcmp(type, "inspect_reply")) {
+        if (!expect(ks, KREQ_INSPECT, type))
+            return;
+        json_t *d = json_object_get(ev, "data"), *md = json_object_get(ev, "metadata");
+        finish_other(ks, "inspect_reply",
+                     json_pack("{s:s, s:b, s:o, s:o}", "status", "ok", "found",
+                               json_is_true(json_object_get(ev, "found")), "data", obj_or_empty(d),
+                               "metadata", obj_or_empty(md)));
+    } else if (!strcmp(type, "is_complete_reply")) {
+        if (!expect(ks, KREQ_IS_COMPLETE, type))
+            return;
+        const char *st = json_string_value(json_object_get(ev, "status"));
+        json_t *c = json_pack("{s:s}", "status", st ? st : "unknown");
+        const char *indent = json_string_value(json_object_get(ev, "indent"));
+        if (st && !strcmp(st, "incomplete"))
+            json_object_set_new(c, "indent", json_string(indent ? indent : ""));
+        finish_other(ks, "is_complete_reply", c);
+    } else {
+        kserver_log("ignoring unknown worker event '%s'", type);
+    }
+}
+
+void kexec_on_event(void *arg, json_t *ev)
+{
+    kserver *ks = arg;
+    dispatch_event(ks, ev);
+    /* The worker waits for this before it writes anything else, so its
+     * later output cannot overtake the event (see WORKER_PROTOCOL.md). */
+    if (json_is_true(json_object_get(ev, "sync"))) {
+        const char *f[] = {"sync"};
+        kexec_send_request(ks, f, 1);
+    }
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+void kexec_start_worker(kserver *ks)
+{
+    char err[512];
+    ks->restart_at_ns = 0;
+    ks->kill_at_ns = 0;
+    ks->worker_ready = 0;
+    ks->worker = kworker_start(&ks->spec, &ks->opts.sandbox, err, sizeof err);
+    if (ks->worker) {
+        ks->ready_by_ns = kworker_now_ns() + KEXEC_READY_TIMEOUT_NS;
+        return;
+    }
+    ks->start_failures++;
+    kserver_log("cannot start the worker: %s", err);
+    if (ks->start_failures >= 3) {
+        char why[640];
+        snprintf(why, sizeof why, "the %s worker cannot be started: %s", ks->backend->name, err);
+        kshell_abort_queued(ks, why);
+    }
+    unsigned shift = ks->start_failures < 6 ? (unsigned)ks->start_failures : 6;
+    ks->restart_at_ns = kworker_now_ns() + (100000000ull << shift);
+}
+
+static void drain_after_death(kserver *ks)
+{
+    for (int k = 0; k < 1024 && ks->worker; k++) {
+        if (kworker_read_events(ks->worker, kexec_on_event, ks) != 0)
+            break;
+    }
+    /* Output written before those events was read by their handlers; what is
+     * left is the tail. A background process may keep the pipes open and
+     * busy: take a bounded amount. */
+    read_pipe(ks, KW_STDOUT, KEXEC_DRAIN_LIMIT);
+    read_pipe(ks, KW_STDERR, KEXEC_DRAIN_LIMIT);
+    kexec_flush_streams(ks, 1);
+}
+
+void kexec_worker_gone(kserver *ks)
+{
+    if (!ks->worker)
+        return;
+    kexec_drain_output(ks);
+    drain_after_death(ks);
+    char how[300], what[600];
+    kworker_describe_exit(ks->worker, how, sizeof how);
+    int exit_code = kworker_exit_code(ks->worker);
+    int was_ready = ks->worker_ready;
+    if (ks->kill_reason)
+        snprintf(what, sizeof what, "the %s worker %s", ks->backend->name, ks->kill_reason);
+    else
+        snprintf(what, sizeof what, "the %s worker %s", ks->backend->name, how);
+    kserver_log("%s", what);
+    char msg[900];
+    snprintf(msg, sizeof msg,
+             "Kernel restarted: %s. Its state (variables, functions, working directory, "
+             "environment) was lost.",
+             what);
+    if (ks->cur) {
+        json_decref(ks->cur_error);
+        ks->cur_error = json_pack("{s:s, s:s, s:[s]}", "ename", "KernelRestarted", "evalue", msg,
+                                  "traceback", msg);
+        kserver_publish(ks, "error", json_deep_copy(ks->cur_error), ks->cur);
+        if (ks->cur_kind == KREQ_EXECUTE) {
+            json_t *md = json_pack("{s:b, s:b, s:s}", "kernel_restarted", 1, "state_preserved", 0,
+                                   "reason", what);
+            finish_execute(ks, "error", exit_code, NULL, NULL, md);
+        } else {
+            json_t *c = json_pack("{s:s, s:s, s:s, s:[s]}", "status", "error", "ename",
+                                  "KernelRestarted", "evalue", msg, "traceback", msg);
+            finish_other(ks, reply_type_of(ks->cur_kind), c);
+        }
+    } else {
+        char text[1000];
+        snprintf(text, sizeof text, "[%s] %s\n", ks->backend->name, msg);
+        kserver_publish(ks, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text),
+                        ks->last_parent);
+    }
+    kworker_destroy(&ks->worker);
+    ks->worker_ready = 0;
+    ks->kill_reason = NULL;
+    ks->interrupt_deadline_ns = 0;
+    ks->interrupt_resend_ns = 0;
+    ks->kill_at_ns = 0;
+    ks->input_pending = 0;
+    if (!was_ready) {
+        ks->start_failures++;
+        if (ks->start_failures >= 3) {
+            char why[700];
+            snprintf(why, sizeof why, "the %s worker cannot start: %s", ks->backend->name, how);
+            kshell_abort_queued(ks, why);
+        }
+        unsigned shift = ks->start_failures < 6 ? (unsigned)ks->start_failures : 6;
+        ks->restart_at_ns = kworker_now_ns() + (50000000ull << shift);
+        return;
+    }
+    kexec_start_worker(ks);
+}
+
+void kexec_interrupt(kserver *ks)
+{
+    if (!ks->worker || !ks->cur) {
+        kserver_log("interrupt: nothing is running");
+        return;
+    }
+    kworker_signal(ks->worker, SIGINT);
+    if (!ks->interrupt_deadline_ns) {
+        uint64_t grace = (uint64_t)(ks->opts.interrupt_grace * 1e9);
+        ks->interrupt_deadline_ns = kworker_now_ns() + grace;
+        ks->interrupt_resend_ns = kworker_now_ns() + grace / 2;
+    }
+    if (ks->input_pending) {
+        const char *f[] = {"input_cancel"};
+        ks->input_pending = 0;
+        kexec_send_request(ks, f, 1);
+    }
+}
+
+void kexec_timers(kserver *ks, uint64_t now)
+{
+    if (kstream_due(&ks->out, now))
+        publish_stream(ks, &ks->out, 0);
+    if (kstream_due(&ks->err, now))
+        publish_stream(ks, &ks->err, 0);
+    /* A SIGINT that reaches a child between fork and exec is taken by the
+     * shell's handler copy and lost: ask once more at half the grace. */
+    if (ks->worker && ks->interrupt_resend_ns && now >= ks->interrupt_resend_ns) {
+        ks->interrupt_resend_ns = 0;
+        if (ks->cur)
+            kworker_signal(ks->worker, SIGINT);
+    }
+    if (ks->worker && ks->interrupt_deadline_ns && now >= ks->interrupt_deadline_ns) {
+        static char reason[128];
+        snprintf(reason, sizeof reason,
+                 "did not stop within %g s after an interrupt and was killed",
+                 ks->opts.interrupt_grace);
+        ks->kill_reason = reason;
+        ks->interrupt_deadline_ns = 0;
+        ks->interrupt_resend_ns = 0;
+        kworker_signal(ks->worker, SIGKILL);
+        ks->kill_at_ns = now + 2000000000ull;
+    }
+    if (ks->worker && !ks->worker_ready && !ks->kill_reason && now >= ks->ready_by_ns) {
+        ks->kill_reason = "did not start within 30 s and was killed";
+        kworker_signal(ks->worker, SIGKILL);
+        ks->kill_at_ns = now + 2000000000ull;
+    }
+    if (ks->worker && ks->kill_at_ns && now >= ks->kill_at_ns) {
+        /* The event pipe closed (or SIGKILL was sent) but the process has not
+         * been reaped: make sure it ends, then let the reaper take over. */
+        ks->kill_at_ns = 0;
+        kworker_signal(ks->worker, SIGKILL);
+        if (!kworker_reap(ks->worker))
+            ks->kill_at_ns = now + 1000000000ull;
+    }
+    if (!ks->worker && ks->restart_at_ns && now >= ks->restart_at_ns)
+        kexec_start_worker(ks);
+}

@@ -1,0 +1,31 @@
+/*
+ * khistory.h — the execution history behind history_request: every input
+ * stored with store_history, kept in memory and appended to a JSON-lines file
+ * beside the connection file so that later kernels (new sessions) see it.
+ */
+#ifndef KERNELS_SERVER_KHISTORY_H
+#define KERNELS_SERVER_KHISTORY_H
+
+#include <jansson.h>
+
+typedef struct khistory khistory;
+
+/* new: loads path (missing is fine; unreadable lines are skipped) and starts
+ * a new session numbered one past the highest stored. path NULL keeps the
+ * history in memory only. NULL when out of memory. */
+khistory *khistory_open(const char *path);
+void khistory_destroy(khistory **h);
+
+/* The session number of this kernel run (1-based). */
+int khistory_session(const khistory *h);
+
+/* Records input number line of this session. 0, or -1 (memory). A failure to
+ * append to the file is logged once and otherwise ignored. */
+int khistory_add(khistory *h, int line, const char *input);
+
+/* new: the "history" list of a history_reply for request content (borrowed):
+ * hist_access_type "tail" (n), "range" (session, start, stop), "search"
+ * (pattern as a glob, n, unique); output true gives [input, null] pairs. */
+json_t *khistory_query(const khistory *h, const json_t *content);
+
+#endif

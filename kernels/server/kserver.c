@@ -1,0 +1,512 @@
+/*
+ * kserver.c — kserver_main(): options, connection file, sockets, signals and
+ * the single-threaded event loop. The loop never blocks on the worker: it
+ * polls the client sockets together with the worker's pipes, so control,
+ * stdin and kernel_info are served while code runs; the heartbeat has its
+ * own thread (khb.c).
+ */
+#include "kernels/server/kserver.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static const char *log_prefix = "kernel";
+static int signal_fd = -1; /* write end of the self-pipe, for the handler */
+
+void kserver_log(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s: %s\n", log_prefix, buf);
+}
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char c = (unsigned char)sig;
+    if (signal_fd >= 0 && write(signal_fd, &c, 1) < 0) {
+        /* pipe full: a wake-up is already pending */
+    }
+    errno = saved;
+}
+
+static int install_signals(kserver *ks)
+{
+    if (pipe2(ks->sigpipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -1;
+    signal_fd = ks->sigpipe[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        if (sigaction(sigs[i], &sa, NULL) < 0)
+            return -1;
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- sending */
+
+void kserver_publish(kserver *ks, const char *msg_type, json_t *content, const jmsg *parent)
+{
+    jmsg *m = jmsg_new(msg_type, ks->session_id, "kernel", parent);
+    if (!m) {
+        json_decref(content);
+        return;
+    }
+    /* iopub has no routing ids; the topic frame is the message type. */
+    jp_frame topic = {(void *)msg_type, strlen(msg_type)};
+    char topic_buf[128];
+    snprintf(topic_buf, sizeof topic_buf, "kernel.%s.%s", ks->session_id, msg_type);
+    topic.data = topic_buf;
+    topic.size = strlen(topic_buf);
+    jmsg_set_ids(m, &topic, 1);
+    jmsg_set_content(m, content ? content : json_object());
+    jp_error err;
+    if (kiopub_publish(ks->iopub, m, &err) < 0)
+        kserver_log("cannot publish %s: %s", msg_type, err.reason);
+    jmsg_destroy(&m);
+}
+
+void kserver_status(kserver *ks, const char *state, const jmsg *parent)
+{
+    kserver_publish(ks, "status", json_pack("{s:s}", "execution_state", state), parent);
+}
+
+void kserver_reply(kserver *ks, void *sock, const char *msg_type, json_t *content, json_t *metadata,
+                   const jmsg *parent)
+{
+    jmsg *m = jmsg_new(msg_type, ks->session_id, "kernel", parent);
+    if (!m) {
+        json_decref(content);
+        json_decref(metadata);
+        return;
+    }
+    jmsg_set_content(m, content ? content : json_object());
+    if (metadata)
+        jmsg_set_metadata(m, metadata);
+    jp_error err;
+    if (jp_session_send(ks->session, sock, m, ZMQ_DONTWAIT, &err) != JP_OK)
+        kserver_log("cannot send %s: %s", msg_type, err.reason);
+    jmsg_destroy(&m);
+}
+
+json_t *kserver_kernel_info(kserver *ks)
+{
+    json_t *info =
+        json_pack("{s:s, s:s, s:s, s:s, s:b, s:[]}", "status", "ok", "protocol_version",
+                  JP_PROTOCOL_VERSION, "implementation", "kernelmgr", "implementation_version",
+                  KSERVER_VERSION, "debugger", 0, "help_links");
+    if (!info)
+        return NULL;
+    if (ks->spec.kernel_info)
+        json_object_update(info, ks->spec.kernel_info);
+    json_t *km = json_pack("{s:O, s:s, s:s}", "sandbox", ks->protections, "level",
+                           ks->opts.sandbox.level == SANDBOX_NONE ? "none" : "strict", "workspace",
+                           ks->workspace);
+    if (km)
+        json_object_set_new(info, "kernelmgr", km);
+    return info;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+/* Finds the share directory (support files) relative to the executable:
+ * EXE_DIR/share/kernelmgr (the build tree) or EXE_DIR/../share/kernelmgr (an
+ * installed prefix); $KERNELMGR_SHARE wins. */
+static int find_share_dir(kserver *ks)
+{
+    const char *env = getenv("KERNELMGR_SHARE");
+    if (env && *env) {
+        snprintf(ks->share_dir, sizeof ks->share_dir, "%s", env);
+        return 0;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = '\0';
+    char *dir = dirname(exe);
+    for (int i = 0; i < 2; i++) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s%s/share/kernelmgr", dir, i ? "/.." : "");
+        char real[PATH_MAX];
+        struct stat st;
+        if (realpath(path, real) && stat(real, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(ks->share_dir, sizeof ks->share_dir, "%s", real);
+            return 0;
+        }
+    }
+    snprintf(ks->share_dir, sizeof ks->share_dir, "%s/share/kernelmgr", dir);
+    return 0;
+}
+
+static void *make_socket(kserver *ks, int type, jp_channel ch, char *err, size_t errlen)
+{
+    char ep[512];
+    void *s = zmq_socket(ks->ctx, type);
+    if (!s) {
+        snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
+        return NULL;
+    }
+    int zero = 0, one = 1;
+    int64_t maxmsg = JP_DEFAULT_MAX_BYTES;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (type == ZMQ_ROUTER)
+        zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    if (type == ZMQ_XPUB) {
+        int hwm = 256;
+        zmq_setsockopt(s, ZMQ_XPUB_NODROP, &one, sizeof one);
+        zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    }
+    if (jp_connection_endpoint(&ks->conn, ch, ep, sizeof ep) < 0 || zmq_bind(s, ep) < 0) {
+        snprintf(err, errlen, "cannot bind the %s channel to %.300s: %s", jp_channel_name(ch), ep,
+                 zmq_strerror(errno));
+        zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int open_sockets(kserver *ks, char *err, size_t errlen)
+{
+    ks->ctx = zmq_ctx_new();
+    if (!ks->ctx) {
+        snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+        return -1;
+    }
+    if (!(ks->shell = make_socket(ks, ZMQ_ROUTER, JP_SHELL, err, errlen)) ||
+        !(ks->control = make_socket(ks, ZMQ_ROUTER, JP_CONTROL, err, errlen)) ||
+        !(ks->stdin_sock = make_socket(ks, ZMQ_ROUTER, JP_STDIN, err, errlen)) ||
+        !(ks->iopub_sock = make_socket(ks, ZMQ_XPUB, JP_IOPUB, err, errlen)))
+        return -1;
+    char ep[512];
+    if (jp_connection_endpoint(&ks->conn, JP_HB, ep, sizeof ep) < 0) {
+        snprintf(err, errlen, "heartbeat endpoint too long");
+        return -1;
+    }
+    ks->hb = khb_start(ks->ctx, ep, err, errlen);
+    if (!ks->hb)
+        return -1;
+    ks->bound = 1;
+    ks->iopub = kiopub_new(ks->iopub_sock, ks->session);
+    if (!ks->iopub) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void close_sockets(kserver *ks)
+{
+    khb_stop(&ks->hb);
+    if (ks->iopub) {
+        kiopub_flush(ks->iopub);
+        kiopub_destroy(&ks->iopub);
+    }
+    void **socks[] = {&ks->shell, &ks->control, &ks->stdin_sock, &ks->iopub_sock};
+    /* Give the last replies (shutdown_reply, the final idle) a moment to
+     * leave, without letting a vanished peer hold up the exit. */
+    int linger = 500;
+    for (size_t i = 0; i < sizeof socks / sizeof *socks; i++) {
+        if (*socks[i]) {
+            zmq_setsockopt(*socks[i], ZMQ_LINGER, &linger, sizeof linger);
+            zmq_close(*socks[i]);
+        }
+        *socks[i] = NULL;
+    }
+    if (ks->ctx)
+        zmq_ctx_term(ks->ctx);
+    ks->ctx = NULL;
+    /* libzmq removes its ipc files on close; make sure none is left behind. */
+    if (ks->bound && !strcmp(ks->conn.transport, "ipc")) {
+        for (int ch = 0; ch < JP_CHANNEL__COUNT; ch++) {
+            char ep[512];
+            if (jp_connection_endpoint(&ks->conn, (jp_channel)ch, ep, sizeof ep) == 0 &&
+                !strncmp(ep, "ipc://", 6))
+                unlink(ep + 6);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- loop */
+
+static void handle_signals(kserver *ks)
+{
+    unsigned char sigs[64];
+    ssize_t n;
+    while ((n = read(ks->sigpipe[0], sigs, sizeof sigs)) > 0) {
+        for (ssize_t i = 0; i < n; i++) {
+            switch (sigs[i]) {
+            case SIGINT:
+                kexec_interrupt(ks);
+                break;
+            case SIGTERM:
+            case SIGHUP:
+                kserver_log("terminated by signal %d, shutting down", sigs[i]);
+                ks->quit = 1;
+                break;
+            default: /* SIGCHLD: the loop reaps on every turn */
+                break;
+            }
+        }
+    }
+}
+
+static uint64_t min_deadline(uint64_t a, uint64_t b)
+{
+    if (!a)
+        return b;
+    if (!b)
+        return a;
+    return a < b ? a : b;
+}
+
+static void run_loop(kserver *ks)
+{
+    while (!ks->quit) {
+        zmq_pollitem_t items[9];
+        int n = 0;
+        int i_shell = n;
+        items[n++] = (zmq_pollitem_t){ks->shell, 0, ZMQ_POLLIN, 0};
+        int i_control = n;
+        items[n++] = (zmq_pollitem_t){ks->control, 0, ZMQ_POLLIN, 0};
+        int i_stdin = n;
+        items[n++] = (zmq_pollitem_t){ks->stdin_sock, 0, ZMQ_POLLIN, 0};
+        int i_iopub = n;
+        items[n++] = (zmq_pollitem_t){ks->iopub_sock, 0, ZMQ_POLLIN, 0};
+        int i_sig = n;
+        items[n++] = (zmq_pollitem_t){NULL, ks->sigpipe[0], ZMQ_POLLIN, 0};
+        int i_out = -1, i_err = -1, i_evt = -1, i_req = -1;
+        kworker *w = ks->worker;
+        /* Back-pressure: while IOPub is congested, leave the worker's pipes
+         * alone; they fill up and the worker blocks on its writes. */
+        if (w && !kiopub_congested(ks->iopub)) {
+            if (kworker_fd(w, KW_STDOUT) >= 0 && ks->out.len < KSTREAM_CHUNK) {
+                i_out = n;
+                items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_STDOUT), ZMQ_POLLIN, 0};
+            }
+            if (kworker_fd(w, KW_STDERR) >= 0 && ks->err.len < KSTREAM_CHUNK) {
+                i_err = n;
+                items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_STDERR), ZMQ_POLLIN, 0};
+            }
+            if (kworker_fd(w, KW_EVENTS) >= 0) {
+                i_evt = n;
+                items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_EVENTS), ZMQ_POLLIN, 0};
+            }
+        }
+        if (w && kworker_wants_write(w)) {
+            i_req = n;
+            items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_REQUESTS), ZMQ_POLLOUT, 0};
+        }
+
+        uint64_t now = kworker_now_ns();
+        uint64_t due = 0;
+        due = min_deadline(due, kstream_deadline(&ks->out));
+        due = min_deadline(due, kstream_deadline(&ks->err));
+        due = min_deadline(due, ks->interrupt_deadline_ns);
+        due = min_deadline(due, ks->interrupt_resend_ns);
+        due = min_deadline(due, ks->restart_at_ns);
+        due = min_deadline(due, ks->kill_at_ns);
+        if (ks->worker && !ks->worker_ready)
+            due = min_deadline(due, ks->ready_by_ns);
+        if (kiopub_pending(ks->iopub))
+            due = min_deadline(due, now + 5000000ull);
+        long timeout = -1;
+        if (due)
+            timeout = due <= now ? 0 : (long)((due - now + 999999) / 1000000);
+        /* Worker death is also noticed through SIGCHLD; this bound only
+         * protects against a lost wake-up. */
+        if (ks->worker && (timeout < 0 || timeout > 1000))
+            timeout = 1000;
+
+        int rc = zmq_poll(items, n, timeout);
+        if (rc < 0 && errno != EINTR) {
+            kserver_log("zmq_poll: %s", zmq_strerror(errno));
+            ks->quit = 1;
+            break;
+        }
+        if (items[i_sig].revents & ZMQ_POLLIN)
+            handle_signals(ks);
+        if (items[i_control].revents & ZMQ_POLLIN)
+            kshell_receive_all(ks, ks->control, 64);
+        if (items[i_shell].revents & ZMQ_POLLIN)
+            kshell_receive_all(ks, ks->shell, 64);
+        if (items[i_stdin].revents & ZMQ_POLLIN)
+            kshell_receive_all(ks, ks->stdin_sock, 64);
+        if (items[i_iopub].revents & ZMQ_POLLIN)
+            kiopub_drain_subscriptions(ks->iopub);
+        if (ks->worker && i_out >= 0 && (items[i_out].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
+            kexec_read_output(ks, KW_STDOUT);
+        if (ks->worker && i_err >= 0 && (items[i_err].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
+            kexec_read_output(ks, KW_STDERR);
+        if (ks->worker && i_evt >= 0 && (items[i_evt].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) {
+            for (int k = 0; k < 64 && ks->worker; k++) {
+                /* Output written before an event is in the pipes before the
+                 * event is: take it first, before every read of events. */
+                kexec_drain_output(ks);
+                int r = kworker_read_events(ks->worker, kexec_on_event, ks);
+                if (r == 1) {
+                    kworker_close_fd(ks->worker, KW_EVENTS);
+                    /* Give the process a moment to be reaped normally. */
+                    if (!ks->kill_at_ns)
+                        ks->kill_at_ns = kworker_now_ns() + 500000000ull;
+                    break;
+                }
+                if (r < 0)
+                    break;
+            }
+        }
+        if (ks->worker && i_req >= 0 && (items[i_req].revents & (ZMQ_POLLOUT | ZMQ_POLLERR))) {
+            if (kworker_write(ks->worker) < 0)
+                kworker_close_fd(ks->worker, KW_REQUESTS);
+        }
+        if (ks->worker && kworker_reap(ks->worker))
+            kexec_worker_gone(ks);
+        kexec_timers(ks, kworker_now_ns());
+        kiopub_flush(ks->iopub);
+        kshell_start_next(ks);
+    }
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void server_free(kserver *ks)
+{
+    kworker_destroy(&ks->worker);
+    close_sockets(ks);
+    jmsg_destroy(&ks->cur);
+    jmsg_destroy(&ks->last_parent);
+    json_decref(ks->cur_error);
+    while (ks->qhead) {
+        kqueued *q = ks->qhead;
+        ks->qhead = q->next;
+        jmsg_destroy(&q->msg);
+        free(q);
+    }
+    khistory_destroy(&ks->history);
+    jp_session_destroy(&ks->session);
+    json_decref(ks->protections);
+    kspec_clear(&ks->spec);
+    kstream_clear(&ks->out);
+    kstream_clear(&ks->err);
+    if (ks->sigpipe[0] >= 0) {
+        signal_fd = -1;
+        close(ks->sigpipe[0]);
+        close(ks->sigpipe[1]);
+    }
+}
+
+int kserver_main(int argc, char **argv, const kbackend *backend)
+{
+    static char prefix[64];
+    snprintf(prefix, sizeof prefix, "kernel-%s", backend->name);
+    log_prefix = prefix;
+    kserver ks_storage, *ks = &ks_storage;
+    memset(ks, 0, sizeof *ks);
+    ks->sigpipe[0] = ks->sigpipe[1] = -1;
+    ks->backend = backend;
+    char err[512] = "";
+    int status = 1;
+
+    if (kopts_parse(&ks->opts, argc, argv, backend, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\nTry 'kernel-%s --help'.\n", prefix, err, backend->name);
+        return 2;
+    }
+    if (ks->opts.help) {
+        kopts_usage(stdout, backend);
+        return 0;
+    }
+    if (ks->opts.version) {
+        printf("kernel-%s (kernelmgr) %s, Jupyter protocol %s\n", backend->name, KSERVER_VERSION,
+               JP_PROTOCOL_VERSION);
+        return 0;
+    }
+    if (!ks->opts.connection_file) {
+        fprintf(stderr, "%s: missing -f CONNECTION_FILE\nTry 'kernel-%s --help'.\n", prefix,
+                backend->name);
+        return 2;
+    }
+    jp_error jerr;
+    if (jp_connection_read(ks->opts.connection_file, &ks->conn, &jerr) != JP_OK) {
+        fprintf(stderr, "%s: cannot use connection file %s: %s\n", prefix, ks->opts.connection_file,
+                jerr.reason);
+        return 1;
+    }
+    const char *ws = ks->opts.workspace_arg ? ks->opts.workspace_arg : ".";
+    struct stat st;
+    if (!realpath(ws, ks->workspace) || stat(ks->workspace, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: workspace %s: %s\n", prefix, ws,
+                errno ? strerror(errno) : "not a directory");
+        return 1;
+    }
+    ks->opts.sandbox.workspace = ks->workspace;
+    if (sandbox_check(&ks->opts.sandbox, err, sizeof err) < 0) {
+        fprintf(stderr,
+                "%s: the %s sandbox is not available on this host: %s\n"
+                "(--sandbox none runs the code without isolation)\n",
+                prefix, ks->opts.sandbox.level == SANDBOX_STRICT ? "strict" : "requested", err);
+        return 1;
+    }
+    find_share_dir(ks);
+    if (kstream_init(&ks->out, "stdout") < 0 || kstream_init(&ks->err, "stderr") < 0) {
+        fprintf(stderr, "%s: out of memory\n", prefix);
+        goto out;
+    }
+    if (backend->prepare(ks->share_dir, ks->workspace, &ks->spec, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", prefix, err);
+        goto out;
+    }
+    ks->protections = sandbox_protections(&ks->opts.sandbox);
+    if (!ks->protections)
+        ks->protections = json_array();
+    ks->session =
+        jp_session_new(ks->conn.key, strlen(ks->conn.key), ks->conn.signature_scheme, &jerr);
+    if (!ks->session) {
+        fprintf(stderr, "%s: connection file %s: %s\n", prefix, ks->opts.connection_file,
+                jerr.reason);
+        goto out;
+    }
+    jp_uuid4(ks->session_id);
+    if (install_signals(ks) < 0) {
+        fprintf(stderr, "%s: signals: %s\n", prefix, strerror(errno));
+        goto out;
+    }
+    if (open_sockets(ks, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", prefix, err);
+        goto out;
+    }
+    snprintf(ks->history_path, sizeof ks->history_path, "%s.history.jsonl",
+             ks->opts.connection_file);
+    ks->history = khistory_open(ks->history_path);
+    if (!ks->history) {
+        fprintf(stderr, "%s: out of memory\n", prefix);
+        goto out;
+    }
+    kserver_log("listening (%s, workspace %s, sandbox %s)", ks->conn.transport, ks->workspace,
+                ks->opts.sandbox.level == SANDBOX_NONE ? "none" : "strict");
+    kserver_status(ks, "starting", NULL);
+    kexec_start_worker(ks);
+    run_loop(ks);
+    status = 0;
+out:
+    server_free(ks);
+    return status;
+}

@@ -1,0 +1,115 @@
+/*
+ * kserver.h — the generic kernel server's state, shared by its parts (not a
+ * public header; backends use backend.h):
+ *   kserver.c  startup, sockets, signals, the event loop, shutdown;
+ *   kshell.c   messages from clients (shell, control, stdin channels);
+ *   kexec.c    the running request: worker events, output, replies, worker
+ *              death, interrupts and restarts.
+ * Everything runs on the main thread except the heartbeat (khb.c).
+ */
+#ifndef KERNELS_SERVER_KSERVER_H
+#define KERNELS_SERVER_KSERVER_H
+
+#include <stdint.h>
+
+#include "jp.h"
+#include "kernels/server/backend.h"
+#include "kernels/server/khb.h"
+#include "kernels/server/khistory.h"
+#include "kernels/server/kiopub.h"
+#include "kernels/server/kopts.h"
+#include "kernels/server/kstream.h"
+#include "kernels/server/kworker.h"
+
+typedef enum kreq_kind {
+    KREQ_NONE = 0,
+    KREQ_EXECUTE,
+    KREQ_COMPLETE,
+    KREQ_INSPECT,
+    KREQ_IS_COMPLETE,
+} kreq_kind;
+
+/* A shell request waiting for the worker. */
+typedef struct kqueued {
+    jmsg *msg; /* owned */
+    struct kqueued *next;
+} kqueued;
+
+typedef struct kserver {
+    const kbackend *backend;
+    kopts opts;
+    char workspace[4096];
+    char share_dir[4096];
+    char history_path[4096];
+    kworker_spec spec;
+    jp_connection conn;
+    jp_session *session;
+    char session_id[37]; /* header.session of everything we send */
+    void *ctx;
+    void *shell, *control, *stdin_sock, *iopub_sock;
+    khb *hb;
+    kiopub *iopub;
+    khistory *history;
+    json_t *protections; /* sandbox_protections(), for kernel_info */
+    int bound;           /* every channel is bound: its ipc files are ours */
+    int sigpipe[2];
+    int execution_count;
+    int quit;
+
+    /* The worker. */
+    kworker *worker;
+    int worker_ready;       /* sent its "ready" event */
+    int start_failures;     /* consecutive deaths before "ready" */
+    uint64_t restart_at_ns; /* when no worker runs: next start attempt */
+    uint64_t kill_at_ns;    /* event pipe closed but process alive: kill then */
+    uint64_t ready_by_ns;   /* a worker not "ready" by then is killed */
+    kstream out, err;
+
+    /* The shell request being served by the worker. */
+    jmsg *cur; /* owned; NULL when none */
+    kreq_kind cur_kind;
+    int cur_count; /* execution_count shown for this execution */
+    int cur_silent, cur_store, cur_allow_stdin, cur_stop_on_error;
+    json_t *cur_error; /* owned: {ename, evalue, traceback} of an error event */
+    char cur_started[32];
+    uint64_t cur_cpu_ns;            /* sandbox CPU time when it started */
+    int input_pending;              /* an input_request waits for the client */
+    uint64_t interrupt_deadline_ns; /* kill the worker then; 0 when not interrupting */
+    uint64_t interrupt_resend_ns;   /* SIGINT once more then (a first one can
+                                       be lost in a fork before exec) */
+    const char *kill_reason;        /* static: why we killed the worker, or NULL */
+
+    jmsg *last_parent; /* owned: parent for output that arrives between requests */
+    kqueued *qhead, *qtail;
+} kserver;
+
+/* kserver.c */
+void kserver_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Publishes on iopub a message of msg_type with content (stolen) and parent
+ * (borrowed, may be NULL). */
+void kserver_publish(kserver *ks, const char *msg_type, json_t *content, const jmsg *parent);
+void kserver_status(kserver *ks, const char *state, const jmsg *parent);
+/* Sends a reply of msg_type on sock with content (stolen) and optional
+ * metadata (stolen, may be NULL) to the sender of parent. */
+void kserver_reply(kserver *ks, void *sock, const char *msg_type, json_t *content, json_t *metadata,
+                   const jmsg *parent);
+json_t *kserver_kernel_info(kserver *ks);
+
+/* kshell.c */
+void kshell_handle(kserver *ks, void *sock, jmsg *msg); /* steals msg */
+void kshell_start_next(kserver *ks); /* give the worker the next queued request */
+void kshell_abort_queued(kserver *ks, const char *why);
+void kshell_receive_all(kserver *ks, void *sock, int max);
+
+/* kexec.c */
+void kexec_start_worker(kserver *ks);
+void kexec_on_event(void *ks, json_t *ev);
+void kexec_flush_streams(kserver *ks, int final);
+void kexec_read_output(kserver *ks, kworker_pipe p);
+void kexec_drain_output(kserver *ks);
+void kexec_worker_gone(kserver *ks); /* the worker exited or was killed */
+void kexec_interrupt(kserver *ks);
+void kexec_timers(kserver *ks, uint64_t now);
+int kexec_send_request(kserver *ks, const char *const *fields, size_t n);
+
+#endif

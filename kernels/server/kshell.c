@@ -1,0 +1,292 @@
+/*
+ * kshell.c — messages from clients. Requests the server can answer itself
+ * (kernel_info, comm_info, history, shutdown, interrupt) are answered at once,
+ * even while code runs; requests that need the worker (execute, complete,
+ * inspect, is_complete) wait in a FIFO and go to the worker one at a time.
+ */
+#include "kernels/server/kserver.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+static const char *channel_of(kserver *ks, void *sock)
+{
+    if (sock == ks->shell)
+        return "shell";
+    if (sock == ks->control)
+        return "control";
+    return "stdin";
+}
+
+/* Logs a rejected message, at most 20 per minute: whoever floods us with
+ * forged messages must not also flood the log. */
+static void log_rejected(const char *channel, const char *reason)
+{
+    static uint64_t window_start;
+    static unsigned logged, suppressed;
+    uint64_t now = kworker_now_ns();
+    if (now - window_start > 60000000000ull) {
+        if (suppressed)
+            kserver_log("(%u more rejected messages were not logged)", suppressed);
+        window_start = now;
+        logged = suppressed = 0;
+    }
+    if (logged++ < 20)
+        kserver_log("rejected a message on %s: %s", channel, reason);
+    else
+        suppressed++;
+}
+
+void kshell_receive_all(kserver *ks, void *sock, int max)
+{
+    for (int i = 0; i < max && !ks->quit; i++) {
+        jmsg *m = NULL;
+        jp_error err;
+        jp_status st = jp_session_recv(ks->session, sock, ZMQ_DONTWAIT, &m, &err);
+        if (st == JP_ERR_AGAIN)
+            break;
+        if (st != JP_OK) {
+            log_rejected(channel_of(ks, sock), err.reason);
+            continue;
+        }
+        kshell_handle(ks, sock, m);
+    }
+}
+
+static void enqueue(kserver *ks, jmsg *msg)
+{
+    kqueued *q = calloc(1, sizeof *q);
+    if (!q) {
+        kserver_log("out of memory: dropping %s", jmsg_type(msg));
+        jmsg_destroy(&msg);
+        return;
+    }
+    q->msg = msg;
+    if (ks->qtail)
+        ks->qtail->next = q;
+    else
+        ks->qhead = q;
+    ks->qtail = q;
+}
+
+static void answer_directly(kserver *ks, void *sock, jmsg *msg, const char *reply_type,
+                            json_t *content)
+{
+    kserver_status(ks, "busy", msg);
+    kserver_reply(ks, sock, reply_type, content, NULL, msg);
+    kserver_status(ks, "idle", msg);
+}
+
+static void handle_stdin(kserver *ks, jmsg *msg)
+{
+    if (strcmp(jmsg_type(msg), "input_reply") != 0) {
+        kserver_log("ignoring %s on stdin", jmsg_type(msg));
+        return;
+    }
+    if (!ks->input_pending || !ks->worker) {
+        kserver_log("ignoring an input_reply nobody asked for");
+        return;
+    }
+    const char *value = json_string_value(json_object_get(msg->content, "value"));
+    const char *fields[2] = {"input_reply", value ? value : ""};
+    ks->input_pending = 0;
+    kexec_send_request(ks, fields, 2);
+}
+
+void kshell_handle(kserver *ks, void *sock, jmsg *msg)
+{
+    const char *type = jmsg_type(msg);
+    if (sock == ks->stdin_sock) {
+        handle_stdin(ks, msg);
+        jmsg_destroy(&msg);
+        return;
+    }
+    if (!strcmp(type, "kernel_info_request")) {
+        answer_directly(ks, sock, msg, "kernel_info_reply", kserver_kernel_info(ks));
+    } else if (!strcmp(type, "comm_info_request")) {
+        answer_directly(ks, sock, msg, "comm_info_reply",
+                        json_pack("{s:s, s:{}}", "status", "ok", "comms"));
+    } else if (!strcmp(type, "history_request")) {
+        json_t *hist = khistory_query(ks->history, msg->content);
+        answer_directly(
+            ks, sock, msg, "history_reply",
+            json_pack("{s:s, s:o}", "status", "ok", "history", hist ? hist : json_array()));
+    } else if (!strcmp(type, "shutdown_request")) {
+        int restart = json_is_true(json_object_get(msg->content, "restart"));
+        json_t *content = json_pack("{s:s, s:b}", "status", "ok", "restart", restart);
+        kserver_status(ks, "busy", msg);
+        kserver_reply(ks, sock, "shutdown_reply", json_deep_copy(content), NULL, msg);
+        /* Other clients learn about it on IOPub, as with ipykernel. With
+         * restart true the kernel still exits: the manager starts a new one. */
+        kserver_publish(ks, "shutdown_reply", content, msg);
+        kserver_status(ks, "idle", msg);
+        kserver_log("shutdown requested (restart=%s)", restart ? "true" : "false");
+        ks->quit = 1;
+    } else if (!strcmp(type, "interrupt_request")) {
+        kserver_status(ks, "busy", msg);
+        kexec_interrupt(ks);
+        kserver_reply(ks, sock, "interrupt_reply", json_pack("{s:s}", "status", "ok"), NULL, msg);
+        kserver_status(ks, "idle", msg);
+    } else if (sock == ks->shell &&
+               (!strcmp(type, "execute_request") || !strcmp(type, "complete_request") ||
+                !strcmp(type, "inspect_request") || !strcmp(type, "is_complete_request"))) {
+        enqueue(ks, msg);
+        return; /* owned by the queue now */
+    } else if (!strncmp(type, "comm_", 5)) {
+        /* No comm targets are registered: nothing to open or deliver to. */
+        kserver_log("ignoring %s (no comms)", type);
+    } else {
+        kserver_log("ignoring unknown message type '%s' on %s", type, channel_of(ks, sock));
+    }
+    jmsg_destroy(&msg);
+}
+
+static int get_bool(const json_t *content, const char *key, int dflt)
+{
+    json_t *v = json_object_get(content, key);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+/* Answers a request that cannot run with status "error" (or "aborted"). */
+static void refuse(kserver *ks, jmsg *msg, const char *status, const char *ename,
+                   const char *evalue)
+{
+    const char *type = jmsg_type(msg);
+    char reply_type[64];
+    size_t tl = strlen(type);
+    if (tl > 8 && !strcmp(type + tl - 8, "_request"))
+        snprintf(reply_type, sizeof reply_type, "%.*s_reply", (int)(tl - 8), type);
+    else
+        snprintf(reply_type, sizeof reply_type, "%s_reply", type);
+    json_t *content = json_pack("{s:s}", "status", status);
+    if (!strcmp(type, "execute_request"))
+        json_object_set_new(content, "execution_count", json_integer(ks->execution_count));
+    if (ename) {
+        json_object_set_new(content, "ename", json_string(ename));
+        json_object_set_new(content, "evalue", json_string(evalue));
+        json_object_set_new(content, "traceback", json_pack("[s]", evalue));
+    }
+    json_t *md = json_pack("{s:s, s:s, s:b}", "status", status, "engine", ks->session_id,
+                           "dependencies_met", 1);
+    kserver_status(ks, "busy", msg);
+    kserver_reply(ks, ks->shell, reply_type, content, md, msg);
+    kserver_status(ks, "idle", msg);
+}
+
+void kshell_abort_queued(kserver *ks, const char *why)
+{
+    kqueued **pp = &ks->qhead, *keep_tail = NULL;
+    while (*pp) {
+        kqueued *q = *pp;
+        int is_exec = !strcmp(jmsg_type(q->msg), "execute_request");
+        if (why || is_exec) {
+            if (why)
+                refuse(ks, q->msg, "error", "KernelUnavailable", why);
+            else
+                refuse(ks, q->msg, "aborted", NULL, NULL);
+            *pp = q->next;
+            jmsg_destroy(&q->msg);
+            free(q);
+        } else {
+            keep_tail = q;
+            pp = &q->next;
+        }
+    }
+    ks->qtail = keep_tail;
+}
+
+static void start_execute(kserver *ks, jmsg *msg)
+{
+    json_t *code = json_object_get(msg->content, "code");
+    if (!json_is_string(code)) {
+        refuse(ks, msg, "error", "InvalidRequest", "execute_request: 'code' must be a string");
+        jmsg_destroy(&msg);
+        return;
+    }
+    ks->cur = msg;
+    ks->cur_kind = KREQ_EXECUTE;
+    ks->cur_silent = get_bool(msg->content, "silent", 0);
+    ks->cur_store = ks->cur_silent ? 0 : get_bool(msg->content, "store_history", 1);
+    ks->cur_allow_stdin = get_bool(msg->content, "allow_stdin", 1);
+    ks->cur_stop_on_error = get_bool(msg->content, "stop_on_error", 1);
+    if (ks->cur_store)
+        ks->execution_count++;
+    ks->cur_count = ks->execution_count;
+    jp_now_iso8601(ks->cur_started);
+    ks->cur_cpu_ns = sandbox_cpu_ns(kworker_sandbox(ks->worker));
+    kserver_status(ks, "busy", msg);
+    if (!ks->cur_silent)
+        kserver_publish(ks, "execute_input",
+                        json_pack("{s:O, s:i}", "code", code, "execution_count", ks->cur_count),
+                        msg);
+    if (ks->cur_store)
+        khistory_add(ks->history, ks->cur_count, json_string_value(code));
+    char silent[2] = {ks->cur_silent ? '1' : '0', 0}, store[2] = {ks->cur_store ? '1' : '0', 0},
+         stdin_ok[2] = {ks->cur_allow_stdin ? '1' : '0', 0}, count[16];
+    snprintf(count, sizeof count, "%d", ks->cur_count);
+    const char *fields[] = {"execute", json_string_value(code), silent, store, stdin_ok, count};
+    kexec_send_request(ks, fields, 6);
+}
+
+/* Number of code points of a UTF-8 string (the protocol's cursor unit). */
+static size_t codepoints(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+static void start_other(kserver *ks, jmsg *msg, kreq_kind kind)
+{
+    const char *code = json_string_value(json_object_get(msg->content, "code"));
+    if (!code) {
+        refuse(ks, msg, "error", "InvalidRequest", "'code' must be a string");
+        jmsg_destroy(&msg);
+        return;
+    }
+    json_t *cp = json_object_get(msg->content, "cursor_pos");
+    long long cursor = json_is_integer(cp) ? json_integer_value(cp) : -1;
+    if (cursor < 0)
+        cursor = (long long)codepoints(code);
+    char cursor_s[24], detail[8];
+    snprintf(cursor_s, sizeof cursor_s, "%lld", cursor);
+    json_t *dl = json_object_get(msg->content, "detail_level");
+    snprintf(detail, sizeof detail, "%d", json_is_integer(dl) && json_integer_value(dl) ? 1 : 0);
+    ks->cur = msg;
+    ks->cur_kind = kind;
+    kserver_status(ks, "busy", msg);
+    if (kind == KREQ_COMPLETE) {
+        const char *f[] = {"complete", code, cursor_s};
+        kexec_send_request(ks, f, 3);
+    } else if (kind == KREQ_INSPECT) {
+        const char *f[] = {"inspect", code, cursor_s, detail};
+        kexec_send_request(ks, f, 4);
+    } else {
+        const char *f[] = {"is_complete", code};
+        kexec_send_request(ks, f, 2);
+    }
+}
+
+void kshell_start_next(kserver *ks)
+{
+    while (!ks->cur && ks->worker && ks->worker_ready && ks->qhead && !ks->quit) {
+        kqueued *q = ks->qhead;
+        ks->qhead = q->next;
+        if (!ks->qhead)
+            ks->qtail = NULL;
+        jmsg *msg = q->msg;
+        free(q);
+        const char *type = jmsg_type(msg);
+        if (!strcmp(type, "execute_request"))
+            start_execute(ks, msg);
+        else if (!strcmp(type, "complete_request"))
+            start_other(ks, msg, KREQ_COMPLETE);
+        else if (!strcmp(type, "inspect_request"))
+            start_other(ks, msg, KREQ_INSPECT);
+        else
+            start_other(ks, msg, KREQ_IS_COMPLETE);
+    }
+}

@@ -1,0 +1,304 @@
+/*
+ * test_kserver.c — the pure parts of the kernel server: output coalescing
+ * (kstream), command-line parsing (kopts), history queries (khistory) and the
+ * worker spec helpers (kspec).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+
+#include "kernels/server/backend.h"
+#include "kernels/server/khistory.h"
+#include "kernels/server/kopts.h"
+#include "kernels/server/kstream.h"
+
+/* ---------------------------------------------------------------- kstream */
+
+/* Feeds bytes through a pipe into s at time now. */
+static void feed(kstream *s, const char *bytes, size_t n, uint64_t now)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(write(p[1], bytes, n), (ssize_t)n);
+    close(p[1]);
+    assert_int_equal(kstream_read(s, p[0], now), (long)n);
+    assert_int_equal(kstream_read(s, p[0], now), 0); /* end of file */
+    close(p[0]);
+}
+
+static void test_kstream_timing(void **state)
+{
+    (void)state;
+    kstream s;
+    assert_int_equal(kstream_init(&s, "stdout"), 0);
+    assert_int_equal(kstream_deadline(&s), 0);
+    feed(&s, "hello", 5, 1000);
+    assert_false(kstream_due(&s, 1000));
+    assert_int_equal(kstream_deadline(&s), 1000 + KSTREAM_DELAY_NS);
+    assert_true(kstream_due(&s, 1000 + KSTREAM_DELAY_NS));
+    char *t = kstream_take(&s, 0, 2000);
+    assert_string_equal(t, "hello");
+    free(t);
+    assert_null(kstream_take(&s, 1, 3000));
+    kstream_clear(&s);
+}
+
+static void test_kstream_keeps_split_character(void **state)
+{
+    (void)state;
+    kstream s;
+    assert_int_equal(kstream_init(&s, "stdout"), 0);
+    feed(&s, "caf\xc3", 4, 0);
+    char *t = kstream_take(&s, 0, 0);
+    assert_string_equal(t, "caf");
+    free(t);
+    /* only the cut character is left: nothing to publish, and the clock is
+     * restarted so a timer does not spin */
+    assert_null(kstream_take(&s, 0, 5 * KSTREAM_DELAY_NS));
+    assert_false(kstream_due(&s, 5 * KSTREAM_DELAY_NS));
+    feed(&s, "\xa9!", 2, 6 * KSTREAM_DELAY_NS);
+    t = kstream_take(&s, 0, 6 * KSTREAM_DELAY_NS);
+    assert_string_equal(t, "\xc3\xa9!");
+    free(t);
+    /* a final take publishes a broken tail as U+FFFD */
+    feed(&s, "x\xe2\x82", 3, 0);
+    t = kstream_take(&s, 1, 0);
+    assert_string_equal(t, "x\xef\xbf\xbd");
+    free(t);
+    kstream_clear(&s);
+}
+
+static void test_kstream_full_and_invalid(void **state)
+{
+    (void)state;
+    kstream s;
+    assert_int_equal(kstream_init(&s, "stderr"), 0);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    /* room for more than one chunk, so the writer need not block */
+    assert_true(fcntl(p[1], F_SETPIPE_SZ, 1 << 20) >= (int)(KSTREAM_CHUNK + 100));
+    char *big = malloc(KSTREAM_CHUNK + 100);
+    memset(big, 'a', KSTREAM_CHUNK + 100);
+    big[10] = '\xff';
+    assert_int_equal(write(p[1], big, KSTREAM_CHUNK + 100), (ssize_t)(KSTREAM_CHUNK + 100));
+    close(p[1]);
+    size_t got = 0;
+    while (got < KSTREAM_CHUNK) {
+        long r = kstream_read(&s, p[0], 0);
+        assert_true(r > 0);
+        got += (size_t)r;
+    }
+    /* full: no more reads, and due at once */
+    assert_int_equal(kstream_read(&s, p[0], 0), -1);
+    assert_true(kstream_due(&s, 0));
+    char *t = kstream_take(&s, 0, 0);
+    assert_int_equal(strlen(t), KSTREAM_CHUNK + 2); /* 0xff became 3 bytes */
+    assert_memory_equal(t + 10, "\xef\xbf\xbd", 3);
+    free(t);
+    assert_int_equal(kstream_read(&s, p[0], 0), 100);
+    close(p[0]);
+    free(big);
+    kstream_clear(&s);
+}
+
+/* ---------------------------------------------------------------- kopts */
+
+static int fake_option(int argc, char **argv, char *err, size_t errlen)
+{
+    if (!strcmp(argv[0], "--flag"))
+        return 1;
+    if (!strcmp(argv[0], "--thing")) {
+        if (argc < 2) {
+            snprintf(err, errlen, "--thing needs a value");
+            return -1;
+        }
+        return 2;
+    }
+    return 0;
+}
+
+static const kbackend fake = {.name = "fake", .option = fake_option};
+
+static int parse(kopts *o, char *err, size_t errlen, int argc, ...)
+{
+    char *argv[32] = {"kernel-fake"};
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 1; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    return kopts_parse(o, argc, argv, &fake, err, errlen);
+}
+
+static void test_kopts_sizes(void **state)
+{
+    (void)state;
+    uint64_t v;
+    assert_int_equal(kopts_parse_size("512M", &v), 0);
+    assert_int_equal(v, 512ull << 20);
+    assert_int_equal(kopts_parse_size("2GiB", &v), 0);
+    assert_int_equal(v, 2ull << 30);
+    assert_int_equal(kopts_parse_size("1.5k", &v), 0);
+    assert_int_equal(v, 1536);
+    assert_int_equal(kopts_parse_size("100", &v), 0);
+    assert_int_equal(v, 100);
+    assert_int_equal(kopts_parse_size("-1G", &v), -1);
+    assert_int_equal(kopts_parse_size("lots", &v), -1);
+    assert_int_equal(kopts_parse_size("1Q", &v), -1);
+    assert_int_equal(kopts_parse_size("", &v), -1);
+    assert_int_equal(kopts_parse_size("1e30G", &v), -1);
+}
+
+static void test_kopts_parse(void **state)
+{
+    (void)state;
+    kopts o;
+    char err[256];
+    assert_int_equal(parse(&o, err, sizeof err, 1), 0);
+    assert_int_equal(o.sandbox.level, SANDBOX_STRICT);
+    assert_true(o.interrupt_grace == 5.0);
+    assert_null(o.connection_file);
+    assert_int_equal(parse(&o, err, sizeof err, 12, "-f", "k.json", "--workspace=/w", "--sandbox",
+                           "none", "--memory=1G", "--network", "on", "--flag", "--thing", "x"),
+                     0);
+    assert_string_equal(o.connection_file, "k.json");
+    assert_string_equal(o.workspace_arg, "/w");
+    assert_int_equal(o.sandbox.level, SANDBOX_NONE);
+    assert_int_equal(o.sandbox.memory_bytes, 1ull << 30);
+    assert_int_equal(o.sandbox.network, 1);
+    assert_int_equal(parse(&o, err, sizeof err, 2, "--thing=y"), 0);
+    assert_int_equal(parse(&o, err, sizeof err, 2, "--flag=y"), -1);
+    assert_non_null(strstr(err, "takes no value"));
+    assert_int_equal(parse(&o, err, sizeof err, 2, "--bogus"), -1);
+    assert_string_equal(err, "unknown option '--bogus'");
+    assert_int_equal(parse(&o, err, sizeof err, 2, "stray"), -1);
+    assert_int_equal(parse(&o, err, sizeof err, 2, "-f"), -1);
+    assert_string_equal(err, "option -f needs a value");
+    assert_int_equal(parse(&o, err, sizeof err, 3, "--sandbox", "loose"), -1);
+    assert_int_equal(parse(&o, err, sizeof err, 3, "--interrupt-grace", "-1"), -1);
+    assert_int_equal(parse(&o, err, sizeof err, 3, "--procs", "0"), -1);
+    assert_int_equal(parse(&o, err, sizeof err, 2, "--thing"), -1);
+    assert_string_equal(err, "--thing needs a value");
+    assert_int_equal(parse(&o, err, sizeof err, 3, "--help", "--version"), 0);
+    assert_true(o.help && o.version);
+}
+
+/* ---------------------------------------------------------------- khistory */
+
+static json_t *query(khistory *h, const char *json)
+{
+    json_t *req = json_loads(json, 0, NULL);
+    assert_non_null(req);
+    json_t *r = khistory_query(h, req);
+    json_decref(req);
+    return r;
+}
+
+static void assert_json(json_t *got, const char *want)
+{
+    json_t *w = json_loads(want, 0, NULL);
+    assert_non_null(w);
+    if (!json_equal(got, w)) {
+        char *g = json_dumps(got, JSON_COMPACT);
+        print_message("got %s\nwant %s\n", g, want);
+        free(g);
+        fail();
+    }
+    json_decref(w);
+    json_decref(got);
+}
+
+static void test_khistory(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/test_kserver_histXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    khistory *h = khistory_open(path);
+    assert_non_null(h);
+    assert_int_equal(khistory_session(h), 1);
+    khistory_add(h, 1, "echo a");
+    khistory_add(h, 2, "x=1");
+    khistory_add(h, 3, "echo a");
+    assert_json(query(h, "{\"hist_access_type\": \"tail\", \"n\": 2}"),
+                "[[1, 2, \"x=1\"], [1, 3, \"echo a\"]]");
+    assert_json(query(h, "{\"hist_access_type\": \"range\", \"session\": 0, \"start\": 2,"
+                         " \"stop\": 3, \"output\": true}"),
+                "[[1, 2, [\"x=1\", null]]]");
+    assert_json(query(h, "{\"hist_access_type\": \"search\", \"pattern\": \"echo*\"}"),
+                "[[1, 1, \"echo a\"], [1, 3, \"echo a\"]]");
+    assert_json(query(h, "{\"hist_access_type\": \"search\", \"pattern\": \"echo*\","
+                         " \"unique\": true}"),
+                "[[1, 3, \"echo a\"]]");
+    assert_json(query(h, "{\"hist_access_type\": \"bogus\"}"), "[]");
+    khistory_destroy(&h);
+    assert_null(h);
+
+    /* the next kernel run reads the file back as an older session */
+    FILE *f = fopen(path, "a");
+    fputs("not json\n{\"session\": \"x\"}\n", f);
+    fclose(f);
+    h = khistory_open(path);
+    assert_int_equal(khistory_session(h), 2);
+    khistory_add(h, 1, "new");
+    assert_json(query(h, "{\"hist_access_type\": \"range\", \"session\": -1, \"start\": 1,"
+                         " \"stop\": 0}"),
+                "[[1, 1, \"echo a\"], [1, 2, \"x=1\"], [1, 3, \"echo a\"]]");
+    assert_json(query(h, "{\"hist_access_type\": \"tail\", \"n\": 1}"), "[[2, 1, \"new\"]]");
+    khistory_destroy(&h);
+    unlink(path);
+
+    h = khistory_open(NULL); /* memory only */
+    khistory_add(h, 1, "only");
+    assert_json(query(h, "{}"), "[[1, 1, \"only\"]]");
+    khistory_destroy(&h);
+}
+
+/* ---------------------------------------------------------------- kspec */
+
+static void test_kspec(void **state)
+{
+    (void)state;
+    kworker_spec spec;
+    memset(&spec, 0, sizeof spec);
+    assert_int_equal(kspec_add_arg(&spec, "/bin/bash"), 0);
+    assert_int_equal(kspec_add_env(&spec, "A", "1"), 0);
+    assert_int_equal(kspec_add_env(&spec, "A", "2"), 0); /* replaces */
+    assert_int_equal(kspec_add_env(&spec, "B=C", "x"), -1);
+    assert_string_equal(spec.env[0], "A=2");
+    assert_null(spec.env[1]);
+    for (int i = 1; i < KSPEC_MAX_ARGS; i++)
+        assert_int_equal(kspec_add_arg(&spec, "x"), 0);
+    assert_int_equal(kspec_add_arg(&spec, "one too many"), -1);
+    assert_null(spec.argv[KSPEC_MAX_ARGS]);
+    assert_int_equal(kspec_add_ro_path(&spec, "/usr"), 0);
+    spec.kernel_info = json_object();
+    kspec_clear(&spec);
+    assert_null(spec.argv[0]);
+    assert_null(spec.kernel_info);
+    kspec_clear(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kstream_timing),
+        cmocka_unit_test(test_kstream_keeps_split_character),
+        cmocka_unit_test(test_kstream_full_and_invalid),
+        cmocka_unit_test(test_kopts_sizes),
+        cmocka_unit_test(test_kopts_parse),
+        cmocka_unit_test(test_khistory),
+        cmocka_unit_test(test_kspec),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
