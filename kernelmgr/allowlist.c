@@ -23,6 +23,7 @@ struct allowlist {
     alw_entry *v[ALLOWLIST_NMGR];
     size_t n[ALLOWLIST_NMGR];
     char *index[ALLOWLIST_NMGR];
+    char *hosts[ALLOWLIST_NMGR][ALLOWLIST_HOSTS_MAX + 1]; /* NULL-terminated */
 };
 
 #define ERR(...)                                                                                   \
@@ -43,6 +44,8 @@ void allowlist_destroy(allowlist **al)
     for (int m = 0; m < ALLOWLIST_NMGR; m++) {
         free((*al)->v[m]);
         free((*al)->index[m]);
+        for (size_t i = 0; (*al)->hosts[m][i]; i++)
+            free((*al)->hosts[m][i]);
     }
     free(*al);
     *al = NULL;
@@ -65,6 +68,13 @@ const char *allowlist_mgr_name(allowlist_mgr m)
 const char *allowlist_index(const allowlist *al, allowlist_mgr m)
 {
     return al ? al->index[m] : NULL;
+}
+
+const char *allowlist_allowed_host(const allowlist *al, allowlist_mgr m, size_t i)
+{
+    if (!al || (int)m < 0 || m >= ALLOWLIST_NMGR || i >= ALLOWLIST_HOSTS_MAX)
+        return NULL;
+    return al->hosts[m][i];
 }
 
 size_t allowlist_count(const allowlist *al, allowlist_mgr m)
@@ -285,6 +295,82 @@ int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *p
     return 0;
 }
 
+int allowlist_parse_hostport(const char *s, char *out, size_t outlen, char *err, size_t errlen)
+{
+    /* The same grammar as an index URL's authority, so one parser decides
+     * what a host is; but no scheme, no path and an explicit port. */
+    if (!s || !*s || strlen(s) > 262) {
+        ERR("'%s': expected host:port", s ? s : "");
+        return -1;
+    }
+    if (strpbrk(s, "/?#@ ") || strstr(s, "://")) {
+        ERR("'%s': expected host:port (no scheme, path or credentials)", s);
+        return -1;
+    }
+    const char *colon = s[0] == '[' ? strstr(s, "]:") : strrchr(s, ':');
+    if (!colon || (s[0] != '[' && strchr(s, ':') != colon)) {
+        ERR("'%s': expected host:port (the port is required)", s);
+        return -1;
+    }
+    char url[300], host[256], why[300];
+    unsigned port;
+    int tls;
+    snprintf(url, sizeof url, "http://%s/", s);
+    if (allowlist_parse_url(url, host, sizeof host, &port, &tls, why, sizeof why) < 0) {
+        ERR("'%s': expected host:port (bad host or port)", s);
+        return -1;
+    }
+    if (strcmp(host, ".") == 0 || host[0] == '.' || host[0] == '-') {
+        ERR("'%s': bad host", s);
+        return -1;
+    }
+    int n = snprintf(out, outlen, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+    if (n < 0 || (size_t)n >= outlen) {
+        ERR("'%s': too long", s);
+        return -1;
+    }
+    for (char *p = out; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    return 0;
+}
+
+static int parse_hosts(allowlist *al, allowlist_mgr m, const json_t *val, char *err, size_t errlen)
+{
+    const char *mname = allowlist_mgr_name(m);
+    if (!json_is_array(val)) {
+        ERR("%s.allowed_hosts: must be an array of \"host:port\" strings", mname);
+        return -1;
+    }
+    if (json_array_size(val) > ALLOWLIST_HOSTS_MAX) {
+        ERR("%s.allowed_hosts: at most %d hosts", mname, ALLOWLIST_HOSTS_MAX);
+        return -1;
+    }
+    for (size_t i = 0; al->hosts[m][i]; i++) {
+        free(al->hosts[m][i]);
+        al->hosts[m][i] = NULL;
+    }
+    size_t i;
+    const json_t *h;
+    json_array_foreach(val, i, h)
+    {
+        char norm[300], why[400];
+        if (!json_is_string(h)) {
+            ERR("%s.allowed_hosts[%zu]: must be a string", mname, i);
+            return -1;
+        }
+        if (allowlist_parse_hostport(json_string_value(h), norm, sizeof norm, why, sizeof why) <
+            0) {
+            ERR("%s.allowed_hosts[%zu]: %s", mname, i, why);
+            return -1;
+        }
+        if (!(al->hosts[m][i] = strdup(norm))) {
+            ERR("out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int add_entry(allowlist *al, allowlist_mgr m, const char *name, const char *spec, char *err,
                      size_t errlen)
 {
@@ -354,6 +440,9 @@ static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, char
             }
             free(al->index[m]);
             al->index[m] = strdup(json_string_value(val));
+        } else if (strcmp(key, "allowed_hosts") == 0) {
+            if (parse_hosts(al, m, val, err, errlen) < 0)
+                return -1;
         } else if (strcmp(key, "packages") == 0) {
             if (json_is_object(val)) {
                 const char *pk;
@@ -384,7 +473,7 @@ static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, char
                 return -1;
             }
         } else {
-            ERR("%s.%s: unknown key (expected %s, packages)", mname, key, index_key);
+            ERR("%s.%s: unknown key (expected %s, allowed_hosts, packages)", mname, key, index_key);
             return -1;
         }
     }

@@ -3,10 +3,17 @@
  *
  * Configuration (JSON; nothing is installable without it):
  *
- *   {"pip": {"index_url": "https://pypi.example/simple/",
+ *   {"pip": {"index_url": "https://pypi.org/simple/",
+ *            "allowed_hosts": ["files.pythonhosted.org:443"],
  *            "packages": {"requests": ">=2.31,<3", "tinypkg": ""}},
  *    "npm": {"registry": "https://registry.npmjs.org/",
  *            "packages": {"is-number": "^7.0.0"}}}
+ *
+ * The installer's only way out is a proxy to the index's host:port. Some
+ * indexes serve their files from another host (PyPI: the pages come from
+ * pypi.org, the wheels from files.pythonhosted.org): "allowed_hosts" lists
+ * such extra "host:port" pairs ("[v6]:port" for IPv6 literals; the port is
+ * required; at most ALLOWLIST_HOSTS_MAX). Nothing else is ever reachable.
  *
  * "packages" maps a name to a version specifier ("" or "*": any version);
  * it may also be an array of names. Names are compared the way each
@@ -36,6 +43,7 @@ typedef enum allowlist_mgr { ALLOWLIST_PIP = 0, ALLOWLIST_NPM = 1, ALLOWLIST_NMG
 
 #define ALLOWLIST_NAME_MAX 214 /* npm's limit; longer than any PyPI name */
 #define ALLOWLIST_SPEC_MAX 256
+#define ALLOWLIST_HOSTS_MAX 8 /* allowed_hosts entries per manager */
 
 typedef struct allowlist allowlist;
 
@@ -64,6 +72,14 @@ const char *allowlist_index(const allowlist *al, allowlist_mgr m);
  * missing host, bad port). */
 int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *port, int *tls,
                         char *err, size_t errlen);
+
+/* borrowed: the i-th extra "host:port" of m's allowed_hosts (lower case),
+ * NULL past the end. */
+const char *allowlist_allowed_host(const allowlist *al, allowlist_mgr m, size_t i);
+
+/* Checks and normalises one allowed_hosts entry ("host:port", "[v6]:port")
+ * into out (lower case; outlen >= 262). 0, or -1 with a reason. */
+int allowlist_parse_hostport(const char *s, char *out, size_t outlen, char *err, size_t errlen);
 
 /* Number of allowed packages for m. */
 size_t allowlist_count(const allowlist *al, allowlist_mgr m);

@@ -14,13 +14,14 @@
  *      --ignore-scripts` from the lock of step 2;
  *   5. report name and version of everything installed.
  *
- * What the sandbox must provide (kernels/sandbox/sandbox.h): with network
- * off, a TCP socket listening on 127.0.0.1:PORT inside the sandbox's network
- * namespace, handed to the manager (sandbox_config.loopback_listen_port and
- * sandbox_take_listen_fd()), and AF_INET sockets allowed by seccomp in that
- * mode (the namespace has only lo, so only that socket is reachable). The
- * sandbox advertises it with SANDBOX_HAS_LOOPBACK_LISTEN; without it every
- * install is refused with that reason rather than run unconfined.
+ * The sandbox (kernels/sandbox/sandbox.h) runs the installer with the
+ * network off and a loopback listener: a socket listening on
+ * 127.0.0.1:PKGINST_PROXY_PORT inside the sandbox's empty network namespace,
+ * handed to us (sandbox_take_listen_fd()) and served by pkgproxy, which
+ * connects only to the index's host:port and the allowlist's allowed_hosts.
+ * seccomp allows the installer TCP stream sockets only and Landlock connect
+ * to that port only. A sandbox without SANDBOX_HAS_LOOPBACK_LISTEN makes
+ * every install refuse with that reason rather than run unconfined.
  */
 #include "kernelmgr/pkginstall.h"
 
@@ -64,12 +65,24 @@ static int mkdir_p(const char *path, mode_t mode)
     return 0;
 }
 
+int pkginst_session_root(const char *home, const char *session, char *root)
+{
+    /* Session names never start with "." (the manager's rule), so "." and
+     * ".." and the manager's own hidden names are refused here too. */
+    if (!home || !session || !*session || strchr(session, '/') || session[0] == '.')
+        return -1;
+    if (snprintf(root, PATH_MAX, "%s/packages/%s", home, session) >= PATH_MAX)
+        return -1;
+    return 0;
+}
+
 int pkginst_session_dirs(const char *home, const char *session, char *pydir, char *npmdir)
 {
-    if (!home || !session || strchr(session, '/') || session[0] == '.')
+    char root[PATH_MAX];
+    if (pkginst_session_root(home, session, root) < 0)
         return -1;
-    if (snprintf(pydir, PATH_MAX, "%s/packages/%s/python", home, session) >= PATH_MAX ||
-        snprintf(npmdir, PATH_MAX, "%s/packages/%s/npm", home, session) >= PATH_MAX)
+    if (snprintf(pydir, PATH_MAX, "%s/python", root) >= PATH_MAX ||
+        snprintf(npmdir, PATH_MAX, "%s/npm", root) >= PATH_MAX)
         return -1;
     return 0;
 }
@@ -95,31 +108,62 @@ int pkginst_remove_session(const char *home, const char *session)
     return 0;
 }
 
-char **pkginst_kernel_env(const char *home, const char *session, const char *lang)
+char **pkginst_kernel_env(const char *root, const char *lang, char *ro)
 {
     char py[PATH_MAX], npm[PATH_MAX];
-    if (pkginst_session_dirs(home, session, py, npm) < 0)
+    if (!root || root[0] != '/' || !lang ||
+        snprintf(py, sizeof py, "%s/python", root) >= (int)sizeof py ||
+        snprintf(npm, sizeof npm, "%s/npm", root) >= (int)sizeof npm)
         return NULL;
-    /* The directories exist from the start (empty), so a kernel started
-     * before an install sees the packages as soon as they land: Python's
-     * path finder re-reads a directory whose mtime changed. */
-    mkdir_p(py, 0755);
-    mkdir_p(npm, 0755);
-    char **env = calloc(4, sizeof *env);
+    int python = strcmp(lang, "python") == 0;
+    /* Empty from the start: Python's path finder re-reads a directory whose
+     * mtime changed, node resolves NODE_PATH on every require, and the
+     * sandbox can only bind what exists. */
+    if (mkdir_p(python ? py : npm, 0755) < 0)
+        return NULL;
+    char **env = calloc(3, sizeof *env);
     if (!env)
         return NULL;
-    int n = 0;
-    char buf[3 * PATH_MAX];
-    if (strcmp(lang, "python") == 0) {
-        snprintf(buf, sizeof buf, "PYTHONPATH=%s", py);
-        env[n++] = strdup(buf);
+    if (python) {
+        snprintf(ro, PATH_MAX, "%s", py);
+        if (asprintf(&env[0], "PYTHONPATH=%s", py) < 0)
+            env[0] = NULL;
     } else {
-        snprintf(buf, sizeof buf, "NODE_PATH=%s/node_modules", npm);
-        env[n++] = strdup(buf);
-        snprintf(buf, sizeof buf, "KERNELMGR_PATH_PREPEND=%s/node_modules/.bin", npm);
-        env[n++] = strdup(buf);
+        const char *path = getenv("PATH");
+        snprintf(ro, PATH_MAX, "%s", npm);
+        if (asprintf(&env[0], "NODE_PATH=%s/node_modules", npm) < 0)
+            env[0] = NULL;
+        if (asprintf(&env[1], "PATH=%s/node_modules/.bin:%s", npm,
+                     path && *path ? path : "/usr/local/bin:/usr/bin:/bin") < 0)
+            env[1] = NULL;
+        if (!env[1]) {
+            free(env[0]);
+            env[0] = NULL;
+        }
     }
+    if (!env[0])
+        pkginst_env_free(&env);
     return env;
+}
+
+int pkginst_adopt(const char *from_root, const char *home, const char *session)
+{
+    char root[PATH_MAX], parent[PATH_MAX];
+    if (!from_root || pkginst_session_root(home, session, root) < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    snprintf(parent, sizeof parent, "%s/packages", home);
+    if (mkdir_p(parent, 0755) < 0)
+        return -1;
+    /* An empty directory left by an earlier session of that name gives way;
+     * one with packages in it does not (rename fails with ENOTEMPTY). */
+    if (rename(from_root, root) < 0)
+        return -1;
+    if (symlink(root, from_root) < 0) {
+        /* Only unsandboxed kernels need it; sandboxed ones bound the inode. */
+    }
+    return 0;
 }
 
 void pkginst_env_free(char ***env)
@@ -164,12 +208,65 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Runs argv in a fresh install sandbox (workspace = dir, network only to
- * index host:port via the proxy). *out (new, NUL-terminated) gets stdout,
- * *log stderr. Returns the exit status (0..255), or -1 with err. */
-static int run_sandboxed(const char *dir, const char *host, unsigned port, char *const argv[],
-                         char *const envp[], char **out, char **log, char *err, size_t errlen)
+/* The proxy's targets: the index's host:port, then the manager's
+ * allowed_hosts. */
+typedef struct proxy_targets {
+    char buf[1 + ALLOWLIST_HOSTS_MAX][300];
+    const char *list[1 + ALLOWLIST_HOSTS_MAX + 1];
+} proxy_targets;
+
+static void targets_init(proxy_targets *t, const allowlist *al, allowlist_mgr m, const char *host,
+                         unsigned port)
 {
+    size_t n = 0;
+    snprintf(t->buf[0], sizeof t->buf[0], strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+    t->list[n++] = t->buf[0];
+    for (size_t i = 0; i < ALLOWLIST_HOSTS_MAX; i++) {
+        const char *h = allowlist_allowed_host(al, m, i);
+        if (!h)
+            break;
+        snprintf(t->buf[n], sizeof t->buf[n], "%s", h);
+        t->list[n] = t->buf[n];
+        n++;
+    }
+    t->list[n] = NULL;
+}
+
+/* Appends what the proxy refused ("; the proxy refused: a:1, b:2 (only the
+ * index and allowed_hosts are reachable)") to err. */
+static void note_refusals(pkgproxy *px, char *err, size_t errlen)
+{
+    json_t *r = pkgproxy_report(px);
+    json_t *refused = json_object_get(r, "refused");
+    size_t i;
+    json_t *it;
+    char list[600] = "";
+    json_array_foreach(refused, i, it)
+    {
+        const char *t = json_string_value(json_object_get(it, "target"));
+        if (t && !strstr(list, t) && strlen(list) + strlen(t) + 3 < sizeof list)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "",
+                     t);
+    }
+    json_decref(r);
+    size_t n = strlen(err);
+    if (list[0] && n + 1 < errlen)
+        snprintf(err + n, errlen - n,
+                 "; the install proxy refused: %s (only the index and the allowlist's "
+                 "allowed_hosts are reachable)",
+                 list);
+}
+
+/* Runs argv in a fresh install sandbox (workspace = dir, network only to
+ * the targets, through the proxy). *out (new, NUL-terminated) gets stdout,
+ * *log stderr. Returns the exit status (0..255), or -1 with err. *refusals
+ * (PKGINST_REFUSALS_MAX bytes) gets what the proxy refused, or "". */
+#define PKGINST_REFUSALS_MAX 800
+static int run_sandboxed(const char *dir, const proxy_targets *targets, char *const argv[],
+                         char *const envp[], char **out, char **log, char *refusals, char *err,
+                         size_t errlen)
+{
+    refusals[0] = '\0';
     *out = *log = NULL;
     sandbox_config cfg;
     sandbox_config_defaults(&cfg);
@@ -204,13 +301,10 @@ static int run_sandboxed(const char *dir, const char *host, unsigned port, char 
         close(e[0]);
         return -1;
     }
-    char hostport[300];
-    snprintf(hostport, sizeof hostport, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
-    const char *allowed[] = {hostport, NULL};
     pkgproxy *px = NULL;
     int lfd = sandbox_take_listen_fd(sb);
     if (lfd >= 0)
-        px = pkgproxy_start(lfd, allowed, why, sizeof why);
+        px = pkgproxy_start(lfd, targets->list, why, sizeof why);
     if (!px) {
         snprintf(err, errlen, "the install proxy cannot start: %s",
                  lfd < 0 ? "no listening socket from the sandbox" : why);
@@ -268,6 +362,7 @@ static int run_sandboxed(const char *dir, const char *host, unsigned port, char 
     int st = 0;
     while (waitpid(sandbox_pid(sb), &st, 0) < 0 && errno == EINTR)
         ;
+    note_refusals(px, refusals, PKGINST_REFUSALS_MAX);
     pkgproxy_stop(&px);
     char limit[200];
     const char *hit = sandbox_limit_hit(sb, st, limit, sizeof limit);
@@ -329,8 +424,10 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
     }
     if (allowlist_parse_url(index, host, sizeof host, &port, &tls, err, errlen) < 0)
         return NULL;
-    char proxy[64];
+    char proxy[64], refused[PKGINST_REFUSALS_MAX];
     snprintf(proxy, sizeof proxy, "http://127.0.0.1:%d", PKGINST_PROXY_PORT);
+    proxy_targets targets;
+    targets_init(&targets, al, ALLOWLIST_PIP, host, port);
     char *envb[8];
     char *const *envp = base_env(envb, NULL);
 
@@ -369,10 +466,10 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
         argv[a++] = specs[i];
     argv[a] = NULL;
     char *out, *log;
-    int rc = run_sandboxed(py, host, port, argv, envp, &out, &log, err, errlen);
+    int rc = run_sandboxed(py, &targets, argv, envp, &out, &log, refused, err, errlen);
     if (rc != 0) {
         if (rc > 0)
-            snprintf(err, errlen, "pip could not resolve the request (exit %d): %s", rc,
+            snprintf(err, errlen, "pip could not resolve the request (exit %d)%s: %s", rc, refused,
                      last_lines(log));
         free(out);
         free(log);
@@ -432,10 +529,10 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
     for (size_t k = 0; k < npinned; k++)
         argv[a++] = pinned[k];
     argv[a] = NULL;
-    rc = run_sandboxed(py, host, port, argv, envp, &out, &log, err, errlen);
+    rc = run_sandboxed(py, &targets, argv, envp, &out, &log, refused, err, errlen);
     if (rc != 0) {
         if (rc > 0)
-            snprintf(err, errlen, "pip failed (exit %d): %s", rc, last_lines(log));
+            snprintf(err, errlen, "pip failed (exit %d)%s: %s", rc, refused, last_lines(log));
         free(out);
         free(log);
         json_decref(installed);
@@ -545,8 +642,10 @@ static json_t *install_npm(const allowlist *al, const char *home, const char *se
     }
     if (allowlist_parse_url(registry, host, sizeof host, &port, &tls, err, errlen) < 0)
         return NULL;
-    char proxy[64];
+    char proxy[64], refused[PKGINST_REFUSALS_MAX];
     snprintf(proxy, sizeof proxy, "http://127.0.0.1:%d", PKGINST_PROXY_PORT);
+    proxy_targets targets;
+    targets_init(&targets, al, ALLOWLIST_NPM, host, port);
     char *envb[8];
     char *const *envp = base_env(envb, "npm_config_cache=/tmp/.npm");
     char *argv[60 + 100];
@@ -589,10 +688,10 @@ static json_t *install_npm(const allowlist *al, const char *home, const char *se
     save_file(&pl, npm, "package-lock.json");
     char *out, *log;
     json_t *resolved = NULL;
-    int rc = run_sandboxed(npm, host, port, argv, envp, &out, &log, err, errlen);
+    int rc = run_sandboxed(npm, &targets, argv, envp, &out, &log, refused, err, errlen);
     free(out);
     if (rc > 0)
-        snprintf(err, errlen, "npm could not resolve the request (exit %d): %s", rc,
+        snprintf(err, errlen, "npm could not resolve the request (exit %d)%s: %s", rc, refused,
                  last_lines(log));
     free(log);
     if (rc == 0)
@@ -634,11 +733,11 @@ static json_t *install_npm(const allowlist *al, const char *home, const char *se
     /* Install from the lock just checked: nothing is re-resolved. */
     a = a0;
     argv[a] = NULL;
-    rc = run_sandboxed(npm, host, port, argv, envp, &out, &log, err, errlen);
+    rc = run_sandboxed(npm, &targets, argv, envp, &out, &log, refused, err, errlen);
     free(out);
     if (rc != 0) {
         if (rc > 0)
-            snprintf(err, errlen, "npm failed (exit %d): %s", rc, last_lines(log));
+            snprintf(err, errlen, "npm failed (exit %d)%s: %s", rc, refused, last_lines(log));
         free(log);
         json_decref(resolved);
         restore_file(&pj);

@@ -16,11 +16,11 @@
  * refused and names the packages that are not listed, so the operator can
  * decide. Nothing outside the list is ever installed.
  *
- * Isolation: the installer (pip / npm) runs in its own sandbox (the sandbox
- * module) with the network off; the only way out is an HTTP CONNECT proxy
- * (pkgproxy.c) run by the manager outside the sandbox, which connects only
- * to the configured index's host:port. See pkginst_install() for what the
- * sandbox must provide.
+ * Isolation: the installer (pip / npm) runs in its own strict sandbox with
+ * the network off; the only way out is a loopback listener of that sandbox
+ * (sandbox_config.loopback_listen_port) served by an HTTP CONNECT/forward
+ * proxy (pkgproxy.c) outside it, which connects only to the configured
+ * index's host:port and the allowlist's allowed_hosts.
  */
 #ifndef KERNELMGR_PKGINSTALL_H
 #define KERNELMGR_PKGINSTALL_H
@@ -33,16 +33,36 @@
 /* Writes the per-session package directories (PATH_MAX each). 0 or -1. */
 int pkginst_session_dirs(const char *home, const char *session, char *pydir, char *npmdir);
 
+/* Writes the session's package root, home/packages/SESSION (PATH_MAX), which
+ * holds python/ and npm/. 0, or -1 for a bad session name. */
+int pkginst_session_root(const char *home, const char *session, char *root);
+
 /* Removes the session's package directories (when the session is closed).
  * Never follows symlinks. 0, or -1 with errno. */
 int pkginst_remove_session(const char *home, const char *session);
 
 /* new: the extra environment ("NAME=value" strings, NULL-terminated array,
- * free with pkginst_env_free) and read-only paths a kernel of `lang`
- * ("python" / "bash") of the session needs to see its packages. The manager
- * passes them to the kernel it launches (kworker_spec env / ro_paths). */
-char **pkginst_kernel_env(const char *home, const char *session, const char *lang);
+ * free with pkginst_env_free) a kernel of `lang` ("python" / "bash") needs to
+ * see the packages under root (a package root as pkginst_session_root()
+ * gives), and in ro (PATH_MAX) the directory to bind read-only into its
+ * sandbox. The manager passes them as the kernel's --env / --ro-path.
+ *   python: PYTHONPATH=root/python;                      ro = root/python
+ *   bash:   NODE_PATH=root/npm/node_modules,
+ *           PATH=root/npm/node_modules/.bin:$PATH;       ro = root/npm
+ * The directories are created (empty) here, so a kernel started before an
+ * install sees the packages as soon as they land. NULL on a bad root or no
+ * memory. */
+char **pkginst_kernel_env(const char *root, const char *lang, char *ro);
 void pkginst_env_free(char ***env);
+
+/* A warm-pool entry's kernels were started before its session had a name,
+ * with their packages under from_root: moves that directory to the
+ * session's package root, so the running kernels (whose sandboxes bound the
+ * directory itself) see what is installed for the session from now on, and
+ * leaves a symlink at from_root for unsandboxed kernels, whose variables
+ * name the old path. 0, or -1 with errno (ENOTEMPTY / EEXIST: the session
+ * already has packages; the caller then must not use the pool entry). */
+int pkginst_adopt(const char *from_root, const char *home, const char *session);
 
 /* new: installs `packages` (array of request strings, borrowed) with
  * manager m for the session. Every request is checked against the allowlist

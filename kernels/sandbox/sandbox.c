@@ -17,6 +17,10 @@
  *                        └─ (monitor meanwhile: uid/gid maps, cgroups,
  *                            slirp4netns, then "go")
  *
+ * With a loopback listener, init creates it in the new network namespace
+ * (right after lo is up, before any restriction) and sends it over a unix
+ * socket pair (SCM_RIGHTS) straight to the caller of sandbox_spawn().
+ *
  * Setup errors travel back on a report pipe that every stage holds with
  * O_CLOEXEC: sandbox_spawn() returns once it reaches EOF, i.e. when the
  * worker's exec succeeded, or with the first stage's reason.
@@ -37,6 +41,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +53,7 @@ struct sandbox {
     pid_t init_pid;  /* strict: host pid of the sandbox's PID 1 */
     int init_pidfd;  /* strict: pidfd of init (-1 if unavailable) */
     sbx_limits *lim; /* strict: cgroups */
+    int listen_fd;   /* strict: loopback listener from init, until taken */
 };
 
 void sandbox_config_defaults(sandbox_config *cfg)
@@ -108,6 +114,7 @@ static sandbox *spawn_none(const sandbox_config *cfg, char *const argv[], char *
         return NULL;
     }
     sb->cfg = *cfg;
+    sb->listen_fd = -1;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -216,7 +223,7 @@ typedef struct host_addrs {
 
 static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_addrs *ha,
                       char *const argv[], char *const envp[], const int *fds, int nfds, int rep,
-                      int go, int status_w, const sbx_limits *lim)
+                      int go, int status_w, int lsock, const sbx_limits *lim)
 {
     char err[512];
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -238,6 +245,19 @@ static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_
         goto fail;
     if (cfg->network && sbx_net_block_host(ha->a, ha->n, err, sizeof err) < 0)
         goto fail;
+    if (lsock >= 0) {
+        int l = sbx_net_listen_lo(cfg->loopback_listen_port, err, sizeof err);
+        if (l < 0)
+            goto fail;
+        if (sbx_util_send_fd(lsock, l) < 0) {
+            sbx_util_fail(err, sizeof err, "network: hand out the loopback listener");
+            close(l);
+            goto fail;
+        }
+        /* Only the caller keeps it: neither init nor the worker can accept. */
+        close(l);
+        close(lsock);
+    }
     if (sbx_mount_build(plan, cfg, ids, err, sizeof err) < 0)
         goto fail;
     sbx_mount_plan_free(&plan);
@@ -291,7 +311,7 @@ static void monitor_exit_as(int st)
 
 static void monitor_main(const sandbox_config *cfg, const sbx_ids *ids, const host_addrs *ha,
                          sbx_limits *lim, char *const argv[], char *const envp[], const int *fds,
-                         int nfds, int rep, pid_t parent)
+                         int nfds, int rep, int lsock, pid_t parent)
 {
     char err[512], msg[32];
     setsid();
@@ -321,7 +341,7 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *ids, const ho
     if (init == 0) {
         close(go[1]);
         close(status[0]);
-        init_main(cfg, ids, ha, argv, envp, fds, nfds, rep, go[0], status[1], lim);
+        init_main(cfg, ids, ha, argv, envp, fds, nfds, rep, go[0], status[1], lsock, lim);
     }
     close(go[0]);
     close(status[1]);
@@ -397,6 +417,10 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
         sbx_util_fail(err, errlen, "workspace %s", cfg->workspace);
         return NULL;
     }
+    if (cfg->network && cfg->loopback_listen_port) {
+        snprintf(err, errlen, "sandbox_spawn: a loopback listener needs the network off");
+        return NULL;
+    }
     if (cfg->network && sbx_net_probe(err, errlen) < 0)
         return NULL;
     sbx_ids ids;
@@ -416,10 +440,17 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
     }
     sb->cfg = *cfg;
     sb->init_pidfd = -1;
+    sb->listen_fd = -1;
     sb->lim = sbx_limits_new(cfg);
-    int rep[2];
+    int rep[2], lsv[2] = {-1, -1};
     if (pipe2(rep, O_CLOEXEC) < 0) {
         sbx_util_fail(err, errlen, "pipe");
+        goto fail;
+    }
+    if (cfg->loopback_listen_port && socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, lsv) < 0) {
+        sbx_util_fail(err, errlen, "socketpair");
+        close(rep[0]);
+        close(rep[1]);
         goto fail;
     }
     pid_t parent = getpid();
@@ -428,14 +459,22 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
         sbx_util_fail(err, errlen, "fork");
         close(rep[0]);
         close(rep[1]);
+        if (lsv[0] >= 0) {
+            close(lsv[0]);
+            close(lsv[1]);
+        }
         goto fail;
     }
     if (pid == 0) {
         close(rep[0]);
-        monitor_main(cfg, &ids, &ha, sb->lim, argv, envp, fds, nfds, rep[1], parent);
+        if (lsv[0] >= 0)
+            close(lsv[0]);
+        monitor_main(cfg, &ids, &ha, sb->lim, argv, envp, fds, nfds, rep[1], lsv[1], parent);
         _exit(127);
     }
     close(rep[1]);
+    if (lsv[1] >= 0)
+        close(lsv[1]);
     sb->pid = pid;
 
     /* Read reports until EOF (the worker's exec closed the last copy). */
@@ -486,6 +525,14 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
         snprintf(err, errlen, "sandbox setup failed without a reason");
         failed = 1;
     }
+    /* Init sent the listener before it forked the worker, so it is queued
+     * by now (the report pipe reached EOF only after the worker's exec). */
+    if (!failed && lsv[0] >= 0 && (sb->listen_fd = sbx_util_recv_fd(lsv[0])) < 0) {
+        sbx_util_fail(err, errlen, "sandbox: no loopback listener from init");
+        failed = 1;
+    }
+    if (lsv[0] >= 0)
+        close(lsv[0]);
     if (failed)
         goto fail;
     return sb;
@@ -499,6 +546,11 @@ sandbox *sandbox_spawn(const sandbox_config *cfg, char *const argv[], char *cons
 {
     if (!cfg || !argv || !argv[0] || nfds < 0 || (nfds > 0 && !fds)) {
         snprintf(err, errlen, "sandbox_spawn: invalid arguments");
+        return NULL;
+    }
+    if (cfg->level == SANDBOX_NONE && cfg->loopback_listen_port) {
+        /* Without a network namespace there is nothing to confine to. */
+        snprintf(err, errlen, "sandbox_spawn: a loopback listener needs the strict sandbox");
         return NULL;
     }
     if (cfg->level == SANDBOX_NONE)
@@ -552,11 +604,22 @@ uint64_t sandbox_cpu_ns(sandbox *sb)
     return sbx_limits_cpu_ns(NULL, sb->pid);
 }
 
+int sandbox_take_listen_fd(sandbox *sb)
+{
+    if (!sb)
+        return -1;
+    int fd = sb->listen_fd;
+    sb->listen_fd = -1;
+    return fd;
+}
+
 void sandbox_destroy(sandbox **psb)
 {
     if (!psb || !*psb)
         return;
     sandbox *sb = *psb;
+    if (sb->listen_fd >= 0)
+        close(sb->listen_fd);
     if (sb->init_pidfd >= 0) {
         syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
         close(sb->init_pidfd);
@@ -607,12 +670,15 @@ json_t *sandbox_protections(const sandbox_config *cfg)
         snprintf(name, sizeof name, "landlock-v%d", abi);
         json_array_append_new(a, json_string(name));
         if (abi >= 4 && !cfg->network)
-            json_array_append_new(a, json_string("landlock-tcp"));
+            json_array_append_new(a, json_string(cfg->loopback_listen_port ? "landlock-tcp-one-port"
+                                                                           : "landlock-tcp"));
         if (abi >= 6)
             json_array_append_new(a, json_string("landlock-scope"));
     }
     sbx_limits_describe(cfg, a);
-    json_array_append_new(a, json_string(cfg->network ? "network-slirp4netns" : "network-off"));
+    json_array_append_new(a, json_string(cfg->network                ? "network-slirp4netns"
+                                         : cfg->loopback_listen_port ? "network-loopback-listener"
+                                                                     : "network-off"));
     return a;
 }
 

@@ -3,8 +3,9 @@
  * mount were wrong, the worker can only read (and execute) below / of its
  * own root, write below the workspace, /tmp and /dev/shm, and use the few
  * device nodes of /dev. With network off, TCP bind/connect are denied
- * (ABI 4); signals and abstract unix sockets are scoped to the sandbox
- * (ABI 6).
+ * (ABI 4), except connect to the loopback listener's port when there is
+ * one (the namespace has only lo, so that means 127.0.0.1:port); signals and abstract unix sockets
+ * are scoped to the sandbox (ABI 6).
  *
  * Debian's headers predate most of this, so the ABI is spelled out here.
  * Every right a newer ABI adds is handled when the kernel knows it, so the
@@ -28,6 +29,7 @@
 
 #define SBX_LL_CREATE_RULESET_VERSION (1U << 0)
 #define SBX_LL_RULE_PATH_BENEATH 1
+#define SBX_LL_RULE_NET_PORT 2 /* ABI 4 */
 
 #define SBX_LL_FS_EXECUTE (1ULL << 0)
 #define SBX_LL_FS_WRITE_FILE (1ULL << 1)
@@ -56,6 +58,11 @@ struct sbx_ll_path_beneath_attr {
     uint64_t allowed_access;
     int32_t parent_fd;
 } __attribute__((packed));
+
+struct sbx_ll_net_port_attr {
+    uint64_t allowed_access;
+    uint64_t port;
+};
 
 int sbx_landlock_abi(void)
 {
@@ -130,6 +137,13 @@ int sbx_landlock_apply(const sandbox_config *cfg, char *err, size_t len)
         rc = sbx_landlock_allow(rs, "/dev/pts", dev | SBX_LL_FS_READ_DIR, err, len);
     for (const char *const *d = devs; rc == 0 && *d; d++)
         rc = sbx_landlock_allow(rs, *d, dev, err, len);
+    if (rc == 0 && abi >= 4 && !cfg->network && cfg->loopback_listen_port) {
+        struct sbx_ll_net_port_attr np = {.allowed_access = SBX_LL_NET_CONNECT_TCP,
+                                          .port = cfg->loopback_listen_port};
+        if (syscall(SYS_landlock_add_rule, rs, SBX_LL_RULE_NET_PORT, &np, 0) < 0)
+            rc = sbx_util_fail(err, len, "landlock: rule for TCP port %u",
+                               (unsigned)cfg->loopback_listen_port);
+    }
     if (rc == 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         rc = sbx_util_fail(err, len, "no_new_privs");
     if (rc == 0 && syscall(SYS_landlock_restrict_self, rs, 0) < 0)

@@ -13,12 +13,16 @@
  *
  * Sockets: AF_UNIX always; AF_NETLINK only NETLINK_ROUTE (ip, getifaddrs —
  * it only shows the sandbox's own network namespace); AF_INET/AF_INET6 only
- * with network on; every other family denied.
+ * with network on; every other family denied. With a loopback listener
+ * (network off, see sandbox.h) AF_INET is allowed for plain TCP stream
+ * sockets only, which is all a client of 127.0.0.1:port needs; AF_INET6,
+ * datagram, raw and SCTP sockets stay denied.
  */
 #include "kernels/sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <linux/netlink.h>
+#include <netinet/in.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -165,10 +169,28 @@ int sbx_seccomp_apply(const sandbox_config *cfg, char *err, size_t len)
         if (rc == 0)
             rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
                              SCMP_A2(SCMP_CMP_NE, NETLINK_ROUTE));
-        if (rc == 0 && !cfg->network) {
+        if (rc == 0 && !cfg->network && !cfg->loopback_listen_port) {
             rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_INET));
             if (rc == 0)
                 rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+        }
+        if (rc == 0 && !cfg->network && cfg->loopback_listen_port) {
+            what = "socket (loopback listener)";
+            rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+            /* The type's low 4 bits (SOCK_TYPE_MASK) must be SOCK_STREAM;
+             * SOCK_CLOEXEC / SOCK_NONBLOCK above them are fine. */
+            for (uint64_t t = 0; rc == 0 && t <= 0xf; t++)
+                if (t != SOCK_STREAM)
+                    rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, AF_INET),
+                                     SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, t));
+            /* Protocol 0 or IPPROTO_TCP: not SCTP or MPTCP, which Landlock's
+             * TCP rules may not cover. Anything with high bits is > 6. */
+            for (uint64_t p = 1; rc == 0 && p < IPPROTO_TCP; p++)
+                rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, AF_INET),
+                                 SCMP_A2(SCMP_CMP_EQ, p));
+            if (rc == 0)
+                rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, AF_INET),
+                                 SCMP_A2(SCMP_CMP_GT, IPPROTO_TCP));
         }
     }
     if (rc == 0) {

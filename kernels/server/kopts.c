@@ -5,6 +5,7 @@
  */
 #include "kernels/server/kopts.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -93,6 +94,10 @@ void kopts_usage(FILE *out, const kbackend *b)
             "  --network on|off         network access from the sandbox (default off)\n"
             "  --interrupt-grace SEC    after an interrupt, seconds to wait before the\n"
             "                           worker is killed and restarted (default 5)\n"
+            "  --env NAME=VALUE         set a variable in the code's environment\n"
+            "                           (repeatable; wins over the backend's value)\n"
+            "  --ro-path DIR            bind the absolute host path DIR read-only into\n"
+            "                           the sandbox at the same path (repeatable)\n"
             "  -h, --help               show this help and exit\n"
             "  --version                show the version and exit\n",
             b->name, b->name);
@@ -106,13 +111,70 @@ void kopts_usage(FILE *out, const kbackend *b)
 /* Which of our options take a value; 0 when name is not ours. */
 static int takes_value(const char *name)
 {
-    static const char *const with_value[] = {"-f",         "--connection-file", "--workspace",
-                                             "--sandbox",  "--memory",          "--procs",
-                                             "--tmp-size", "--open-files",      "--file-size",
-                                             "--network",  "--interrupt-grace", NULL};
+    static const char *const with_value[] = {"-f",
+                                             "--connection-file",
+                                             "--workspace",
+                                             "--sandbox",
+                                             "--memory",
+                                             "--procs",
+                                             "--tmp-size",
+                                             "--open-files",
+                                             "--file-size",
+                                             "--network",
+                                             "--interrupt-grace",
+                                             "--env",
+                                             "--ro-path",
+                                             NULL};
     for (int i = 0; with_value[i]; i++)
         if (!strcmp(name, with_value[i]))
             return 1;
+    return 0;
+}
+
+/* NAME=VALUE with a shell-style NAME; the worker's fd variables are the
+ * server's own. */
+static int add_env(kopts *o, const char *val, char *err, size_t errlen)
+{
+    const char *eq = strchr(val, '=');
+    size_t nl = eq ? (size_t)(eq - val) : 0;
+    int ok = nl > 0 && (isalpha((unsigned char)val[0]) || val[0] == '_');
+    for (size_t i = 1; ok && i < nl; i++)
+        ok = isalnum((unsigned char)val[i]) || val[i] == '_';
+    if (!ok) {
+        snprintf(err, errlen, "--env '%s': expected NAME=VALUE", val);
+        return -1;
+    }
+    if (!strncmp(val, "KERNELMGR_REQ_FD=", nl + 1) || !strncmp(val, "KERNELMGR_EVT_FD=", nl + 1)) {
+        snprintf(err, errlen, "--env '%.*s': set by the kernel itself", (int)nl, val);
+        return -1;
+    }
+    size_t n = 0;
+    while (o->env[n])
+        n++;
+    if (n >= KOPTS_MAX_ENV) {
+        snprintf(err, errlen, "at most %d --env options", KOPTS_MAX_ENV);
+        return -1;
+    }
+    o->env[n] = val;
+    return 0;
+}
+
+int kopts_apply_spec(const kopts *o, kworker_spec *spec, char *err, size_t errlen)
+{
+    for (size_t i = 0; o->env[i]; i++) {
+        const char *eq = strchr(o->env[i], '=');
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - o->env[i]), o->env[i]);
+        if (kspec_add_env(spec, name, eq + 1) < 0) {
+            snprintf(err, errlen, "--env %s: too many variables", name);
+            return -1;
+        }
+    }
+    for (size_t i = 0; o->ro_paths[i]; i++)
+        if (kspec_add_ro_path(spec, o->ro_paths[i]) < 0) {
+            snprintf(err, errlen, "--ro-path %s: too many read-only paths", o->ro_paths[i]);
+            return -1;
+        }
     return 0;
 }
 
@@ -159,6 +221,21 @@ static int set_option(kopts *o, const char *name, const char *val, char *err, si
         if (errno || end == val || *end || !isfinite(g) || g < 0 || g > 3600)
             goto bad;
         o->interrupt_grace = g;
+    } else if (!strcmp(name, "--env")) {
+        return add_env(o, val, err, errlen);
+    } else if (!strcmp(name, "--ro-path")) {
+        if (val[0] != '/') {
+            snprintf(err, errlen, "--ro-path %s: must be an absolute path", val);
+            return -1;
+        }
+        size_t n = 0;
+        while (o->ro_paths[n])
+            n++;
+        if (n >= KOPTS_MAX_RO) {
+            snprintf(err, errlen, "at most %d --ro-path options", KOPTS_MAX_RO);
+            return -1;
+        }
+        o->ro_paths[n] = val;
     }
     return 0;
 bad:

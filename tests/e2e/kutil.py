@@ -34,8 +34,10 @@ class Kernel:
         kw = {}
         if transport == "ipc":
             kw["ip"] = str(self.workdir / "k")
-        if key is not None:
-            kw["key"] = key
+        # Signed by default, like a real frontend: an empty key would switch
+        # off signature checks and replay protection. key="" tests that mode.
+        key = os.urandom(32).hex() if key is None else key
+        kw["key"] = key.encode() if isinstance(key, str) else key
         write_connection_file(self.cf, transport=transport, **kw)
         self.log = open(self.workdir / "kernel.log", "wb")
         cmd = [binary("kernel-" + lang), "-f", self.cf, "--workspace", str(self.workspace),

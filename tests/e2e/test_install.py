@@ -243,6 +243,9 @@ def test_npm_allowlisted_package_installs_with_scripts_disabled(mgr, index):
         install("npm", "npm", ["is-number"]),
         call("code_exec", {"code": "node -e 'console.log(\"isnum\", require(\"is-number\")(42))'",
                            "language": "bash", "session": "npm"}),
+        call("code_exec", {"code": 'case ":$PATH:" in *"/npm/node_modules/.bin:"*) echo binpath;; '
+                                   'esac; test -w "$NODE_PATH" || echo readonly',
+                           "language": "bash", "session": "npm"}),
     ], server_args=["--allowlist", al], timeout=600)
     r = ok_result(out["steps"][0])
     assert r["isError"] is False, text_of(r)
@@ -251,3 +254,136 @@ def test_npm_allowlisted_package_installs_with_scripts_disabled(mgr, index):
     assert "ignore-scripts" in r["structuredContent"]["policy"]
     r = ok_result(out["steps"][1])
     assert "isnum true" in text_of(r), text_of(r)
+    # node_modules/.bin is on PATH; the packages are read-only for the kernel
+    t = text_of(ok_result(out["steps"][2]))
+    assert "binpath" in t, t
+    if mgrutil.SANDBOX == "strict":
+        assert "readonly" in t, t
+
+
+# ------------------------------------------------------------------ the installer's reach
+
+
+def far_package(index, tmp_path):
+    """A second loopback server (not the index) that hosts the wheel of
+    `farpkg`; the index's page for farpkg links there, the way PyPI's pages
+    link to files.pythonhosted.org."""
+    far = Index(tmp_path / "far")
+    whl = build_wheel(far.root / "files", "farpkg", "1.0", "WHERE = 'far'\n")
+    digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+    page = index.root / "simple" / "farpkg"
+    page.mkdir()
+    (page / "index.html").write_text(
+        f'<html><body><a href="http://127.0.0.1:{far.port}/files/{whl.name}#sha256={digest}">'
+        f"{whl.name}</a></body></html>")
+    return far
+
+
+def far_allowlist(mgr, index, far, allowed_hosts):
+    path = mgr.home / "allowlist.json"
+    pip = {"index_url": index.url, "packages": {"farpkg": "", "tinypkg": ""}}
+    if allowed_hosts is not None:
+        pip["allowed_hosts"] = [f"127.0.0.1:{far.port}"] if allowed_hosts else []
+    path.write_text(json.dumps({"pip": pip}))
+    return str(path)
+
+
+NET_PROBE = r'''
+import socket
+res = []
+for port in (INDEX, FAR, 3128):
+    try:
+        s = socket.socket(); s.settimeout(3); s.connect(("127.0.0.1", port))
+        res.append((port, "REACHED"))
+    except OSError as e:
+        res.append((port, "blocked " + type(e).__name__))
+print(res)
+'''
+
+
+def test_installer_reaches_only_the_index(mgr, index, tmp_path):
+    """The installer's sandbox reaches the index and nothing else: a file on
+    another loopback server is refused by the proxy (and that server never
+    hears of it) until the allowlist names its host:port in allowed_hosts.
+    The session's kernel still has no network after an install."""
+    need_kernel("python")
+    far = far_package(index, tmp_path)
+    try:
+        al = far_allowlist(mgr, index, far, allowed_hosts=False)
+        out = sdk(mgr, [install("far", "pip", ["farpkg"])], server_args=["--allowlist", al])
+        r = ok_result(out["steps"][0])
+        assert r["isError"] is True, text_of(r)
+        assert "install proxy refused" in text_of(r), text_of(r)
+        assert f"127.0.0.1:{far.port}" in text_of(r), text_of(r)
+        assert far.requests == []
+        assert any("farpkg" in p for p in index.requests)
+        pkgdir = mgr.home / "packages" / "far" / "python"
+        assert not pkgdir.exists() or not any(p.name.startswith("farpkg")
+                                              for p in pkgdir.iterdir())
+
+        al = far_allowlist(mgr, index, far, allowed_hosts=True)
+        probe = (NET_PROBE.replace("INDEX", str(index.port)).replace("FAR", str(far.port)))
+        out = sdk(mgr, [
+            install("far", "pip", ["farpkg"]),
+            call("code_exec", {"code": "import farpkg\nprint('where', farpkg.WHERE)",
+                               "language": "python", "session": "far"}),
+            call("code_exec", {"code": probe, "language": "python", "session": "far"}),
+        ], server_args=["--allowlist", al])
+        r = ok_result(out["steps"][0])
+        assert r["isError"] is False, text_of(r)
+        assert {"name": "farpkg", "version": "1.0"} in r["structuredContent"]["installed"]
+        assert any("farpkg" in p for p in far.requests)
+        assert "where far" in text_of(ok_result(out["steps"][1]))
+        if mgrutil.SANDBOX == "strict":
+            far_seen, index_seen = len(far.requests), len(index.requests)
+            t = text_of(ok_result(out["steps"][2]))
+            assert "REACHED" not in t and t.count("blocked") == 3, t
+            assert (len(far.requests), len(index.requests)) == (far_seen, index_seen)
+    finally:
+        far.close()
+
+
+def test_allowlist_with_bad_allowed_hosts_installs_nothing(mgr, index):
+    path = mgr.home / "allowlist.json"
+    path.write_text(json.dumps({"pip": {"index_url": index.url, "packages": ["tinypkg"],
+                                        "allowed_hosts": ["https://files.example/"]}}))
+    out = sdk(mgr, [install("bad", "pip", ["tinypkg"])], server_args=["--allowlist", str(path)])
+    r = ok_result(out["steps"][0])
+    assert r["isError"] is True
+    assert "allowed_hosts" in text_of(r), text_of(r)
+    assert index.requests == []
+
+
+def test_warm_pool_sessions_see_their_packages(mgr, index):
+    """A warm-pool kernel starts before its session has a name; its package
+    directory becomes the session's at hand-out, so installs made afterwards
+    are importable in it. A name that already has packages does not take a
+    pool entry (its fresh kernel sees them)."""
+    need_kernel("python")
+    from test_mgr_lifecycle import ask, poll, sessions, start_daemon
+    al = allowlist_file(mgr, index)
+    daemon = start_daemon(mgr, "--pool", "1")
+    try:
+        poll(lambda: ask(mgr, {"op": "ping"})["pool"], lambda p: p["ready"] == 1, 120)
+        out = sdk(mgr, [
+            call("code_exec", {"code": "before = 1", "language": "python", "session": "pooled"}),
+            install("pooled", "pip", ["tinypkg"]),
+            call("code_exec", {"code": "import tinypkg\nprint('value', tinypkg.VALUE, before)",
+                               "language": "python", "session": "pooled"}),
+        ], server_args=["--allowlist", al])
+        assert sessions(mgr)["pooled"]["from_pool"] is True
+        assert ok_result(out["steps"][1])["isError"] is False, text_of(ok_result(out["steps"][1]))
+        assert "value 42 1" in text_of(ok_result(out["steps"][2])), out["steps"][2]
+
+        poll(lambda: ask(mgr, {"op": "ping"})["pool"], lambda p: p["ready"] == 1, 120)
+        out = sdk(mgr, [
+            install("early", "pip", ["tinypkg"]),
+            call("code_exec", {"code": "import tinypkg\nprint('value', tinypkg.VALUE)",
+                               "language": "python", "session": "early"}),
+        ], server_args=["--allowlist", al])
+        assert ok_result(out["steps"][0])["isError"] is False, text_of(ok_result(out["steps"][0]))
+        assert "value 42" in text_of(ok_result(out["steps"][1])), out["steps"][1]
+        assert sessions(mgr)["early"]["from_pool"] is False
+    finally:
+        mgr.run("serve", "--stop", timeout=30)
+        daemon.wait(timeout=30)

@@ -10,6 +10,9 @@
  *     --memory SIZE  --procs N  --tmp SIZE  --nofile N  --fsize SIZE
  *                           SIZE takes k/m/g suffixes (powers of 1024)
  *     --timeout SECONDS     SIGKILL the whole sandbox after this long
+ *     --loopback-listen PORT  a listener on the sandbox's 127.0.0.1:PORT,
+ *                           served from outside: every connection gets
+ *                           "hello from outside\n" and is closed
  *     --check               print sandbox_check() and the protections, exit
  *
  * The command gets fds 0, 1, 2 and the caller's environment. SIGINT, SIGTERM
@@ -30,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,11 +84,35 @@ static int parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
+/* Serves the sandbox's loopback listener from outside until killed. */
+static pid_t serve_listener(int lfd)
+{
+    pid_t pid = fork();
+    if (pid != 0) {
+        close(lfd);
+        return pid;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (;;) {
+        int c = accept(lfd, NULL, NULL);
+        if (c < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(1);
+        }
+        static const char hello[] = "hello from outside\n";
+        if (write(c, hello, sizeof hello - 1) < 0) {
+        }
+        close(c);
+    }
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: sandbox-run [--level strict|none] [--workspace DIR] [--ro PATH]... "
                     "[--network] [--memory SIZE] [--procs N] [--tmp SIZE] [--nofile N] "
-                    "[--fsize SIZE] [--timeout S] [--check] [--] CMD [ARGS...]\n");
+                    "[--fsize SIZE] [--timeout S] [--loopback-listen PORT] [--check] [--] CMD "
+                    "[ARGS...]\n");
 }
 
 int main(int argc, char **argv)
@@ -137,6 +166,8 @@ int main(int argc, char **argv)
             ro[nro++] = v;
         } else if (!strcmp(o, "--timeout")) {
             timeout = atof(v);
+        } else if (!strcmp(o, "--loopback-listen")) {
+            cfg.loopback_listen_port = (unsigned short)atoi(v);
         } else if (parse_size(v, &n) < 0) {
             fprintf(stderr, "sandbox-run: bad value for %s: %s\n", o, v);
             return 125;
@@ -186,6 +217,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "sandbox-run: %s\n", err);
         return 125;
     }
+    pid_t server = -1;
+    int lfd = sandbox_take_listen_fd(sb);
+    if (cfg.loopback_listen_port && lfd < 0) {
+        fprintf(stderr, "sandbox-run: no loopback listener\n");
+        sandbox_destroy(&sb);
+        return 125;
+    }
+    if (lfd >= 0)
+        server = serve_listener(lfd);
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     int st = 0, timed_out = 0;
@@ -218,6 +258,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "sandbox-run: limit: %s\n", hit);
     fprintf(stderr, "sandbox-run: cpu_ns=%llu\n", (unsigned long long)sandbox_cpu_ns(sb));
     sandbox_destroy(&sb);
+    if (server > 0) {
+        kill(server, SIGKILL);
+        waitpid(server, NULL, 0);
+    }
     if (WIFEXITED(st))
         return WEXITSTATUS(st);
     if (WIFSIGNALED(st))

@@ -249,6 +249,66 @@ static void test_url_parse(void **state)
         allowlist_parse_url("http://a b/x", host, sizeof host, &port, &tls, err, sizeof err), -1);
 }
 
+static void test_allowed_hosts(void **state)
+{
+    (void)state;
+    allowlist *al = load("{\"pip\": {\"index_url\": \"https://pypi.org/simple/\","
+                         " \"allowed_hosts\": [\"Files.PythonHosted.org:443\", \"[::1]:8080\","
+                         " \"10.0.0.1:81\"], \"packages\": [\"a\"]}}");
+    assert_non_null(al);
+    assert_string_equal(allowlist_allowed_host(al, ALLOWLIST_PIP, 0), "files.pythonhosted.org:443");
+    assert_string_equal(allowlist_allowed_host(al, ALLOWLIST_PIP, 1), "[::1]:8080");
+    assert_string_equal(allowlist_allowed_host(al, ALLOWLIST_PIP, 2), "10.0.0.1:81");
+    assert_null(allowlist_allowed_host(al, ALLOWLIST_PIP, 3));
+    assert_null(allowlist_allowed_host(al, ALLOWLIST_NPM, 0));
+    assert_null(allowlist_allowed_host(al, ALLOWLIST_PIP, 1000));
+    assert_null(allowlist_allowed_host(NULL, ALLOWLIST_PIP, 0));
+    allowlist_destroy(&al);
+
+    /* Each bad entry is refused with its index and a reason. */
+    struct {
+        const char *hosts;
+        const char *why;
+    } bad[] = {
+        {"\"files.pythonhosted.org\"", "port is required"},
+        {"\"https://files.pythonhosted.org:443\"", "no scheme"},
+        {"\"files.pythonhosted.org:443/x\"", "no scheme, path"},
+        {"\"u@files.pythonhosted.org:443\"", "credentials"},
+        {"\"*.pythonhosted.org:443\"", "bad host"},
+        {"\"a.org:0\"", "bad host or port"},
+        {"\"a.org:65536\"", "bad host or port"},
+        {"\"a.org:http\"", "bad host or port"},
+        {"\"::1:80\"", "port is required"},
+        {"\"\"", "expected host:port"},
+        {"\"a b:80\"", "no scheme"},
+        {"1", "must be a string"},
+        {"\"a:1\", \"b:2\", \"c:3\", \"d:4\", \"e:5\", \"f:6\", \"g:7\", \"h:8\", \"i:9\"",
+         "at most 8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cfgtext[512], err[512] = "";
+        snprintf(cfgtext, sizeof cfgtext,
+                 "{\"pip\": {\"index_url\": \"https://pypi.org/simple/\", \"allowed_hosts\": "
+                 "[%s]}}",
+                 bad[i].hosts);
+        json_t *cfg = json_loads(cfgtext, 0, NULL);
+        assert_non_null(cfg);
+        allowlist *x = allowlist_from_json(cfg, err, sizeof err);
+        json_decref(cfg);
+        if (x || !strstr(err, bad[i].why) || !strstr(err, "pip.allowed_hosts")) {
+            allowlist_destroy(&x);
+            fail_msg("allowed_hosts [%s]: err '%s', expected '%s'", bad[i].hosts, err, bad[i].why);
+        }
+    }
+    json_t *cfg = json_loads("{\"npm\": {\"registry\": \"https://r.example/\", "
+                             "\"allowed_hosts\": \"x:1\"}}",
+                             0, NULL);
+    char err[512] = "";
+    assert_null(allowlist_from_json(cfg, err, sizeof err));
+    assert_non_null(strstr(err, "npm.allowed_hosts: must be an array"));
+    json_decref(cfg);
+}
+
 static void test_load_file(void **state)
 {
     (void)state;
@@ -287,13 +347,10 @@ static void test_load_file(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty_allows_nothing),
-        cmocka_unit_test(test_pip_accepts_listed),
-        cmocka_unit_test(test_pip_refusals),
-        cmocka_unit_test(test_npm),
-        cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_url_parse),
-        cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_empty_allows_nothing), cmocka_unit_test(test_pip_accepts_listed),
+        cmocka_unit_test(test_pip_refusals),         cmocka_unit_test(test_npm),
+        cmocka_unit_test(test_config_errors),        cmocka_unit_test(test_url_parse),
+        cmocka_unit_test(test_allowed_hosts),        cmocka_unit_test(test_load_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
