@@ -13,6 +13,11 @@
 /* Kernel messages above this are dropped: a kernel cannot make us buffer
  * more than this per message (outputs are capped later anyway). */
 #define KCLIENT_MAX_BYTES (128u << 20)
+#define KCLIENT_RECONNECT_MS 5
+/* kernel_info is asked again this often until the kernel answers and IOPub
+ * is seen to be connected (its subscription takes a moment to reach the
+ * kernel: until then the status messages are lost). */
+#define KCLIENT_READY_RESEND_S 0.02
 
 struct kclient {
     void *sock[JP_CHANNEL__COUNT];
@@ -89,6 +94,11 @@ kclient *kclient_new(const jp_connection *conn, const char *label, char *err, si
         }
         int zero = 0;
         zmq_setsockopt(kc->sock[ch], ZMQ_LINGER, &zero, sizeof zero);
+        /* A fresh kernel binds a few ms after we connect: retry soon (libzmq
+         * waits 100 ms by default), backing off for a kernel that is gone. */
+        int ivl = KCLIENT_RECONNECT_MS, ivl_max = 200;
+        zmq_setsockopt(kc->sock[ch], ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+        zmq_setsockopt(kc->sock[ch], ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
         int64_t maxmsg = KCLIENT_MAX_BYTES;
         zmq_setsockopt(kc->sock[ch], ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
         if (ch == JP_IOPUB) {
@@ -203,11 +213,12 @@ json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), 
         }
         if (kclient_now() >= next_send && !(reply && iopub_seen)) {
             kclient_send(kc, JP_SHELL, "kernel_info_request", NULL, NULL, NULL);
-            next_send = kclient_now() + 0.5;
+            next_send = kclient_now() + KCLIENT_READY_RESEND_S;
         }
         jp_channel ch;
         jmsg *m = NULL;
-        int rc = kclient_recv(kc, 100, &ch, &m);
+        int wait_ms = (int)((next_send - kclient_now()) * 1000) + 1;
+        int rc = kclient_recv(kc, wait_ms < 1 ? 1 : wait_ms > 100 ? 100 : wait_ms, &ch, &m);
         if (rc < 0)
             break;
         if (rc == 0)
@@ -218,8 +229,9 @@ json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), 
             reply = json_incref(m->content);
         jmsg_destroy(&m);
         if (reply && iopub_seen) {
-            /* drain the rest of the kernel_info chatter */
-            while (kclient_recv(kc, 50, &ch, &m) == 1)
+            /* Drop the kernel_info chatter that is already here; what comes
+             * later has a parent nobody waits for and is skipped by then. */
+            while (kclient_recv(kc, 0, &ch, &m) == 1)
                 jmsg_destroy(&m);
             return reply;
         }

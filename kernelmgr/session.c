@@ -13,6 +13,7 @@
 #include "kernelmgr/fsdiff.h"
 #include "kernelmgr/kclient.h"
 #include "kernelmgr/klaunch.h"
+#include "kernelmgr/pkginstall.h"
 #include "kernelmgr/result.h"
 
 #include <dirent.h>
@@ -341,6 +342,24 @@ static int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, cha
         rc |= klaunch_cmd_add(cmd, "--python") | klaunch_cmd_add(cmd, py);
     snprintf(num, sizeof num, "%g", m->cfg.interrupt_grace);
     rc |= klaunch_cmd_add(cmd, "--interrupt-grace") | klaunch_cmd_add(cmd, num);
+    /* The session's installed packages (install_packages): read-only in the
+     * sandbox, on PYTHONPATH / NODE_PATH and PATH. A warm-pool entry has no
+     * name yet: its directory moves to the session's at hand-out. */
+    char root[PATH_MAX], ro[PATH_MAX];
+    int have_root = s->pool_entry
+                        ? snprintf(root, sizeof root, "%.4000s/packages", s->pool_dir) < PATH_MAX
+                        : pkginst_session_root(m->home, s->name, root) == 0;
+    char **penv = have_root ? pkginst_kernel_env(root, kmcfg_lang_name(lang), ro) : NULL;
+    if (!penv) {
+        klaunch_cmd_clear(cmd);
+        snprintf(err, errlen, "cannot prepare the package directory of session %s: %s", s->name,
+                 strerror(errno));
+        return -1;
+    }
+    for (char **e = penv; *e; e++)
+        rc |= klaunch_cmd_add(cmd, "--env") | klaunch_cmd_add(cmd, *e);
+    rc |= klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, ro);
+    pkginst_env_free(&penv);
     cmd->interrupt_signal = 0;
     if (rc) {
         klaunch_cmd_clear(cmd);
@@ -761,8 +780,15 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     /* a warm-pool entry when the options are the defaults */
     session *pooled = NULL;
     if (opts_default(m, o) && m->pool) {
-        pooled = m->pool;
-        m->pool = pooled->next;
+        /* Its kernels see its package directory, which becomes the
+         * session's; packages installed for the name before the session
+         * existed win, and the pool entry is then not used. */
+        char from[PATH_MAX];
+        snprintf(from, sizeof from, "%.4000s/packages", m->pool->pool_dir);
+        if (pkginst_adopt(from, m->home, name) == 0 || errno == ENOENT) {
+            pooled = m->pool;
+            m->pool = pooled->next;
+        }
     }
     s = pooled ? pooled : session_alloc(name);
     if (!s) {
@@ -1237,6 +1263,40 @@ int km_connection_file(km_manager *m, const char *name, const char *lang, char *
 
 /* ---------------------------------------------------------------- periodic */
 
+/* Runs one silent cell in a pooled kernel, so that the first real cell
+ * does not pay for what every first cell loads (the Python driver imports
+ * ast, json and tokenize on first use). Silent: no execution count, no
+ * history, nothing on IOPub but busy/idle. Best effort. */
+static void pool_warm(kslot *k, int l)
+{
+    char msg_id[37] = "";
+    json_t *content =
+        json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", l ? ":" : "None", "silent", 1,
+                  "store_history", 0, "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
+    if (!k->client || !content ||
+        kclient_send(k->client, JP_SHELL, "execute_request", content, NULL, msg_id) < 0)
+        return;
+    double deadline = kclient_now() + 5.0;
+    int replied = 0, idle = 0;
+    while (!(replied && idle) && kclient_now() < deadline) {
+        jp_channel ch;
+        jmsg *msg = NULL;
+        if (kclient_recv(k->client, 100, &ch, &msg) != 1)
+            continue;
+        json_t *pid = json_object_get(msg->parent_header, "msg_id");
+        if (json_is_string(pid) && !strcmp(json_string_value(pid), msg_id)) {
+            if (ch == JP_SHELL && !strcmp(jmsg_type(msg), "execute_reply"))
+                replied = 1;
+            else if (ch == JP_IOPUB && !strcmp(jmsg_type(msg), "status")) {
+                const char *st =
+                    json_string_value(json_object_get(msg->content, "execution_state"));
+                idle = st && !strcmp(st, "idle");
+            }
+        }
+        jmsg_destroy(&msg);
+    }
+}
+
 static void pool_fill(km_manager *m)
 {
     unsigned per_entry = 0;
@@ -1269,9 +1329,13 @@ static void pool_fill(km_manager *m)
         int ok = mkdirs(s->workspace, 0700) == 0;
         pthread_mutex_lock(&s->lock);
         for (int l = 0; ok && l < KMCFG_NLANG; l++)
-            if (m->cfg.allow[l] && slot_start(m, s, l, why, sizeof why)) {
-                fprintf(stderr, "kernelmgr: warm pool: %s\n", why);
-                ok = 0;
+            if (m->cfg.allow[l]) {
+                if (slot_start(m, s, l, why, sizeof why)) {
+                    fprintf(stderr, "kernelmgr: warm pool: %s\n", why);
+                    ok = 0;
+                } else {
+                    pool_warm(&s->k[l], l);
+                }
             }
         pthread_mutex_unlock(&s->lock);
         if (!ok) {

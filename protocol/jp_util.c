@@ -4,6 +4,7 @@
  */
 #include "jp_internal.h"
 
+#include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -73,11 +74,43 @@ int jp_sodium_ready(void)
 
 /* ---------------------------------------------------------------- ids, time */
 
+/* Message ids are made for every message sent: take them from a per-thread
+ * pool of random bytes (one getrandom() per 64 ids instead of one per id).
+ * A forked child empties the pool, so parent and child never share ids. */
+#define JP_UUID_POOL 1024
+static __thread unsigned char jp_uuid_pool[JP_UUID_POOL];
+static __thread size_t jp_uuid_left;
+static pthread_once_t jp_uuid_once = PTHREAD_ONCE_INIT;
+
+static void jp_uuid_after_fork(void)
+{
+    sodium_memzero(jp_uuid_pool, sizeof jp_uuid_pool);
+    jp_uuid_left = 0;
+}
+
+static void jp_uuid_init(void)
+{
+    pthread_atfork(NULL, NULL, jp_uuid_after_fork);
+}
+
+static void jp_uuid_random(unsigned char b[16])
+{
+    pthread_once(&jp_uuid_once, jp_uuid_init);
+    if (jp_uuid_left < 16) {
+        randombytes_buf(jp_uuid_pool, sizeof jp_uuid_pool);
+        jp_uuid_left = sizeof jp_uuid_pool;
+    }
+    unsigned char *p = jp_uuid_pool + sizeof jp_uuid_pool - jp_uuid_left;
+    memcpy(b, p, 16);
+    sodium_memzero(p, 16); /* an id once handed out is not kept */
+    jp_uuid_left -= 16;
+}
+
 void jp_uuid4(char out[37])
 {
     unsigned char b[16];
     if (jp_sodium_ready() == 0) {
-        randombytes_buf(b, sizeof b);
+        jp_uuid_random(b);
     } else {
         /* Without libsodium there is no CSPRNG we trust; ids only need to be
          * unique, so fall back to the clock and address entropy. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kernels/server/backend.h"
+#include "kernels/server/kcache.h"
 
 static const char *bash_path; /* --bash PATH, or NULL: found on PATH */
 
@@ -55,8 +56,18 @@ static int find_bash(char *out, size_t size)
 /* "5.2.15(1)-release" of the bash binary, or "" when it cannot be run. */
 static void bash_version(const char *bash, char *out, size_t size)
 {
-    char cmd[4200];
+    char cmd[4200], key[8192] = "bash-version-1;";
     out[0] = '\0';
+    /* Asking bash costs a shell start; the answer for this very file is
+     * cached (kcache.h). */
+    int cacheable = kcache_file_key(bash, key, sizeof key) == 0;
+    char *cached = cacheable ? kcache_get("bashversion", key) : NULL;
+    if (cached) {
+        snprintf(out, size, "%s", cached);
+        free(cached);
+        if (out[0])
+            return;
+    }
     snprintf(cmd, sizeof cmd,
              "'%s' --norc --noprofile -c 'printf %%s \"$BASH_VERSION\"' 2>/dev/null", bash);
     if (strchr(bash, '\''))
@@ -66,7 +77,8 @@ static void bash_version(const char *bash, char *out, size_t size)
         return;
     if (!fgets(out, (int)size, p))
         out[0] = '\0';
-    pclose(p);
+    if (pclose(p) == 0 && out[0] && cacheable)
+        kcache_put("bashversion", key, out);
 }
 
 static int bash_prepare(const char *share_dir, const char *workspace, kworker_spec *spec, char *err,

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/server/kcache.h"
+
 extern char **environ;
 
 /* Slow shims (pyenv runs a few shell scripts) and cold disks need a while;
@@ -316,9 +318,45 @@ static void first_line(const char *s, char *buf, size_t size)
     snprintf(buf, size, "%.*s", (int)(len > 200 ? 200 : len), last);
 }
 
+/* The cache key of a probe, or -1 when the result must not be cached: only
+ * a real executable (ELF) is; a script (pyenv's shim) can pick a different
+ * Python per directory or environment. A venv's pyvenv.cfg next to or above
+ * the candidate, and $PYTHONHOME, change the answer: they are in the key. */
+static int probe_cache_key(const char *candidate, char *key, size_t size)
+{
+    char real[PATH_MAX], magic[4];
+    if (!realpath(candidate, real))
+        return -1;
+    int fd = open(real, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, magic, 4);
+    close(fd);
+    if (n != 4 || memcmp(magic, "\177ELF", 4) != 0)
+        return -1;
+    const char *home = getenv("PYTHONHOME");
+    snprintf(key, size, "pydetect-1;PYTHONHOME=%s;", home ? home : "");
+    char *dir = strdup(candidate), cfg[PATH_MAX + 16];
+    if (!dir)
+        return -1;
+    int rc = kcache_file_key(candidate, key, size);
+    for (int up = 0; up < 2 && rc == 0; up++) {
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            break;
+        *slash = '\0';
+        snprintf(cfg, sizeof cfg, "%s/pyvenv.cfg", dir);
+        rc = kcache_file_key(cfg, key, size);
+    }
+    free(dir);
+    return rc;
+}
+
 int pydetect_probe(const char *candidate, const char *workspace, pydetect_info *info, char *err,
                    size_t errlen)
 {
+    char key[4 * PATH_MAX];
+    int cacheable;
     char *out = NULL, *errout = NULL;
     int rc = -1;
     struct stat st;
@@ -331,6 +369,20 @@ int pydetect_probe(const char *candidate, const char *workspace, pydetect_info *
     if (!S_ISREG(st.st_mode) || access(candidate, X_OK) < 0) {
         snprintf(err, errlen, "%s is not an executable file", candidate);
         return -1;
+    }
+    /* The probe costs a Python start (~20 ms): reuse an earlier answer for
+     * the very same interpreter file. */
+    cacheable = probe_cache_key(candidate, key, sizeof key) == 0;
+    if (cacheable) {
+        char *cached = kcache_get("pyprobe", key);
+        if (cached) {
+            int ok = pydetect_parse_probe(candidate, cached, info, err, errlen) == 0 &&
+                     pydetect_version_ok(info->major, info->minor);
+            free(cached);
+            if (ok)
+                return 0;
+            pydetect_info_clear(info);
+        }
     }
     out = malloc(PYDETECT_PROBE_MAX_OUTPUT);
     errout = malloc(PYDETECT_PROBE_MAX_OUTPUT);
@@ -359,6 +411,8 @@ int pydetect_probe(const char *candidate, const char *workspace, pydetect_info *
     }
     if (pydetect_parse_probe(candidate, out, info, err, errlen) < 0)
         goto done;
+    if (cacheable && pydetect_version_ok(info->major, info->minor))
+        kcache_put("pyprobe", key, out);
     if (!pydetect_version_ok(info->major, info->minor)) {
         snprintf(err, errlen, "python %s at %s is too old: kernelmgr needs Python >= %d.%d",
                  info->version, info->interpreter, PYDETECT_MIN_MAJOR, PYDETECT_MIN_MINOR);

@@ -117,12 +117,12 @@ int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const c
     if (!bindir)
         goto oom;
 
-    /* -u: unbuffered stdout/stderr, so Python-level prints and fd-level
-     * writes (os.system, subprocesses, C extensions) reach the pipes in the
-     * order they were made. No -I/-E/-s: PYTHONPATH and the user site are
+    /* No -u: the driver block-buffers stdout itself and flushes it before
+     * events, fd-level writers (os.system, subprocesses) and every 50 ms
+     * (driver.py, "output buffering"); an unbuffered stdout costs one
+     * write() per print. No -I/-E/-s: PYTHONPATH and the user site are
      * honoured as in any Python, and a venv's pyvenv.cfg applies either way. */
-    if (kspec_add_arg(spec, info->interpreter) < 0 || kspec_add_arg(spec, "-u") < 0 ||
-        kspec_add_arg(spec, driver_real) < 0)
+    if (kspec_add_arg(spec, info->interpreter) < 0 || kspec_add_arg(spec, driver_real) < 0)
         goto oom;
 
     /* User code that runs `python3`, `pip` or a console script of the venv

@@ -129,6 +129,8 @@ static json_t *reply_metadata(kserver *ks, const char *status)
                            1, "engine", ks->session_id, "status", status);
     if (ks->worker) {
         uint64_t cpu = sandbox_cpu_ns(kworker_sandbox(ks->worker));
+        ks->cpu_mark_ns = cpu;
+        ks->cpu_mark_set = cpu > 0;
         if (cpu > 0 && cpu >= ks->cur_cpu_ns)
             json_object_set_new(md, "cpu_time_ms", json_real((double)(cpu - ks->cur_cpu_ns) / 1e6));
     }
@@ -389,6 +391,7 @@ void kexec_start_worker(kserver *ks)
     ks->restart_at_ns = 0;
     ks->kill_at_ns = 0;
     ks->worker_ready = 0;
+    ks->cpu_mark_set = 0;
     ks->worker = kworker_start(&ks->spec, &ks->opts.sandbox, err, sizeof err);
     if (ks->worker) {
         ks->ready_by_ns = kworker_now_ns() + KEXEC_READY_TIMEOUT_NS;

@@ -1,43 +1,70 @@
 /*
- * kiopub.h — the IOPub publisher with back-pressure.
+ * kiopub.h — the IOPub publisher: lossless for clients that read, with
+ * back-pressure, yet never held hostage by one that does not.
  *
- * IOPub is an XPUB socket with ZMQ_XPUB_NODROP: when a subscriber is slow,
- * libzmq refuses new messages instead of dropping them. Refused messages wait
- * in a FIFO here, and kiopub_congested() tells the server to stop reading the
- * worker's pipes, so a flood of output blocks the worker (the pipe fills)
- * instead of growing memory or losing output.
+ * IOPub is an XPUB socket with ZMQ_XPUB_NODROP: when a subscriber falls
+ * KIOPUB_HWM messages behind, libzmq refuses new messages instead of
+ * dropping them. Refused messages wait in a FIFO here, and
+ * kiopub_congested() tells the server to stop reading the worker's pipes, so
+ * a flood of output blocks the worker (the pipe fills) instead of growing
+ * memory or losing output.
+ *
+ * libzmq refuses a message when *any* subscriber is full, so a subscriber
+ * that stays connected but stops reading (an idle client that never polls
+ * IOPub, a suspended `jupyter console`) would stall the kernel for everyone.
+ * A socket monitor gives us each subscriber's connection fd; when the socket
+ * has refused everything for KIOPUB_STALL_NS, a connection whose unread
+ * bytes (SIOCOUTQ) have not gone down at all in that time is shut down.
+ * libzmq drops its pipe and everyone else moves on, losslessly; the stuck
+ * client reconnects by itself and misses what it did not read (which is
+ * what ipykernel's plain PUB does to it). Should no culprit be found for
+ * KIOPUB_LOSSY_AFTER periods, the socket falls back to lossy (PUB-like)
+ * mode until a subscriber leaves.
  */
 #ifndef KERNELS_SERVER_KIOPUB_H
 #define KERNELS_SERVER_KIOPUB_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "jp.h"
 
 #define KIOPUB_CONGESTED_BYTES (1u << 20)
+#define KIOPUB_HWM 1000               /* per-subscriber queue, messages (libzmq's default) */
+#define KIOPUB_STALL_NS 2000000000ull /* no progress for this long: a subscriber is stuck */
 
 typedef struct kiopub kiopub;
 
-/* new: publishes on zsock (borrowed, an XPUB socket) signing with session
- * (borrowed). NULL when out of memory. */
-kiopub *kiopub_new(void *zsock, const jp_session *session);
+/* new: publishes on zsock (borrowed, an XPUB socket with NODROP and
+ * VERBOSER of context ctx, borrowed) signing with session (borrowed). NULL
+ * when out of memory. */
+kiopub *kiopub_new(void *ctx, void *zsock, const jp_session *session);
 void kiopub_destroy(kiopub **q);
 
 /* Encodes msg (borrowed) now and sends it, or queues it behind earlier
  * messages. 0, or -1 when it could not be encoded (logged by the caller). */
 int kiopub_publish(kiopub *q, const jmsg *msg, jp_error *err);
 
-/* Sends as much of the queue as the socket accepts. Returns the number of
- * messages still waiting. */
+/* Sends as much of the queue as the socket accepts; when nothing could be
+ * sent for KIOPUB_STALL_NS, switches to lossy mode first. Returns the number
+ * of messages still waiting. */
 size_t kiopub_flush(kiopub *q);
 
 /* Bytes waiting in the queue. */
 size_t kiopub_pending(const kiopub *q);
 
+/* Monotonic time (ns) at which kiopub_flush() gives up on a stalled
+ * subscriber, or 0 when the queue is empty. */
+uint64_t kiopub_deadline(const kiopub *q);
+
 /* 1 when the queue holds more than KIOPUB_CONGESTED_BYTES. */
 int kiopub_congested(const kiopub *q);
 
-/* Receives and discards subscription messages (XPUB delivers them to us). */
+/* 1 while in lossy mode (a stalled subscriber was detected). */
+int kiopub_lossy(const kiopub *q);
+
+/* Receives subscription messages (XPUB delivers them to us) and monitor
+ * events; a subscriber leaving re-arms lossless mode. */
 void kiopub_drain_subscriptions(kiopub *q);
 
 #endif

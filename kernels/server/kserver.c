@@ -172,8 +172,11 @@ static void *make_socket(kserver *ks, int type, jp_channel ch, char *err, size_t
     if (type == ZMQ_ROUTER)
         zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
     if (type == ZMQ_XPUB) {
-        int hwm = 256;
+        /* Lossless with back-pressure; see kiopub.h for the stuck-subscriber
+         * escape. VERBOSER: told about every subscriber that leaves. */
+        int hwm = KIOPUB_HWM;
         zmq_setsockopt(s, ZMQ_XPUB_NODROP, &one, sizeof one);
+        zmq_setsockopt(s, ZMQ_XPUB_VERBOSER, &one, sizeof one);
         zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
     }
     if (jp_connection_endpoint(&ks->conn, ch, ep, sizeof ep) < 0 || zmq_bind(s, ep) < 0) {
@@ -206,7 +209,7 @@ static int open_sockets(kserver *ks, char *err, size_t errlen)
     if (!ks->hb)
         return -1;
     ks->bound = 1;
-    ks->iopub = kiopub_new(ks->iopub_sock, ks->session);
+    ks->iopub = kiopub_new(ks->ctx, ks->iopub_sock, ks->session);
     if (!ks->iopub) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -327,8 +330,10 @@ static void run_loop(kserver *ks)
         due = min_deadline(due, ks->kill_at_ns);
         if (ks->worker && !ks->worker_ready)
             due = min_deadline(due, ks->ready_by_ns);
-        if (kiopub_pending(ks->iopub))
+        if (kiopub_pending(ks->iopub)) {
             due = min_deadline(due, now + 5000000ull);
+            due = min_deadline(due, kiopub_deadline(ks->iopub));
+        }
         long timeout = -1;
         if (due)
             timeout = due <= now ? 0 : (long)((due - now + 999999) / 1000000);
@@ -470,7 +475,8 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
         fprintf(stderr, "%s: out of memory\n", prefix);
         goto out;
     }
-    if (backend->prepare(ks->share_dir, ks->workspace, &ks->spec, err, sizeof err) < 0) {
+    if (backend->prepare(ks->share_dir, ks->workspace, &ks->spec, err, sizeof err) < 0 ||
+        kopts_apply_spec(&ks->opts, &ks->spec, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", prefix, err);
         goto out;
     }

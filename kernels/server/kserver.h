@@ -73,6 +73,11 @@ typedef struct kserver {
     json_t *cur_error; /* owned: {ename, evalue, traceback} of an error event */
     char cur_started[32];
     uint64_t cur_cpu_ns;            /* sandbox CPU time when it started */
+    uint64_t cpu_mark_ns;           /* sandbox CPU time at the end of the last
+                                       execution: the next one's start, so the
+                                       (possibly costly) query runs once per
+                                       cell; valid when cpu_mark_set */
+    int cpu_mark_set;
     int input_pending;              /* an input_request waits for the client */
     uint64_t interrupt_deadline_ns; /* kill the worker then; 0 when not interrupting */
     uint64_t interrupt_resend_ns;   /* SIGINT once more then (a first one can

@@ -215,7 +215,11 @@ static void start_execute(kserver *ks, jmsg *msg)
         ks->execution_count++;
     ks->cur_count = ks->execution_count;
     jp_now_iso8601(ks->cur_started);
-    ks->cur_cpu_ns = sandbox_cpu_ns(kworker_sandbox(ks->worker));
+    /* Without cgroups the query walks /proc: once per cell boundary, not
+     * twice (time between cells, e.g. of background jobs, counts for the
+     * next cell). */
+    ks->cur_cpu_ns =
+        ks->cpu_mark_set ? ks->cpu_mark_ns : sandbox_cpu_ns(kworker_sandbox(ks->worker));
     kserver_status(ks, "busy", msg);
     if (!ks->cur_silent)
         kserver_publish(ks, "execute_input",
