@@ -106,15 +106,7 @@ static int fail(int code, const char *msg)
 
 static void resolve_home(cli *c)
 {
-    const char *h = getenv("KERNELMGR_HOME");
-    const char *xdg = getenv("XDG_STATE_HOME");
-    const char *home = getenv("HOME");
-    if (h && *h)
-        snprintf(c->home, sizeof c->home, "%s", h);
-    else if (xdg && *xdg)
-        snprintf(c->home, sizeof c->home, "%s/kernelmgr", xdg);
-    else
-        snprintf(c->home, sizeof c->home, "%s/.local/state/kernelmgr", home ? home : "/tmp");
+    kmcfg_home(c->home, sizeof c->home);
     if (c->home[0] != '/') {
         char cwd[1024];
         if (getcwd(cwd, sizeof cwd)) {

@@ -137,6 +137,16 @@ static void nb_stream(json_t *outs, const char *name, const char *text, size_t c
     free(t);
 }
 
+/* The interrupt the kernel asked for in its kernelspec: SIGINT, or an
+ * interrupt_request on the control channel. */
+static void interrupt_kernel(kclient *kc, kproc *kp)
+{
+    if (kp->interrupt_signal)
+        klaunch_signal(kp, SIGINT);
+    else
+        kclient_send(kc, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
+}
+
 json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const char *code,
                      codeexec_outcome *out)
 {
@@ -177,10 +187,7 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
             user_interrupt_seen = 1;
             interrupted = 1;
             give_up = now + p->grace + 2;
-            if (kp->interrupt_signal)
-                klaunch_signal(kp, SIGINT);
-            else
-                kclient_send(kc, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
+            interrupt_kernel(kc, kp);
         }
         if (!timed_out && now >= deadline) {
             timed_out = 1;
@@ -189,10 +196,7 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
                 /* our kernels escalate by themselves after their own grace;
                  * the extra seconds let them report it before we kill */
                 give_up = now + p->grace + 3;
-                if (kp->interrupt_signal)
-                    klaunch_signal(kp, SIGINT);
-                else
-                    kclient_send(kc, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
+                interrupt_kernel(kc, kp);
             }
         }
         if (interrupted && now >= give_up) {

@@ -139,6 +139,33 @@ static int get_string(const json_t *v, const char *key, char *out, size_t size, 
     return 0;
 }
 
+/* get_number() for a whole number. */
+static int get_count(const json_t *v, const char *key, double lo, double hi, unsigned *out,
+                     char *err, size_t errlen)
+{
+    double d = 0;
+    if (get_number(v, key, lo, hi, &d, err, errlen))
+        return -1;
+    if (d != floor(d))
+        return fail(err, errlen, key, "must be an integer");
+    *out = (unsigned)d;
+    return 0;
+}
+
+/* get_string() for one of two words; out (size bytes, at most 16) is left
+ * alone unless the value is a or b. */
+static int get_choice(const json_t *v, const char *key, const char *a, const char *b, char *out,
+                      size_t size, char *err, size_t errlen)
+{
+    char s[16];
+    if (get_string(v, key, s, size < sizeof s ? size : sizeof s, err, errlen))
+        return -1;
+    if (strcmp(s, a) && strcmp(s, b))
+        return fail(err, errlen, key, "must be \"%s\" or \"%s\"", a, b);
+    snprintf(out, size, "%s", s);
+    return 0;
+}
+
 int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
 {
     if (!json_is_object(obj))
@@ -204,34 +231,22 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             if (cfg->python[0] && cfg->python[0] != '/')
                 return fail(err, errlen, key, "must be an absolute path");
         } else if (!strcmp(key, "sandbox")) {
-            char s[16];
-            if (get_string(v, key, s, sizeof s, err, errlen))
+            if (get_choice(v, key, "strict", "none", cfg->sandbox, sizeof cfg->sandbox, err,
+                           errlen))
                 return -1;
-            if (strcmp(s, "strict") && strcmp(s, "none"))
-                return fail(err, errlen, key, "must be \"strict\" or \"none\"");
-            snprintf(cfg->sandbox, sizeof cfg->sandbox, "%s", s);
         } else if (!strcmp(key, "transport")) {
-            char s[8];
-            if (get_string(v, key, s, sizeof s, err, errlen))
+            if (get_choice(v, key, "ipc", "tcp", cfg->transport, sizeof cfg->transport, err,
+                           errlen))
                 return -1;
-            if (strcmp(s, "ipc") && strcmp(s, "tcp"))
-                return fail(err, errlen, key, "must be \"ipc\" or \"tcp\"");
-            snprintf(cfg->transport, sizeof cfg->transport, "%s", s);
         } else if (!strcmp(key, "pool")) {
-            if (get_number(v, key, 0, 64, &d, err, errlen))
+            if (get_count(v, key, 0, 64, &cfg->pool, err, errlen))
                 return -1;
-            if (d != floor(d))
-                return fail(err, errlen, key, "must be an integer");
-            cfg->pool = (unsigned)d;
         } else if (!strcmp(key, "idle_timeout")) {
             if (get_number(v, key, 0, 86400 * 365, &cfg->idle_timeout, err, errlen))
                 return -1;
         } else if (!strcmp(key, "max_kernels")) {
-            if (get_number(v, key, 1, 4096, &d, err, errlen))
+            if (get_count(v, key, 1, 4096, &cfg->max_kernels, err, errlen))
                 return -1;
-            if (d != floor(d))
-                return fail(err, errlen, key, "must be an integer");
-            cfg->max_kernels = (unsigned)d;
         } else if (!strcmp(key, "output_cap")) {
             uint64_t b;
             if (json_is_integer(v) && json_integer_value(v) > 0) {
@@ -251,11 +266,8 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
                 return -1;
             cfg->files_scan_max = (unsigned)d;
         } else if (!strcmp(key, "outputs_keep_runs")) {
-            if (get_number(v, key, 0, 100000, &d, err, errlen))
+            if (get_count(v, key, 0, 100000, &cfg->outputs_keep_runs, err, errlen))
                 return -1;
-            if (d != floor(d))
-                return fail(err, errlen, key, "must be an integer");
-            cfg->outputs_keep_runs = (unsigned)d;
         } else if (!strcmp(key, "outputs_max_age")) {
             if (get_number(v, key, 0, 86400.0 * 3650, &cfg->outputs_max_age, err, errlen))
                 return -1;
@@ -312,6 +324,19 @@ int kmcfg_load_file(kmcfg *cfg, const char *path, int must_exist, char *err, siz
     if (rc)
         snprintf(err, errlen, "%s: %s", path, why);
     return rc;
+}
+
+const char *kmcfg_home(char *buf, size_t len)
+{
+    const char *h = getenv("KERNELMGR_HOME");
+    const char *x = getenv("XDG_STATE_HOME");
+    if (h && *h)
+        snprintf(buf, len, "%s", h);
+    else if (x && *x)
+        snprintf(buf, len, "%s/kernelmgr", x);
+    else
+        snprintf(buf, len, "%s/.local/state/kernelmgr", getenv("HOME") ? getenv("HOME") : "/tmp");
+    return buf;
 }
 
 json_t *kmcfg_to_json(const kmcfg *cfg)

@@ -57,6 +57,11 @@ int kmcfg_lang_index(const char *name);
 /* borrowed: "python" / "bash". */
 const char *kmcfg_lang_name(int idx);
 
+/* Writes the manager's home into buf and returns buf: $KERNELMGR_HOME, else
+ * $XDG_STATE_HOME/kernelmgr, else $HOME/.local/state/kernelmgr (HOME unset:
+ * /tmp). Not made absolute. */
+const char *kmcfg_home(char *buf, size_t len);
+
 /* new: the configuration as a JSON object (the keys kmcfg_apply_json takes). */
 json_t *kmcfg_to_json(const kmcfg *cfg);
 

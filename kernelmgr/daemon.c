@@ -76,7 +76,7 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-static int send_json(int fd, const json_t *o)
+int daemon_send_json(int fd, const json_t *o)
 {
     char *s = json_dumps(o, JSON_COMPACT);
     if (!s)
@@ -166,7 +166,7 @@ static void reply_err(conn *c, int code, const char *msg)
 {
     json_t *o = json_pack("{s:O s:b s:{s:i s:s}}", "id", c->id ? c->id : json_null(), "ok", 0,
                           "error", "code", code, "message", msg);
-    if (!c->dead && send_json(c->fd, o))
+    if (!c->dead && daemon_send_json(c->fd, o))
         c->dead = 1;
     json_decref(o);
 }
@@ -177,7 +177,7 @@ static void reply_ok(conn *c, json_t *o /* steals */)
         o = json_object();
     json_object_set(o, "id", c->id ? c->id : json_null());
     json_object_set_new(o, "ok", json_true());
-    if (!c->dead && send_json(c->fd, o))
+    if (!c->dead && daemon_send_json(c->fd, o))
         c->dead = 1;
     json_decref(o);
 }
@@ -189,7 +189,7 @@ static void on_event(void *ud, const json_t *ev)
         return;
     json_t *o = json_deep_copy(ev);
     json_object_set(o, "id", c->id ? c->id : json_null());
-    if (send_json(c->fd, o))
+    if (daemon_send_json(c->fd, o))
         c->dead = 1;
     json_decref(o);
 }
@@ -527,7 +527,7 @@ int daemon_call(int fd, const json_t *req, void (*on_ev)(void *, const json_t *)
                 km_err *err)
 {
     *reply = NULL;
-    if (send_json(fd, req)) {
+    if (daemon_send_json(fd, req)) {
         err->code = KM_EDAEMON;
         snprintf(err->msg, sizeof err->msg, "cannot send to the daemon: %s", strerror(errno));
         return KM_EDAEMON;

@@ -36,6 +36,10 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err);
  * Returns the fd or -1 with err. */
 int daemon_connect(const char *home, int autostart, char *const argv_extra[], km_err *err);
 
+/* Writes o (borrowed) to fd as one line of compact JSON (the socket's
+ * framing, both ways). 0, or -1 with errno. */
+int daemon_send_json(int fd, const json_t *o);
+
 /* Sends req (borrowed) and reads lines until the final one, which goes to
  * *reply (new). Event lines go to on_event. While waiting, when *cancel
  * becomes non-zero, on_cancel(ud) is called once (e.g. to send an

@@ -37,56 +37,17 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void home_dir(char *buf, size_t len)
-{
-    const char *h = getenv("KERNELMGR_HOME");
-    const char *x = getenv("XDG_STATE_HOME");
-    if (h && *h)
-        snprintf(buf, len, "%s", h);
-    else if (x && *x)
-        snprintf(buf, len, "%s/kernelmgr", x);
-    else
-        snprintf(buf, len, "%s/.local/state/kernelmgr", getenv("HOME") ? getenv("HOME") : "/tmp");
-}
-
 /* The daemon's own client: connects, and starts `kernelmgr serve` detached
  * when none answers (exactly what `kernelmgr exec` does). */
 static int mcpd_connect(char *err, size_t errlen)
 {
     char home[PATH_MAX];
-    home_dir(home, sizeof home);
+    kmcfg_home(home, sizeof home);
     km_err kerr = {0, ""};
     int fd = daemon_connect(home, 1, NULL, &kerr);
     if (fd < 0)
         snprintf(err, errlen, "cannot reach the kernelmgr daemon: %s", kerr.msg);
     return fd;
-}
-
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        buf += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-static int send_json(int fd, const json_t *req)
-{
-    char *s = json_dumps(req, JSON_COMPACT);
-    if (!s)
-        return -1;
-    size_t n = strlen(s);
-    int rc = write_all(fd, s, n);
-    if (rc == 0)
-        rc = write_all(fd, "\n", 1);
-    free(s);
-    return rc;
 }
 
 static void send_interrupt(const char *session)
@@ -98,7 +59,7 @@ static void send_interrupt(const char *session)
         return;
     }
     json_t *req = json_pack("{s:s,s:s}", "op", "interrupt", "session", session);
-    if (send_json(fd, req) < 0)
+    if (daemon_send_json(fd, req) < 0)
         mcp_log("interrupt %s: %s", session, strerror(errno));
     json_decref(req);
     /* Read the acknowledgement so the daemon is not writing into a closed
@@ -142,7 +103,7 @@ json_t *mcpd_request(json_t *req, mcpd_event_fn ev, mcpd_tick_fn tick, void *ud,
         json_decref(req);
         return NULL;
     }
-    if (send_json(fd, req) < 0) {
+    if (daemon_send_json(fd, req) < 0) {
         snprintf(err, errlen, "cannot send to the daemon: %s", strerror(errno));
         json_decref(req);
         close(fd);

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "kernelmgr/allowlist.h"
+#include "kernelmgr/config.h"
 #include "kernelmgr/fsdiff.h"
 #include "kernelmgr/mcp_daemon.h"
 #include "kernelmgr/mcp_render.h"
@@ -218,8 +219,9 @@ static json_t *check_keys(json_t *args, const char *const *allowed)
     return NULL;
 }
 
-/* new: the daemon's session entry for name, or NULL (absent or error). */
-static json_t *find_session(const char *name, char *err, size_t errlen)
+/* new: the daemon's list of sessions (its reply's "sessions", or the reply
+ * itself when it is not wrapped), or NULL with err. */
+static json_t *daemon_sessions(char *err, size_t errlen)
 {
     json_t *reply =
         mcpd_request(json_pack("{s:s}", "op", "sessions"), NULL, NULL, NULL, err, errlen);
@@ -227,7 +229,18 @@ static json_t *find_session(const char *name, char *err, size_t errlen)
         return NULL;
     json_t *list = json_object_get(reply, "sessions");
     if (!json_is_array(list))
-        list = reply;
+        return reply;
+    json_incref(list);
+    json_decref(reply);
+    return list;
+}
+
+/* new: the daemon's session entry for name, or NULL (absent or error). */
+static json_t *find_session(const char *name, char *err, size_t errlen)
+{
+    json_t *list = daemon_sessions(err, errlen);
+    if (!list)
+        return NULL;
     size_t i;
     json_t *s;
     json_array_foreach(list, i, s)
@@ -235,11 +248,11 @@ static json_t *find_session(const char *name, char *err, size_t errlen)
         if (json_is_string(json_object_get(s, "name")) &&
             strcmp(json_string_value(json_object_get(s, "name")), name) == 0) {
             json_incref(s);
-            json_decref(reply);
+            json_decref(list);
             return s;
         }
     }
-    json_decref(reply);
+    json_decref(list);
     snprintf(err, errlen,
              "no session named '%s' (sessions are created by code_exec or "
              "write_file)",
@@ -569,22 +582,6 @@ static json_t *tool_write_file(json_t *args)
 
 /* ---------------------------------------------------------------- sessions */
 
-static const char *kernelmgr_home(char *buf, size_t len)
-{
-    const char *h = getenv("KERNELMGR_HOME");
-    if (h && *h) {
-        snprintf(buf, len, "%s", h);
-        return buf;
-    }
-    const char *x = getenv("XDG_STATE_HOME");
-    if (x && *x) {
-        snprintf(buf, len, "%s/kernelmgr", x);
-        return buf;
-    }
-    snprintf(buf, len, "%s/.local/state/kernelmgr", getenv("HOME") ? getenv("HOME") : "/tmp");
-    return buf;
-}
-
 static json_t *tool_list_sessions(json_t *args)
 {
     static const char *const keys[] = {NULL};
@@ -592,15 +589,10 @@ static json_t *tool_list_sessions(json_t *args)
     if (res)
         return res;
     char err[1024];
-    json_t *reply =
-        mcpd_request(json_pack("{s:s}", "op", "sessions"), NULL, NULL, NULL, err, sizeof err);
-    if (!reply)
+    json_t *list = daemon_sessions(err, sizeof err);
+    if (!list)
         return tool_error("list_sessions failed: %s", err);
-    json_t *list = json_object_get(reply, "sessions");
-    if (!json_is_array(list))
-        list = reply;
-    json_t *obj = json_pack("{s:O}", "sessions", list);
-    json_decref(reply);
+    json_t *obj = json_pack("{s:o}", "sessions", list);
     char *text = NULL;
     size_t tlen = 0;
     FILE *f = open_memstream(&text, &tlen);
@@ -648,7 +640,7 @@ static json_t *simple_session_op(json_t *args, const char *op, const char *done)
     json_decref(reply);
     if (strcmp(op, "close") == 0) {
         char home[PATH_MAX];
-        if (pkginst_remove_session(kernelmgr_home(home, sizeof home), session) < 0)
+        if (pkginst_remove_session(kmcfg_home(home, sizeof home), session) < 0)
             mcp_log("close %s: cannot remove its packages: %s", session, strerror(errno));
     }
     char text[200];
@@ -694,7 +686,7 @@ static json_t *do_install(mcp_call *call, json_t *args)
     allowlist_mgr m =
         (allowlist_mgr)allowlist_mgr_from_name(json_string_value(json_object_get(args, "manager")));
     char home[PATH_MAX], path[PATH_MAX + 32], err[1024];
-    kernelmgr_home(home, sizeof home);
+    kmcfg_home(home, sizeof home);
     const mcp_options *o = mcp_server_options(call->srv);
     const char *env = getenv("KERNELMGR_ALLOWLIST");
     if (o->allowlist_path)

@@ -232,6 +232,14 @@ static void targets_init(proxy_targets *t, const allowlist *al, allowlist_mgr m,
     t->list[n] = NULL;
 }
 
+/* Appends name to a ", "-separated list when it fits (else drops it). */
+static void list_append(char *list, size_t size, const char *name)
+{
+    size_t n = strlen(list);
+    if (n + strlen(name) + 3 < size)
+        snprintf(list + n, size - n, "%s%s", n ? ", " : "", name);
+}
+
 /* Appends what the proxy refused ("; the proxy refused: a:1, b:2 (only the
  * index and allowed_hosts are reachable)") to err. */
 static void note_refusals(pkgproxy *px, char *err, size_t errlen)
@@ -244,9 +252,8 @@ static void note_refusals(pkgproxy *px, char *err, size_t errlen)
     json_array_foreach(refused, i, it)
     {
         const char *t = json_string_value(json_object_get(it, "target"));
-        if (t && !strstr(list, t) && strlen(list) + strlen(t) + 3 < sizeof list)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "",
-                     t);
+        if (t && !strstr(list, t))
+            list_append(list, sizeof list, t);
     }
     json_decref(r);
     size_t n = strlen(err);
@@ -410,24 +417,69 @@ static char *const *base_env(char *buf[], const char *extra)
     return buf;
 }
 
-static json_t *install_pip(const allowlist *al, const char *home, const char *session,
-                           char specs[][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2], size_t nspec,
-                           char *err, size_t errlen)
+static void policy_refusal(char *err, size_t errlen, allowlist_mgr m, const char *missing)
+{
+    snprintf(err, errlen,
+             "the request needs packages that are not on the %s allowlist: %s (dependency "
+             "policy: every resolved package must be listed; nothing was installed)",
+             allowlist_mgr_name(m), missing);
+}
+
+/* What both managers need before the installer runs: the session's package
+ * directory for m (created) in dir (PATH_MAX bytes), the proxy URL the
+ * installer is pointed at in proxy (64 bytes) and the proxy's targets.
+ * Returns the index URL (borrowed from al), or NULL with err. */
+static const char *install_prepare(const allowlist *al, allowlist_mgr m, const char *home,
+                                   const char *session, char *dir, char *proxy,
+                                   proxy_targets *targets, char *err, size_t errlen)
 {
     char py[PATH_MAX], npm[PATH_MAX], host[256];
     unsigned port;
     int tls;
-    const char *index = allowlist_index(al, ALLOWLIST_PIP);
-    if (pkginst_session_dirs(home, session, py, npm) < 0 || mkdir_p(py, 0755) < 0) {
+    const char *index = allowlist_index(al, m);
+    if (pkginst_session_dirs(home, session, py, npm) < 0 ||
+        mkdir_p(m == ALLOWLIST_PIP ? py : npm, 0755) < 0) {
         snprintf(err, errlen, "cannot create the package directory for session %s", session);
         return NULL;
     }
     if (allowlist_parse_url(index, host, sizeof host, &port, &tls, err, errlen) < 0)
         return NULL;
-    char proxy[64], refused[PKGINST_REFUSALS_MAX];
-    snprintf(proxy, sizeof proxy, "http://127.0.0.1:%d", PKGINST_PROXY_PORT);
+    snprintf(dir, PATH_MAX, "%s", m == ALLOWLIST_PIP ? py : npm);
+    snprintf(proxy, 64, "http://127.0.0.1:%d", PKGINST_PROXY_PORT);
+    targets_init(targets, al, m, host, port);
+    return index;
+}
+
+/* run_sandboxed() for one step of an install: a non-zero exit becomes err
+ * ("WHAT (exit N)<proxy refusals>: <end of stderr>"). 0 with *out (new;
+ * NULL: dropped) set, or -1 with err. */
+static int run_step(const char *dir, const proxy_targets *targets, char *const argv[],
+                    char *const envp[], const char *what, char **out, char *err, size_t errlen)
+{
+    char *o, *log, refused[PKGINST_REFUSALS_MAX];
+    int rc = run_sandboxed(dir, targets, argv, envp, &o, &log, refused, err, errlen);
+    if (rc > 0)
+        snprintf(err, errlen, "%s (exit %d)%s: %s", what, rc, refused, last_lines(log));
+    free(log);
+    if (rc != 0 || !out) {
+        free(o);
+        o = NULL;
+    }
+    if (out)
+        *out = o;
+    return rc == 0 ? 0 : -1;
+}
+
+static json_t *install_pip(const allowlist *al, const char *home, const char *session,
+                           char specs[][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2], size_t nspec,
+                           char *err, size_t errlen)
+{
+    char py[PATH_MAX], proxy[64];
     proxy_targets targets;
-    targets_init(&targets, al, ALLOWLIST_PIP, host, port);
+    const char *index =
+        install_prepare(al, ALLOWLIST_PIP, home, session, py, proxy, &targets, err, errlen);
+    if (!index)
+        return NULL;
     char *envb[8];
     char *const *envp = base_env(envb, NULL);
 
@@ -465,20 +517,13 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
     for (size_t i = 0; i < nspec && a < 170; i++)
         argv[a++] = specs[i];
     argv[a] = NULL;
-    char *out, *log;
-    int rc = run_sandboxed(py, &targets, argv, envp, &out, &log, refused, err, errlen);
-    if (rc != 0) {
-        if (rc > 0)
-            snprintf(err, errlen, "pip could not resolve the request (exit %d)%s: %s", rc, refused,
-                     last_lines(log));
-        free(out);
-        free(log);
+    char *out;
+    if (run_step(py, &targets, argv, envp, "pip could not resolve the request", &out, err, errlen) <
+        0)
         return NULL;
-    }
     json_error_t jerr;
     json_t *report = json_loads(out, 0, &jerr);
     free(out);
-    free(log);
     json_t *items = json_object_get(report, "install");
     if (!json_is_array(items)) {
         snprintf(err, errlen, "pip's resolution report does not parse: %s", jerr.text);
@@ -500,9 +545,7 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
             continue;
         char aspec[ALLOWLIST_SPEC_MAX + 1];
         if (!allowlist_has(al, ALLOWLIST_PIP, name, aspec)) {
-            if (strlen(missing) + strlen(name) + 3 < sizeof missing)
-                snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
-                         missing[0] ? ", " : "", name);
+            list_append(missing, sizeof missing, name);
             continue;
         }
         if (npinned < 100)
@@ -512,10 +555,7 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
     }
     json_decref(report);
     if (missing[0]) {
-        snprintf(err, errlen,
-                 "the request needs packages that are not on the pip allowlist: %s (dependency "
-                 "policy: every resolved package must be listed; nothing was installed)",
-                 missing);
+        policy_refusal(err, errlen, ALLOWLIST_PIP, missing);
         json_decref(installed);
         return NULL;
     }
@@ -529,17 +569,10 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
     for (size_t k = 0; k < npinned; k++)
         argv[a++] = pinned[k];
     argv[a] = NULL;
-    rc = run_sandboxed(py, &targets, argv, envp, &out, &log, refused, err, errlen);
-    if (rc != 0) {
-        if (rc > 0)
-            snprintf(err, errlen, "pip failed (exit %d)%s: %s", rc, refused, last_lines(log));
-        free(out);
-        free(log);
+    if (run_step(py, &targets, argv, envp, "pip failed", NULL, err, errlen) < 0) {
         json_decref(installed);
         return NULL;
     }
-    free(out);
-    free(log);
     return json_pack("{s:s,s:o,s:s,s:s,s:s}", "manager", "pip", "installed", installed, "target",
                      py, "index", index, "policy", policy_text);
 }
@@ -628,24 +661,27 @@ static void free_saved(saved_file *f)
     f->data = NULL;
 }
 
+/* Puts n saved files back as they were when restore, then frees the
+ * copies. */
+static void saved_release(saved_file *f, size_t n, int restore)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (restore)
+            restore_file(&f[i]);
+        free_saved(&f[i]);
+    }
+}
+
 static json_t *install_npm(const allowlist *al, const char *home, const char *session,
                            char specs[][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2], size_t nspec,
                            char *err, size_t errlen)
 {
-    char py[PATH_MAX], npm[PATH_MAX], host[256];
-    unsigned port;
-    int tls;
-    const char *registry = allowlist_index(al, ALLOWLIST_NPM);
-    if (pkginst_session_dirs(home, session, py, npm) < 0 || mkdir_p(npm, 0755) < 0) {
-        snprintf(err, errlen, "cannot create the package directory for session %s", session);
-        return NULL;
-    }
-    if (allowlist_parse_url(registry, host, sizeof host, &port, &tls, err, errlen) < 0)
-        return NULL;
-    char proxy[64], refused[PKGINST_REFUSALS_MAX];
-    snprintf(proxy, sizeof proxy, "http://127.0.0.1:%d", PKGINST_PROXY_PORT);
+    char npm[PATH_MAX], proxy[64];
     proxy_targets targets;
-    targets_init(&targets, al, ALLOWLIST_NPM, host, port);
+    const char *registry =
+        install_prepare(al, ALLOWLIST_NPM, home, session, npm, proxy, &targets, err, errlen);
+    if (!registry)
+        return NULL;
     char *envb[8];
     char *const *envp = base_env(envb, "npm_config_cache=/tmp/.npm");
     char *argv[60 + 100];
@@ -683,24 +719,15 @@ static json_t *install_npm(const allowlist *al, const char *home, const char *se
     for (size_t i = 0; i < nspec && a < 150; i++)
         argv[a++] = specs[i];
     argv[a] = NULL;
-    saved_file pj, pl;
-    save_file(&pj, npm, "package.json");
-    save_file(&pl, npm, "package-lock.json");
-    char *out, *log;
+    saved_file kept[2];
+    save_file(&kept[0], npm, "package.json");
+    save_file(&kept[1], npm, "package-lock.json");
     json_t *resolved = NULL;
-    int rc = run_sandboxed(npm, &targets, argv, envp, &out, &log, refused, err, errlen);
-    free(out);
-    if (rc > 0)
-        snprintf(err, errlen, "npm could not resolve the request (exit %d)%s: %s", rc, refused,
-                 last_lines(log));
-    free(log);
-    if (rc == 0)
+    if (run_step(npm, &targets, argv, envp, "npm could not resolve the request", NULL, err,
+                 errlen) == 0)
         resolved = npm_lock_packages(npm, err, errlen);
     if (!resolved) {
-        restore_file(&pj);
-        restore_file(&pl);
-        free_saved(&pj);
-        free_saved(&pl);
+        saved_release(kept, 2, 1);
         return NULL;
     }
     char missing[1024] = "";
@@ -713,42 +740,24 @@ static json_t *install_npm(const allowlist *al, const char *home, const char *se
         snprintf(needle, sizeof needle, ", %s,", name);
         char hay[sizeof missing + 4];
         snprintf(hay, sizeof hay, ", %s,", missing);
-        if (!allowlist_has(al, ALLOWLIST_NPM, name, NULL) && !strstr(hay, needle) &&
-            strlen(missing) + strlen(name) + 3 < sizeof missing)
-            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
-                     missing[0] ? ", " : "", name);
+        if (!allowlist_has(al, ALLOWLIST_NPM, name, NULL) && !strstr(hay, needle))
+            list_append(missing, sizeof missing, name);
     }
     if (missing[0]) {
-        snprintf(err, errlen,
-                 "the request needs packages that are not on the npm allowlist: %s (dependency "
-                 "policy: every resolved package must be listed; nothing was installed)",
-                 missing);
+        policy_refusal(err, errlen, ALLOWLIST_NPM, missing);
         json_decref(resolved);
-        restore_file(&pj);
-        restore_file(&pl);
-        free_saved(&pj);
-        free_saved(&pl);
+        saved_release(kept, 2, 1);
         return NULL;
     }
     /* Install from the lock just checked: nothing is re-resolved. */
     a = a0;
     argv[a] = NULL;
-    rc = run_sandboxed(npm, &targets, argv, envp, &out, &log, refused, err, errlen);
-    free(out);
-    if (rc != 0) {
-        if (rc > 0)
-            snprintf(err, errlen, "npm failed (exit %d)%s: %s", rc, refused, last_lines(log));
-        free(log);
+    if (run_step(npm, &targets, argv, envp, "npm failed", NULL, err, errlen) < 0) {
         json_decref(resolved);
-        restore_file(&pj);
-        restore_file(&pl);
-        free_saved(&pj);
-        free_saved(&pl);
+        saved_release(kept, 2, 1);
         return NULL;
     }
-    free(log);
-    free_saved(&pj);
-    free_saved(&pl);
+    saved_release(kept, 2, 0);
     return json_pack("{s:s,s:o,s:s,s:s,s:s}", "manager", "npm", "installed", resolved, "target",
                      npm, "index", registry, "policy", policy_text);
 }

@@ -199,6 +199,22 @@ static int split_hostport(char *s, const char *dflt_port, char **host, char **po
     return 0;
 }
 
+/* A connection to host:port for the client on fd, or -1 after answering it
+ * (403: not a target the proxy serves; 502: unreachable). */
+static int open_upstream(pkgproxy *px, int fd, const char *target, const char *host,
+                         const char *port)
+{
+    if (!is_allowed(px, host, port)) {
+        refuse_log(px, target, "not the configured index");
+        http_error(fd, 403, "Forbidden", "only the configured package index is reachable");
+        return -1;
+    }
+    int up = dial(host, port);
+    if (up < 0)
+        http_error(fd, 502, "Bad Gateway", "cannot connect to the index");
+    return up;
+}
+
 static void serve(pkgproxy *px, int fd)
 {
     char head[PROXY_HEAD_MAX + 1];
@@ -224,16 +240,9 @@ static void serve(pkgproxy *px, int fd)
             http_error(fd, 400, "Bad Request", "CONNECT needs host:port");
             return;
         }
-        if (!is_allowed(px, host, port)) {
-            refuse_log(px, target, "not the configured index");
-            http_error(fd, 403, "Forbidden", "only the configured package index is reachable");
+        int up = open_upstream(px, fd, target, host, port);
+        if (up < 0)
             return;
-        }
-        int up = dial(host, port);
-        if (up < 0) {
-            http_error(fd, 502, "Bad Gateway", "cannot connect to the index");
-            return;
-        }
         const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
         if (send_all(fd, ok, sizeof ok - 1) == 0) {
             /* Bytes the client sent after the head (a TLS hello) go first. */
@@ -260,16 +269,9 @@ static void serve(pkgproxy *px, int fd)
         http_error(fd, 400, "Bad Request", "bad host in the URI");
         return;
     }
-    if (!is_allowed(px, host, port)) {
-        refuse_log(px, target, "not the configured index");
-        http_error(fd, 403, "Forbidden", "only the configured package index is reachable");
+    int up = open_upstream(px, fd, target, host, port);
+    if (up < 0)
         return;
-    }
-    int up = dial(host, port);
-    if (up < 0) {
-        http_error(fd, 502, "Bad Gateway", "cannot connect to the index");
-        return;
-    }
     /* Request line in origin form, then the headers without hop-by-hop
      * ones, then Connection: close so one client connection is one request
      * (a second request on it cannot go to another host). */
