@@ -4,6 +4,10 @@
 # Ends with one summary line counting passed and failed tests.
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
+# The kernels' default is the strict sandbox, so that is what the suite runs;
+# KM_TEST_SANDBOX=none runs the functional tests without it (the attack tests
+# always use strict).
+export KM_TEST_SANDBOX=${KM_TEST_SANDBOX:-strict}
 unit_pass=0; unit_fail=0; failed_units=""
 mkdir -p "$BUILD/test-logs"
 

@@ -6,16 +6,25 @@
  *
  *   caller ── fork ──▶ monitor          host pid namespace; what the caller
  *                        │                waits for; re-creates the worker's
- *                        │                exit status; forwards signals
+ *                        │                exit status; forwards signals;
+ *                        │                idmaps the workspace (caller root)
  *                        ├─ clone(new user, mount, pid, net, ipc, uts, cgroup)
  *                        │     ▶ init   PID 1 inside: clones the host paths
  *                        │                it needs, waits for "go", becomes
  *                        │                the sandbox uid, builds the root,
- *                        │                Landlock, drops caps, seccomp
+ *                        │                Landlock, drops caps, seccomp,
+ *                        │                waits for "cgroups done"
  *                        │                  └─ fork ▶ worker: setsid, fds,
  *                        │                            rlimits, exec
- *                        └─ (monitor meanwhile: uid/gid maps, cgroups,
- *                            slirp4netns, then "go")
+ *                        └─ (monitor meanwhile: uid/gid maps, slirp4netns,
+ *                            "go", then the cgroup attach — on cgroup v1 it
+ *                            waits for an RCU grace period, ~10 ms, which
+ *                            now overlaps with init building the root —
+ *                            then "cgroups done")
+ *
+ * When the sandbox ends, the monitor writes the CPU time of init and every
+ * process init reaped (wait4's rusage) on a stats pipe, so that
+ * sandbox_cpu_ns() stays readable without cgroups.
  *
  * With a loopback listener, init creates it in the new network namespace
  * (right after lo is up, before any restriction) and sends it over a unix
@@ -29,6 +38,7 @@
 #include "kernels/sandbox/sbx_internal.h"
 
 #include <grp.h>
+#include <linux/sched.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -54,6 +64,9 @@ struct sandbox {
     int init_pidfd;  /* strict: pidfd of init (-1 if unavailable) */
     sbx_limits *lim; /* strict: cgroups */
     int listen_fd;   /* strict: loopback listener from init, until taken */
+    int stats_fd;    /* strict: the monitor's final CPU time (read end) */
+    uint64_t cpu_ns; /* the largest value sandbox_cpu_ns() returned */
+    int cpu_final;   /* cpu_ns is the monitor's final figure */
 };
 
 void sandbox_config_defaults(sandbox_config *cfg)
@@ -115,6 +128,7 @@ static sandbox *spawn_none(const sandbox_config *cfg, char *const argv[], char *
     }
     sb->cfg = *cfg;
     sb->listen_fd = -1;
+    sb->stats_fd = -1;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -221,19 +235,27 @@ typedef struct host_addrs {
     int n;
 } host_addrs;
 
+/* The pipes between the monitor and init. */
+typedef struct init_pipes {
+    int go;       /* read: "g" once the maps (and slirp4netns) exist */
+    int cgroups;  /* read: "c" once init is in the sandbox's cgroups */
+    int status_w; /* write: the worker's wait status */
+    int ws_fd;    /* the monitor's idmapped workspace clone, or -1 */
+} init_pipes;
+
 static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_addrs *ha,
                       char *const argv[], char *const envp[], const int *fds, int nfds, int rep,
-                      int go, int status_w, int lsock, const sbx_limits *lim)
+                      const init_pipes *ip, int lsock, const sbx_limits *lim)
 {
     char err[512];
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    sbx_mount_plan *plan = sbx_mount_prepare(cfg, err, sizeof err);
+    sbx_mount_plan *plan = sbx_mount_prepare(cfg, ids, ip->ws_fd, err, sizeof err);
     if (!plan)
         goto fail;
     char c;
-    if (read(go, &c, 1) != 1)
+    if (read(ip->go, &c, 1) != 1)
         _exit(127); /* the monitor failed and reported why */
-    close(go);
+    close(ip->go);
     if (sbx_ns_become(ids, err, sizeof err) < 0)
         goto fail;
     if (sethostname("sandbox", 7) < 0) {
@@ -267,6 +289,10 @@ static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_
         goto fail;
     if (sbx_seccomp_apply(cfg, err, sizeof err) < 0)
         goto fail;
+    /* The worker must start inside the cgroups (limits, accounting). */
+    if (read(ip->cgroups, &c, 1) != 1 || c != 'c')
+        _exit(127); /* the monitor failed and reported why */
+    close(ip->cgroups);
     sbx_init_block_signals();
     pid_t worker = fork();
     if (worker < 0) {
@@ -275,9 +301,9 @@ static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_
     }
     if (worker == 0)
         worker_main(cfg, argv, envp, fds, nfds, rep, lim);
-    int keep[1] = {status_w};
+    int keep[1] = {ip->status_w};
     sbx_util_close_except(keep, 1);
-    _exit(sbx_init_run(worker, status_w));
+    _exit(sbx_init_run(worker, ip->status_w));
 fail:
     report(rep, 'E', err);
     _exit(127);
@@ -309,11 +335,13 @@ static void monitor_exit_as(int st)
     _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 127);
 }
 
-static void monitor_main(const sandbox_config *cfg, const sbx_ids *ids, const host_addrs *ha,
+static void monitor_main(const sandbox_config *cfg, const sbx_ids *chosen, const host_addrs *ha,
                          sbx_limits *lim, char *const argv[], char *const envp[], const int *fds,
-                         int nfds, int rep, int lsock, pid_t parent)
+                         int nfds, int rep, int lsock, int stats_w, pid_t parent)
 {
     char err[512], msg[32];
+    sbx_ids idbuf = *chosen;
+    sbx_ids *ids = &idbuf;
     setsid();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
@@ -324,15 +352,43 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *ids, const ho
         report(rep, 'E', err);
         _exit(127);
     }
-    int go[2], status[2];
-    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0) {
+    /* Caller root: this sandbox's own host uid, and the workspace
+     * idmapped to it (never chowned; see sbx_ns.c). */
+    init_pipes ip = {.ws_fd = -1};
+    if (ids->host_uid == 0) {
+        sbx_ns_assign_host_ids(ids);
+        if (ids->idmap &&
+            (ip.ws_fd = sbx_ns_idmap_workspace(cfg->workspace, ids, err, sizeof err)) == -1) {
+            report(rep, 'E', err);
+            _exit(127);
+        }
+        if (ip.ws_fd < 0)
+            ip.ws_fd = -1; /* no idmap support: running as the owner instead */
+    }
+    int go[2], status[2], cg[2];
+    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0 || pipe2(cg, O_CLOEXEC) < 0) {
         sbx_util_fail(err, sizeof err, "pipe");
         report(rep, 'E', err);
         _exit(127);
     }
     /* Raw clone without a new stack behaves like fork; this process has a
-     * single thread, so the child may run any code. */
-    pid_t init = (pid_t)syscall(SYS_clone, SBX_NS_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
+     * single thread, so the child may run any code. On cgroup v2, clone3
+     * starts init inside the sandbox's cgroup: no attach needed. */
+    int in_cgroup = 0;
+    pid_t init = -1;
+    int cgfd = sbx_limits_clone_fd(lim);
+    if (cgfd >= 0) {
+        struct clone_args ca;
+        memset(&ca, 0, sizeof ca);
+        ca.flags = SBX_NS_CLONE_FLAGS | CLONE_INTO_CGROUP;
+        ca.exit_signal = SIGCHLD;
+        ca.cgroup = (uint64_t)cgfd;
+        init = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+        in_cgroup = init >= 0;
+        close(cgfd); /* in the child too: clone3 behaved like fork */
+    }
+    if (init < 0)
+        init = (pid_t)syscall(SYS_clone, SBX_NS_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
     if (init < 0) {
         sbx_util_fail(err, sizeof err, "namespaces: clone");
         report(rep, 'E', err);
@@ -341,15 +397,23 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *ids, const ho
     if (init == 0) {
         close(go[1]);
         close(status[0]);
-        init_main(cfg, ids, ha, argv, envp, fds, nfds, rep, go[0], status[1], lsock, lim);
+        close(cg[1]);
+        if (stats_w >= 0)
+            close(stats_w);
+        ip.go = go[0];
+        ip.cgroups = cg[0];
+        ip.status_w = status[1];
+        init_main(cfg, ids, ha, argv, envp, fds, nfds, rep, &ip, lsock, lim);
     }
     close(go[0]);
     close(status[1]);
+    close(cg[0]);
+    if (ip.ws_fd >= 0)
+        close(ip.ws_fd);
     monitor_init_pid = init;
     pid_t slirp = 0;
     int slirp_exit = -1;
     if (sbx_ns_write_maps(init, ids, err, sizeof err) < 0 ||
-        sbx_limits_attach(lim, init, err, sizeof err) < 0 ||
         (cfg->network && (slirp = sbx_net_start_slirp(init, &slirp_exit, err, sizeof err)) < 0)) {
         report(rep, 'E', err);
         kill(init, SIGKILL);
@@ -362,8 +426,21 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *ids, const ho
         kill(init, SIGKILL);
         _exit(127);
     }
-    int keep[2] = {status[0], slirp_exit};
-    sbx_util_close_except(keep, 2);
+    /* While init builds the root: the attach is the slow step of a start
+     * on cgroup v1 (the first writer of cgroup.procs waits for an RCU grace
+     * period). Init forks the worker only after "c". */
+    if (!in_cgroup && sbx_limits_attach(lim, init, err, sizeof err) < 0) {
+        report(rep, 'E', err);
+        kill(init, SIGKILL);
+        _exit(127);
+    }
+    if (write(cg[1], "c", 1) != 1) {
+        report(rep, 'E', "sandbox init died during setup");
+        kill(init, SIGKILL);
+        _exit(127);
+    }
+    int keep[3] = {status[0], slirp_exit, stats_w};
+    sbx_util_close_except(keep, 3);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -373,8 +450,9 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *ids, const ho
         sigaction(fwd[i], &sa, NULL);
 
     int st = 0;
+    struct rusage ru;
     for (;;) {
-        pid_t w = waitpid(-1, &st, 0);
+        pid_t w = wait4(-1, &st, 0, &ru);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -384,6 +462,14 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *ids, const ho
             break;
         if (w == slirp)
             slirp = 0; /* networking died; the sandbox goes on without it */
+    }
+    /* init's rusage covers every process it reaped, and when PID 1 exits
+     * the kernel reaps the rest of the namespace for it. */
+    if (stats_w >= 0) {
+        uint64_t ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
+                      ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+        ssize_t w = write(stats_w, &ns, sizeof ns);
+        (void)w;
     }
     int worker_st;
     if (read(status[0], &worker_st, sizeof worker_st) == (ssize_t)sizeof worker_st)
@@ -426,10 +512,6 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
     sbx_ids ids;
     if (sbx_ns_choose_ids(cfg->workspace, &ids, err, errlen) < 0)
         return NULL;
-    if (ids.chown_workspace && chown(cfg->workspace, ids.uid, ids.gid) < 0) {
-        sbx_util_fail(err, errlen, "chown workspace %s to %u", cfg->workspace, (unsigned)ids.uid);
-        return NULL;
-    }
     host_addrs ha = {.n = 0};
     if (cfg->network)
         ha.n = sbx_net_host_addrs(ha.a, SBX_NET_MAX_HOST_ADDRS);
@@ -441,16 +523,24 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
     sb->cfg = *cfg;
     sb->init_pidfd = -1;
     sb->listen_fd = -1;
+    sb->stats_fd = -1;
     sb->lim = sbx_limits_new(cfg);
-    int rep[2], lsv[2] = {-1, -1};
+    int rep[2], lsv[2] = {-1, -1}, stats[2];
+    if (pipe2(stats, O_CLOEXEC | O_NONBLOCK) < 0) {
+        sbx_util_fail(err, errlen, "pipe");
+        goto fail;
+    }
+    sb->stats_fd = stats[0];
     if (pipe2(rep, O_CLOEXEC) < 0) {
         sbx_util_fail(err, errlen, "pipe");
+        close(stats[1]);
         goto fail;
     }
     if (cfg->loopback_listen_port && socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, lsv) < 0) {
         sbx_util_fail(err, errlen, "socketpair");
         close(rep[0]);
         close(rep[1]);
+        close(stats[1]);
         goto fail;
     }
     pid_t parent = getpid();
@@ -459,6 +549,7 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
         sbx_util_fail(err, errlen, "fork");
         close(rep[0]);
         close(rep[1]);
+        close(stats[1]);
         if (lsv[0] >= 0) {
             close(lsv[0]);
             close(lsv[1]);
@@ -467,12 +558,15 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
     }
     if (pid == 0) {
         close(rep[0]);
+        close(stats[0]);
         if (lsv[0] >= 0)
             close(lsv[0]);
-        monitor_main(cfg, &ids, &ha, sb->lim, argv, envp, fds, nfds, rep[1], lsv[1], parent);
+        monitor_main(cfg, &ids, &ha, sb->lim, argv, envp, fds, nfds, rep[1], lsv[1], stats[1],
+                     parent);
         _exit(127);
     }
     close(rep[1]);
+    close(stats[1]);
     if (lsv[1] >= 0)
         close(lsv[1]);
     sb->pid = pid;
@@ -595,13 +689,38 @@ const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t si
     return NULL;
 }
 
+static int init_alive(const sandbox *sb)
+{
+    if (sb->init_pidfd >= 0)
+        return syscall(SYS_pidfd_send_signal, sb->init_pidfd, 0, NULL, 0) == 0;
+    return 0;
+}
+
 uint64_t sandbox_cpu_ns(sandbox *sb)
 {
     if (!sb)
         return 0;
-    if (sb->cfg.level == SANDBOX_STRICT)
-        return sbx_limits_cpu_ns(sb->lim, sb->init_pid);
-    return sbx_limits_cpu_ns(NULL, sb->pid);
+    if (sb->cfg.level == SANDBOX_NONE)
+        return sbx_limits_cpu_ns(NULL, sb->pid);
+    if (sbx_limits_has_cpu_cgroup(sb->lim))
+        return sbx_limits_cpu_ns(sb->lim, 0);
+    if (sb->cpu_final)
+        return sb->cpu_ns;
+    /* Without a cgroup: the live process tree under init (its pid is only
+     * trusted while the pidfd says init lives), then the monitor's total. */
+    if (init_alive(sb)) {
+        uint64_t ns = sbx_limits_cpu_ns(NULL, sb->init_pid);
+        if (init_alive(sb) && ns > sb->cpu_ns)
+            sb->cpu_ns = ns;
+        return sb->cpu_ns;
+    }
+    uint64_t final;
+    if (sb->stats_fd >= 0 && read(sb->stats_fd, &final, sizeof final) == (ssize_t)sizeof final) {
+        sb->cpu_final = 1;
+        if (final > sb->cpu_ns)
+            sb->cpu_ns = final;
+    }
+    return sb->cpu_ns;
 }
 
 int sandbox_take_listen_fd(sandbox *sb)
@@ -620,6 +739,8 @@ void sandbox_destroy(sandbox **psb)
     sandbox *sb = *psb;
     if (sb->listen_fd >= 0)
         close(sb->listen_fd);
+    if (sb->stats_fd >= 0)
+        close(sb->stats_fd);
     if (sb->init_pidfd >= 0) {
         syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
         close(sb->init_pidfd);

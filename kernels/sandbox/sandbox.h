@@ -9,11 +9,19 @@
  * Ownership: a sandbox object owns its init process, its cgroup and its
  * scratch directories; sandbox_destroy() kills every process in it.
  *
- * Identity (strict): the worker never runs as host root. An unprivileged
- * caller's sandbox runs as the caller; a root caller's as the workspace's
- * owner, or as nobody (65534) when root owns the workspace, in which case
- * the workspace's top directory is chowned to nobody. The uid is the same
- * number inside and outside, so workspace files have sane host ownership.
+ * Identity (strict): the worker never runs as host root and the workspace
+ * is never chowned. An unprivileged caller's sandbox runs as the caller (same
+ * uid inside and out). A root caller's runs as a host uid of its own
+ * (0x70000000 + the monitor's pid: unprivileged, owning nothing), and sees
+ * the workspace through an idmapped mount that presents the workspace's
+ * on-disk owner and group as that uid and gid: it can write a root- or
+ * alice-owned workspace, and what it creates there lands on disk owned by
+ * the workspace's owner and group. Inside, the sandbox is the workspace's
+ * owner (nobody, 65534, for a root-owned one). A filesystem that cannot be
+ * idmapped makes the sandbox run as the workspace's owner when that is not
+ * root, and sandbox_spawn() refuse (naming the way out) when it is.
+ * Setuid/setgid bits cannot be set by the sandbox (seccomp), so it cannot
+ * leave a set-id program owned by the workspace's owner.
  * The workspace appears at its host path (tracebacks stay valid on the host).
  *
  * Threads: PR_SET_PDEATHSIG follows the *thread* that called sandbox_spawn();
@@ -86,8 +94,14 @@ const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t si
 
 /* CPU time (user + system, nanoseconds) used by every process of the sandbox
  * so far, or 0 when it cannot be measured. With a cgroup (cpuacct / cpu.stat)
- * it stays readable after the worker ended; without one it is summed from
- * /proc over the live process tree, so read it while the sandbox runs. */
+ * it is the cgroup's figure. Without one (unprivileged callers without
+ * delegation), while the sandbox runs, it is summed over the live process
+ * tree under the sandbox's init, each process with the time of the children
+ * it reaped (clock-tick precision), found through /proc/PID/task/TID/children
+ * — a few system calls per process of the sandbox, nothing per host process;
+ * once init is gone, the monitor's wait4() figure for init and everything it
+ * reaped. Never decreases. Level none: the tree under the worker, while it
+ * runs. */
 uint64_t sandbox_cpu_ns(sandbox *sb);
 
 /* new fd (the caller closes it): the listening socket of

@@ -47,14 +47,32 @@ int sbx_util_recv_fd(int sock);
      CLONE_NEWCGROUP)
 
 typedef struct sbx_ids {
-    uid_t uid; /* host uid the sandbox runs as; also its uid inside */
+    uid_t uid; /* the sandbox's uid inside its user namespace */
     gid_t gid;
-    int chown_workspace; /* root-owned workspace handed to uid (caller is root) */
+    uid_t host_uid; /* what uid maps to on the host: never 0 */
+    gid_t host_gid;
+    /* Caller root, with a workspace: the workspace is an idmapped mount that
+     * shows its on-disk owner ws_uid:ws_gid as host_uid:host_gid, so the
+     * sandbox writes it while files land on disk owned by ws_uid:ws_gid. */
+    int idmap;
+    uid_t ws_uid;
+    gid_t ws_gid;
 } sbx_ids;
 
-/* Decides which unprivileged host uid/gid the sandbox maps to. See the
- * "Identity" comment in sbx_ns.c. */
+/* Decides the sandbox's identity. See the "Identity" comment in sbx_ns.c.
+ * Runs in the caller; host_uid/host_gid of a root caller are placeholders
+ * until sbx_ns_assign_host_ids() runs in the monitor. */
 int sbx_ns_choose_ids(const char *workspace, sbx_ids *ids, char *err, size_t len);
+/* Monitor side, caller root: the per-sandbox host uid/gid (derived from the
+ * monitor's pid, unique among live sandboxes). */
+void sbx_ns_assign_host_ids(sbx_ids *ids);
+/* Monitor side, caller root, ids->idmap set: a detached clone of workspace
+ * (open_tree) idmapped with mount_setattr(MOUNT_ATTR_IDMAP) so that on-disk
+ * ws_uid:ws_gid is host_uid:host_gid. new fd, O_CLOEXEC. When the filesystem
+ * cannot be idmapped and the workspace's owner is not root, falls back to
+ * running the sandbox as that owner (ids changed, idmap cleared, returns -2);
+ * when root owns it, -1 with a reason naming the way out. */
+int sbx_ns_idmap_workspace(const char *workspace, sbx_ids *ids, char *err, size_t len);
 /* Parent side: writes setgroups=deny, uid_map and gid_map of child pid. */
 int sbx_ns_write_maps(pid_t pid, const sbx_ids *ids, char *err, size_t len);
 /* Child side, once the maps exist: become ids->uid/gid inside, keeping the
@@ -69,8 +87,11 @@ typedef struct sbx_mount_plan sbx_mount_plan;
 
 /* Child side, in the new mount namespace, before sbx_ns_become(): resolves
  * every host path while the process still has the caller's access rights
- * (detached mount clones via open_tree). new: free with sbx_mount_plan_free. */
-sbx_mount_plan *sbx_mount_prepare(const sandbox_config *cfg, char *err, size_t len);
+ * (detached mount clones via open_tree). ws_fd: a detached (idmapped) clone
+ * of the workspace made by the monitor, stolen; -1 to clone it here.
+ * new: free with sbx_mount_plan_free. */
+sbx_mount_plan *sbx_mount_prepare(const sandbox_config *cfg, const sbx_ids *ids, int ws_fd,
+                                  char *err, size_t len);
 /* Child side, after sbx_ns_become(), as PID 1 of the new pid namespace:
  * builds the tmpfs root, pivots into it, remounts it read-only and makes the
  * workspace the cwd. */
@@ -109,6 +130,10 @@ typedef struct sbx_limits sbx_limits;
 sbx_limits *sbx_limits_new(const sandbox_config *cfg);
 /* Moves pid (and its future children) into the cgroups. */
 int sbx_limits_attach(sbx_limits *lim, pid_t pid, char *err, size_t len);
+/* cgroup v2 only: new fd (O_CLOEXEC) of the sandbox's one cgroup directory,
+ * for clone3(CLONE_INTO_CGROUP), which starts a process inside it without
+ * the attach (and without the attach's RCU grace period); -1 otherwise. */
+int sbx_limits_clone_fd(const sbx_limits *lim);
 /* Child side, in the worker just before exec. */
 int sbx_limits_apply_rlimits(const sandbox_config *cfg, const sbx_limits *lim, char *err,
                              size_t len);
@@ -116,7 +141,10 @@ int sbx_limits_has_memory_cgroup(const sbx_limits *lim);
 /* "out of memory (limit 2 GiB)" etc. or NULL; see sandbox_limit_hit(). */
 const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status, char *buf,
                            size_t size);
-/* CPU ns of the sandbox's cgroup, or of the process tree under root_pid. */
+int sbx_limits_has_cpu_cgroup(const sbx_limits *lim);
+/* CPU ns of the sandbox's cgroup when lim has one; else of the live process
+ * tree under root_pid, each process with the time of the children it reaped,
+ * walked through /proc/PID/task/TID/children: O(processes of the tree). */
 uint64_t sbx_limits_cpu_ns(sbx_limits *lim, pid_t root_pid);
 /* Appends protection names ("cgroup-v1-memory", "rlimit-nproc", ...). */
 void sbx_limits_describe(const sandbox_config *cfg, json_t *list);

@@ -11,14 +11,18 @@
  *   processes RLIMIT_NPROC — since Linux 5.14 it is counted per user
  *             namespace, and every sandbox has a fresh one, so it is a
  *             per-sandbox limit even when sandboxes share a host uid
- *   cpu time  summed over the sandbox's process tree from /proc
+ *   cpu time  summed over the sandbox's process tree from /proc (walked
+ *             from its init through the children files), and at the end
+ *             the monitor's wait4() figure for init (sandbox.c)
  * RLIMIT_NOFILE, RLIMIT_FSIZE and RLIMIT_CORE=0 apply in every case.
  */
 #include "kernels/sandbox/sbx_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/magic.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -121,6 +125,24 @@ static long long sbx_limits_read_key(const char *dir, const char *file, const ch
  * the host-wide release agent. A busy cgroup is never removed. */
 static void sbx_limits_collect_stale(const char *dir)
 {
+    /* Once per caller process and cgroup directory: the stale ones come
+     * from callers that died, and scanning a busy parent (one entry per
+     * running sandbox of the host) on every start is wasted work. */
+    static char done[4][SBX_CG_DIRLEN];
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    int seen = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < 4 && !seen; i++)
+        if (!strcmp(done[i], dir))
+            seen = 1;
+    for (size_t i = 0; i < 4 && !seen; i++)
+        if (!done[i][0]) {
+            snprintf(done[i], sizeof done[i], "%s", dir);
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    if (seen)
+        return;
     DIR *d = opendir(dir);
     if (!d)
         return;
@@ -231,6 +253,13 @@ int sbx_limits_attach(sbx_limits *lim, pid_t pid, char *err, size_t len)
     return 0;
 }
 
+int sbx_limits_clone_fd(const sbx_limits *lim)
+{
+    if (!lim || lim->version != 2 || !lim->cpu[0])
+        return -1;
+    return open(lim->cpu, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
 int sbx_limits_has_memory_cgroup(const sbx_limits *lim)
 {
     return lim && lim->mem[0];
@@ -305,80 +334,125 @@ static uint64_t sbx_limits_read_u64(const char *dir, const char *file)
     return v;
 }
 
-typedef struct {
-    pid_t pid, ppid;
-    unsigned long long ticks;
-} sbx_limits_proc;
+typedef struct sbx_limits_pids {
+    int *v;
+    size_t n, cap;
+} sbx_limits_pids;
 
-/* Without cgroups: every live process of the tree under root, with the time
- * of its reaped children (cutime/cstime), covers everything the sandbox
- * ever ran (orphans are reparented to init, which is in the tree). */
-static uint64_t sbx_limits_proc_tree_ns(pid_t root)
+/* Bounds the walk even if pid reuse during it ever produced a cycle. */
+#define SBX_LIMITS_MAX_TREE 65536
+
+static void sbx_limits_push(sbx_limits_pids *ps, int pid)
 {
-    DIR *d = opendir("/proc");
-    if (!d)
-        return 0;
-    size_t n = 0, cap = 256;
-    sbx_limits_proc *ps = malloc(cap * sizeof *ps);
-    if (!ps) {
-        closedir(d);
-        return 0;
+    if (ps->n == ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 64;
+        if (cap > SBX_LIMITS_MAX_TREE)
+            return;
+        int *v = realloc(ps->v, cap * sizeof *v);
+        if (!v)
+            return;
+        ps->v = v;
+        ps->cap = cap;
     }
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        char p[300], buf[1024];
-        snprintf(p, sizeof p, "/proc/%s/stat", de->d_name);
-        FILE *f = fopen(p, "re");
-        if (!f)
-            continue;
-        size_t got = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[got] = 0;
-        char *rp = strrchr(buf, ')');
-        if (!rp)
-            continue;
-        /* after ")": state ppid pgrp session tty tpgid flags minflt cminflt
-         * majflt cmajflt utime stime cutime cstime */
-        int ppid;
-        unsigned long long ut, st, cut, cst;
-        if (sscanf(rp + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &ppid,
-                   &ut, &st, &cut, &cst) != 5)
-            continue;
-        if (n == cap) {
-            sbx_limits_proc *np = realloc(ps, 2 * cap * sizeof *ps);
-            if (!np)
-                break;
-            ps = np;
-            cap *= 2;
-        }
-        ps[n++] = (sbx_limits_proc){atoi(de->d_name), ppid, ut + st + cut + cst};
-    }
-    closedir(d);
-    /* Mark the tree: repeat until no new member (trees are shallow). */
-    char *in = calloc(n ? n : 1, 1);
-    unsigned long long ticks = 0;
-    int changed = 1;
-    while (in && changed) {
-        changed = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (in[i])
-                continue;
-            int member = ps[i].pid == root;
-            for (size_t j = 0; !member && j < n; j++)
-                member = in[j] && ps[j].pid == ps[i].ppid;
-            if (member) {
-                in[i] = 1;
-                ticks += ps[i].ticks;
-                changed = 1;
+    ps->v[ps->n++] = pid;
+}
+
+/* utime + stime + cutime + cstime of pid in clock ticks, and its number of
+ * threads; -1 when it is gone. */
+static long long sbx_limits_proc_ticks(int pid, long *threads)
+{
+    char p[64], buf[1024];
+    snprintf(p, sizeof p, "/proc/%d/stat", pid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (got <= 0)
+        return -1;
+    buf[got] = 0;
+    char *rp = strrchr(buf, ')');
+    if (!rp)
+        return -1;
+    /* after ")": state ppid pgrp session tty tpgid flags minflt cminflt
+     * majflt cmajflt utime stime cutime cstime priority nice num_threads */
+    unsigned long long ut, st, cut, cst;
+    if (sscanf(rp + 2,
+               "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu %*d %*d %ld", &ut,
+               &st, &cut, &cst, threads) != 5)
+        return -1;
+    return (long long)(ut + st + cut + cst);
+}
+
+/* Appends the pids listed in a /proc/.../children file. */
+static void sbx_limits_read_children(const char *path, sbx_limits_pids *ps)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    char buf[4096];
+    int cur = 0, in = 0;
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] >= '0' && buf[i] <= '9') {
+                cur = cur * 10 + (buf[i] - '0');
+                in = 1;
+            } else if (in) {
+                sbx_limits_push(ps, cur);
+                cur = in = 0;
             }
         }
+    if (in)
+        sbx_limits_push(ps, cur);
+    close(fd);
+}
+
+/* Without cgroups: every live process of the tree under root, with the time
+ * of the children it reaped (cutime/cstime), covers everything the tree ever
+ * ran that is not still a zombie of some dead parent (orphans are
+ * reparented to the sandbox's init, the root). Children are found through
+ * /proc/PID/task/TID/children, so the cost is a few system calls per
+ * process of the sandbox, whatever runs on the host. */
+static uint64_t sbx_limits_proc_tree_ns(pid_t root)
+{
+    sbx_limits_pids ps = {NULL, 0, 0};
+    unsigned long long ticks = 0;
+    sbx_limits_push(&ps, root);
+    for (size_t i = 0; i < ps.n; i++) {
+        int pid = ps.v[i];
+        long threads = 1;
+        long long t = sbx_limits_proc_ticks(pid, &threads);
+        if (t < 0)
+            continue;
+        ticks += (unsigned long long)t;
+        char p[96];
+        if (threads <= 1) {
+            snprintf(p, sizeof p, "/proc/%d/task/%d/children", pid, pid);
+            sbx_limits_read_children(p, &ps);
+            continue;
+        }
+        snprintf(p, sizeof p, "/proc/%d/task", pid);
+        DIR *d = opendir(p);
+        if (!d)
+            continue;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                continue;
+            snprintf(p, sizeof p, "/proc/%d/task/%.16s/children", pid, de->d_name);
+            sbx_limits_read_children(p, &ps);
+        }
+        closedir(d);
     }
-    free(in);
-    free(ps);
+    free(ps.v);
     long hz = sysconf(_SC_CLK_TCK);
     return hz > 0 ? ticks * (1000000000ULL / (unsigned long long)hz) : 0;
+}
+
+int sbx_limits_has_cpu_cgroup(const sbx_limits *lim)
+{
+    return lim && lim->cpu[0];
 }
 
 uint64_t sbx_limits_cpu_ns(sbx_limits *lim, pid_t root_pid)

@@ -234,17 +234,28 @@ void sbx_mount_plan_free(sbx_mount_plan **pp)
     *pp = NULL;
 }
 
-sbx_mount_plan *sbx_mount_prepare(const sandbox_config *cfg, char *err, size_t len)
+sbx_mount_plan *sbx_mount_prepare(const sandbox_config *cfg, const sbx_ids *ids, int ws_fd,
+                                  char *err, size_t len)
 {
     /* Nothing done here may propagate back to the host's mount namespace. */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
         sbx_util_fail(err, len, "mount: make / private");
+        if (ws_fd >= 0)
+            close(ws_fd);
         return NULL;
     }
     sbx_mount_plan *p = calloc(1, sizeof *p);
     if (!p) {
         snprintf(err, len, "mount: out of memory");
+        if (ws_fd >= 0)
+            close(ws_fd);
         return NULL;
+    }
+    /* The idmapped clone the monitor made replaces a plain one. */
+    if (ws_fd >= 0 && sbx_mount_add_tree(p, ws_fd, cfg->workspace, 1, SBX_RW) < 0) {
+        close(ws_fd);
+        snprintf(err, len, "mount: out of memory");
+        goto fail;
     }
     for (const char *const *d = sbx_mount_sysdirs; *d; d++)
         if (sbx_mount_clone(p, *d, *d, SBX_RO, 1, err, len) < 0)
@@ -276,7 +287,7 @@ sbx_mount_plan *sbx_mount_prepare(const sandbox_config *cfg, char *err, size_t l
             goto fail;
         }
     }
-    if (cfg->workspace) {
+    if (cfg->workspace && ws_fd < 0) {
         int rc = sbx_mount_clone(p, cfg->workspace, cfg->workspace, SBX_RW, 0, err, len);
         if (rc != 0) {
             if (rc == 1) {
@@ -288,9 +299,9 @@ sbx_mount_plan *sbx_mount_prepare(const sandbox_config *cfg, char *err, size_t l
     }
     /* Names for the generated passwd/group, looked up while the host's /etc
      * is still visible. */
-    struct passwd *pw = getpwuid(geteuid());
+    struct passwd *pw = getpwuid(ids->uid);
     snprintf(p->user, sizeof p->user, "%s", pw && pw->pw_name ? pw->pw_name : "sandbox");
-    struct group *gr = getgrgid(getegid());
+    struct group *gr = getgrgid(ids->gid);
     snprintf(p->group, sizeof p->group, "%s", gr && gr->gr_name ? gr->gr_name : "sandbox");
     return p;
 fail:

@@ -1,17 +1,26 @@
 /*
  * sbx_ns.c — namespaces and the identity the sandbox runs under.
  *
- * Identity. The sandbox maps exactly one uid and one gid, and uses the same
- * number inside as outside, so `id`, `ls -l` and files in the workspace agree
- * on both sides. Which host uid:
- *   - caller unprivileged: the caller's own uid (the only one an unprivileged
- *     user namespace may map);
- *   - caller root: never root. The workspace's owner when that is not root
- *     (a root daemon serving alice's workspace writes files as alice);
- *     otherwise nobody (65534), and the top directory of the root-owned
- *     workspace is chowned to it so that the sandbox can write there.
- * setgroups is denied, so supplementary groups can never be dropped to bypass
- * a "deny group" permission; as root the sandbox starts with none.
+ * Identity. The sandbox maps exactly one uid and one gid. setgroups is
+ * denied, so supplementary groups can never be dropped to bypass a "deny
+ * group" permission; as root the sandbox starts with none.
+ *   - caller unprivileged: the caller's own uid, the same number inside and
+ *     outside (the only one an unprivileged user namespace may map).
+ *   - caller root: never root, and never a uid that owns anything on the
+ *     host. Each sandbox runs as its own host uid and gid,
+ *     SBX_NS_HOST_BASE + the pid of its monitor (a range no distribution
+ *     allocates; unique among live sandboxes, so sandboxes share no per-user
+ *     kernel limit and host processes of some real user cannot signal or
+ *     ptrace them). The workspace is bound through an idmapped mount that
+ *     shows its on-disk owner and group as that uid and gid: the sandbox
+ *     can write a workspace owned by root or by alice, and the files it
+ *     creates land on disk owned by the workspace's owner and group. Inside,
+ *     the sandbox's uid is the workspace owner's (nobody, 65534, when root
+ *     owns it), so `ls -l` agrees on both sides.
+ *     The workspace is never chowned. Where the workspace's filesystem
+ *     cannot be idmapped (some network filesystems), a workspace owned by an
+ *     unprivileged user is used by running the sandbox as that user (same
+ *     number inside and out); a root-owned one is refused.
  */
 #include "kernels/sandbox/sbx_internal.h"
 
@@ -21,8 +30,10 @@
 #include <linux/capability.h>
 #include <pwd.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -30,31 +41,127 @@
 #include <unistd.h>
 
 #define SBX_NS_NOBODY 65534
+/* systemd's table of uid ranges (UIDS-GIDS.md) leaves 0x70000000-0x7FFDFFFF
+ * unused; + a pid (at most 2^22) stays inside it and below 2^31. */
+#define SBX_NS_HOST_BASE 0x70000000u
 
 int sbx_ns_choose_ids(const char *workspace, sbx_ids *ids, char *err, size_t len)
 {
+    (void)err;
+    (void)len;
     memset(ids, 0, sizeof *ids);
     if (geteuid() != 0) {
-        ids->uid = geteuid();
-        ids->gid = getegid();
+        ids->uid = ids->host_uid = geteuid();
+        ids->gid = ids->host_gid = getegid();
         return 0;
     }
     struct stat st;
-    if (workspace && stat(workspace, &st) == 0 && st.st_uid != 0) {
+    int have = workspace && stat(workspace, &st) == 0;
+    ids->uid = SBX_NS_NOBODY;
+    ids->gid = SBX_NS_NOBODY;
+    if (have && st.st_uid != 0) {
         ids->uid = st.st_uid;
         ids->gid = st.st_gid;
         if (ids->gid == 0) {
             struct passwd *pw = getpwuid(st.st_uid);
             ids->gid = pw && pw->pw_gid != 0 ? pw->pw_gid : SBX_NS_NOBODY;
         }
-        return 0;
     }
-    ids->uid = SBX_NS_NOBODY;
-    ids->gid = SBX_NS_NOBODY;
-    ids->chown_workspace = workspace != NULL;
-    (void)err;
-    (void)len;
+    /* host_uid 0: assigned by the monitor, sbx_ns_assign_host_ids(). */
+    if (have) {
+        ids->idmap = 1;
+        ids->ws_uid = st.st_uid;
+        ids->ws_gid = st.st_gid;
+    }
     return 0;
+}
+
+void sbx_ns_assign_host_ids(sbx_ids *ids)
+{
+    ids->host_uid = (uid_t)(SBX_NS_HOST_BASE + (unsigned)getpid());
+    ids->host_gid = (gid_t)ids->host_uid;
+}
+
+/* A user namespace whose only mapping is on-disk ws_uid:ws_gid -> the
+ * sandbox's host ids: what mount_setattr(MOUNT_ATTR_IDMAP) wants. Its
+ * creator exits at once; the fd keeps the namespace. */
+static int sbx_ns_idmap_userns(const sbx_ids *ids, char *err, size_t len)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return sbx_util_fail(err, len, "idmap: pipe");
+    /* Single-threaded caller (the monitor): a raw clone behaves like fork. */
+    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid < 0) {
+        sbx_util_fail(err, len, "idmap: new user namespace");
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        char c;
+        close(p[1]);
+        (void)!read(p[0], &c, 1);
+        _exit(0);
+    }
+    close(p[0]);
+    int fd = -1;
+    char path[64], line[64];
+    snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+    snprintf(line, sizeof line, "%u %u 1\n", (unsigned)ids->ws_uid, (unsigned)ids->host_uid);
+    if (sbx_util_write_file(path, line) < 0) {
+        sbx_util_fail(err, len, "idmap: map uid %u", (unsigned)ids->ws_uid);
+        goto out;
+    }
+    snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+    snprintf(line, sizeof line, "%u %u 1\n", (unsigned)ids->ws_gid, (unsigned)ids->host_gid);
+    if (sbx_util_write_file(path, line) < 0) {
+        sbx_util_fail(err, len, "idmap: map gid %u", (unsigned)ids->ws_gid);
+        goto out;
+    }
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        sbx_util_fail(err, len, "idmap: open %s", path);
+out:
+    close(p[1]);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    return fd;
+}
+
+int sbx_ns_idmap_workspace(const char *workspace, sbx_ids *ids, char *err, size_t len)
+{
+    int ns = sbx_ns_idmap_userns(ids, err, len);
+    if (ns < 0)
+        return -1;
+    int fd = open_tree(AT_FDCWD, workspace, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (fd < 0) {
+        sbx_util_fail(err, len, "workspace %s", workspace);
+        close(ns);
+        return -1;
+    }
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)ns};
+    int rc = mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr);
+    int e = errno;
+    close(ns);
+    if (rc == 0)
+        return fd;
+    close(fd);
+    errno = e;
+    if (e != EINVAL && e != EPERM && e != EOPNOTSUPP && e != ENOSYS)
+        return sbx_util_fail(err, len, "workspace %s: idmapped mount", workspace);
+    if (ids->ws_uid == 0) {
+        snprintf(err, len,
+                 "workspace %s is owned by root and its filesystem does not support idmapped "
+                 "mounts (%s): use a workspace owned by an unprivileged user, or --sandbox none",
+                 workspace, strerror(e));
+        return -1;
+    }
+    /* Not root's: run as its owner, who can write it without any mapping. */
+    ids->idmap = 0;
+    ids->host_uid = ids->uid;
+    ids->host_gid = ids->gid;
+    return -2;
 }
 
 int sbx_ns_write_maps(pid_t pid, const sbx_ids *ids, char *err, size_t len)
@@ -64,13 +171,13 @@ int sbx_ns_write_maps(pid_t pid, const sbx_ids *ids, char *err, size_t len)
     if (sbx_util_write_file(path, "deny") < 0 && errno != ENOENT)
         return sbx_util_fail(err, len, "user namespace: write %s", path);
     snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
-    snprintf(line, sizeof line, "%u %u 1\n", (unsigned)ids->uid, (unsigned)ids->uid);
+    snprintf(line, sizeof line, "%u %u 1\n", (unsigned)ids->uid, (unsigned)ids->host_uid);
     if (sbx_util_write_file(path, line) < 0)
-        return sbx_util_fail(err, len, "user namespace: map uid %u", (unsigned)ids->uid);
+        return sbx_util_fail(err, len, "user namespace: map uid %u", (unsigned)ids->host_uid);
     snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
-    snprintf(line, sizeof line, "%u %u 1\n", (unsigned)ids->gid, (unsigned)ids->gid);
+    snprintf(line, sizeof line, "%u %u 1\n", (unsigned)ids->gid, (unsigned)ids->host_gid);
     if (sbx_util_write_file(path, line) < 0)
-        return sbx_util_fail(err, len, "user namespace: map gid %u", (unsigned)ids->gid);
+        return sbx_util_fail(err, len, "user namespace: map gid %u", (unsigned)ids->host_gid);
     return 0;
 }
 

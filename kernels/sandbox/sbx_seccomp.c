@@ -17,10 +17,19 @@
  * (network off, see sandbox.h) AF_INET is allowed for plain TCP stream
  * sockets only, which is all a client of 127.0.0.1:port needs; AF_INET6,
  * datagram, raw and SCTP sockets stay denied.
+ *
+ * Set-id bits: chmod/fchmod/fchmodat/fchmodat2 and the creating calls
+ * (open/openat with O_CREAT or O_TMPFILE, creat, mknod/mknodat) fail with
+ * EPERM when the mode has S_ISUID or S_ISGID; openat2 (whose mode sits in a
+ * struct the filter cannot read) fails with ENOSYS, so libc falls back. A
+ * root caller's sandbox writes a root-owned workspace through an idmapped
+ * mount: without this, code could leave a setuid-root program on the host.
  */
 #include "kernels/sandbox/sbx_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <linux/netlink.h>
 #include <netinet/in.h>
 #include <linux/seccomp.h>
@@ -105,6 +114,56 @@ int sbx_seccomp_probe(char *err, size_t len)
     return 0;
 }
 
+#ifndef __O_TMPFILE
+#define __O_TMPFILE 020000000
+#endif
+
+/* Where the mode (and, for open, the flags) is among the arguments. */
+static const struct {
+    const char *name;
+    unsigned mode_arg;
+    int flags_arg; /* -1: the call always creates */
+} sbx_seccomp_mode_calls[] = {
+    {"chmod", 1, -1},     {"fchmod", 1, -1}, {"fchmodat", 2, -1},
+    {"fchmodat2", 2, -1}, {"creat", 1, -1},  {"mknod", 1, -1},
+    {"mknodat", 2, -1},   {"open", 2, 1},    {"openat", 3, 2},
+};
+
+/* Denies every call of sbx_seccomp_mode_calls whose mode has a set-id bit. */
+static int sbx_seccomp_setid(scmp_filter_ctx ctx, const char **what)
+{
+    static const uint64_t bits[] = {S_ISUID, S_ISGID};
+    static const uint64_t creating[] = {O_CREAT, __O_TMPFILE};
+    int rc = 0;
+    for (size_t i = 0;
+         rc == 0 && i < sizeof sbx_seccomp_mode_calls / sizeof *sbx_seccomp_mode_calls; i++) {
+        int nr = seccomp_syscall_resolve_name(sbx_seccomp_mode_calls[i].name);
+        if (nr == __NR_SCMP_ERROR)
+            continue;
+        *what = sbx_seccomp_mode_calls[i].name;
+        for (size_t b = 0; rc == 0 && b < 2; b++) {
+            struct scmp_arg_cmp c[2] = {
+                {sbx_seccomp_mode_calls[i].mode_arg, SCMP_CMP_MASKED_EQ, bits[b], bits[b]},
+            };
+            if (sbx_seccomp_mode_calls[i].flags_arg < 0) {
+                rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, c);
+                continue;
+            }
+            for (size_t f = 0; rc == 0 && f < 2; f++) {
+                c[1] = (struct scmp_arg_cmp){(unsigned)sbx_seccomp_mode_calls[i].flags_arg,
+                                             SCMP_CMP_MASKED_EQ, creating[f], creating[f]};
+                rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), nr, 2, c);
+            }
+        }
+    }
+    int nr = seccomp_syscall_resolve_name("openat2");
+    if (rc == 0 && nr != __NR_SCMP_ERROR) {
+        *what = "openat2";
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
+    }
+    return rc;
+}
+
 #define SBX_SC_RULE(ctx, action, name, ...)                                                        \
     seccomp_rule_add((ctx), (action), seccomp_syscall_resolve_name(name), __VA_ARGS__)
 
@@ -123,6 +182,8 @@ int sbx_seccomp_apply(const sandbox_config *cfg, char *err, size_t len)
         what = *n;
         rc = seccomp_rule_add(ctx, eperm, nr, 0);
     }
+    if (rc == 0)
+        rc = sbx_seccomp_setid(ctx, &what);
     if (rc == 0) {
         what = "clone3";
         rc = SBX_SC_RULE(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0);

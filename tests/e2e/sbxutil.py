@@ -98,11 +98,10 @@ class Sandboxes:
         return SETPRIV if self.user == "nobody" else []
 
     def expected_uid(self):
-        """Host uid that files written by the sandbox get."""
-        if self.user == "nobody" or not IS_ROOT:
-            return NOBODY if self.user == "nobody" else os.geteuid()
-        st = self.ws.stat()
-        return st.st_uid if st.st_uid != 0 else NOBODY
+        """Host uid that files written by the sandbox get: the workspace's
+        owner (a root caller's sandbox writes through an idmapped mount; an
+        unprivileged caller's runs as the caller, who owns the workspace)."""
+        return self.ws.stat().st_uid
 
     def run(self, code, lang="bash", opts=(), timeout=60, stdin=subprocess.DEVNULL,
             pass_fds=(), env=None):
@@ -254,6 +253,27 @@ def wait_gone(pattern, timeout=10):
             return True
         time.sleep(0.1)
     return False
+
+
+def host_status_ids(pid):
+    """(real, effective, saved, fs) uids of a host process, from the host's
+    /proc/PID/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return tuple(int(v) for v in line.split()[1:5])
+    raise AssertionError(f"no Uid line for {pid}")
+
+
+def wait_pid_of(pattern, timeout=20):
+    """The pid of the one host process whose command line contains pattern."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+        pids = [int(p) for p in r.stdout.split()]
+        if pids:
+            return pids[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no host process matches {pattern!r}")
 
 
 def kill_pattern(pattern):

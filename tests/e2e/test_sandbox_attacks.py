@@ -440,6 +440,46 @@ def test_setuid_binaries_give_nothing(sbx, via):
     assert "\n0\n" not in "\n" + out, out
 
 
+def test_setid_bits_in_the_workspace(sbx, via):
+    """A root caller's sandbox writes a root-owned workspace (idmapped): a
+    setuid or setgid program left there would be root's on the host."""
+    code = r"""
+import os, stat
+res = []
+open("prog", "w").write("#!/bin/sh\nid\n")
+for m in (0o4755, 0o2755, 0o6755):
+    try:
+        os.chmod("prog", m); res.append(("chmod", oct(m)))
+    except OSError as e:
+        res.append(e.errno)
+for m in (0o4755, 0o2755):
+    try:
+        fd = os.open(f"new{m:o}", os.O_CREAT | os.O_WRONLY, m); os.close(fd)
+        if os.stat(f"new{m:o}").st_mode & 0o6000:
+            res.append(("open", oct(m)))
+    except OSError as e:
+        res.append(e.errno)
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, m); os.close(fd); res.append(("tmpfile", oct(m)))
+    except OSError as e:
+        res.append(e.errno)
+try:
+    os.mknod("node", 0o104755); res.append(("mknod",))
+except OSError as e:
+    res.append(e.errno)
+try:
+    os.chmod("prog", 0o755); res.append("plain-chmod-ok")
+except OSError as e:
+    res.append(("plain", e.errno))
+print("PWNED" if any(isinstance(r, tuple) for r in res) else "SAFE", res)
+"""
+    out = attack(sbx, via, "python", code)
+    assert_safe(out)
+    assert "plain-chmod-ok" in out, out
+    for f in sbx.ws.iterdir():
+        assert not f.lstat().st_mode & 0o6000, (f, oct(f.lstat().st_mode))
+
+
 def test_background_processes_die_with_the_sandbox(sbx, via):
     t = secrets.randbelow(10000) + 20000
     code = (f"nohup sleep {t}.1 >/dev/null 2>&1 &\n"
