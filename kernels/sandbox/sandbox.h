@@ -26,7 +26,7 @@
  *
  * Threads: PR_SET_PDEATHSIG follows the *thread* that called sandbox_spawn();
  * call it from a thread that lives as long as the sandbox should.
- * See kernels/sandbox/README.md for the security model.
+ * See "Security model" in README.md.
  */
 #ifndef KERNELS_SANDBOX_SANDBOX_H
 #define KERNELS_SANDBOX_SANDBOX_H

@@ -6,6 +6,7 @@ kernel started with `--sandbox strict` (skipped, with the reason, while
 build/kernel-<lang> does not exist). Both run as the invoking user and, when
 that is root, also as nobody via setpriv: the `user` parameter.
 """
+import atexit
 import os
 import shutil
 import signal
@@ -160,6 +161,30 @@ class Sandboxes:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
+_nobody_dir = None
+
+
+def nobody_binary(name):
+    """Path of a copy of build/<name> (with build/share beside it, where the
+    kernels look for their support files) that nobody can execute wherever
+    the tree lives: a CI checkout under /root (mode 0700) is not."""
+    global _nobody_dir
+    with _tool_lock:
+        if _nobody_dir is None:
+            d = Path(tempfile.mkdtemp(prefix="km-nobody-bin-"))
+            os.chmod(d, 0o755)
+            for b in ("kernel-bash", "kernel-python"):
+                shutil.copy2(kutil.BUILD / b, d / b)
+            shutil.copytree(kutil.BUILD / "share", d / "share")
+            for root, dirs, files in os.walk(d):
+                for n in dirs + files:
+                    p = os.path.join(root, n)
+                    os.chmod(p, 0o755 if os.path.isdir(p) or os.access(p, os.X_OK) else 0o644)
+            atexit.register(shutil.rmtree, d, True)
+            _nobody_dir = d
+    return str(_nobody_dir / name)
+
+
 class SandboxKernel(kutil.Kernel):
     """kutil.Kernel with a command prefix (setpriv) and a given workspace."""
 
@@ -176,7 +201,8 @@ class SandboxKernel(kutil.Kernel):
             os.chown(self.workdir, NOBODY, NOBODY)
             os.chown(self.cf, NOBODY, NOBODY)
         self.log = open(self.workdir / "kernel.log", "wb")
-        cmd = [*prefix, kutil.binary("kernel-" + lang), "-f", self.cf, "--workspace",
+        exe = nobody_binary("kernel-" + lang) if prefix else kutil.binary("kernel-" + lang)
+        cmd = [*prefix, exe, "-f", self.cf, "--workspace",
                str(self.workspace), *args]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
