@@ -19,14 +19,14 @@ PS1='' PS2='' PS4='+ '
 builtin shopt -s extdebug
 BASH_ARGV0=bash
 # The pipes move to high fds so that user scripts can use fds 3 and 4.
-exec {__km_req}<&3 {__km_evt}>&4 {__km_stdin}<&0 3<&- 4>&-
+exec {__km_req}<&3 {__km_evt}>&4 {__km_stdin}<&0 3<&- 4>&- {__km_null}>/dev/null
 unset KERNELMGR_REQ_FD KERNELMGR_EVT_FD
 __km_pid=$BASHPID
 __km_bash=$BASH
 __km_cell=${BASH_SOURCE[0]%/*}/cell.sh
-declare -r __km_req __km_evt __km_stdin __km_pid __km_bash __km_cell
+declare -r __km_req __km_evt __km_stdin __km_null __km_pid __km_bash __km_cell
 __km_code='' __km_silent=0 __km_store=1 __km_stdin_ok=0 __km_count=0 __km_t='' __km_rc=0
-__km_intr='' __km_errexit='' __km_flags='' __km_phase=idle __km_opt_e='' __km_opt_u='' __km_opt_x='' __km_opt_v='' __km_opt_ncm=''
+__km_intr='' __km_sigint='' __km_waiting='' __km_owed=0 __km_errexit='' __km_flags='' __km_phase=idle __km_opt_e='' __km_opt_u='' __km_opt_x='' __km_opt_v='' __km_opt_ncm=''
 
 # ------------------------------------------------------------------ events
 
@@ -62,11 +62,19 @@ __km_json() {
 # published everything written before the event: output that follows cannot
 # overtake the event.
 __km_wait_sync() {
-    local __km_w
+    local __km_w __km_waiting=1
     while IFS= builtin read -r -d '' -u "$__km_req" __km_w; do
         case $__km_w in
         sync) return 0 ;;
         input_reply) IFS= builtin read -r -d '' -u "$__km_req" __km_w ;;
+        interrupt) # announced interrupt: the cell ends after this display
+            IFS= builtin read -r -d '' -u "$__km_req" __km_w
+            ((__km_owed += 1))
+            if [[ $__km_phase == cell ]]; then
+                __km_intr=1
+                __km_unwind
+            fi
+            ;;
         esac
     done
     return 1
@@ -109,16 +117,62 @@ __km_skipcell() {
 __km_unwind() {
     builtin trap '__km_skipcell' DEBUG
 }
+# A SIGINT counts only while a cell runs. Before each SIGINT the kernel writes
+# an `interrupt` request (with a generation number) to the request pipe. A
+# signal whose announcement was already taken - by an input or sync wait, or
+# between cells (__km_owed counts those) - is a late one (the sandbox's init
+# forwards signals asynchronously; the kernel re-sends once at half the grace
+# period) and must not end the next cell. One never announced (`kill -INT $$`
+# in a cell) is a real interrupt. Between cells every SIGINT is ignored, and
+# it never disturbs the reading of a request.
+#
+# The trap itself must not read: it can run *inside* a `read` builtin (an
+# interactive bash runs traps while read waits and then goes on reading), and
+# a nested `read` - even `read -t 0` - resets the outer one's delimiter, so the
+# outer read would swallow the NUL-separated requests that follow. The INT
+# trap only arms a DEBUG trap; that runs before the next command, outside any
+# builtin, and looks for the announcement.
 __km_onint() {
-    # Between requests an interrupt is a late one (the cell it was meant for
-    # has ended): ignore it, unless the next request is already waiting in the
-    # pipe (the interrupt arrived before we woke up to read it). Once a
-    # request is being read it counts, even before the cell starts.
-    if [[ $__km_phase == idle ]] && ! builtin read -t 0 -u "$__km_req"; then
+    if [[ $__km_phase != cell ]]; then
+        ((__km_owed == 0)) || ((__km_owed -= 1))
         return 0
     fi
-    __km_intr=1
-    __km_unwind
+    __km_sigint=1
+    [[ -n $__km_intr ]] || builtin trap '__km_check_int' DEBUG
+}
+# Reads the requests waiting in the pipe (only ever called outside a read
+# builtin): an `interrupt` among them confirms the SIGINT. A stray
+# input_reply / input_cancel / sync of an input or sync wait that an
+# interrupt cut short is dropped, as in the main loop.
+__km_take_interrupts() {
+    local __km_w __km_n=0
+    while builtin read -t 0 -u "$__km_req" && IFS= builtin read -r -d '' -u "$__km_req" __km_w; do
+        case $__km_w in
+        interrupt) IFS= builtin read -r -d '' -u "$__km_req" __km_w && ((__km_n += 1)) ;;
+        input_reply) IFS= builtin read -r -d '' -u "$__km_req" __km_w ;;
+        esac
+    done
+    __km_sigint=''
+    if ((__km_n > 0)); then
+        __km_intr=1
+        ((__km_owed += __km_n - 1)) # more announcements than signals so far
+    elif ((__km_owed > 0)); then
+        ((__km_owed -= 1)) # the late signal of an interrupt already taken
+    else
+        __km_intr=1 # not announced: someone sent it directly
+    fi
+}
+__km_check_int() {
+    # Inside an input or sync wait the wait itself reads the announcement.
+    [[ $__km_phase == cell && -z $__km_waiting ]] || return 0
+    __km_take_interrupts
+    if [[ -n $__km_intr ]]; then
+        __km_unwind
+        __km_skipcell
+        return
+    fi
+    builtin trap - DEBUG
+    return 0
 }
 # errexit (set -e) in the main shell ends the cell, not the kernel: the ERR
 # trap runs before bash would exit, and turning -e off there cancels the exit.
@@ -137,10 +191,9 @@ __km_onerr() {
 # driver runs without them. -x is switched on again inside cell.sh so the
 # driver is not traced.
 __km_before_cell() {
-    __km_errexit=''
+    __km_errexit='' __km_intr='' __km_sigint='' __km_waiting=''
     builtin shopt -s extdebug
-    [[ -n $__km_intr ]] || builtin trap - DEBUG
-    builtin trap '__km_onint' INT
+    builtin trap - DEBUG
     builtin trap '__km_onerr' ERR
     [[ -z $__km_opt_ncm ]] || builtin shopt -s nocasematch
     [[ -z $__km_opt_v ]] || builtin set -v
@@ -149,6 +202,8 @@ __km_before_cell() {
 }
 __km_after_cell() {
     builtin set +euxv
+    # A SIGINT during the cell's last command has not been checked yet.
+    [[ -z $__km_sigint || -n $__km_intr ]] || __km_take_interrupts
     __km_opt_ncm=''
     if builtin shopt -q nocasematch; then
         __km_opt_ncm=1
@@ -205,21 +260,33 @@ read() {
     __km_json "$__km_prompt"
     __km_emit "{\"type\":\"input_request\",\"prompt\":$REPLY,\"password\":$__km_pw}"
     unset REPLY
-    IFS= builtin read -r -d '' -u "$__km_req" __km_t || return $(($? > 128 ? 130 : 1))
-    case $__km_t in
-    input_reply)
-        IFS= builtin read -r -d '' -u "$__km_req" __km_v || return $(($? > 128 ? 130 : 1))
-        builtin read "${__km_args[@]}" "$@" <<<"$__km_v"
-        ;;
-    *) # input_cancel: the kernel cancels an input it allowed only when the
-        # cell is interrupted (the SIGINT itself may arrive later through the
-        # sandbox's init): end the cell here.
-        builtin read "${__km_args[@]}" "$@" </dev/null
-        __km_intr=1
-        __km_unwind
-        return 130
-        ;;
-    esac
+    # The answer, or an interrupt: the kernel announces every interrupt on
+    # this pipe (and cancels the input), so the wait ends on what it reads,
+    # whenever the SIGINT itself arrives.
+    local __km_waiting=1
+    while :; do
+        IFS= builtin read -r -d '' -u "$__km_req" __km_t || return 1
+        case $__km_t in
+        input_reply)
+            IFS= builtin read -r -d '' -u "$__km_req" __km_v || return 1
+            __km_waiting=''
+            builtin read "${__km_args[@]}" "$@" <<<"$__km_v"
+            return
+            ;;
+        sync) ;;
+        *) # interrupt (its generation follows) or input_cancel
+            if [[ $__km_t == interrupt ]]; then
+                IFS= builtin read -r -d '' -u "$__km_req" __km_v
+                ((__km_owed += 1))
+            fi
+            __km_waiting=''
+            builtin read "${__km_args[@]}" "$@" </dev/null
+            __km_intr=1
+            __km_unwind
+            return 130
+            ;;
+        esac
+    done
 }
 
 # ------------------------------------------------------------------ display
@@ -385,26 +452,31 @@ __km_field() {
 # ------------------------------------------------------------------ main loop
 
 builtin trap '__km_onint' INT
-__km_emit '{"type":"ready"}'
+__km_emit '{"type":"ready","features":["interrupt"]}'
 
 # The loop is at top level (not in a function), so that the cell's
 # `declare`s are global.
 while :; do
-    __km_phase=idle __km_intr=''
-    IFS= builtin read -r -d '' -u "$__km_req" __km_t || {
-        # A late interrupt can cut the wait short: wait again. EOF: the
-        # kernel is gone.
-        (($? > 128)) && continue
-        builtin exit 0
-    }
+    __km_phase=idle
+    # A SIGINT here is ignored by the trap and does not end the read (an
+    # interactive bash runs the trap and reads on). End of file: the kernel
+    # is gone.
+    IFS= builtin read -r -d '' -u "$__km_req" __km_t || builtin exit 0
     __km_phase=request
     case $__km_t in
     execute)
-        __km_field __km_code && __km_field __km_silent && __km_field __km_store &&
-            __km_field __km_stdin_ok && __km_field __km_count || continue
+        # One builtin for the five fields: every `read` call costs its own
+        # fcntl/lseek/ioctl/sigprocmask round (the bytes themselves come one
+        # read(2) each from a pipe, either way).
+        builtin mapfile -t -d '' -n 5 -u "$__km_req" __km_f
+        ((${#__km_f[@]} == 5)) || builtin exit 0
+        __km_code=${__km_f[0]} __km_silent=${__km_f[1]} __km_store=${__km_f[2]}
+        __km_stdin_ok=${__km_f[3]} __km_count=${__km_f[4]}
+        __km_f=()
         __km_before_cell
+        __km_phase=cell
         builtin source "$__km_cell"
-        { __km_rc=$? __km_flags=$-; builtin set +xv; } 2>/dev/null
+        { __km_rc=$? __km_flags=$- __km_phase=after; builtin set +xv; } 2>&"$__km_null"
         __km_after_cell
         ;;
     complete)
@@ -417,8 +489,12 @@ while :; do
     is_complete)
         __km_field __km_code && __km_is_complete "$__km_code"
         ;;
-    input_reply) # a reply that arrived after its read was interrupted
+    input_reply) # a reply that arrived after its wait was cut short
         __km_field __km_t
+        ;;
+    interrupt) # announced when the cell had already ended: its SIGINT is late
+        __km_field __km_t
+        ((__km_owed += 1))
         ;;
     input_cancel | sync) ;;
     *)

@@ -26,12 +26,16 @@ _EVT_FD = int(os.environ.pop("KERNELMGR_EVT_FD", "4"))
 # Number of fields following each request type (WORKER_PROTOCOL.md).
 _REQ_FIELDS = {
     "execute": 5,
+    "execute_ext": 6,  # execute + options (JSON): we declare "execute_options"
     "complete": 2,
     "inspect": 3,
     "is_complete": 1,
     "input_reply": 1,
     "input_cancel": 0,
+    "interrupt": 1,  # generation; announces a SIGINT (we declare "interrupt")
+    "sync": 0,
 }
+_FEATURES = ["interrupt", "execute_options"]
 
 
 _TERMINATING = ("done", "complete_reply", "inspect_reply", "is_complete_reply")
@@ -40,6 +44,11 @@ _TERMINATING = ("done", "complete_reply", "inspect_reply", "is_complete_reply")
 class _State:
     answered = False  # the current request's terminating event was sent
     user = False  # True while user code runs: SIGINT then raises
+    waiting = False  # an input wait reads the request pipe itself
+    in_sigint = False
+    owed = 0  # announced interrupts whose SIGINT has not arrived yet
+    wait_sigs = 0  # SIGINTs received during an input wait, not yet matched
+    main_pid = 0  # the driver's pid: a forked child must not become a driver
     allow_stdin = False
     silent = False
     count = 0
@@ -65,10 +74,53 @@ def _j():
 
 
 def _on_sigint(signum, frame):
-    # Between cells (reading requests, writing events) an interrupt is simply
-    # dropped; inside user code it is the usual KeyboardInterrupt.
-    if _S.user:
-        raise KeyboardInterrupt
+    # The kernel announces each SIGINT with an `interrupt` request
+    # (WORKER_PROTOCOL.md). A signal whose announcement was already taken
+    # (by an input wait, or between cells) arrives late - the sandbox's init
+    # forwards asynchronously - and must not interrupt the next cell; one
+    # that was never announced (os.kill of our own pid, interrupt_main) is a
+    # real interrupt. Between cells every SIGINT is dropped; an input wait
+    # reads the announcement itself.
+    if _S.in_sigint:
+        return
+    if _S.waiting:
+        _S.wait_sigs += 1
+        return
+    if not _S.user:
+        if _S.owed > 0:
+            _S.owed -= 1
+        return
+    _S.in_sigint = True
+    try:
+        found = _take_interrupts()
+    finally:
+        _S.in_sigint = False
+    if not found and _S.owed > 0:
+        _S.owed -= 1
+        return
+    raise KeyboardInterrupt
+
+
+def _take_interrupts():
+    """Reads the requests already waiting in the pipe (only while no other
+    read of it is in progress); True when one is an `interrupt`. Late
+    answers (input_reply/input_cancel/sync) of a cut-short wait are dropped."""
+    import select
+
+    found = False
+    try:
+        while (_requests.fields or b"\0" in _requests.buf
+               or select.select([_REQ_FD], [], [], 0)[0]):
+            kind, _fields = _requests.request()
+            if kind == "interrupt":
+                if found:
+                    _S.owed += 1  # two announcements, one signal so far
+                found = True
+            elif kind not in ("input_reply", "input_cancel", "sync"):
+                _log("driver: %s request during a cell ignored" % kind)
+    except (OSError, EOFError, ValueError):
+        pass
+    return found
 
 
 # ---------------------------------------------------------------- events
@@ -337,13 +389,30 @@ def _read_input(prompt, password):
             "%s: this execution has no stdin (allow_stdin is false)" % what
         )
     _emit({"type": "input_request", "prompt": str(prompt), "password": bool(password)})
-    while True:
-        kind, fields = _requests.request()
-        if kind == "input_reply":
-            return fields[0]
-        if kind == "input_cancel":
-            raise KeyboardInterrupt("input request cancelled")
-        _log("driver: %s request while waiting for input ignored" % kind)
+    # The wait ends on what the pipe says, whenever the SIGINT itself comes:
+    # the kernel announces every interrupt here (and cancels the input).
+    _S.waiting = True
+    _S.wait_sigs = 0
+    try:
+        while True:
+            kind, fields = _requests.request()
+            if kind == "input_reply":
+                return fields[0]
+            if kind == "input_cancel":
+                raise KeyboardInterrupt("input request cancelled")
+            if kind == "interrupt":
+                if _S.wait_sigs:
+                    _S.wait_sigs -= 1  # its signal came first
+                else:
+                    _S.owed += 1
+                raise KeyboardInterrupt
+            if kind != "sync":
+                _log("driver: %s request while waiting for input ignored" % kind)
+    finally:
+        _S.waiting = False
+        # Other signals during the wait: late ones of interrupts taken before.
+        _S.owed = max(0, _S.owed - _S.wait_sigs)
+        _S.wait_sigs = 0
 
 
 def _input(prompt=""):
@@ -826,12 +895,74 @@ def _transform_magics(code):
     return "\n".join(out) if changed else None
 
 
+class _ScriptError(Exception):
+    pass
+
+
+_SCRIPT_MAGICS = {"bash": "bash", "sh": "sh"}
+
+
+def _cell_magic(code):
+    """(name, options, body) when code is an IPython cell magic (`%%name` on
+    its first line), else None."""
+    first, sep, body = code.lstrip("\n").partition("\n")
+    if not first.startswith("%%"):
+        return None
+    words = first[2:].split()
+    if not words:
+        return None
+    return words[0], words[1:], body
+
+
+def _run_script_magic(name, options, body):
+    """%%bash / %%sh, like IPython's script magics: the body runs in a new
+    shell process whose output goes straight to the cell's stdout/stderr; a
+    non-zero exit status raises CalledProcessError (unless
+    --no-raise-error)."""
+    import subprocess
+
+    raise_error = True
+    for o in options:
+        if o == "--no-raise-error":
+            raise_error = False
+        else:
+            raise _ScriptError("%%%%%s: unsupported option %s (this kernel supports "
+                               "--no-raise-error)" % (name, o))
+    _flush_std()
+    p = subprocess.Popen([_SCRIPT_MAGICS[name], "-c", body])
+    _S.user = True
+    try:
+        rc = p.wait()
+    except KeyboardInterrupt:
+        # The shell got the SIGINT too (same process group); make sure it ends.
+        try:
+            p.wait(1)
+        except BaseException:
+            p.kill()
+            p.wait()
+        raise
+    finally:
+        _S.user = False
+    if rc != 0 and raise_error:
+        e = subprocess.CalledProcessError(rc, body)
+        e.__kernelmgr_exit_code__ = rc if rc > 0 else 128 - rc
+        raise e
+
+
 def _run_code(code, count):
     """Compiles and runs one cell; exceptions propagate to the caller."""
     import ast
 
     filename = _cell_filename(count)
     _register_source(filename, code)
+    magic = _cell_magic(code)
+    if magic is not None:
+        name, options, body = magic
+        if name not in _SCRIPT_MAGICS:
+            raise _ScriptError("cell magic %%%%%s is not supported by this kernel (it is not "
+                               "IPython); supported: %%%%bash, %%%%sh" % name)
+        _run_script_magic(name, options, body)
+        return
     flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
     try:
         tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
@@ -883,9 +1014,44 @@ def _run_async(co):
     return loop.run_until_complete(eval(co, _ns))
 
 
-def _execute(code, silent, store_history, allow_stdin, count):
+def _user_expressions(exprs):
+    """Evaluates each expression in the user's namespace after the cell, as
+    ipykernel does: {name: {status, data, metadata}} or an error entry."""
+    out = {}
+    for name, expr in exprs.items():
+        try:
+            _S.user = True
+            try:
+                value = eval(compile(str(expr), "<user_expression>", "eval"), _ns)
+            finally:
+                _S.user = False
+            data, md = _format(value)
+            out[name] = {"status": "ok", "data": data, "metadata": md}
+        except BaseException as e:
+            try:
+                tb = _format_exc_text(type(e), e, e.__traceback__).rstrip("\n").split("\n")
+            except Exception:
+                tb = []
+            out[name] = {"status": "error", "ename": type(e).__name__, "evalue": str(e),
+                         "traceback": tb}
+    return out
+
+
+def _parse_options(options):
+    if not options:
+        return {}
+    try:
+        o = _j().loads(options)
+    except ValueError:
+        _log("driver: bad execute options ignored")
+        return {}
+    return o if isinstance(o, dict) else {}
+
+
+def _execute(code, silent, store_history, allow_stdin, count, options=""):
     _S.silent = silent == "1"
     _S.allow_stdin = allow_stdin == "1"
+    opts = _parse_options(options)
     try:
         count = int(count)
     except ValueError:
@@ -911,15 +1077,26 @@ def _execute(code, silent, store_history, allow_stdin, count):
             exit_code = code_ if isinstance(code_, int) else 1
             _report_error(type(e), e, e.__traceback__)
     except BaseException as e:
-        status, exit_code = "error", 1
-        _report_error(type(e), e, e.__traceback__)
+        status, exit_code = "error", getattr(e, "__kernelmgr_exit_code__", 1)
+        if os.getpid() == _S.main_pid:
+            _report_error(type(e), e, e.__traceback__)
     finally:
         _S.user = False
+    if os.getpid() != _S.main_pid:
+        # A child forked by the cell (os.fork() without exec) came back here:
+        # it must not report the cell or read the parent's requests.
+        _flush_std()
+        os._exit(0 if status == "ok" else 1)
     try:
         _flush_figures()
     except BaseException as e:
         _log("driver: flushing figures failed: %r" % (e,))
-    _emit({"type": "done", "status": status, "exit_code": exit_code})
+    done = {"type": "done", "status": status, "exit_code": exit_code}
+    exprs = opts.get("user_expressions")
+    if isinstance(exprs, dict) and exprs:
+        # ipykernel evaluates them only after a successful cell.
+        done["user_expressions"] = _user_expressions(exprs) if status == "ok" else {}
+    _emit(done)
 
 
 # ---------------------------------------------------------------- complete
@@ -1226,8 +1403,10 @@ def _setup():
 
 
 def _dispatch(kind, fields):
-    if kind == "execute":
+    if kind in ("execute", "execute_ext"):
         _execute(*fields)
+    elif kind == "interrupt":
+        _S.owed += 1
     elif kind == "complete":
         _complete(*fields)
     elif kind == "inspect":
@@ -1235,7 +1414,8 @@ def _dispatch(kind, fields):
     elif kind == "is_complete":
         _is_complete(*fields)
     # input_reply / input_cancel outside an input request: a late answer to
-    # a request that an interrupt already ended. Dropped.
+    # a request that an interrupt already ended; an interrupt announced when
+    # its cell had already ended; sync. Dropped.
 
 
 _FALLBACK = {
@@ -1249,7 +1429,8 @@ _FALLBACK = {
 
 def main():
     _setup()
-    _os_write(_EVT_FD, b'{"type":"ready"}\n')
+    _S.main_pid = os.getpid()
+    _os_write(_EVT_FD, ('{"type":"ready","features":%s}\n' % _j().dumps(_FEATURES)).encode())
     while True:
         try:
             kind, fields = _requests.request()

@@ -121,6 +121,7 @@ static void end_request(kserver *ks)
     ks->input_pending = 0;
     ks->interrupt_deadline_ns = 0;
     ks->interrupt_resend_ns = 0;
+    ks->sigint_after_flush = 0;
 }
 
 static json_t *reply_metadata(kserver *ks, const char *status)
@@ -291,6 +292,17 @@ static void dispatch_event(kserver *ks, json_t *ev)
     if (!strcmp(type, "ready")) {
         ks->worker_ready = 1;
         ks->start_failures = 0;
+        ks->worker_features = 0;
+        size_t i;
+        json_t *f;
+        json_array_foreach(json_object_get(ev, "features"), i, f)
+        {
+            const char *name = json_string_value(f);
+            if (name && !strcmp(name, "interrupt"))
+                ks->worker_features |= KFEAT_INTERRUPT;
+            else if (name && !strcmp(name, "execute_options"))
+                ks->worker_features |= KFEAT_EXEC_OPTIONS;
+        }
     } else if (!strcmp(type, "log")) {
         const char *m = json_string_value(json_object_get(ev, "message"));
         kserver_log("worker: %s", m ? m : "");
@@ -391,6 +403,8 @@ void kexec_start_worker(kserver *ks)
     ks->restart_at_ns = 0;
     ks->kill_at_ns = 0;
     ks->worker_ready = 0;
+    ks->worker_features = 0;
+    ks->sigint_after_flush = 0;
     ks->cpu_mark_set = 0;
     ks->worker = kworker_start(&ks->spec, &ks->opts.sandbox, err, sizeof err);
     if (ks->worker) {
@@ -483,13 +497,36 @@ void kexec_worker_gone(kserver *ks)
     kexec_start_worker(ks);
 }
 
+/* Sends one SIGINT for the current request. A worker that declared the
+ * "interrupt" feature first gets an `interrupt` request with a new
+ * generation number: a SIGINT only counts when such a request is waiting in
+ * its pipe, so a signal that arrives late (the sandbox's init forwards it
+ * asynchronously) or twice cannot interrupt the next cell or disturb the
+ * reading of a request. The marker must be in the pipe before the signal
+ * can arrive: when the pipe is full, the SIGINT waits until it was written. */
+static void send_sigint(kserver *ks)
+{
+    if (ks->worker_features & KFEAT_INTERRUPT) {
+        char gen[24];
+        snprintf(gen, sizeof gen, "%llu", (unsigned long long)++ks->interrupt_gen);
+        const char *f[] = {"interrupt", gen};
+        if (kexec_send_request(ks, f, 2) < 0)
+            return;
+        if (kworker_wants_write(ks->worker)) {
+            ks->sigint_after_flush = 1;
+            return;
+        }
+    }
+    kworker_signal(ks->worker, SIGINT);
+}
+
 void kexec_interrupt(kserver *ks)
 {
     if (!ks->worker || !ks->cur) {
         kserver_log("interrupt: nothing is running");
         return;
     }
-    kworker_signal(ks->worker, SIGINT);
+    send_sigint(ks);
     if (!ks->interrupt_deadline_ns) {
         uint64_t grace = (uint64_t)(ks->opts.interrupt_grace * 1e9);
         ks->interrupt_deadline_ns = kworker_now_ns() + grace;
@@ -513,7 +550,11 @@ void kexec_timers(kserver *ks, uint64_t now)
     if (ks->worker && ks->interrupt_resend_ns && now >= ks->interrupt_resend_ns) {
         ks->interrupt_resend_ns = 0;
         if (ks->cur)
-            kworker_signal(ks->worker, SIGINT);
+            send_sigint(ks);
+    }
+    if (ks->worker && ks->sigint_after_flush && !kworker_wants_write(ks->worker)) {
+        ks->sigint_after_flush = 0;
+        kworker_signal(ks->worker, SIGINT);
     }
     if (ks->worker && ks->interrupt_deadline_ns && now >= ks->interrupt_deadline_ns) {
         static char reason[128];

@@ -21,6 +21,12 @@
 #include "kernels/server/kstream.h"
 #include "kernels/server/kworker.h"
 
+/* What a worker declared in its "ready" event ("features"), see
+ * WORKER_PROTOCOL.md. A worker that declares nothing gets the original
+ * protocol. */
+#define KFEAT_INTERRUPT 1u    /* "interrupt": an interrupt request precedes each SIGINT */
+#define KFEAT_EXEC_OPTIONS 2u /* "execute_options": understands `execute_ext` */
+
 typedef enum kreq_kind {
     KREQ_NONE = 0,
     KREQ_EXECUTE,
@@ -58,11 +64,14 @@ typedef struct kserver {
 
     /* The worker. */
     kworker *worker;
-    int worker_ready;       /* sent its "ready" event */
-    int start_failures;     /* consecutive deaths before "ready" */
-    uint64_t restart_at_ns; /* when no worker runs: next start attempt */
-    uint64_t kill_at_ns;    /* event pipe closed but process alive: kill then */
-    uint64_t ready_by_ns;   /* a worker not "ready" by then is killed */
+    int worker_ready;         /* sent its "ready" event */
+    int start_failures;       /* consecutive deaths before "ready" */
+    uint64_t restart_at_ns;   /* when no worker runs: next start attempt */
+    uint64_t kill_at_ns;      /* event pipe closed but process alive: kill then */
+    uint64_t ready_by_ns;     /* a worker not "ready" by then is killed */
+    unsigned worker_features; /* KFEAT_* bits from the worker's "ready" event */
+    uint64_t interrupt_gen;   /* number of the last interrupt marker sent */
+    int sigint_after_flush;   /* SIGINT waits until the marker left the queue */
     kstream out, err;
 
     /* The shell request being served by the worker. */
@@ -72,11 +81,11 @@ typedef struct kserver {
     int cur_silent, cur_store, cur_allow_stdin, cur_stop_on_error;
     json_t *cur_error; /* owned: {ename, evalue, traceback} of an error event */
     char cur_started[32];
-    uint64_t cur_cpu_ns;            /* sandbox CPU time when it started */
-    uint64_t cpu_mark_ns;           /* sandbox CPU time at the end of the last
-                                       execution: the next one's start, so the
-                                       (possibly costly) query runs once per
-                                       cell; valid when cpu_mark_set */
+    uint64_t cur_cpu_ns;  /* sandbox CPU time when it started */
+    uint64_t cpu_mark_ns; /* sandbox CPU time at the end of the last
+                             execution: the next one's start, so the
+                             (possibly costly) query runs once per
+                             cell; valid when cpu_mark_set */
     int cpu_mark_set;
     int input_pending;              /* an input_request waits for the client */
     uint64_t interrupt_deadline_ns; /* kill the worker then; 0 when not interrupting */

@@ -230,8 +230,26 @@ static void start_execute(kserver *ks, jmsg *msg)
     char silent[2] = {ks->cur_silent ? '1' : '0', 0}, store[2] = {ks->cur_store ? '1' : '0', 0},
          stdin_ok[2] = {ks->cur_allow_stdin ? '1' : '0', 0}, count[16];
     snprintf(count, sizeof count, "%d", ks->cur_count);
-    const char *fields[] = {"execute", json_string_value(code), silent, store, stdin_ok, count};
-    kexec_send_request(ks, fields, 6);
+    /* Options go as `execute_ext` (execute plus a JSON field), only to a
+     * worker that declared "execute_options" and only when there is
+     * something to say: the common request stays the original `execute`. */
+    char *options = NULL;
+    json_t *ue = json_object_get(msg->content, "user_expressions");
+    if ((ks->worker_features & KFEAT_EXEC_OPTIONS) && json_is_object(ue) &&
+        json_object_size(ue) > 0) {
+        json_t *o = json_pack("{s:O}", "user_expressions", ue);
+        options = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+    }
+    const char *fields[] = {options ? "execute_ext" : "execute",
+                            json_string_value(code),
+                            silent,
+                            store,
+                            stdin_ok,
+                            count,
+                            options};
+    kexec_send_request(ks, fields, options ? 7 : 6);
+    free(options);
 }
 
 /* Number of code points of a UTF-8 string (the protocol's cursor unit). */

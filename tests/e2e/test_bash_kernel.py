@@ -360,6 +360,99 @@ def test_interrupt_while_waiting_for_input(bash):
     assert stream_text(iopub) == "fine\n"
 
 
+def signal_worker(k, sig=signal.SIGINT):
+    """Sends sig to the worker the way a late forward does: to its process
+    group (--sandbox none) or to the sandbox's init, which forwards it."""
+    import subprocess
+    kids = subprocess.run(["pgrep", "-P", str(k.proc.pid)], capture_output=True,
+                          text=True).stdout.split()
+    assert kids, "the kernel has no worker process"
+    for pid in map(int, kids):
+        if SANDBOX == "none":
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
+def test_sigint_between_cells_is_harmless(bash):
+    # A SIGINT that reaches the idle worker (a late forward through the
+    # sandbox's init, or the kernel's re-send at half the grace period) ran
+    # the INT trap inside the `read` of the next request; the trap's own
+    # `read -t 0` reset that read's delimiter, so the next request was
+    # swallowed and the cell never answered (or it was interrupted).
+    k = bash()
+    run(k, "v=kept")
+    for i in range(3):
+        signal_worker(k)
+        time.sleep(0.2)  # let the trap run while the worker waits (not asserted)
+        reply, iopub = run(k, f"echo fine-{i} $v", timeout=20)
+        assert reply["content"]["status"] == "ok", (reply["content"], k.log_text())
+        assert stream_text(iopub) == f"fine-{i} kept\n"
+
+
+def test_interrupted_input_then_late_sigint(bash):
+    # The reported failure: after an interrupted `read`, a SIGINT arriving
+    # late must not touch the next cell.
+    k = bash()
+    msg_id = k.kc.execute("read -p 'never: ' v; echo not-reached", allow_stdin=True)
+    assert k.kc.get_stdin_msg(timeout=10)["msg_type"] == "input_request"
+    assert kutil.control_request(k, "interrupt_request")["content"]["status"] == "ok"
+    r = k.collect(msg_id, 20)
+    assert r["reply"]["content"]["ename"] == "KeyboardInterrupt"
+    signal_worker(k)  # a duplicate, as the half-grace re-send would be
+    for _ in range(3):
+        reply, iopub = run(k, "echo fine", timeout=20)
+        assert reply["content"]["status"] == "ok", (reply["content"], k.log_text())
+        assert stream_text(iopub) == "fine\n"
+
+
+def test_sigint_storm_never_desynchronises(bash):
+    """SIGINTs at random moments (between cells, while a request is read,
+    inside cells): every cell gets a reply, a cell either completes or is
+    interrupted, and the shell and its state survive."""
+    import random
+    import threading
+    k = bash()
+    run(k, "v=kept")
+    stop = threading.Event()
+
+    def storm():
+        while not stop.is_set():
+            try:
+                signal_worker(k)
+            except (AssertionError, ProcessLookupError):
+                pass
+            stop.wait(random.random() * 0.01)
+
+    t = threading.Thread(target=storm)
+    t.start()
+    try:
+        for i in range(40):
+            reply, iopub = run(k, f"echo c{i}", timeout=20)
+            st = reply["content"]["status"]
+            assert st in ("ok", "error"), reply["content"]
+            if st == "ok":
+                assert stream_text(iopub) == f"c{i}\n"
+            else:
+                assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+    finally:
+        stop.set()
+        t.join()
+    reply, iopub = run(k, "echo $v")
+    assert reply["content"]["status"] == "ok" and stream_text(iopub) == "kept\n"
+
+
+def test_self_sent_sigint_interrupts(bash):
+    # A SIGINT the kernel did not announce (sent by the cell itself) is a
+    # real interrupt.
+    k = bash()
+    reply, iopub = run(k, "kill -INT $$; sleep 0.2; echo not-reached", timeout=20)
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    assert "not-reached" not in stream_text(iopub)
+    reply, iopub = run(k, "echo fine")
+    assert stream_text(iopub) == "fine\n"
+
+
 # ---------------------------------------------------------------- introspection
 
 def shell_request(k, send, timeout=10):

@@ -427,3 +427,48 @@ def test_shell_and_magics(drv, tmp_path):
     assert evs[0]["data"]["text/plain"] == "1"
     evs = drv.execute("x = (1 +\n!echo no)")
     assert evs[0]["ename"] == "SyntaxError"
+
+
+def test_late_sigint_of_an_announced_interrupt_is_ignored(drv):
+    """The kernel announces each SIGINT with an `interrupt` request. When the
+    announcement ended an input wait and the signal itself arrives only in
+    the next cell (the sandbox's init forwards asynchronously), that cell
+    must not be interrupted."""
+    drv.send("execute", "input()", "0", "1", "1", "1")
+    assert drv.event()["type"] == "input_request"
+    drv.send("interrupt", "1")  # the announcement; its SIGINT is "in flight"
+    drv.send("input_cancel")
+    evs = drv.until(("done",))
+    assert evs[0]["ename"] == "KeyboardInterrupt"
+    drv.send("execute", "import time\nprint('go', flush=True)\ntime.sleep(1)\nprint('end')",
+             "0", "1", "0", "2")
+    deadline = time.monotonic() + 10
+    while b"go" not in drv.out["stdout"] and time.monotonic() < deadline:
+        drv._pump(0.1)
+    os.killpg(drv.proc.pid, signal.SIGINT)  # the late one
+    evs = drv.until(("done",))
+    assert evs[-1] == {"type": "done", "status": "ok", "exit_code": 0}, evs
+    # an announced interrupt still works, and so does an unannounced one
+    drv.send("execute", "import time\nprint('go', flush=True)\ntime.sleep(30)", "0", "1", "0",
+             "3")
+    drv.out["stdout"] = b""
+    deadline = time.monotonic() + 10
+    while b"go" not in drv.out["stdout"] and time.monotonic() < deadline:
+        drv._pump(0.1)
+    drv.send("interrupt", "2")
+    os.killpg(drv.proc.pid, signal.SIGINT)
+    evs = drv.until(("done",))
+    assert evs[0]["ename"] == "KeyboardInterrupt"
+    evs = drv.execute("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\n"
+                      "time.sleep(5)")
+    assert evs[0]["ename"] == "KeyboardInterrupt"
+
+
+def test_execute_ext_user_expressions(drv):
+    drv.execute("a = 2")
+    drv.send("execute_ext", "b = a + 1", "0", "1", "0", "2",
+             json.dumps({"user_expressions": {"s": "a + b", "e": "nope"}}))
+    evs = drv.until(("done",))
+    ue = evs[-1]["user_expressions"]
+    assert ue["s"] == {"status": "ok", "data": {"text/plain": "5"}, "metadata": {}}
+    assert ue["e"]["status"] == "error" and ue["e"]["ename"] == "NameError"

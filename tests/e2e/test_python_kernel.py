@@ -451,3 +451,109 @@ def test_cell_ignoring_sigint_is_restarted(kernel_factory):
     assert results(io)[0]["data"]["text/plain"] == "'fresh'"
     c, io = run(k, "lost")
     assert c["ename"] == "NameError"
+
+
+# ---------------------------------------------------------------- user_expressions, %%bash
+
+def test_user_expressions(py):
+    run(py, "a = 6")
+    msg_id = py.kc.execute("b = a * 7", user_expressions={
+        "prod": "a * b", "html": "type('H', (), {'_repr_html_': lambda s: '<b>x</b>'})()",
+        "bad": "1/0", "syntax": "a +"})
+    r = py.collect(msg_id, 30)
+    c = r["reply"]["content"]
+    assert c["status"] == "ok", c
+    ue = c["user_expressions"]
+    assert ue["prod"] == {"status": "ok", "data": {"text/plain": "252"}, "metadata": {}}
+    assert ue["html"]["status"] == "ok" and ue["html"]["data"]["text/html"] == "<b>x</b>"
+    assert ue["bad"]["status"] == "error" and ue["bad"]["ename"] == "ZeroDivisionError"
+    assert ue["syntax"]["status"] == "error" and ue["syntax"]["ename"] == "SyntaxError"
+    # silent executions get them too (frontends poll state that way); none
+    # after a failed cell, as with ipykernel
+    msg_id = py.kc.execute("", silent=True, user_expressions={"b": "b"})
+    c = py.collect(msg_id, 30)["reply"]["content"]
+    assert c["user_expressions"]["b"]["data"]["text/plain"] == "42"
+    msg_id = py.kc.execute("1/0", user_expressions={"b": "b"})
+    c = py.collect(msg_id, 30)["reply"]["content"]
+    assert c["status"] == "error" and c["user_expressions"] == {}
+    # a plain execute still has an (empty) user_expressions
+    c, _ = run(py, "pass")
+    assert c["user_expressions"] == {}
+
+
+def test_bash_cell_magic(py):
+    c, io = run(py, "%%bash\nx=from-bash\necho $x\necho err >&2\nprintf '%s\\n' \"$0\" > /dev/null")
+    assert c["status"] == "ok", c
+    assert stream_text(io) == "from-bash\n"
+    assert stream_text(io, "stderr") == "err\n"
+    # files carry over to Python; a failing script raises CalledProcessError
+    c, io = run(py, "%%bash\necho data > f.txt\nexit 3")
+    assert c["status"] == "error"
+    assert c["ename"] == "CalledProcessError" and "exit status 3" in c["evalue"]
+    assert "driver.py" not in "\n".join(c["traceback"])
+    c, io = run(py, "open('f.txt').read()")
+    assert results(io)[0]["data"]["text/plain"] == "'data\\n'"
+    c, io = run(py, "%%sh --no-raise-error\necho via-sh; exit 1")
+    assert c["status"] == "ok" and stream_text(io) == "via-sh\n"
+    c, io = run(py, "%%bash --bogus\necho x")
+    assert c["status"] == "error" and "--bogus" in c["evalue"]
+    c, io = run(py, "%%timeit\n1")
+    assert c["status"] == "error" and "%%timeit" in c["evalue"]
+    # an interrupt stops the script, the kernel keeps its state
+    run(py, "kept = 1")
+    msg_id = py.kc.execute("%%bash\necho started; sleep 60; echo not-reached")
+    deadline = time.monotonic() + 20
+    seen = ""
+    while "started" not in seen and time.monotonic() < deadline:
+        try:
+            m = py.kc.get_iopub_msg(timeout=1)
+        except Exception:
+            continue
+        if m["msg_type"] == "stream":
+            seen += m["content"]["text"]
+    assert interrupt(py)["msg_type"] == "interrupt_reply"
+    r = py.collect(msg_id, timeout=30)
+    assert r["reply"]["content"]["ename"] == "KeyboardInterrupt"
+    c, io = run(py, "kept")
+    assert results(io)[0]["data"]["text/plain"] == "1"
+
+
+def test_exported_notebook_with_bash_cells_reruns(tmp_path, monkeypatch):
+    """A notebook as `kernelmgr export` writes it (Python cells, bash cells
+    as %%bash) re-runs on kernelmgr-python through nbclient."""
+    import json
+    import nbclient
+    import nbformat
+    ks = tmp_path / "kernels" / "kernelmgr-python"
+    ks.mkdir(parents=True)
+    (ks / "kernel.json").write_text(json.dumps({
+        "argv": [kutil.binary("kernel-python"), "-f", "{connection_file}", *SANDBOX_ARGS,
+                 "--python", SYS_PY],
+        "display_name": "kernelmgr Python", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("n = 3\nprint(n)"),
+                nbformat.v4.new_code_cell("%%bash\necho from-bash > b.txt; cat b.txt"),
+                nbformat.v4.new_code_cell("open('b.txt').read().strip() * n")]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    nbclient.NotebookClient(nb, kernel_name="kernelmgr-python", timeout=60,
+                            resources={"metadata": {"path": str(ws)}}).execute()
+    assert nb.cells[1].outputs[0]["text"] == "from-bash\n"
+    assert nb.cells[2].outputs[0]["data"]["text/plain"] == "'from-bashfrom-bashfrom-bash'"
+
+
+def test_forked_child_does_not_answer_for_the_cell(py):
+    # os.fork() without exec: the child finishes the cell's code too, and
+    # used to report the cell (a second `done`, attributed to whatever ran
+    # next) and read the parent's requests. It must just exit.
+    c, io = run(py, "import os, time\npid = os.fork()\nif pid == 0:\n    time.sleep(0.3)\n"
+                    "    raise ValueError('child')\nprint('parent')")
+    assert c["status"] == "ok", c
+    for i in range(5):
+        msg_id = py.kc.execute("import time; time.sleep(0.2); print(6 * 7)")
+        r = py.collect(msg_id, 30)
+        c = r["reply"]["content"]
+        assert c["status"] == "ok", (c, py.log_text())
+        assert stream_text(r["iopub"]) == "42\n"
+        assert not of_type(r["iopub"], "error")
