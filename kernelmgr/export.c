@@ -113,15 +113,9 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
         return NULL;
     }
     json_t *warnings = json_array();
-    if (nbash && !strcmp(kn, EXPORT_PYTHON_KERNEL))
-        json_array_append_new(
-            warnings, json_sprintf("%zu bash cell(s) are written as %%%%bash cells, but the "
-                                   "kernelmgr Python driver has no %%%%bash cell magic (only "
-                                   "!cmd and a few line magics): they fail when the notebook is "
-                                   "re-run with %s; re-run it with the python3 kernel "
-                                   "(ipykernel), or export a bash-only session",
-                                   nbash, kn));
-    else if (nbash && !bash_kernel)
+    /* ipykernel and our Python kernel both run %%bash cells in a new bash
+     * process each: say what does not carry over. */
+    if (nbash && !bash_kernel)
         json_array_append_new(
             warnings, json_sprintf("%zu bash cell(s) are written as %%%%bash cells: re-run with "
                                    "%s, each runs in its own bash process (workspace files carry "

@@ -475,7 +475,7 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
                            char *err, size_t errlen)
 {
     char py[PATH_MAX], proxy[64];
-    proxy_targets targets;
+    proxy_targets targets = {0};
     const char *index =
         install_prepare(al, ALLOWLIST_PIP, home, session, py, proxy, &targets, err, errlen);
     if (!index)
@@ -677,7 +677,7 @@ static json_t *install_npm(const allowlist *al, const char *home, const char *se
                            char *err, size_t errlen)
 {
     char npm[PATH_MAX], proxy[64];
-    proxy_targets targets;
+    proxy_targets targets = {0};
     const char *registry =
         install_prepare(al, ALLOWLIST_NPM, home, session, npm, proxy, &targets, err, errlen);
     if (!registry)

@@ -246,10 +246,13 @@ def test_export_mixed_session_says_how_it_reruns(mgr, jupyter_env, tmp_path):
     assert nb.cells[1].source.startswith("%%bash\n")
     assert "own bash process" in p.stderr
     assert nb.metadata["kernelmgr"]["warnings"]
-    # our Python kernel has no %%bash cell magic: the export says so precisely
+    # our Python kernel runs %%bash cells too (one bash process per cell)
     p = mgr.run("export", "m", "-o", str(out), "--kernel", "kernelmgr-python")
     assert p.returncode == 0
-    assert "no %%bash cell magic" in p.stderr
+    assert "own bash process" in p.stderr
+    nb = nbformat.read(str(out), as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "kernelmgr-python"
+    assert nb.cells[1].source.startswith("%%bash\n")
     # a bash kernel cannot run Python cells: refused as a usage error
     p = mgr.run("export", "m", "-o", str(tmp_path / "x.ipynb"), "--kernel", "kernelmgr-bash")
     assert p.returncode == 2 and "Python cell" in p.stderr
