@@ -31,6 +31,17 @@ for t in "$BUILD"/tests/test_*; do
     fi
 done
 
+# The tree must also build warning-free with clang (issue 2).
+if command -v clang >/dev/null; then
+    if make --no-print-directory -j2 CC=clang BUILD="$BUILD/clang" all \
+        >"$BUILD/test-logs/clang-build.log" 2>&1; then
+        unit_pass=$((unit_pass + 1)); echo "build clang -Wall -Wextra -Werror: ok"
+    else
+        unit_fail=$((unit_fail + 1)); echo "build clang: FAILED (log: $BUILD/test-logs/clang-build.log)"
+        tail -n 20 "$BUILD/test-logs/clang-build.log"
+    fi
+fi
+
 xml="$BUILD/test-logs/pytest.xml"
 rm -f "$xml"
 "$PYTHON" -m pytest -q -p no:cacheprovider --junitxml="$xml" ${PYTEST_ARGS:-} tests/e2e

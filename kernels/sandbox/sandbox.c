@@ -62,6 +62,9 @@ struct sandbox {
     sandbox_config cfg;
     pid_t init_pid;  /* strict: host pid of the sandbox's PID 1 */
     int init_pidfd;  /* strict: pidfd of init (-1 if unavailable) */
+    pid_t worker_ns_pid; /* strict: the worker's pid inside the sandbox */
+    pid_t worker_pid;    /* strict: its host pid (= host pgid), 0 if unknown */
+    int worker_pidfd;    /* strict: pidfd of the worker, -1 if unknown */
     sbx_limits *lim; /* strict: cgroups */
     int listen_fd;   /* strict: loopback listener from init, until taken */
     int stats_fd;    /* strict: the monitor's final CPU time (read end) */
@@ -167,7 +170,8 @@ static sandbox *spawn_none(const sandbox_config *cfg, char *const argv[], char *
 /* ---- strict ------------------------------------------------------------- */
 
 /* Sends one report message (NUL-terminated) on the report pipe: "P<pid>"
- * from the monitor, "E<reason>" from whichever stage failed. */
+ * from the monitor (init's host pid), "W<pid>" from init (the worker's pid
+ * inside the sandbox), "E<reason>" from whichever stage failed. */
 static void report(int fd, char kind, const char *text)
 {
     char buf[600];
@@ -301,6 +305,10 @@ static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_
     }
     if (worker == 0)
         worker_main(cfg, argv, envp, fds, nfds, rep, lim);
+    /* The caller finds the worker's host pid by this one (see find_worker). */
+    char wpid[24];
+    snprintf(wpid, sizeof wpid, "%d", (int)worker);
+    report(rep, 'W', wpid);
     int keep[1] = {ip->status_w};
     sbx_util_close_except(keep, 1);
     _exit(sbx_init_run(worker, ip->status_w));
@@ -522,6 +530,7 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
     }
     sb->cfg = *cfg;
     sb->init_pidfd = -1;
+    sb->worker_pidfd = -1;
     sb->listen_fd = -1;
     sb->stats_fd = -1;
     sb->lim = sbx_limits_new(cfg);
@@ -603,6 +612,8 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
             if (kind == 'P' && sb->init_pid == 0) {
                 sb->init_pid = atoi(text);
                 sb->init_pidfd = (int)syscall(SYS_pidfd_open, sb->init_pid, 0);
+            } else if (kind == 'W' && sb->worker_ns_pid == 0) {
+                sb->worker_ns_pid = atoi(text);
             } else if (kind == 'E' && !failed) {
                 snprintf(err, errlen, "%s", text);
                 failed = 1;
@@ -629,6 +640,7 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
         close(lsv[0]);
     if (failed)
         goto fail;
+    find_worker(sb);
     return sb;
 fail:
     sandbox_destroy(&sb);
