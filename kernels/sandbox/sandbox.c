@@ -56,20 +56,27 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* <linux/pidfd.h> of Linux >= 6.9; older headers lack it. */
+#ifndef PIDFD_SIGNAL_PROCESS_GROUP
+#define SBX_PIDFD_SIGNAL_PROCESS_GROUP (1u << 2)
+#else
+#define SBX_PIDFD_SIGNAL_PROCESS_GROUP PIDFD_SIGNAL_PROCESS_GROUP
+#endif
+
 struct sandbox {
     pid_t pid;  /* direct child the caller waits for */
     int reaped; /* caller told us (via destroy) or we reaped it */
     sandbox_config cfg;
-    pid_t init_pid;  /* strict: host pid of the sandbox's PID 1 */
-    int init_pidfd;  /* strict: pidfd of init (-1 if unavailable) */
+    pid_t init_pid;      /* strict: host pid of the sandbox's PID 1 */
+    int init_pidfd;      /* strict: pidfd of init (-1 if unavailable) */
     pid_t worker_ns_pid; /* strict: the worker's pid inside the sandbox */
     pid_t worker_pid;    /* strict: its host pid (= host pgid), 0 if unknown */
     int worker_pidfd;    /* strict: pidfd of the worker, -1 if unknown */
-    sbx_limits *lim; /* strict: cgroups */
-    int listen_fd;   /* strict: loopback listener from init, until taken */
-    int stats_fd;    /* strict: the monitor's final CPU time (read end) */
-    uint64_t cpu_ns; /* the largest value sandbox_cpu_ns() returned */
-    int cpu_final;   /* cpu_ns is the monitor's final figure */
+    sbx_limits *lim;     /* strict: cgroups */
+    int listen_fd;       /* strict: loopback listener from init, until taken */
+    int stats_fd;        /* strict: the monitor's final CPU time (read end) */
+    uint64_t cpu_ns;     /* the largest value sandbox_cpu_ns() returned */
+    int cpu_final;       /* cpu_ns is the monitor's final figure */
 };
 
 void sandbox_config_defaults(sandbox_config *cfg)
@@ -130,6 +137,8 @@ static sandbox *spawn_none(const sandbox_config *cfg, char *const argv[], char *
         return NULL;
     }
     sb->cfg = *cfg;
+    sb->init_pidfd = -1;
+    sb->worker_pidfd = -1;
     sb->listen_fd = -1;
     sb->stats_fd = -1;
     pid_t parent = getpid();
@@ -490,6 +499,72 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *chosen, const
     monitor_exit_as(st);
 }
 
+/* 1 when pid's parent is ppid and its innermost pid (the last NSpid field,
+ * its pid inside the sandbox) is ns_pid, else 0. */
+static int status_matches(pid_t pid, pid_t ppid, pid_t ns_pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *pp = strstr(buf, "\nPPid:");
+    const char *ns = strstr(buf, "\nNSpid:");
+    if (!pp || !ns || atoi(pp + 6) != (int)ppid)
+        return 0;
+    const char *eol = strchr(ns + 1, '\n');
+    const char *last = ns + 7;
+    for (const char *c = ns + 7; *c && c != eol; c++)
+        if (*c == '\t' || *c == ' ')
+            last = c + 1;
+    return atoi(last) == (int)ns_pid;
+}
+
+/* Strict: finds the worker's host pid among init's children by its pid
+ * inside the sandbox and keeps a pidfd of it, so that sandbox_signal() can
+ * signal its process group directly: a signal forwarded by init arrives
+ * whenever init gets to run, possibly after the next cell started. The
+ * pidfd is taken before the check, and the check is believed only if the
+ * pidfd still refers to a live process afterwards: a pid reused in between
+ * would have required the checked process to die first. Leaves worker_pid
+ * 0 when anything fails; sandbox_signal() then goes through init. */
+static void find_worker(sandbox *sb)
+{
+    if (sb->worker_ns_pid <= 0 || sb->init_pid <= 0)
+        return;
+    char path[96], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)sb->init_pid, (int)sb->init_pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
+        pid_t pid = atoi(tok);
+        if (pid <= 0)
+            continue;
+        int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pfd < 0)
+            continue;
+        if (status_matches(pid, sb->init_pid, sb->worker_ns_pid) &&
+            syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) == 0) {
+            sb->worker_pid = pid;
+            sb->worker_pidfd = pfd;
+            return;
+        }
+        close(pfd);
+    }
+}
+
 static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char *const envp[],
                              const int *fds, int nfds, char *err, size_t errlen)
 {
@@ -679,6 +754,24 @@ int sandbox_signal(sandbox *sb, int sig)
         return -1;
     if (sb->cfg.level == SANDBOX_NONE)
         return kill(-sb->pid, sig);
+    /* From here, straight to the worker's process group (its host pid is
+     * its pgid: it called setsid): delivered when this returns, so an
+     * interrupt cannot reach the next cell. PIDFD_SIGNAL_PROCESS_GROUP
+     * (Linux 6.9) names the group by the worker's struct pid, immune to pid
+     * reuse; older kernels: kill() once the pidfd says the leader still
+     * exists (alive or a zombie, its pid is not reused; init exits, and the
+     * namespace with it, right after reaping it). SIGKILL goes to init:
+     * ending the pid namespace ends every process in it. */
+    if (sig != SIGKILL && sb->worker_pidfd >= 0) {
+        if (syscall(SYS_pidfd_send_signal, sb->worker_pidfd, sig, NULL,
+                    SBX_PIDFD_SIGNAL_PROCESS_GROUP) == 0)
+            return 0;
+        if (errno == EINVAL && syscall(SYS_pidfd_send_signal, sb->worker_pidfd, 0, NULL, 0) == 0 &&
+            kill(-sb->worker_pid, sig) == 0)
+            return 0;
+        /* The worker is gone or the group is: init forwards to whatever is
+         * left (it tries the group, then the worker). */
+    }
     /* Init forwards to the worker's process group; SIGKILL ends the pid
      * namespace and so every process in it. */
     if (sb->init_pidfd >= 0)
@@ -753,6 +846,8 @@ void sandbox_destroy(sandbox **psb)
         close(sb->listen_fd);
     if (sb->stats_fd >= 0)
         close(sb->stats_fd);
+    if (sb->worker_pidfd >= 0)
+        close(sb->worker_pidfd);
     if (sb->init_pidfd >= 0) {
         syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
         close(sb->init_pidfd);

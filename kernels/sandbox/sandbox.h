@@ -83,8 +83,12 @@ sandbox *sandbox_spawn(const sandbox_config *cfg, char *const argv[], char *cons
  * is the worker's (exit code, or the signal that killed it). */
 pid_t sandbox_pid(const sandbox *sb);
 
-/* Delivers sig to the worker's whole process group (SIGINT for interrupts);
- * strict: through the sandbox's init, and SIGKILL ends the whole sandbox. */
+/* Delivers sig to the worker's whole process group (SIGINT for interrupts),
+ * complete when this returns: a signal meant for one cell cannot arrive
+ * during the next. Strict: straight from the caller to the group (the
+ * worker's host pid, found at spawn and held by a pidfd against reuse);
+ * through the sandbox's init only when that pid is unknown or gone, which is
+ * asynchronous. SIGKILL ends the whole sandbox. */
 int sandbox_signal(sandbox *sb, int sig);
 
 /* When the worker died of a limit, writes which limit and its value, e.g.

@@ -2,6 +2,7 @@
 subprocess, multiprocessing, pip, workspace files with sane ownership,
 signals, exit statuses, limit messages, clear errors."""
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -212,6 +213,111 @@ def test_exit_status_and_signals(sbx):
             p.wait()
     assert "GOT-INT" in out, (out, err)
     assert p.returncode == 7, (out, err)
+
+
+BLOCKER = r"""/usr/bin/python3 -c '
+import os, signal, time
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+open("ready", "w").close()
+end = time.monotonic() + 60
+while not os.path.exists("go") and time.monotonic() < end:
+    time.sleep(0.05)
+si = signal.sigtimedwait([signal.SIGINT], 30)
+open("sender", "w").write(str(si.si_pid if si else None))
+' %s"""
+
+
+def sigint_pending(pid):
+    """True when SIGINT is pending (blocked, queued) for host process pid."""
+    bits = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("ShdPnd:", "SigPnd:")):
+            bits |= int(line.split()[1], 16)
+    return bool(bits & (1 << (signal.SIGINT - 1)))
+
+
+def test_interrupt_is_delivered_before_the_reply(sbx):
+    """sandbox_signal() delivers to the worker's process group itself: by the
+    time the kernel answers interrupt_request, a process of the cell that
+    blocks SIGINT already has it pending (a signal still on its way through
+    the sandbox's init could instead hit the next cell), and it came from
+    outside the sandbox (si_pid 0: the sender is in an ancestor pid
+    namespace), not from the sandbox's init (si_pid 1), which forwards only
+    when the worker's host pid is unknown."""
+    k = sbx.kernel("bash")
+    token = "kmblk" + os.urandom(6).hex()
+    msg_id = k.kc.execute(BLOCKER % token + "\necho cell-done")
+    deadline = time.monotonic() + 60
+    while not (sbx.ws / "ready").exists():
+        assert time.monotonic() < deadline and k.proc.poll() is None, k.log_text()
+        time.sleep(0.05)
+    pid = sbxutil.wait_pid_of(token)
+    try:
+        assert not sigint_pending(pid)
+        rep = kutil.control_request(k, "interrupt_request", timeout=30)
+        assert rep is not None and rep["content"]["status"] == "ok", rep
+        assert sigint_pending(pid), Path(f"/proc/{pid}/status").read_text()
+    finally:
+        (sbx.ws / "go").touch()
+    k.collect(msg_id, timeout=60)
+    assert (sbx.ws / "sender").read_text() == "0", k.log_text()
+    k.assert_alive()
+
+
+def collect_both(k, ids, timeout):
+    """Like Kernel.collect for several requests at once: {msg_id: {reply,
+    iopub}} (collect() alone would drop the second request's messages)."""
+    got = {i: {"reply": None, "iopub": [], "idle": False} for i in ids}
+    deadline = time.monotonic() + timeout
+    while not all(g["idle"] and g["reply"] for g in got.values()):
+        assert time.monotonic() < deadline, (got, k.log_text())
+        try:
+            m = k.kc.get_shell_msg(timeout=0.01)
+            if m["parent_header"].get("msg_id") in got:
+                got[m["parent_header"]["msg_id"]]["reply"] = m
+        except queue.Empty:
+            pass
+        try:
+            m = k.kc.get_iopub_msg(timeout=0.05)
+        except queue.Empty:
+            continue
+        g = got.get(m["parent_header"].get("msg_id"))
+        if g is not None:
+            g["iopub"].append(m)
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                g["idle"] = True
+    return got
+
+
+def test_interrupt_never_reaches_the_next_cell(sbx):
+    """Interrupting a cell and running the next one at once: the next cell's
+    child processes never get the interrupt meant for the previous cell."""
+    k = sbx.kernel("bash")
+    for i in range(6):
+        # stop_on_error off: the queued next cell must run, not be aborted.
+        msg_id = k.kc.execute(f"echo started-{i}; sleep 30; echo not-reached",
+                              stop_on_error=False)
+        deadline = time.monotonic() + 60
+        seen = ""
+        while f"started-{i}" not in seen:
+            left = deadline - time.monotonic()
+            assert left > 0, (seen, k.log_text())
+            try:
+                m = k.kc.get_iopub_msg(timeout=min(left, 1))
+            except queue.Empty:
+                continue
+            if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream":
+                seen += m["content"]["text"]
+        rep = kutil.control_request(k, "interrupt_request", timeout=30)
+        assert rep is not None and rep["content"]["status"] == "ok", rep
+        # Queued right away, before the interrupted cell's reply.
+        nxt = k.kc.execute(f"sleep 1; echo survived-{i} $?")
+        got = collect_both(k, (msg_id, nxt), timeout=60)
+        assert "not-reached" not in kutil.stream_text(got[msg_id]["iopub"]), got
+        r = got[nxt]
+        out = kutil.stream_text(r["iopub"])
+        assert f"survived-{i} 0" in out, (r, k.log_text())
+        assert r["reply"]["content"]["status"] == "ok", r
 
 
 def test_file_size_limit_message(sbx):
