@@ -29,7 +29,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 PYTHON   ?= /usr/bin/python3
 
-DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck valgrind \
+DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck valgrind strace \
   libzmq3-dev libsodium-dev libjansson-dev libseccomp-dev uthash-dev libcmocka-dev \
   libclang-rt-14-dev python3 python3-pytest python3-jupyter-client jupyter-console \
   python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \

@@ -128,8 +128,9 @@ static void child_rlimits(const sandbox_config *cfg)
     }
 }
 
-static sandbox *spawn_none(const sandbox_config *cfg, char *const argv[], char *const envp[],
-                           const int *fds, int nfds, char *err, size_t errlen)
+/* new: a sandbox object with no process yet and every fd marked absent, or
+ * NULL (out of memory, said in err). */
+static sandbox *sandbox_alloc(const sandbox_config *cfg, char *err, size_t errlen)
 {
     sandbox *sb = calloc(1, sizeof *sb);
     if (!sb) {
@@ -141,6 +142,15 @@ static sandbox *spawn_none(const sandbox_config *cfg, char *const argv[], char *
     sb->worker_pidfd = -1;
     sb->listen_fd = -1;
     sb->stats_fd = -1;
+    return sb;
+}
+
+static sandbox *spawn_none(const sandbox_config *cfg, char *const argv[], char *const envp[],
+                           const int *fds, int nfds, char *err, size_t errlen)
+{
+    sandbox *sb = sandbox_alloc(cfg, err, errlen);
+    if (!sb)
+        return NULL;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -598,16 +608,9 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
     host_addrs ha = {.n = 0};
     if (cfg->network)
         ha.n = sbx_net_host_addrs(ha.a, SBX_NET_MAX_HOST_ADDRS);
-    sandbox *sb = calloc(1, sizeof *sb);
-    if (!sb) {
-        snprintf(err, errlen, "out of memory");
+    sandbox *sb = sandbox_alloc(cfg, err, errlen);
+    if (!sb)
         return NULL;
-    }
-    sb->cfg = *cfg;
-    sb->init_pidfd = -1;
-    sb->worker_pidfd = -1;
-    sb->listen_fd = -1;
-    sb->stats_fd = -1;
     sb->lim = sbx_limits_new(cfg);
     int rep[2], lsv[2] = {-1, -1}, stats[2];
     if (pipe2(stats, O_CLOEXEC | O_NONBLOCK) < 0) {
