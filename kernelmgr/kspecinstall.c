@@ -2,6 +2,7 @@
  * kspecinstall.c — write kernelmgr-python / kernelmgr-bash kernelspecs.
  */
 #include "kernelmgr/kspecinstall.h"
+#include "kernelmgr/kmfs.h"
 #include "kernelmgr/config.h"
 
 #include <errno.h>
@@ -37,20 +38,6 @@ int kspecinst_dir(const kspecinst_opts *o, char *out, size_t size)
     else
         return -1;
     return n < 0 || (size_t)n >= size ? -1 : 0;
-}
-
-static int kspecinst_mkdirs(char *path, mode_t mode)
-{
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        int rc = mkdir(path, mode);
-        *p = '/';
-        if (rc && errno != EEXIST)
-            return -1;
-    }
-    return mkdir(path, mode) && errno != EEXIST ? -1 : 0;
 }
 
 static void kspecinst_opt(json_t *argv, const char *opt, const char *value)
@@ -111,7 +98,7 @@ json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen)
             "language", ln, "interrupt_mode", "message", "metadata", "kernelmgr", "version",
             o->version ? o->version : "", "sandbox", o->sandbox ? o->sandbox : "strict");
         snprintf(dir, sizeof dir, "%s/kernelmgr-%s", base, ln);
-        if (kspecinst_mkdirs(dir, 0755)) {
+        if (kmfs_mkdirs(dir, 0755)) {
             snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
             json_decref(spec);
             json_decref(done);

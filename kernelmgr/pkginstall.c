@@ -41,29 +41,13 @@
 #include <unistd.h>
 
 #include "kernels/sandbox/sandbox.h"
+#include "kernelmgr/kmfs.h"
 #include "kernelmgr/pkgproxy.h"
 
 #define PKGINST_PROXY_PORT 3128
 #define PKGINST_TIMEOUT_S 300
 #define PKGINST_OUT_MAX ((size_t)8 << 20)
 #define PKGINST_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
-
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, mode) < 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, mode) < 0 && errno != EEXIST)
-        return -1;
-    return 0;
-}
 
 int pkginst_session_root(const char *home, const char *session, char *root)
 {
@@ -119,7 +103,7 @@ char **pkginst_kernel_env(const char *root, const char *lang, char *ro)
     /* Empty from the start: Python's path finder re-reads a directory whose
      * mtime changed, node resolves NODE_PATH on every require, and the
      * sandbox can only bind what exists. */
-    if (mkdir_p(python ? py : npm, 0755) < 0)
+    if (kmfs_mkdirs(python ? py : npm, 0755) < 0)
         return NULL;
     char **env = calloc(3, sizeof *env);
     if (!env)
@@ -154,7 +138,7 @@ int pkginst_adopt(const char *from_root, const char *home, const char *session)
         return -1;
     }
     snprintf(parent, sizeof parent, "%s/packages", home);
-    if (mkdir_p(parent, 0755) < 0)
+    if (kmfs_mkdirs(parent, 0755) < 0)
         return -1;
     /* An empty directory left by an earlier session of that name gives way;
      * one with packages in it does not (rename fails with ENOTEMPTY). */
@@ -438,7 +422,7 @@ static const char *install_prepare(const allowlist *al, allowlist_mgr m, const c
     int tls;
     const char *index = allowlist_index(al, m);
     if (pkginst_session_dirs(home, session, py, npm) < 0 ||
-        mkdir_p(m == ALLOWLIST_PIP ? py : npm, 0755) < 0) {
+        kmfs_mkdirs(m == ALLOWLIST_PIP ? py : npm, 0755) < 0) {
         snprintf(err, errlen, "cannot create the package directory for session %s", session);
         return NULL;
     }

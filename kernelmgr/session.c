@@ -11,6 +11,7 @@
 #include "kernelmgr/codeexec.h"
 #include "kernelmgr/export.h"
 #include "kernelmgr/fsdiff.h"
+#include "kernelmgr/kmfs.h"
 #include "kernelmgr/kclient.h"
 #include "kernelmgr/klaunch.h"
 #include "kernelmgr/pkginstall.h"
@@ -122,23 +123,6 @@ void km_session_opts_init(km_session_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->network = -1;
-}
-
-static int mkdirs(const char *path, mode_t mode)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(tmp, mode) && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    if (mkdir(tmp, mode) && errno != EEXIST)
-        return -1;
-    return 0;
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -646,7 +630,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     pthread_mutex_init(&m->lock, NULL);
     snprintf(m->home, sizeof m->home, "%s", home);
     char p[PATH_MAX];
-    if (mkdirs(home, 0700)) {
+    if (kmfs_mkdirs(home, 0700)) {
         kerr(err, KM_EINTERNAL, "cannot create %s: %s", home, strerror(errno));
         goto fail;
     }
@@ -803,7 +787,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     snprintf(s->name, sizeof s->name, "%s", name);
     snprintf(s->dir, sizeof s->dir, "%.3000s/sessions/%.64s", m->home, name);
     snprintf(s->outdir, sizeof s->outdir, "%.3000s/outputs/%.64s", m->home, name);
-    if (mkdirs(s->dir, 0700)) {
+    if (kmfs_mkdirs(s->dir, 0700)) {
         kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->dir, strerror(errno));
         goto fail;
     }
@@ -1331,7 +1315,7 @@ static void pool_fill(km_manager *m)
         snprintf(s->workspace, sizeof s->workspace, "%s/workspace", s->pool_dir);
         s->own_workspace = 1;
         char why[1024];
-        int ok = mkdirs(s->workspace, 0700) == 0;
+        int ok = kmfs_mkdirs(s->workspace, 0700) == 0;
         pthread_mutex_lock(&s->lock);
         for (int l = 0; ok && l < KMCFG_NLANG; l++)
             if (m->cfg.allow[l]) {

@@ -8,7 +8,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 # KM_TEST_SANDBOX=none runs the functional tests without it (the attack tests
 # always use strict).
 export KM_TEST_SANDBOX=${KM_TEST_SANDBOX:-strict}
-unit_pass=0; unit_fail=0; failed_units=""
+unit_pass=0; unit_fail=0
 mkdir -p "$BUILD/test-logs"
 
 for t in "$BUILD"/tests/test_*; do
@@ -26,7 +26,6 @@ for t in "$BUILD"/tests/test_*; do
         n_bad=$(grep -c '^\[  FAILED  \]' "$log")
         [ "$n_bad" -eq 0 ] && n_bad=1   # crash, leak or valgrind error
         unit_pass=$((unit_pass + n_ok)); unit_fail=$((unit_fail + n_bad))
-        failed_units="$failed_units $name"
         echo "unit  $name: FAILED (log: $log)"; tail -n 40 "$log"
     fi
 done

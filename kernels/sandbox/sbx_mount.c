@@ -399,6 +399,14 @@ static int sbx_mount_tmpfs(const char *rel, const char *opts, unsigned long flag
     return 0;
 }
 
+/* A world-writable scratch tmpfs (/tmp, /dev/shm) of the configured size. */
+static int sbx_mount_scratch(const char *rel, const sandbox_config *cfg, char *err, size_t len)
+{
+    char opts[64];
+    snprintf(opts, sizeof opts, "mode=1777,size=%llu", (unsigned long long)cfg->tmp_bytes);
+    return sbx_mount_tmpfs(rel, opts, MS_NOSUID | MS_NODEV, err, len);
+}
+
 static int sbx_mount_etc_files(const sbx_mount_plan *p, const sandbox_config *cfg,
                                const sbx_ids *ids, char *err, size_t len)
 {
@@ -442,15 +450,13 @@ static int sbx_mount_etc_files(const sbx_mount_plan *p, const sandbox_config *cf
 
 static int sbx_mount_dev(sbx_mount_plan *p, const sandbox_config *cfg, char *err, size_t len)
 {
-    char opts[128];
     if (sbx_mount_tmpfs("dev", "mode=0755,size=64k,nr_inodes=256", MS_NOSUID | MS_NOEXEC, err,
                         len) < 0)
         return -1;
     for (size_t i = 0; i < p->ntrees; i++)
         if (p->trees[i].mode == SBX_DEV && sbx_mount_attach(&p->trees[i], err, len) < 0)
             return -1;
-    snprintf(opts, sizeof opts, "mode=1777,size=%llu", (unsigned long long)cfg->tmp_bytes);
-    if (sbx_mount_tmpfs("dev/shm", opts, MS_NOSUID | MS_NODEV, err, len) < 0)
+    if (sbx_mount_scratch("dev/shm", cfg, err, len) < 0)
         return -1;
     /* A private pty instance for programs that want one (python's pty,
      * `script`); optional, the sandbox works without it. */
@@ -499,7 +505,6 @@ static int sbx_mount_proc(char *err, size_t len)
 int sbx_mount_build(sbx_mount_plan *p, const sandbox_config *cfg, const sbx_ids *ids, char *err,
                     size_t len)
 {
-    char opts[128];
     if (mount("tmpfs", SBX_MOUNT_BASE, "tmpfs", MS_NOSUID | MS_NODEV,
               "mode=0755,size=4m,nr_inodes=4096") < 0)
         return sbx_util_fail(err, len, "mount: tmpfs root on " SBX_MOUNT_BASE);
@@ -533,8 +538,7 @@ int sbx_mount_build(sbx_mount_plan *p, const sandbox_config *cfg, const sbx_ids 
         return -1;
     if (sbx_mount_dev(p, cfg, err, len) < 0 || sbx_mount_proc(err, len) < 0)
         return -1;
-    snprintf(opts, sizeof opts, "mode=1777,size=%llu", (unsigned long long)cfg->tmp_bytes);
-    if (sbx_mount_tmpfs("tmp", opts, MS_NOSUID | MS_NODEV, err, len) < 0)
+    if (sbx_mount_scratch("tmp", cfg, err, len) < 0)
         return -1;
     if (sbx_mount_mkdirs("var", 0755, err, len) < 0)
         return -1;

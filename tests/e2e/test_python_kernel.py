@@ -156,18 +156,26 @@ def interrupt(k):
     return k.kc.get_control_msg(timeout=20)
 
 
-def test_interrupt_keeps_state(py):
-    run(py, "kept = 123")
-    msg_id = py.kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
-    deadline = time.monotonic() + 20
+def wait_for_stream(k, text, timeout=20):
+    """Reads iopub until stream output containing text arrived (or timeout);
+    returns the stream text seen. Used to know a cell is really running
+    before interrupting it."""
+    deadline = time.monotonic() + timeout
     seen = ""
-    while "sleeping" not in seen and time.monotonic() < deadline:
+    while text not in seen and time.monotonic() < deadline:
         try:
-            m = py.kc.get_iopub_msg(timeout=1)
+            m = k.kc.get_iopub_msg(timeout=1)
         except Exception:
             continue
         if m["msg_type"] == "stream":
             seen += m["content"]["text"]
+    return seen
+
+
+def test_interrupt_keeps_state(py):
+    run(py, "kept = 123")
+    msg_id = py.kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
+    seen = wait_for_stream(py, "sleeping")
     assert "sleeping" in seen
     assert interrupt(py)["msg_type"] == "interrupt_reply"
     r = py.collect(msg_id, timeout=30)
@@ -433,15 +441,7 @@ def test_cell_ignoring_sigint_is_restarted(kernel_factory):
     run(k, "lost = 1")
     msg_id = k.kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                           "print('ignoring', flush=True)\ntime.sleep(120)")
-    deadline = time.monotonic() + 20
-    seen = ""
-    while "ignoring" not in seen and time.monotonic() < deadline:
-        try:
-            m = k.kc.get_iopub_msg(timeout=1)
-        except Exception:
-            continue
-        if m["msg_type"] == "stream":
-            seen += m["content"]["text"]
+    wait_for_stream(k, "ignoring")
     assert interrupt(k)["msg_type"] == "interrupt_reply"
     r = k.collect(msg_id, timeout=60)
     c = r["reply"]["content"]
@@ -502,15 +502,7 @@ def test_bash_cell_magic(py):
     # an interrupt stops the script, the kernel keeps its state
     run(py, "kept = 1")
     msg_id = py.kc.execute("%%bash\necho started; sleep 60; echo not-reached")
-    deadline = time.monotonic() + 20
-    seen = ""
-    while "started" not in seen and time.monotonic() < deadline:
-        try:
-            m = py.kc.get_iopub_msg(timeout=1)
-        except Exception:
-            continue
-        if m["msg_type"] == "stream":
-            seen += m["content"]["text"]
+    wait_for_stream(py, "started")
     assert interrupt(py)["msg_type"] == "interrupt_reply"
     r = py.collect(msg_id, timeout=30)
     assert r["reply"]["content"]["ename"] == "KeyboardInterrupt"

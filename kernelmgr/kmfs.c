@@ -1,0 +1,29 @@
+/*
+ * kmfs.c — small file-system helpers the manager's files share.
+ */
+#include "kernelmgr/kmfs.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+int kmfs_mkdirs(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, mode) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
