@@ -88,6 +88,11 @@ void sandbox_config_defaults(sandbox_config *cfg)
     cfg->max_procs = 256;
     cfg->max_open_files = 1024;
     cfg->max_file_bytes = 1ull << 30;
+    cfg->max_inotify_instances = 16;
+    cfg->max_inotify_watches = 8192;
+    cfg->max_sigpending = 1024;
+    cfg->max_msgqueue_bytes = 128ull << 10;
+    cfg->max_memlock_bytes = 1ull << 20;
 }
 
 /* In the child: moves fds[i] to i for every i, closes everything else. Uses
@@ -281,6 +286,13 @@ static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_
     close(ip->go);
     if (sbx_ns_become(ids, err, sizeof err) < 0)
         goto fail;
+    /* A change of credentials clears the parent-death signal. Should the
+     * monitor die before this, init's read of "c" below sees EOF. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* Before anything of the worker's exists; needs CAP_SYS_RESOURCE in
+     * the new user namespace, gone after sbx_caps_drop_all(). */
+    if (sbx_quota_apply(cfg, err, sizeof err) < 0)
+        goto fail;
     if (sethostname("sandbox", 7) < 0) {
         sbx_util_fail(err, sizeof err, "sethostname");
         goto fail;
@@ -403,6 +415,14 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *chosen, const
      * starts init inside the sandbox's cgroup: no attach needed. */
     int in_cgroup = 0;
     pid_t init = -1;
+    /* Caller root: the user namespace is created by the sandbox's own host
+     * uid, so the kernel's per-user quotas of everything inside are charged
+     * to that uid, never to host root (see sbx_ns_creator_enter). */
+    int as_sandbox = geteuid() == 0 && ids->own_uid;
+    if (as_sandbox && sbx_ns_creator_enter(ids, err, sizeof err) < 0) {
+        report(rep, 'E', err);
+        _exit(127);
+    }
     int cgfd = sbx_limits_clone_fd(lim);
     if (cgfd >= 0) {
         struct clone_args ca;
@@ -416,6 +436,18 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *chosen, const
     }
     if (init < 0)
         init = (pid_t)syscall(SYS_clone, SBX_NS_CLONE_FLAGS | SIGCHLD, NULL, NULL, NULL, 0);
+    if (init != 0 && as_sandbox) {
+        int e = errno;
+        sbx_ns_creator_leave();
+        /* The change of credentials cleared the parent-death signal. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) {
+            if (init > 0)
+                kill(init, SIGKILL);
+            _exit(127);
+        }
+        errno = e;
+    }
     if (init < 0) {
         sbx_util_fail(err, sizeof err, "namespaces: clone");
         report(rep, 'E', err);
@@ -907,6 +939,7 @@ json_t *sandbox_protections(const sandbox_config *cfg)
             json_array_append_new(a, json_string("landlock-scope"));
     }
     sbx_limits_describe(cfg, a);
+    sbx_quota_describe(cfg, a);
     json_array_append_new(a, json_string(cfg->network                ? "network-slirp4netns"
                                          : cfg->loopback_listen_port ? "network-loopback-listener"
                                                                      : "network-off"));

@@ -20,6 +20,10 @@
  * owner (nobody, 65534, for a root-owned one). A filesystem that cannot be
  * idmapped makes the sandbox run as the workspace's owner when that is not
  * root, and sandbox_spawn() refuse (naming the way out) when it is.
+ * A root caller's sandbox also creates its user namespace as that own uid,
+ * so the kernel's per-user quotas (inotify, queued signals, ...) of
+ * everything inside are charged to it, never to host root; every sandbox
+ * has per-user quota ceilings besides (see sandbox_config).
  * Setuid/setgid bits cannot be set by the sandbox (seccomp), so it cannot
  * leave a set-id program owned by the workspace's owner.
  * The workspace appears at its host path (tracebacks stay valid on the host).
@@ -61,7 +65,24 @@ typedef struct sandbox_config {
      * stream sockets (seccomp) and connect to that port only (Landlock,
      * ABI >= 4); binding any TCP port stays denied. 0: off (default). */
     unsigned short loopback_listen_port;
+    /* Strict only. Ceilings on the kernel's per-user quotas, per sandbox.
+     * The kernel charges what the sandbox takes to the uid that created its
+     * user namespace as well (the caller's own uid when unprivileged; the
+     * sandbox's own host uid when the caller is root), so these keep one
+     * sandbox from exhausting a quota shared with the host or with other
+     * sandboxes. 0 means none may be taken: there is no "unlimited". Set by
+     * the sandbox's init before the worker starts; fanotify groups and
+     * marks and every namespace count are always 0 inside. */
+    unsigned max_inotify_instances; /* user.max_inotify_instances, default 16 */
+    unsigned max_inotify_watches;   /* user.max_inotify_watches, default 8192 */
+    uint64_t max_sigpending;        /* RLIMIT_SIGPENDING: queued signals and
+                                       POSIX timers, default 1024 */
+    uint64_t max_msgqueue_bytes;    /* RLIMIT_MSGQUEUE, default 128 KiB */
+    uint64_t max_memlock_bytes;     /* RLIMIT_MEMLOCK, default 1 MiB */
 } sandbox_config;
+
+/* This sandbox implements the per-user quota ceilings above. */
+#define SANDBOX_HAS_QUOTAS 1
 
 /* This sandbox implements loopback_listen_port / sandbox_take_listen_fd(). */
 #define SANDBOX_HAS_LOOPBACK_LISTEN 1

@@ -51,6 +51,7 @@ typedef struct sbx_ids {
     gid_t gid;
     uid_t host_uid; /* what uid maps to on the host: never 0 */
     gid_t host_gid;
+    int own_uid; /* host_uid is the sandbox's own (caller root), no user's */
     /* Caller root, with a workspace: the workspace is an idmapped mount that
      * shows its on-disk owner ws_uid:ws_gid as host_uid:host_gid, so the
      * sandbox writes it while files land on disk owned by ws_uid:ws_gid. */
@@ -73,6 +74,18 @@ void sbx_ns_assign_host_ids(sbx_ids *ids);
  * running the sandbox as that owner (ids changed, idmap cleared, returns -2);
  * when root owns it, -1 with a reason naming the way out. */
 int sbx_ns_idmap_workspace(const char *workspace, sbx_ids *ids, char *err, size_t len);
+/* Monitor side, caller root, around the clone that creates the sandbox's
+ * user namespace: switches the effective uid/gid to ids->host_uid/host_gid
+ * (real and saved stay 0, fsuid/fsgid stay 0), so that the namespace is
+ * owned by the sandbox's own host uid. The kernel charges the per-user
+ * quotas (ucounts) of everything inside to the namespace's owner at the
+ * levels above, so a sandbox's inotify instances, queued signals, ... are
+ * never counted against host root. fsuid 0 keeps init's access rights to
+ * host paths (sbx_mount_prepare) those of the caller. 0, or -1 with a
+ * reason (ids restored). sbx_ns_creator_leave() restores euid/egid 0; the
+ * change of credentials clears PR_SET_PDEATHSIG, so set it again after. */
+int sbx_ns_creator_enter(const sbx_ids *ids, char *err, size_t len);
+void sbx_ns_creator_leave(void);
 /* Parent side: writes setgroups=deny, uid_map and gid_map of child pid. */
 int sbx_ns_write_maps(pid_t pid, const sbx_ids *ids, char *err, size_t len);
 /* Child side, once the maps exist: become ids->uid/gid inside, keeping the
@@ -150,6 +163,17 @@ uint64_t sbx_limits_cpu_ns(sbx_limits *lim, pid_t root_pid);
 void sbx_limits_describe(const sandbox_config *cfg, json_t *list);
 /* Kills what is left in the cgroups and removes them. NULL-safe. */
 void sbx_limits_destroy(sbx_limits **lim);
+
+/* ---- sbx_quota.c -------------------------------------------------------- */
+
+/* Child side, in init, with CAP_SYS_RESOURCE in the sandbox's user
+ * namespace (after sbx_ns_become(), before sbx_caps_drop_all()): writes the
+ * namespace's /proc/sys/user/max_* ceilings (inotify from cfg; fanotify and
+ * every namespace type 0) and sets RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE and
+ * RLIMIT_MEMLOCK, which the worker inherits. */
+int sbx_quota_apply(const sandbox_config *cfg, char *err, size_t len);
+/* Appends protection names ("userns-max-inotify-instances", ...). */
+void sbx_quota_describe(const sandbox_config *cfg, json_t *list);
 
 /* ---- sbx_net.c ---------------------------------------------------------- */
 

@@ -21,6 +21,11 @@
  *     cannot be idmapped (some network filesystems), a workspace owned by an
  *     unprivileged user is used by running the sandbox as that user (same
  *     number inside and out); a root-owned one is refused.
+ *     With its own host uid, the sandbox's user namespace is created by
+ *     that uid (sbx_ns_creator_enter): the kernel charges per-user quotas
+ *     to the namespace's owner at the levels above, so host root's are
+ *     never touched. In the fallback the owner stays root (the sandbox
+ *     runs as a real user then, who must not own its namespace).
  */
 #include "kernels/sandbox/sbx_internal.h"
 
@@ -33,6 +38,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -80,6 +86,7 @@ void sbx_ns_assign_host_ids(sbx_ids *ids)
 {
     ids->host_uid = (uid_t)(SBX_NS_HOST_BASE + (unsigned)getpid());
     ids->host_gid = (gid_t)ids->host_uid;
+    ids->own_uid = 1;
 }
 
 /* A user namespace whose only mapping is on-disk ws_uid:ws_gid -> the
@@ -159,9 +166,40 @@ int sbx_ns_idmap_workspace(const char *workspace, sbx_ids *ids, char *err, size_
     }
     /* Not root's: run as its owner, who can write it without any mapping. */
     ids->idmap = 0;
+    ids->own_uid = 0;
     ids->host_uid = ids->uid;
     ids->host_gid = ids->gid;
     return -2;
+}
+
+int sbx_ns_creator_enter(const sbx_ids *ids, char *err, size_t len)
+{
+    if (setresgid((gid_t)-1, ids->host_gid, (gid_t)-1) < 0)
+        return sbx_util_fail(err, len, "namespaces: effective gid %u", (unsigned)ids->host_gid);
+    if (setresuid((uid_t)-1, ids->host_uid, (uid_t)-1) < 0) {
+        sbx_util_fail(err, len, "namespaces: effective uid %u", (unsigned)ids->host_uid);
+        sbx_ns_creator_leave();
+        return -1;
+    }
+    /* Real and saved ids are still 0, so both are allowed; a second call
+     * returns the value now in force. */
+    setfsgid(0);
+    setfsuid(0);
+    if (setfsuid((uid_t)-1) != 0 || setfsgid((gid_t)-1) != 0) {
+        errno = EPERM;
+        sbx_util_fail(err, len, "namespaces: keep file-system ids 0");
+        sbx_ns_creator_leave();
+        return -1;
+    }
+    return 0;
+}
+
+void sbx_ns_creator_leave(void)
+{
+    /* Back to euid 0 (the kernel restores the effective capabilities), then
+     * egid, which needs them. fsuid/fsgid follow. */
+    if (setresuid((uid_t)-1, 0, (uid_t)-1) == 0)
+        (void)!setresgid((gid_t)-1, 0, (gid_t)-1);
 }
 
 int sbx_ns_write_maps(pid_t pid, const sbx_ids *ids, char *err, size_t len)

@@ -5,9 +5,21 @@
  * kernel exploits or of reaching outside a namespace: debugging other
  * processes, keyrings, BPF, perf, userfaultfd, io_uring, every mount and
  * namespace call, kexec/modules/reboot/swap, terminal injection, file
- * handles, personality changes, exotic socket families. Denied calls fail
- * with EPERM so programs see an ordinary error; clone3 fails with ENOSYS so
- * libc falls back to clone, whose flags (unlike clone3's) can be inspected.
+ * handles, personality changes, LDT entries (modify_ldt), secret memory
+ * (memfd_secret), LSM attributes, exotic socket families; the full list is
+ * sbx_seccomp_denied below (checked against the x86_64 table of Linux 6.18).
+ * Denied calls fail with EPERM so programs see an ordinary error; clone3
+ * fails with ENOSYS so libc falls back to clone, whose flags (unlike
+ * clone3's) can be inspected, and statmount/listmount with ENOSYS so that
+ * libmount falls back to /proc/self/mountinfo. A name this build's
+ * libseccomp does not know is denied by its number when it is one of the
+ * calls numbered alike on every architecture (Linux 5.1 on), else skipped.
+ * Left allowed on purpose: landlock_* (the worker can only restrict itself
+ * further), map_shadow_stack (glibc's makecontext needs it where shadow
+ * stacks are on), mseal, cachestat, futex_waitv and the futex2 calls, the
+ * *xattrat and file_[gs]etattr calls (what setxattr/ioctl already allow),
+ * NUMA policy calls (numeric libraries use them), uretprobe/uprobe (the
+ * kernel lets them through seccomp; they only work from its trampoline).
  * A call made through a foreign architecture (32-bit int 0x80, x32) kills
  * the process: the filter only speaks the native one.
  *
@@ -53,62 +65,117 @@
 #define CLONE_NEWTIME 0x00000080
 #endif
 
-static const char *const sbx_seccomp_denied[] = {"ptrace",
-                                                 "process_vm_readv",
-                                                 "process_vm_writev",
-                                                 "pidfd_getfd",
-                                                 "kcmp",
-                                                 "keyctl",
-                                                 "add_key",
-                                                 "request_key",
-                                                 "bpf",
-                                                 "perf_event_open",
-                                                 "userfaultfd",
-                                                 "io_uring_setup",
-                                                 "io_uring_enter",
-                                                 "io_uring_register",
-                                                 "mount",
-                                                 "umount",
-                                                 "umount2",
-                                                 "move_mount",
-                                                 "open_tree",
-                                                 "fsopen",
-                                                 "fsconfig",
-                                                 "fsmount",
-                                                 "fspick",
-                                                 "mount_setattr",
-                                                 "pivot_root",
-                                                 "chroot",
-                                                 "unshare",
-                                                 "setns",
-                                                 "kexec_load",
-                                                 "kexec_file_load",
-                                                 "init_module",
-                                                 "finit_module",
-                                                 "delete_module",
-                                                 "reboot",
-                                                 "swapon",
-                                                 "swapoff",
-                                                 "open_by_handle_at",
-                                                 "name_to_handle_at",
-                                                 "acct",
-                                                 "quotactl",
-                                                 "quotactl_fd",
-                                                 "syslog",
-                                                 "vhangup",
-                                                 "iopl",
-                                                 "ioperm",
-                                                 "lookup_dcookie",
-                                                 "settimeofday",
-                                                 "clock_settime",
-                                                 "clock_adjtime",
-                                                 "adjtimex",
-                                                 "uselib",
-                                                 "nfsservctl",
-                                                 "fanotify_init",
-                                                 "vm86",
-                                                 "vm86old",
-                                                 NULL};
+/* Denied with EPERM. nr: the number to use when this build's libseccomp
+ * does not know the name (see sbx_seccomp_nr), -1 for none. */
+static const struct {
+    const char *name;
+    int nr;
+} sbx_seccomp_denied[] = {
+    /* other processes, even inside the sandbox */
+    {"ptrace", -1},
+    {"process_vm_readv", -1},
+    {"process_vm_writev", -1},
+    {"pidfd_getfd", 438},
+    {"kcmp", -1},
+    {"process_madvise", 440},
+    {"process_mrelease", 448},
+    /* keyrings, BPF, perf, userfaultfd, io_uring: kernel attack surface */
+    {"keyctl", -1},
+    {"add_key", -1},
+    {"request_key", -1},
+    {"bpf", -1},
+    {"perf_event_open", -1},
+    {"userfaultfd", -1},
+    {"io_uring_setup", 425},
+    {"io_uring_enter", 426},
+    {"io_uring_register", 427},
+    /* mounts and namespaces */
+    {"mount", -1},
+    {"umount", -1},
+    {"umount2", -1},
+    {"move_mount", 429},
+    {"open_tree", 428},
+    {"open_tree_attr", 467},
+    {"fsopen", 430},
+    {"fsconfig", 431},
+    {"fsmount", 432},
+    {"fspick", 433},
+    {"mount_setattr", 442},
+    {"pivot_root", -1},
+    {"chroot", -1},
+    {"unshare", -1},
+    {"setns", -1},
+    /* the machine: kexec, modules, reboot, swap, accounting, quotas, clock */
+    {"kexec_load", -1},
+    {"kexec_file_load", -1},
+    {"init_module", -1},
+    {"finit_module", -1},
+    {"delete_module", -1},
+    {"reboot", -1},
+    {"swapon", -1},
+    {"swapoff", -1},
+    {"acct", -1},
+    {"quotactl", -1},
+    {"quotactl_fd", 443},
+    {"syslog", -1},
+    {"settimeofday", -1},
+    {"clock_settime", -1},
+    {"clock_adjtime", -1},
+    {"adjtimex", -1},
+    /* file handles bypass path permissions */
+    {"open_by_handle_at", -1},
+    {"name_to_handle_at", -1},
+    /* terminals, I/O ports, segment descriptors, secret memory */
+    {"vhangup", -1},
+    {"iopl", -1},
+    {"ioperm", -1},
+    {"modify_ldt", -1},
+    {"memfd_secret", 447},
+    /* LSM attributes of the process (the /proc/self/attr of a new API) */
+    {"lsm_get_self_attr", 459},
+    {"lsm_set_self_attr", 460},
+    {"lsm_list_modules", 461},
+    /* NUMA home node: nothing a REPL sets */
+    {"set_mempolicy_home_node", 450},
+    /* obsolete interfaces with a history of bugs */
+    {"lookup_dcookie", -1},
+    {"uselib", -1},
+    {"nfsservctl", -1},
+    {"_sysctl", -1},
+    {"sysfs", -1},
+    {"ustat", -1},
+    {"fanotify_init", -1},
+    {"vm86", -1},
+    {"vm86old", -1},
+};
+
+/* Fail with ENOSYS, so that libraries fall back to the older interface
+ * (libmount reads /proc/self/mountinfo instead). */
+static const struct {
+    const char *name;
+    int nr;
+} sbx_seccomp_enosys[] = {
+    {"clone3", 435}, /* libc falls back to clone, whose flags can be inspected */
+    {"statmount", 457},
+    {"listmount", 458},
+};
+
+/* The number of a system call on the native architecture: libseccomp's,
+ * else fallback when it is a call added since Linux 5.1 (>= 424: numbered
+ * alike on every architecture but alpha, which this does not build for),
+ * else __NR_SCMP_ERROR: not on this architecture, or unknown to this
+ * libseccomp and older than the unified numbering — skipped. */
+static int sbx_seccomp_nr(const char *name, int fallback)
+{
+    int nr = seccomp_syscall_resolve_name(name);
+    if (nr != __NR_SCMP_ERROR)
+        return nr;
+#ifndef __alpha__
+    if (fallback >= 424)
+        return fallback;
+#endif
+    return __NR_SCMP_ERROR;
+}
 
 int sbx_seccomp_probe(char *err, size_t len)
 {
@@ -129,10 +196,11 @@ static const struct {
     const char *name;
     unsigned mode_arg;
     int flags_arg; /* -1: the call always creates */
+    int nr;        /* see sbx_seccomp_nr */
 } sbx_seccomp_mode_calls[] = {
-    {"chmod", 1, -1},     {"fchmod", 1, -1}, {"fchmodat", 2, -1},
-    {"fchmodat2", 2, -1}, {"creat", 1, -1},  {"mknod", 1, -1},
-    {"mknodat", 2, -1},   {"open", 2, 1},    {"openat", 3, 2},
+    {"chmod", 1, -1, -1},      {"fchmod", 1, -1, -1}, {"fchmodat", 2, -1, -1},
+    {"fchmodat2", 2, -1, 452}, {"creat", 1, -1, -1},  {"mknod", 1, -1, -1},
+    {"mknodat", 2, -1, -1},    {"open", 2, 1, -1},    {"openat", 3, 2, -1},
 };
 
 /* Denies every call of sbx_seccomp_mode_calls whose mode has a set-id bit. */
@@ -143,7 +211,7 @@ static int sbx_seccomp_setid(scmp_filter_ctx ctx, const char **what)
     int rc = 0;
     for (size_t i = 0;
          rc == 0 && i < sizeof sbx_seccomp_mode_calls / sizeof *sbx_seccomp_mode_calls; i++) {
-        int nr = seccomp_syscall_resolve_name(sbx_seccomp_mode_calls[i].name);
+        int nr = sbx_seccomp_nr(sbx_seccomp_mode_calls[i].name, sbx_seccomp_mode_calls[i].nr);
         if (nr == __NR_SCMP_ERROR)
             continue;
         *what = sbx_seccomp_mode_calls[i].name;
@@ -162,7 +230,7 @@ static int sbx_seccomp_setid(scmp_filter_ctx ctx, const char **what)
             }
         }
     }
-    int nr = seccomp_syscall_resolve_name("openat2");
+    int nr = sbx_seccomp_nr("openat2", 437);
     if (rc == 0 && nr != __NR_SCMP_ERROR) {
         *what = "openat2";
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
@@ -181,18 +249,21 @@ int sbx_seccomp_apply(const sandbox_config *cfg, char *err, size_t len)
     const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
     int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
     const char *what = "bad-arch action";
-    for (const char *const *n = sbx_seccomp_denied; rc == 0 && *n; n++) {
-        int nr = seccomp_syscall_resolve_name(*n);
+    for (size_t i = 0; rc == 0 && i < sizeof sbx_seccomp_denied / sizeof *sbx_seccomp_denied; i++) {
+        int nr = sbx_seccomp_nr(sbx_seccomp_denied[i].name, sbx_seccomp_denied[i].nr);
         if (nr == __NR_SCMP_ERROR)
             continue; /* not on this architecture */
-        what = *n;
+        what = sbx_seccomp_denied[i].name;
         rc = seccomp_rule_add(ctx, eperm, nr, 0);
     }
     if (rc == 0)
         rc = sbx_seccomp_setid(ctx, &what);
-    if (rc == 0) {
-        what = "clone3";
-        rc = SBX_SC_RULE(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0);
+    for (size_t i = 0; rc == 0 && i < sizeof sbx_seccomp_enosys / sizeof *sbx_seccomp_enosys; i++) {
+        int nr = sbx_seccomp_nr(sbx_seccomp_enosys[i].name, sbx_seccomp_enosys[i].nr);
+        if (nr == __NR_SCMP_ERROR)
+            continue;
+        what = sbx_seccomp_enosys[i].name;
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
     }
     /* clone's flags are its first argument on x86_64 and arm64 alike; one
      * masked compare per namespace flag. */

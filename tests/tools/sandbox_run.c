@@ -9,6 +9,8 @@
  *     --network             user-mode networking (slirp4netns)
  *     --memory SIZE  --procs N  --tmp SIZE  --nofile N  --fsize SIZE
  *                           SIZE takes k/m/g suffixes (powers of 1024)
+ *     --inotify N  --inotify-watches N  --sigpending N  --msgqueue SIZE
+ *     --memlock SIZE        per-user kernel quota ceilings (sandbox.h)
  *     --timeout SECONDS     SIGKILL the whole sandbox after this long
  *     --loopback-listen PORT  a listener on the sandbox's 127.0.0.1:PORT,
  *                           served from outside: every connection gets
@@ -111,8 +113,9 @@ static void usage(void)
 {
     fprintf(stderr, "usage: sandbox-run [--level strict|none] [--workspace DIR] [--ro PATH]... "
                     "[--network] [--memory SIZE] [--procs N] [--tmp SIZE] [--nofile N] "
-                    "[--fsize SIZE] [--timeout S] [--loopback-listen PORT] [--check] [--] CMD "
-                    "[ARGS...]\n");
+                    "[--fsize SIZE] [--inotify N] [--inotify-watches N] [--sigpending N] "
+                    "[--msgqueue SIZE] [--memlock SIZE] [--timeout S] [--loopback-listen PORT] "
+                    "[--check] [--] CMD [ARGS...]\n");
 }
 
 int main(int argc, char **argv)
@@ -181,6 +184,16 @@ int main(int argc, char **argv)
             cfg.max_open_files = (unsigned)n;
         } else if (!strcmp(o, "--fsize")) {
             cfg.max_file_bytes = n;
+        } else if (!strcmp(o, "--inotify")) {
+            cfg.max_inotify_instances = (unsigned)n;
+        } else if (!strcmp(o, "--inotify-watches")) {
+            cfg.max_inotify_watches = (unsigned)n;
+        } else if (!strcmp(o, "--sigpending")) {
+            cfg.max_sigpending = n;
+        } else if (!strcmp(o, "--msgqueue")) {
+            cfg.max_msgqueue_bytes = n;
+        } else if (!strcmp(o, "--memlock")) {
+            cfg.max_memlock_bytes = n;
         } else {
             fprintf(stderr, "sandbox-run: unknown option %s\n", o);
             usage();
