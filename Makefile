@@ -35,7 +35,7 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \
   python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps
 
-.PHONY: all deps test unit e2e demo fuzz bench format lint clean
+.PHONY: all deps test unit unit-bins e2e demo fuzz bench format lint clean
 all: $(BINS) $(SHARE)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
@@ -74,6 +74,7 @@ deps:
 	@tests/npm-deps.sh
 
 unit: all $(UNIT_BIN)
+unit-bins: $(UNIT_BIN)
 test: deps
 	@$(MAKE) --no-print-directory all $(UNIT_BIN)
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) tests/run.sh

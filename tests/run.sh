@@ -41,6 +41,32 @@ if command -v clang >/dev/null; then
     fi
 fi
 
+# Memory errors and undefined behaviour: the unit tests again, built with
+# clang's AddressSanitizer (LeakSanitizer included) and UBSan; any report fails.
+if command -v clang >/dev/null; then
+    san="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+    if make --no-print-directory -j2 CC=clang BUILD="$BUILD/asan" CFLAGS="$san" unit-bins \
+        >"$BUILD/test-logs/asan-build.log" 2>&1; then
+        for t in "$BUILD"/asan/tests/test_*; do
+            [ -x "$t" ] || continue
+            name=asan-$(basename "$t")
+            log="$BUILD/test-logs/$name.log"
+            if ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
+                UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$t" >"$log" 2>&1 &&
+                ! grep -q 'runtime error:' "$log"; then
+                n=$(grep -c '^\[       OK \]' "$log")
+                unit_pass=$((unit_pass + n)); echo "unit  $name: $n passed"
+            else
+                unit_fail=$((unit_fail + 1)); echo "unit  $name: FAILED (log: $log)"
+                tail -n 40 "$log"
+            fi
+        done
+    else
+        unit_fail=$((unit_fail + 1)); echo "build asan/ubsan: FAILED (log: $BUILD/test-logs/asan-build.log)"
+        tail -n 20 "$BUILD/test-logs/asan-build.log"
+    fi
+fi
+
 xml="$BUILD/test-logs/pytest.xml"
 rm -f "$xml"
 "$PYTHON" -m pytest -q -p no:cacheprovider --junitxml="$xml" ${PYTEST_ARGS:-} tests/e2e

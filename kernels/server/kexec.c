@@ -130,8 +130,11 @@ static json_t *reply_metadata(kserver *ks, const char *status)
                            1, "engine", ks->session_id, "status", status);
     if (ks->worker) {
         uint64_t cpu = sandbox_cpu_ns(kworker_sandbox(ks->worker));
+        /* 0 is a measurement too (clock-tick precision: a worker that has
+         * not yet run for a tick): the next cell starts from it rather than
+         * walking /proc again. */
         ks->cpu_mark_ns = cpu;
-        ks->cpu_mark_set = cpu > 0;
+        ks->cpu_mark_set = 1;
         if (cpu > 0 && cpu >= ks->cur_cpu_ns)
             json_object_set_new(md, "cpu_time_ms", json_real((double)(cpu - ks->cur_cpu_ns) / 1e6));
     }
