@@ -13,6 +13,8 @@
 #include "kernelmgr/kspecinstall.h"
 #include "kernelmgr/km.h"
 #include "kernelmgr/result.h"
+#include "kernelmgr/termsafe.h"
+#include "kernels/server/kenv.h"
 #include "jp.h"
 
 #include <errno.h>
@@ -66,6 +68,9 @@ static const char usage_text[] =
     "  --workspace DIR           use DIR as the workspace (new sessions)\n"
     "  --python PATH             Python interpreter of the python kernel (new sessions)\n"
     "  --sandbox strict|none     sandbox level of the kernels (new sessions; default strict)\n"
+    "  --env NAME=VALUE          a variable for the code's environment (new sessions;\n"
+    "                            repeatable). The sandbox gets no other variable of\n"
+    "                            yours but LANG, LC_*, TERM and TZ\n"
     "  --json                    one JSON result object per block, one per line\n"
     "  --continue-on-error       run the remaining blocks after a failing one\n"
     "  --config FILE             configuration (default $KERNELMGR_HOME/config.json)\n"
@@ -81,6 +86,8 @@ typedef struct cli {
     const char *cmd;
     const char *lang, *code, *file, *session, *workspace, *python, *sandbox, *config;
     const char *output, *kernel_name, *prefix, *memory_s;
+    json_t *env; /* --env: {NAME: "value"}, NULL when none was given */
+    kenv_budget env_budget;
     double timeout;
     int network; /* -1 unset */
     uint64_t memory;
@@ -103,9 +110,21 @@ static int usage_error(const char *fmt, ...)
     return KM_EUSAGE;
 }
 
+/* A message that may quote sandbox-produced text (a kernel's error, a
+ * warning): escaped on a terminal (termsafe.h). */
+static void put_msg(const char *prefix, const char *msg)
+{
+    fputs(prefix, stderr);
+    if (isatty(2))
+        termsafe_fputs(stderr, msg ? msg : "", 0);
+    else
+        fputs(msg ? msg : "", stderr);
+    fputc('\n', stderr);
+}
+
 static int fail(int code, const char *msg)
 {
-    fprintf(stderr, "kernelmgr: %s\n", msg);
+    put_msg("kernelmgr: ", msg);
     return code;
 }
 
@@ -223,7 +242,8 @@ static void on_sigint(int sig)
 
 typedef struct render_ctx {
     cli *c;
-    int streamed; /* stdout/stderr shown live for the current block */
+    int streamed;  /* stdout/stderr shown live for the current block */
+    int colour[2]; /* stdout/stderr: a colour sequence was passed in this block */
 } render_ctx;
 
 static void on_event(void *ud, const json_t *ev)
@@ -239,7 +259,11 @@ static void on_event(void *ud, const json_t *ev)
         const char *text = json_string_value(json_object_get(ev, "text"));
         FILE *f = name && !strcmp(name, "stderr") ? stderr : stdout;
         if (text) {
-            fputs(text, f);
+            /* on a terminal, escape what could drive it (termsafe.h) */
+            if (isatty(fileno(f)))
+                rc->colour[f == stderr] |= termsafe_fputs(f, text, TERMSAFE_KEEP_SGR);
+            else
+                fputs(text, f);
             fflush(f);
         }
         rc->streamed = 1;
@@ -253,6 +277,13 @@ static void on_event(void *ud, const json_t *ev)
             }
             fflush(stdout);
         } else {
+            /* colours a cell left on are not ours to keep */
+            for (int i = 0; i < 2; i++)
+                if (rc->colour[i]) {
+                    fputs("\033[0m", i ? stderr : stdout);
+                    fflush(i ? stderr : stdout);
+                    rc->colour[i] = 0;
+                }
             /* live output may not end with a newline */
             result_render(stdout, r, 1);
         }
@@ -294,6 +325,7 @@ static void fill_session_opts(cli *c, km_session_opts *so)
     so->python = c->python;
     so->workspace = c->workspace;
     so->sandbox = c->sandbox;
+    so->env = c->env;
 }
 
 static int cmd_run(cli *c)
@@ -324,7 +356,7 @@ static int cmd_run(cli *c)
     km_session_opts so;
     fill_session_opts(c, &so);
     km_exec_opts eo = {c->lang, c->timeout, c->continue_on_error};
-    render_ctx rc = {c, 0};
+    render_ctx rc = {c, 0, {0, 0}};
     run_mgr = m;
     run_session = name;
     ticker_start(c);
@@ -422,7 +454,7 @@ static void print_warnings(const json_t *rep)
     json_t *w;
     json_array_foreach(json_object_get(rep, "warnings"), i, w)
     {
-        fprintf(stderr, "kernelmgr: warning: %s\n", json_string_value(w));
+        put_msg("kernelmgr: warning: ", json_string_value(w));
     }
 }
 
@@ -458,7 +490,9 @@ static int cmd_exec(cli *c)
     free(ws);
     if (c->sandbox)
         json_object_set_new(req, "sandbox", json_string(c->sandbox));
-    render_ctx rc = {c, 0};
+    if (c->env)
+        json_object_set(req, "env", c->env);
+    render_ctx rc = {c, 0, {0, 0}};
     ticker_start(c);
     json_t *rep;
     int st = call(c, req, 1, on_event, &rc, &rep);
@@ -535,6 +569,10 @@ static int cmd_simple(cli *c, const char *op)
             json_array_foreach(ss, i, s)
             {
                 json_t *k = json_object_get(s, "kernels");
+                char *ws = termsafe_escape(
+                    json_string_value(json_object_get(s, "workspace")) ?: "",
+                    strlen(json_string_value(json_object_get(s, "workspace")) ?: ""), TERMSAFE_NAME,
+                    NULL, NULL);
                 printf("%-20s %-5s python:%-8s bash:%-8s %s\n",
                        json_string_value(json_object_get(s, "name")),
                        json_is_true(json_object_get(s, "busy")) ? "busy" : "idle",
@@ -544,7 +582,8 @@ static int cmd_simple(cli *c, const char *op)
                        json_object_get(k, "bash") && !json_is_null(json_object_get(k, "bash"))
                            ? "live"
                            : "-",
-                       json_string_value(json_object_get(s, "workspace")));
+                       ws ? ws : "?");
+                free(ws);
             }
         }
     } else if (!strcmp(op, "files")) {
@@ -553,13 +592,22 @@ static int cmd_simple(cli *c, const char *op)
         } else {
             size_t i;
             json_t *f;
-            printf("workspace: %s\n", json_string_value(json_object_get(rep, "workspace")));
+            /* names are the sandbox's: always escaped, one per line */
+            fputs("workspace: ", stdout);
+            termsafe_fputs(stdout, json_string_value(json_object_get(rep, "workspace")),
+                           TERMSAFE_NAME);
+            fputc('\n', stdout);
             json_array_foreach(json_object_get(rep, "files"), i, f)
             {
-                printf("%10lld  %-24s %s\n",
-                       (long long)json_integer_value(json_object_get(f, "size")),
-                       json_string_value(json_object_get(f, "mime")),
-                       json_string_value(json_object_get(f, "path")));
+                const char *mime = json_string_value(json_object_get(f, "mime"));
+                char *m = termsafe_escape(mime ? mime : "", mime ? strlen(mime) : 0, TERMSAFE_NAME,
+                                          NULL, NULL);
+                printf("%10lld  %-24s ", (long long)json_integer_value(json_object_get(f, "size")),
+                       m ? m : "?");
+                free(m);
+                termsafe_fputs(stdout, json_string_value(json_object_get(f, "path")),
+                               TERMSAFE_NAME);
+                fputc('\n', stdout);
             }
         }
     } else if (!strcmp(op, "connection_file")) {
@@ -575,7 +623,7 @@ static int cmd_simple(cli *c, const char *op)
         json_t *kmmd = json_object_get(json_object_get(nb, "metadata"), "kernelmgr");
         json_array_foreach(json_object_get(kmmd, "warnings"), wi, w)
         {
-            fprintf(stderr, "kernelmgr: warning: %s\n", json_string_value(w));
+            put_msg("kernelmgr: warning: ", json_string_value(w));
         }
         char path[4096];
         snprintf(path, sizeof path, "%s", c->output ? c->output : "");
@@ -718,6 +766,7 @@ enum {
     OPT_STOP,
     OPT_HELP,
     OPT_VERSION,
+    OPT_ENV,
 };
 
 int cli_main(int argc, char **argv)
@@ -743,6 +792,7 @@ int cli_main(int argc, char **argv)
         {"output", required_argument, 0, 'o'},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
+        {"env", required_argument, 0, OPT_ENV},
         {0, 0, 0, 0},
     };
     cli c;
@@ -860,6 +910,29 @@ int cli_main(int argc, char **argv)
         case OPT_VERSION:
             puts("kernelmgr " KM_VERSION);
             return 0;
+        case OPT_ENV: {
+            /* a repeated NAME keeps its last value (counted once) */
+            char why[512];
+            const char *eq = strchr(optarg, '=');
+            char *name = eq ? strndup(optarg, (size_t)(eq - optarg)) : NULL;
+            int repeat = name && c.env && json_object_get(c.env, name);
+            if (kenv_check_entry(repeat ? NULL : &c.env_budget, "--env", optarg, why, sizeof why) <
+                0) {
+                free(name);
+                return usage_error("%s", why);
+            }
+            json_t *val = json_string(eq + 1);
+            if (!val) {
+                usage_error("--env %s: the value is not UTF-8 text", name);
+                free(name);
+                return KM_EUSAGE;
+            }
+            if (!c.env)
+                c.env = json_object();
+            json_object_set_new(c.env, name, val);
+            free(name);
+            break;
+        }
         case ':':
             return usage_error("option %s needs a value", argv[optind - 1]);
         default:

@@ -5,6 +5,7 @@
 #include "kernelmgr/fsdiff.h"
 #include "kernelmgr/outcap.h"
 #include "kernelmgr/result.h"
+#include "jp.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,8 +57,81 @@ static const char *image_ext(const char *mime)
     return NULL;
 }
 
-/* Saves every image of a mime bundle under outdir; appends to images. */
-static void save_images(const codeexec_params *p, json_t *bundle, json_t *images, int *seq)
+/* What the block's rich outputs were allowed to keep and what they lost. */
+typedef struct rich_acct {
+    uint64_t received; /* bytes of every rich output that arrived */
+    uint64_t kept;     /* bytes accepted (never decreases: clear_output does not reset it) */
+    unsigned omitted;
+    unsigned images_omitted;
+    char image_note[600]; /* why the last image was not saved */
+} rich_acct;
+
+/* Size of a mime bundle as it will be held: its strings, and the serialised
+ * size of anything else. */
+static uint64_t bundle_bytes(const json_t *data)
+{
+    uint64_t n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)data, k, v)
+    {
+        n += strlen(k);
+        if (json_is_string(v)) {
+            n += json_string_length(v);
+        } else {
+            char *d = json_dumps(v, JSON_COMPACT);
+            n += d ? strlen(d) : 0;
+            free(d);
+        }
+    }
+    return n;
+}
+
+/* 1 when a rich output of n bytes fits in the block's display_max. */
+static int rich_accept(const codeexec_params *p, rich_acct *a, uint64_t n)
+{
+    a->received += n;
+    if (a->kept + n > p->display_max) {
+        a->omitted++;
+        return 0;
+    }
+    a->kept += n;
+    return 1;
+}
+
+static int write_file(const char *path, const void *buf, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return -1;
+    const char *b = buf;
+    while (len) {
+        ssize_t w = write(fd, b, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w == 0 ? ENOSPC : errno;
+            close(fd);
+            unlink(path); /* never leave a partial image */
+            errno = e;
+            return -1;
+        }
+        b += w;
+        len -= (size_t)w;
+    }
+    if (close(fd) < 0) {
+        int e = errno;
+        unlink(path);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+/* Saves every image of a mime bundle under outdir, within the session's
+ * outputs budget; appends to images. */
+static void save_images(const codeexec_params *p, json_t *bundle, json_t *images, int *seq,
+                        rich_acct *acct)
 {
     const char *mime;
     json_t *v;
@@ -83,19 +157,44 @@ static void save_images(const codeexec_params *p, json_t *bundle, json_t *images
         }
         if (!bin)
             continue;
-        mkdir(p->outdir, 0700);
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%.3900s/%s-image%d.%s", p->outdir, p->tag, ++*seq, ext);
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            ssize_t w = write(fd, bin, bl);
-            close(fd);
-            if (w == (ssize_t)bl)
-                json_array_append_new(images, json_pack("{s:s s:s s:I}", "path", path, "mime", mime,
-                                                        "size", (json_int_t)bl));
+        if (p->outputs_left && bl > *p->outputs_left) {
+            char sz[32];
+            acct->images_omitted++;
+            snprintf(acct->image_note, sizeof acct->image_note,
+                     "not saved: the session's outputs reached their limit "
+                     "(session_outputs_max, %s left)",
+                     outcap_fmt_size(*p->outputs_left, sz, sizeof sz));
+            free(bin);
+            continue;
         }
+        mkdir(p->outdir, 0700);
+        char *path = NULL;
+        if (asprintf(&path, "%s/%s-image%d.%s", p->outdir, p->tag, ++*seq, ext) < 0) {
+            free(bin);
+            continue;
+        }
+        if (write_file(path, bin, bl) == 0) {
+            if (p->outputs_left)
+                *p->outputs_left -= bl;
+            json_array_append_new(images, json_pack("{s:s s:s s:I}", "path", path, "mime", mime,
+                                                    "size", (json_int_t)bl));
+        } else {
+            acct->images_omitted++;
+            snprintf(acct->image_note, sizeof acct->image_note, "not saved: %s (%.500s)",
+                     strerror(errno), path);
+        }
+        free(path);
         free(bin);
     }
+}
+
+/* new: a copy of s cut to at most max bytes at a character boundary;
+ * *cut gets the number of bytes left out. */
+static char *cut_text(const char *s, size_t len, size_t max, size_t *cut)
+{
+    size_t n = len <= max ? len : jp_utf8_complete_prefix(s, max);
+    *cut = len - n;
+    return strndup(s, n);
 }
 
 static json_t *nb_output(const char *type, json_t *fields)
@@ -158,13 +257,19 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     double t0 = kclient_now();
     fsdiff_snap *before = fsdiff_take(p->workspace, p->scan_max);
 
-    char spill[2][PATH_MAX];
     static const char *names[2] = {"stdout", "stderr"};
     outcap *cap[2];
     for (int i = 0; i < 2; i++) {
-        snprintf(spill[i], sizeof spill[i], "%.3900s/%s.%s", p->outdir, p->tag, names[i]);
-        cap[i] = outcap_new(p->output_cap, spill[i]);
+        char *spill = NULL;
+        cap[i] = asprintf(&spill, "%s/%s.%s", p->outdir, p->tag, names[i]) < 0
+                     ? NULL
+                     : outcap_new(p->output_cap, spill);
+        free(spill);
+        if (cap[i])
+            outcap_set_limits(cap[i], p->spill_max, p->outputs_left, "session_outputs_max");
     }
+    rich_acct acct;
+    memset(&acct, 0, sizeof acct);
     mkdir(p->outdir, 0700);
     size_t nb_kept[2] = {0, 0};
 
@@ -276,10 +381,10 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
                 }
             } else if (!strcmp(type, "execute_result")) {
                 json_t *data = json_object_get(c, "data");
-                if (json_is_object(data)) {
+                if (json_is_object(data) && rich_accept(p, &acct, bundle_bytes(data))) {
                     json_decref(result);
                     result = json_deep_copy(data);
-                    save_images(p, data, images, &img_seq);
+                    save_images(p, data, images, &img_seq, &acct);
                     if (json_array_size(out->nb_outputs) < CODEEXEC_MAX_NB_OUTPUTS)
                         json_array_append_new(
                             out->nb_outputs,
@@ -291,41 +396,87 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
                 }
             } else if (!strcmp(type, "display_data") || !strcmp(type, "update_display_data")) {
                 json_t *data = json_object_get(c, "data");
-                if (json_is_object(data) && json_array_size(displays) < CODEEXEC_MAX_DISPLAYS) {
+                json_t *md = json_object_get(c, "metadata");
+                uint64_t db = json_is_object(data) ? bundle_bytes(data) : 0;
+                if (json_is_object(md))
+                    db += bundle_bytes(md);
+                if (json_is_object(data) &&
+                    (json_array_size(displays) >= CODEEXEC_MAX_DISPLAYS ||
+                     json_array_size(out->nb_outputs) >= CODEEXEC_MAX_NB_OUTPUTS)) {
+                    acct.received += db;
+                    acct.omitted++;
+                } else if (json_is_object(data) && rich_accept(p, &acct, db)) {
                     json_array_append(displays, data);
-                    save_images(p, data, images, &img_seq);
-                    json_t *md = json_object_get(c, "metadata");
+                    save_images(p, data, images, &img_seq, &acct);
                     json_array_append_new(
                         out->nb_outputs,
                         nb_output("display_data",
-                                  json_pack("{s:O s:O}", "data", data, "metadata",
-                                            json_is_object(md) ? md : json_object())));
+                                  json_pack("{s:O s:o}", "data", data, "metadata",
+                                            json_is_object(md) ? json_incref(md) : json_object())));
                 }
             } else if (!strcmp(type, "error")) {
+                /* an error output is capped like a stream (output_cap for the
+                 * value and for the traceback) and counted in display_max */
                 json_t *tb = json_array();
-                size_t i;
+                size_t i, tb_bytes = 0, tb_cut = 0, cut = 0;
                 json_t *line;
                 json_array_foreach(json_object_get(c, "traceback"), i, line)
                 {
-                    if (!json_is_string(line) || i >= 200)
+                    if (!json_is_string(line))
                         continue;
-                    char *s = strdup(json_string_value(line));
+                    size_t ll = json_string_length(line);
+                    if (i >= 200 || tb_bytes >= p->output_cap) {
+                        tb_cut += ll;
+                        continue;
+                    }
+                    char *s = cut_text(json_string_value(line), ll, p->output_cap - tb_bytes, &cut);
+                    tb_cut += cut;
                     if (s) {
                         codeexec_strip_ansi(s);
+                        tb_bytes += strlen(s);
                         json_array_append_new(tb, json_string(s));
                         free(s);
                     }
                 }
-                const char *en = json_string_value(json_object_get(c, "ename"));
-                const char *ev = json_string_value(json_object_get(c, "evalue"));
-                json_decref(error);
-                error = json_pack("{s:s s:s s:o}", "name", en ? en : "Error", "value", ev ? ev : "",
-                                  "traceback", tb);
-                json_array_append_new(
-                    out->nb_outputs,
-                    nb_output("error", json_pack("{s:s s:s s:O}", "ename", en ? en : "Error",
-                                                 "evalue", ev ? ev : "", "traceback",
-                                                 json_object_get(error, "traceback"))));
+                if (tb_cut) {
+                    char note[200];
+                    snprintf(note, sizeof note,
+                             "[... kernelmgr: %zu bytes of the traceback omitted (output_cap) ...]",
+                             tb_cut);
+                    json_array_append_new(tb, json_string(note));
+                }
+                json_t *jen = json_object_get(c, "ename"), *jev = json_object_get(c, "evalue");
+                size_t en_cut = 0, ev_cut = 0;
+                char *en = json_is_string(jen) ? cut_text(json_string_value(jen),
+                                                          json_string_length(jen), 256, &en_cut)
+                                               : NULL;
+                char *ev = json_is_string(jev)
+                               ? cut_text(json_string_value(jev), json_string_length(jev),
+                                          p->output_cap, &ev_cut)
+                               : NULL;
+                uint64_t eb = tb_bytes + (en ? strlen(en) : 0) + (ev ? strlen(ev) : 0);
+                if (rich_accept(p, &acct, eb)) {
+                    json_decref(error);
+                    error = json_pack("{s:s s:s s:o}", "name", en ? en : "Error", "value",
+                                      ev ? ev : "", "traceback", tb);
+                    if (ev_cut)
+                        json_object_set_new(error, "value_omitted_bytes",
+                                            json_integer((json_int_t)ev_cut));
+                    if (json_array_size(out->nb_outputs) < CODEEXEC_MAX_NB_OUTPUTS)
+                        json_array_append_new(
+                            out->nb_outputs,
+                            nb_output("error",
+                                      json_pack("{s:s s:s s:O}", "ename", en ? en : "Error",
+                                                "evalue", ev ? ev : "", "traceback",
+                                                json_object_get(error, "traceback"))));
+                } else {
+                    json_decref(tb);
+                    if (json_is_null(error))
+                        error = json_pack("{s:s s:s s:[]}", "name", en ? en : "Error", "value",
+                                          "(error output omitted: display_max reached)");
+                }
+                free(en);
+                free(ev);
             } else if (!strcmp(type, "clear_output")) {
                 /* progress bars redraw: keep only what follows */
                 json_array_clear(displays);
@@ -405,13 +556,34 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
         free(txt);
         if (outcap_truncated(cap[i])) {
             const char *sp = outcap_spill(cap[i]);
-            json_object_set_new(trunc, names[i],
-                                json_pack("{s:I s:I s:s?}", "total_bytes",
-                                          (json_int_t)outcap_total(cap[i]), "kept_bytes",
-                                          (json_int_t)kept, "spill", sp));
+            json_t *t = json_pack("{s:I s:I s:o}", "total_bytes", (json_int_t)outcap_total(cap[i]),
+                                  "kept_bytes", (json_int_t)kept, "spill",
+                                  sp ? json_string(sp) : json_null());
+            if (sp)
+                json_object_set_new(t, "spill_bytes",
+                                    json_integer((json_int_t)outcap_spill_bytes(cap[i])));
+            if (outcap_spill_note(cap[i]))
+                json_object_set_new(t, "spill_truncated", json_string(outcap_spill_note(cap[i])));
+            if (outcap_spill_error(cap[i]))
+                json_object_set_new(t, "spill_error", json_string(outcap_spill_error(cap[i])));
+            json_object_set_new(trunc, names[i], t);
         }
         outcap_destroy(&cap[i]);
     }
+    if (acct.omitted) {
+        char sz[32];
+        char why[160];
+        snprintf(why, sizeof why, "display_max: %s of rich outputs per block",
+                 outcap_fmt_size(p->display_max, sz, sizeof sz));
+        json_object_set_new(trunc, "displays",
+                            json_pack("{s:I s:I s:i s:s}", "total_bytes", (json_int_t)acct.received,
+                                      "kept_bytes", (json_int_t)acct.kept, "omitted",
+                                      (int)acct.omitted, "limit", why));
+    }
+    if (acct.images_omitted)
+        json_object_set_new(
+            trunc, "images",
+            json_pack("{s:i s:s}", "omitted", (int)acct.images_omitted, "reason", acct.image_note));
     json_object_set_new(r, "truncated", trunc);
     json_object_set_new(r, "result", result);
     json_object_set_new(r, "displays", displays);
@@ -423,9 +595,8 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
 
     fsdiff_snap *after = fsdiff_take(p->workspace, p->scan_max);
     size_t omitted = 0;
-    json_t *files = before && after
-                        ? fsdiff_compare(before, after, p->workspace, p->files_max, &omitted)
-                        : json_array();
+    json_t *files =
+        before && after ? fsdiff_compare(before, after, p->files_max, &omitted) : json_array();
     json_object_set_new(r, "files", files ? files : json_array());
     if (omitted)
         json_object_set_new(r, "files_omitted", json_integer((json_int_t)omitted));

@@ -14,14 +14,19 @@
 #include "kernelmgr/km.h"
 
 typedef struct codeexec_params {
-    const char *session;  /* name, for the result */
-    const char *language; /* "python" | "bash" */
-    int block;            /* index of the block, for events */
-    double timeout;       /* seconds until interrupt */
-    double grace;         /* seconds after interrupt until the kernel is killed */
-    size_t output_cap;    /* bytes kept per stream */
-    const char *outdir;   /* where spill files and images go (created on demand) */
-    const char *tag;      /* unique file name prefix, e.g. "0007-python" */
+    const char *session;    /* name, for the result */
+    const char *language;   /* "python" | "bash" */
+    int block;              /* index of the block, for events */
+    double timeout;         /* seconds until interrupt */
+    double grace;           /* seconds after interrupt until the kernel is killed */
+    size_t output_cap;      /* bytes kept per stream (and per error output) */
+    uint64_t spill_max;     /* bytes of a stream's spill file */
+    uint64_t display_max;   /* bytes of rich outputs (results, displays, errors) kept;
+                               counts what was accepted, clear_output does not reset it */
+    uint64_t *outputs_left; /* the session's outputs/ budget, decreased by what is
+                               written (spill files, images); NULL: unlimited */
+    const char *outdir;     /* where spill files and images go (created on demand) */
+    const char *tag;        /* unique file name prefix, e.g. "0007-python" */
     const char *workspace;
     size_t files_max, scan_max;
     volatile int *interrupt_flag; /* set by another thread to interrupt; may be NULL */

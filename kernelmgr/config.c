@@ -2,6 +2,7 @@
  * config.c — defaults, JSON configuration and its validation.
  */
 #include "kernelmgr/config.h"
+#include "kernels/server/kenv.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -30,6 +31,19 @@ void kmcfg_defaults(kmcfg *cfg)
     cfg->files_scan_max = 50000;
     cfg->outputs_keep_runs = 20;
     cfg->outputs_max_age = 7 * 86400;
+    cfg->spill_max = 64ull << 20;
+    cfg->display_max = 16ull << 20;
+    cfg->session_outputs_max = 512ull << 20;
+    cfg->kernel_log_max = 1ull << 20;
+    cfg->history_max = 8ull << 20;
+}
+
+void kmcfg_clear(kmcfg *cfg)
+{
+    if (!cfg)
+        return;
+    json_decref(cfg->env);
+    cfg->env = NULL;
 }
 
 int kmcfg_lang_index(const char *name)
@@ -166,6 +180,36 @@ static int get_choice(const json_t *v, const char *key, const char *a, const cha
     return 0;
 }
 
+/* A size limit: an integer (bytes) or a string like "64M", between lo and hi. */
+static int get_size(const json_t *v, const char *key, uint64_t lo, uint64_t hi, uint64_t *out,
+                    char *err, size_t errlen)
+{
+    uint64_t b = 0;
+    if (json_is_integer(v) && json_integer_value(v) >= 0)
+        b = (uint64_t)json_integer_value(v);
+    else if (!json_is_string(v) || kmcfg_parse_size(json_string_value(v), &b))
+        return fail(err, errlen, key, "must be a size like \"64M\" or a number of bytes");
+    if (b < lo || b > hi)
+        return fail(err, errlen, key, "must be between %llu and %llu bytes (got %llu)",
+                    (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)b);
+    *out = b;
+    return 0;
+}
+
+/* "env": an object of string values, checked by the rules of kenv.h. */
+static int get_env(const json_t *v, json_t **out, char *err, size_t errlen)
+{
+    char why[300];
+    if (kenv_check_object(NULL, "env", v, why, sizeof why))
+        return fail(err, errlen, "env", "%s", why + (strncmp(why, "env: ", 5) ? 4 : 5));
+    json_t *copy = json_deep_copy(v);
+    if (!copy)
+        return fail(err, errlen, "env", "out of memory");
+    json_decref(*out);
+    *out = copy;
+    return 0;
+}
+
 int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
 {
     if (!json_is_object(obj))
@@ -271,6 +315,24 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
         } else if (!strcmp(key, "outputs_max_age")) {
             if (get_number(v, key, 0, 86400.0 * 3650, &cfg->outputs_max_age, err, errlen))
                 return -1;
+        } else if (!strcmp(key, "spill_max")) {
+            if (get_size(v, key, 0, 1ull << 40, &cfg->spill_max, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "display_max")) {
+            if (get_size(v, key, 0, 1ull << 30, &cfg->display_max, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "session_outputs_max")) {
+            if (get_size(v, key, 0, 1ull << 44, &cfg->session_outputs_max, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "kernel_log_max")) {
+            if (get_size(v, key, 4096, 1ull << 40, &cfg->kernel_log_max, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "history_max")) {
+            if (get_size(v, key, 4096, 1ull << 40, &cfg->history_max, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "env")) {
+            if (get_env(v, &cfg->env, err, errlen))
+                return -1;
         } else if (!strcmp(key, "kernels")) {
             if (!json_is_object(v))
                 return fail(err, errlen, key,
@@ -361,6 +423,12 @@ json_t *kmcfg_to_json(const kmcfg *cfg)
     if (o) {
         json_object_set_new(o, "outputs_keep_runs", json_integer(cfg->outputs_keep_runs));
         json_object_set_new(o, "outputs_max_age", json_real(cfg->outputs_max_age));
+        json_object_set_new(o, "spill_max", json_integer((json_int_t)cfg->spill_max));
+        json_object_set_new(o, "display_max", json_integer((json_int_t)cfg->display_max));
+        json_object_set_new(o, "session_outputs_max",
+                            json_integer((json_int_t)cfg->session_outputs_max));
+        json_object_set_new(o, "kernel_log_max", json_integer((json_int_t)cfg->kernel_log_max));
+        json_object_set_new(o, "history_max", json_integer((json_int_t)cfg->history_max));
     }
     return o;
 }

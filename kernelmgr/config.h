@@ -36,10 +36,22 @@ typedef struct kmcfg {
     char kernelspec[KMCFG_NLANG][256]; /* "kernels": {"python": "kernelspec name"} */
     unsigned outputs_keep_runs;        /* "outputs_keep_runs": one-shot run outputs kept (20) */
     double outputs_max_age;            /* "outputs_max_age": seconds, 0 = no age limit (7 d) */
+    json_t *env; /* "env": {NAME: "value"} for the code of every session, or NULL.
+                    Owned: replaced by kmcfg_apply_json, released by kmcfg_clear; a
+                    struct copy shares it (copy it with json_deep_copy to keep it). */
+    /* Host-side bounds on what sandboxed code can make the manager store */
+    uint64_t spill_max;           /* "spill_max": spill file bytes per stream per block (64M) */
+    uint64_t display_max;         /* "display_max": rich output bytes per block (16M) */
+    uint64_t session_outputs_max; /* "session_outputs_max": outputs/ bytes per session (512M) */
+    uint64_t kernel_log_max;      /* "kernel_log_max": a kernel log file's size (1M) */
+    uint64_t history_max;         /* "history_max": each history file's size (8M) */
 } kmcfg;
 
-/* Fills cfg with the defaults. */
+/* Fills cfg with the defaults (does not release an earlier cfg->env). */
 void kmcfg_defaults(kmcfg *cfg);
+
+/* Releases what cfg owns (env). NULL-safe. */
+void kmcfg_clear(kmcfg *cfg);
 
 /* Applies a JSON object (borrowed) on top of cfg. Returns 0, or -1 with
  * "KEY: reason" in err; cfg may be partially updated then. */

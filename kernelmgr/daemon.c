@@ -4,7 +4,8 @@
  * Request fields (all optional unless noted):
  *   ping                                   -> {"ok","pid","home","pool"}
  *   exec     session*, code*, lang, timeout, continue_on_error, stream,
- *            network ("on"/"off"), memory ("2G"), python, workspace, sandbox
+ *            network ("on"/"off"), memory ("2G"), python, workspace, sandbox,
+ *            env ({NAME: "value"}, kernels/server/kenv.h rules)
  *                                          -> {"ok","results","failed","skipped"}
  *   sessions                               -> {"ok","sessions":[...],"pool":{...}}
  *            (exec replies and results may carry "warnings", see km.h)
@@ -17,6 +18,7 @@
  */
 #include "kernelmgr/daemon.h"
 #include "kernelmgr/klaunch.h"
+#include "kernels/server/kenv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -239,6 +241,13 @@ static void handle(conn *c, const json_t *req)
         so.sandbox = sfield(req, "sandbox");
         if (so.sandbox && strcmp(so.sandbox, "strict") && strcmp(so.sandbox, "none"))
             return reply_err(c, KM_EUSAGE, "sandbox must be \"strict\" or \"none\"");
+        json_t *env = json_object_get(req, "env");
+        if (env && !json_is_null(env)) {
+            char why[512];
+            if (kenv_check_object(NULL, "env", env, why, sizeof why))
+                return reply_err(c, KM_EUSAGE, why);
+            so.env = env;
+        }
         km_exec_opts eo = {sfield(req, "lang"), json_number_value(json_object_get(req, "timeout")),
                            json_is_true(json_object_get(req, "continue_on_error"))};
         int stream = json_is_true(json_object_get(req, "stream"));

@@ -16,25 +16,21 @@
 #include <unistd.h>
 #include <zmq.h>
 
-/* Paths are built into fixed PATH_MAX buffers whose overflow is checked
- * where it matters; gcc's truncation guesses are noise here (clang has no
- * such warning). */
+/* klaunch_self_dir's caller-sized buffer is checked for overflow; gcc's
+ * truncation guesses are noise here (clang has no such warning). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 
-/* The bash the bash kernel runs: the first bash on PATH, else /bin/bash. */
-static int doctor_find_bash(char *out, size_t size)
+/* The bash the bash kernel runs: the first bash on PATH, else /bin/bash.
+ * new string, or NULL. */
+static char *doctor_find_bash(void)
 {
     const char *path = getenv("PATH");
     char *found = pydetect_which("bash", path && *path ? path : "/usr/bin:/bin");
     if (!found && access("/bin/bash", X_OK) == 0)
         found = strdup("/bin/bash");
-    if (!found)
-        return -1;
-    snprintf(out, size, "%s", found);
-    free(found);
-    return 0;
+    return found;
 }
 
 /* "5.2.15(1)-release", or "" when bash cannot be run. */
@@ -43,11 +39,13 @@ static void doctor_bash_version(const char *bash, char *out, size_t size)
     out[0] = 0;
     if (strchr(bash, '\''))
         return;
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd,
-             "'%s' --norc --noprofile -c 'printf %%s \"$BASH_VERSION\"' </dev/null 2>/dev/null",
-             bash);
+    char *cmd = NULL;
+    if (asprintf(&cmd,
+                 "'%s' --norc --noprofile -c 'printf %%s \"$BASH_VERSION\"' </dev/null 2>/dev/null",
+                 bash) < 0)
+        return;
     FILE *p = popen(cmd, "r");
+    free(cmd);
     if (!p)
         return;
     if (!fgets(out, (int)size, p))
@@ -114,8 +112,9 @@ json_t *doctor_report(const kmcfg *cfg, const char *home, const char *version)
     zmq_version(&zmaj, &zmin, &zpat);
     const struct scmp_version *sv = seccomp_version();
 
-    char bash[4096] = "", bver[128] = "";
-    int have_bash = doctor_find_bash(bash, sizeof bash) == 0;
+    char bver[128] = "";
+    char *bash = doctor_find_bash();
+    int have_bash = bash != NULL;
     if (have_bash)
         doctor_bash_version(bash, bver, sizeof bver);
     json_t *py = doctor_python(cfg);
@@ -126,13 +125,15 @@ json_t *doctor_report(const kmcfg *cfg, const char *home, const char *version)
     int have_dir = env && *env ? (snprintf(self, sizeof self, "%s", env), 1)
                                : klaunch_self_dir(self, sizeof self) == 0;
     for (int l = 0; l < KMCFG_NLANG; l++) {
-        char bin[4200];
-        snprintf(bin, sizeof bin, "%s/kernel-%s", have_dir ? self : "?", kmcfg_lang_name(l));
+        char *bin = NULL;
+        if (asprintf(&bin, "%s/kernel-%s", have_dir ? self : "?", kmcfg_lang_name(l)) < 0)
+            bin = NULL;
         json_object_set_new(kernels, kmcfg_lang_name(l),
-                            json_pack("{s:s s:b s:b s:s*}", "path", bin, "found",
-                                      have_dir && access(bin, X_OK) == 0, "allowed", cfg->allow[l],
-                                      "kernelspec",
+                            json_pack("{s:s s:b s:b s:s*}", "path", bin ? bin : "?", "found",
+                                      bin && have_dir && access(bin, X_OK) == 0, "allowed",
+                                      cfg->allow[l], "kernelspec",
                                       cfg->kernelspec[l][0] ? cfg->kernelspec[l] : NULL));
+        free(bin);
     }
     json_t *versions =
         json_pack("{s:s s:o s:s s:s s:o s:o}", "kernelmgr", version, "libzmq",
@@ -142,12 +143,14 @@ json_t *doctor_report(const kmcfg *cfg, const char *home, const char *version)
                   "bash", bver[0] ? json_string(bver) : json_null());
     json_object_set(versions, "python", json_object_get(py, "version") ?: json_null());
 
-    return json_pack("{s:s s:{s:s s:s s:s s:i} s:s s:o s:o s:o s:{s:b s:s s:s*} s:o s:o}",
-                     "kernelmgr", version, "host", "system", u.sysname, "kernel", u.release, "arch",
-                     u.machine, "uid", (int)getuid(), "home", home, "versions", versions, "kernels",
-                     kernels, "python", py, "bash", "found", have_bash && bver[0], "path",
-                     have_bash ? bash : "", "version", bver[0] ? bver : NULL, "sandbox",
-                     doctor_sandbox(cfg), "config", kmcfg_to_json(cfg));
+    json_t *r = json_pack(
+        "{s:s s:{s:s s:s s:s s:i} s:s s:o s:o s:o s:{s:b s:s s:s*} s:o s:o}", "kernelmgr", version,
+        "host", "system", u.sysname, "kernel", u.release, "arch", u.machine, "uid", (int)getuid(),
+        "home", home, "versions", versions, "kernels", kernels, "python", py, "bash", "found",
+        have_bash && bver[0], "path", have_bash ? bash : "", "version", bver[0] ? bver : NULL,
+        "sandbox", doctor_sandbox(cfg), "config", kmcfg_to_json(cfg));
+    free(bash);
+    return r;
 }
 
 static const char *sget(const json_t *o, const char *k)

@@ -5,9 +5,12 @@
 #include "jp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 json_t *export_lines(const char *text)
 {
@@ -52,16 +55,34 @@ static json_t *fix_output(const json_t *o)
     return c;
 }
 
-/* Reads history.jsonl: new array of its well-formed lines, NULL with err. */
+/* Reads history.jsonl: new array of its well-formed lines, NULL with err.
+ * The file is the manager's own (the session directory, not the sandbox's
+ * workspace), still opened without following a symlink and read only when
+ * it is a regular file. */
 static json_t *export_read_history(const char *session_dir, char *err, size_t errlen)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%.4000s/history.jsonl", session_dir);
-    FILE *f = fopen(path, "r");
-    if (!f && errno != ENOENT) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    char *path = NULL;
+    if (asprintf(&path, "%s/history.jsonl", session_dir) < 0) {
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    FILE *f = NULL;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+        errno = EINVAL;
+    }
+    if (fd >= 0 && !(f = fdopen(fd, "r")))
+        close(fd);
+    if (!f && errno != ENOENT) {
+        snprintf(err, errlen, "%s: %s", path,
+                 errno == EINVAL || errno == ELOOP ? "not a regular file" : strerror(errno));
+        free(path);
+        return NULL;
+    }
+    free(path);
     json_t *hist = json_array();
     char *line = NULL;
     size_t cap = 0;

@@ -1,22 +1,26 @@
 /*
- * fsdiff.c — bounded lstat() walks and their comparison.
+ * fsdiff.c — bounded fd-based walks of a workspace and their comparison.
  */
 #include "kernelmgr/fsdiff.h"
+#include "kernelmgr/wsfile.h"
 #include "jp.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define FSDIFF_DEPTH_MAX 64
+
 typedef struct fsent {
-    char *path; /* relative */
+    char *path;   /* relative */
+    char *target; /* symlinks: the link's text (readlinkat during the walk) */
     unsigned mode;
     uint64_t size, ino;
     int64_t mtime_ns;
@@ -26,22 +30,27 @@ struct fsdiff_snap {
     fsent *v;
     size_t n, cap, scan_max;
     int incomplete;
+    int rootfd; /* the workspace root, -1 when it could not be opened */
 };
 
-static int snap_push(fsdiff_snap *s, const char *path, const struct stat *st)
+/* Takes ownership of path. */
+static int snap_push(fsdiff_snap *s, char *path, const struct stat *st, int dfd, const char *name)
 {
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
         fsent *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
+        if (!v) {
+            free(path);
             return -1;
+        }
         s->v = v;
         s->cap = cap;
     }
     fsent *e = &s->v[s->n];
-    e->path = strdup(path);
-    if (!e->path)
-        return -1;
+    e->path = path;
+    /* the text of this very entry: the walk's parent fd and its name,
+     * never a path resolved again later */
+    e->target = S_ISLNK(st->st_mode) ? wsfile_readlinkat(dfd, name) : NULL;
     e->mode = st->st_mode;
     e->size = (uint64_t)st->st_size;
     e->ino = st->st_ino;
@@ -50,7 +59,7 @@ static int snap_push(fsdiff_snap *s, const char *path, const struct stat *st)
     return 0;
 }
 
-/* dirfd is owned and closed here; rel is the path of the directory ("" = root). */
+/* dfd is owned and closed here; rel is the path of the directory ("" = root). */
 static void walk(fsdiff_snap *s, int dfd, const char *rel, int depth)
 {
     DIR *d = fdopendir(dfd);
@@ -66,20 +75,19 @@ static void walk(fsdiff_snap *s, int dfd, const char *rel, int depth)
             s->incomplete = 1;
             break;
         }
-        char path[PATH_MAX];
-        int n = snprintf(path, sizeof path, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
-        if (n < 0 || (size_t)n >= sizeof path)
-            continue;
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
             continue;
-        if (snap_push(s, path, &st))
+        char *path = NULL;
+        if (asprintf(&path, "%s%s%s", rel, *rel ? "/" : "", de->d_name) < 0)
             break;
-        if (S_ISDIR(st.st_mode) && depth < 64) {
+        if (snap_push(s, path, &st, dirfd(d), de->d_name))
+            break;
+        if (S_ISDIR(st.st_mode) && depth < FSDIFF_DEPTH_MAX) {
             int fd = openat(dirfd(d), de->d_name,
                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
             if (fd >= 0)
-                walk(s, fd, path, depth + 1);
+                walk(s, fd, path, depth + 1); /* path: owned by s, stays */
         }
     }
     closedir(d);
@@ -96,10 +104,14 @@ fsdiff_snap *fsdiff_take(const char *root, size_t scan_max)
     if (!s)
         return NULL;
     s->scan_max = scan_max ? scan_max : 1;
-    int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0)
-        walk(s, fd, "", 0);
-    qsort(s->v, s->n, sizeof *s->v, ent_cmp);
+    s->rootfd = wsfile_root_open(root, NULL, 0);
+    if (s->rootfd >= 0) {
+        int fd = dup(s->rootfd);
+        if (fd >= 0)
+            walk(s, fd, "", 0);
+    }
+    if (s->n)
+        qsort(s->v, s->n, sizeof *s->v, ent_cmp);
     return s;
 }
 
@@ -107,8 +119,12 @@ void fsdiff_destroy(fsdiff_snap **p)
 {
     if (!p || !*p)
         return;
-    for (size_t i = 0; i < (*p)->n; i++)
+    for (size_t i = 0; i < (*p)->n; i++) {
         free((*p)->v[i].path);
+        free((*p)->v[i].target);
+    }
+    if ((*p)->rootfd >= 0)
+        close((*p)->rootfd);
     free((*p)->v);
     free(*p);
     *p = NULL;
@@ -157,7 +173,18 @@ static const struct {
     {".pkl", "application/octet-stream"},
 };
 
-const char *fsdiff_mime(const char *root, const char *relpath, unsigned mode)
+static const char *mime_by_name(const char *relpath)
+{
+    const char *dot = strrchr(relpath, '.');
+    const char *slash = strrchr(relpath, '/');
+    if (dot && (!slash || dot > slash))
+        for (size_t i = 0; i < sizeof mime_by_ext / sizeof *mime_by_ext; i++)
+            if (!strcasecmp(dot, mime_by_ext[i].ext))
+                return mime_by_ext[i].mime;
+    return NULL;
+}
+
+static const char *mime_by_type(unsigned mode)
 {
     if (S_ISLNK(mode))
         return "inode/symlink";
@@ -171,27 +198,16 @@ const char *fsdiff_mime(const char *root, const char *relpath, unsigned mode)
         return "inode/blockdevice";
     if (S_ISDIR(mode))
         return "inode/directory";
-    const char *dot = strrchr(relpath, '.');
-    const char *slash = strrchr(relpath, '/');
-    if (dot && (!slash || dot > slash))
-        for (size_t i = 0; i < sizeof mime_by_ext / sizeof *mime_by_ext; i++)
-            if (!strcasecmp(dot, mime_by_ext[i].ext))
-                return mime_by_ext[i].mime;
-    if (!S_ISREG(mode))
-        return "application/octet-stream";
-    /* sniff: only regular files, never following a link swapped in meanwhile */
-    char path[PATH_MAX];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", root, relpath) >= sizeof path)
-        return "application/octet-stream";
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0)
-        return "application/octet-stream";
-    struct stat st;
+    return NULL;
+}
+
+static const char *sniff(int fd)
+{
     unsigned char buf[512];
-    ssize_t n = -1;
-    if (!fstat(fd, &st) && S_ISREG(st.st_mode))
-        n = read(fd, buf, sizeof buf);
-    close(fd);
+    ssize_t n;
+    do
+        n = pread(fd, buf, sizeof buf, 0);
+    while (n < 0 && errno == EINTR);
     if (n < 0)
         return "application/octet-stream";
     if (n == 0)
@@ -214,22 +230,49 @@ const char *fsdiff_mime(const char *root, const char *relpath, unsigned mode)
     return jp_utf8_valid(buf, ok) ? "text/plain" : "application/octet-stream";
 }
 
-static json_t *entry_json(const char *root, const fsent *e, const char *change)
+const char *fsdiff_mime_fd(int fd, const char *relpath)
+{
+    const char *m = mime_by_name(relpath);
+    return m ? m : sniff(fd);
+}
+
+/* ino: the inode the walk saw (0: any); a file replaced since is not sniffed */
+static const char *mime_at(int rootfd, const char *relpath, unsigned mode, uint64_t ino)
+{
+    const char *m = mime_by_type(mode);
+    if (!m)
+        m = mime_by_name(relpath);
+    if (m)
+        return m;
+    if (!S_ISREG(mode) || rootfd < 0)
+        return "application/octet-stream";
+    struct stat st;
+    int fd = wsfile_open_regular(rootfd, relpath, &st, NULL, 0);
+    if (fd < 0)
+        return "application/octet-stream";
+    m = ino && st.st_ino != ino ? "application/octet-stream" : sniff(fd);
+    close(fd);
+    return m;
+}
+
+const char *fsdiff_mime(int rootfd, const char *relpath, unsigned mode)
+{
+    return mime_at(rootfd, relpath, mode, 0);
+}
+
+static json_t *entry_json(int rootfd, const fsent *e, const char *change)
 {
     char *p = jp_utf8_sanitize(e->path, strlen(e->path), NULL);
+    /* a deleted file is not there to sniff */
+    const char *mime = strcmp(change, "deleted") ? mime_at(rootfd, e->path, e->mode, e->ino)
+                                                 : mime_at(-1, e->path, e->mode, e->ino);
     json_t *o = json_pack("{s:s s:s s:I s:s}", "path", p ? p : "?", "change", change, "size",
-                          (json_int_t)e->size, "mime", fsdiff_mime(root, e->path, e->mode));
-    if (o && S_ISLNK(e->mode) && strcmp(change, "deleted")) {
-        char path[PATH_MAX], target[PATH_MAX];
-        if ((size_t)snprintf(path, sizeof path, "%s/%s", root, e->path) < sizeof path) {
-            ssize_t n = readlink(path, target, sizeof target - 1);
-            if (n >= 0) {
-                char *t = jp_utf8_sanitize(target, (size_t)n, NULL);
-                if (t)
-                    json_object_set_new(o, "target", json_string(t));
-                free(t);
-            }
-        }
+                          (json_int_t)e->size, "mime", mime);
+    if (o && e->target && strcmp(change, "deleted")) {
+        char *t = jp_utf8_sanitize(e->target, strlen(e->target), NULL);
+        if (t)
+            json_object_set_new(o, "target", json_string(t));
+        free(t);
     }
     free(p);
     return o;
@@ -241,8 +284,8 @@ static int changed(const fsent *a, const fsent *b)
            a->mode != b->mode;
 }
 
-json_t *fsdiff_compare(const fsdiff_snap *before, const fsdiff_snap *after, const char *root,
-                       size_t max_report, size_t *omitted)
+json_t *fsdiff_compare(const fsdiff_snap *before, const fsdiff_snap *after, size_t max_report,
+                       size_t *omitted)
 {
     json_t *out = json_array();
     size_t i = 0, j = 0, extra = 0;
@@ -277,14 +320,14 @@ json_t *fsdiff_compare(const fsdiff_snap *before, const fsdiff_snap *after, cons
             extra++;
             continue;
         }
-        json_array_append_new(out, entry_json(root, e, change));
+        json_array_append_new(out, entry_json(after->rootfd, e, change));
     }
     if (omitted)
         *omitted = extra;
     return out;
 }
 
-json_t *fsdiff_list(const fsdiff_snap *s, const char *root, size_t max)
+json_t *fsdiff_list(const fsdiff_snap *s, size_t max)
 {
     json_t *out = json_array();
     for (size_t i = 0; out && i < s->n && json_array_size(out) < max; i++) {
@@ -296,9 +339,15 @@ json_t *fsdiff_list(const fsdiff_snap *s, const char *root, size_t max)
                            : S_ISLNK(e->mode)  ? "symlink"
                            : S_ISFIFO(e->mode) ? "fifo"
                                                : "other";
-        json_array_append_new(out, json_pack("{s:s s:I s:s s:s}", "path", p ? p : "?", "size",
-                                             (json_int_t)e->size, "mime",
-                                             fsdiff_mime(root, e->path, e->mode), "type", type));
+        json_t *o = json_pack("{s:s s:I s:s s:s}", "path", p ? p : "?", "size", (json_int_t)e->size,
+                              "mime", mime_at(s->rootfd, e->path, e->mode, e->ino), "type", type);
+        if (o && e->target) {
+            char *t = jp_utf8_sanitize(e->target, strlen(e->target), NULL);
+            if (t)
+                json_object_set_new(o, "target", json_string(t));
+            free(t);
+        }
+        json_array_append_new(out, o);
         free(p);
     }
     return out;

@@ -3,6 +3,8 @@
  */
 #include "kernelmgr/klaunch.h"
 
+#include "kernels/server/kenvpath.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -189,8 +191,8 @@ static void remove_ipc(const jp_connection *c)
 }
 
 kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id,
-                     const char *transport, const char *cwd, const char *log_path,
-                     const char *kernel_name, char *err, size_t errlen)
+                     const char *transport, const char *log_path, const char *kernel_name,
+                     char *err, size_t errlen)
 {
     if (!cmd->argv[0]) {
         snprintf(err, errlen, "empty kernel command");
@@ -203,8 +205,18 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     }
     kp->pid = -1;
     kp->interrupt_signal = cmd->interrupt_signal;
+    /* The kernel server is a host process: it never starts in a workspace,
+     * whose content sandboxed code writes (kernelmgr's kernels are told
+     * their workspace with --workspace). It starts in the run directory,
+     * named absolutely so the connection file path still works. */
+    char *run_abs = run_dir[0] == '/' ? strdup(run_dir) : realpath(run_dir, NULL);
+    if (!run_abs) {
+        snprintf(err, errlen, "run directory %s: %s", run_dir, strerror(errno));
+        free(kp);
+        return NULL;
+    }
     char stem[PATH_MAX - 16];
-    snprintf(stem, sizeof stem, "%.3000s/%.64s", run_dir, id);
+    snprintf(stem, sizeof stem, "%.3000s/%.64s", run_abs, id);
     snprintf(kp->cf_path, sizeof kp->cf_path, "%s.json", stem);
     jp_error jerr;
     int ipc = !strcmp(transport, "ipc");
@@ -212,14 +224,18 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
             JP_OK ||
         jp_connection_write(kp->cf_path, &kp->conn, &jerr) != JP_OK) {
         snprintf(err, errlen, "connection file %s: %s", kp->cf_path, jerr.reason);
+        free(run_abs);
         free(kp);
         return NULL;
     }
 
     /* everything the child needs is prepared before fork: after fork in a
-     * threaded process only async-signal-safe calls are allowed */
+     * threaded process only async-signal-safe calls are allowed. The
+     * environment loses empty/relative PATH and LD_LIBRARY_PATH entries
+     * (kenvpath.h): they would mean the cwd. */
     char *argv[KLAUNCH_MAX_ARGS + 1] = {0};
-    int ok = 1;
+    char **envp = kenvpath_clean_environ(environ);
+    int ok = envp != NULL;
     for (int i = 0; i < KLAUNCH_MAX_ARGS && cmd->argv[i]; i++)
         if (!(argv[i] = subst(cmd->argv[i], kp->cf_path, cmd->resource_dir)))
             ok = 0;
@@ -248,12 +264,15 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
         if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
             for (int fd = 3; fd < 65536; fd++)
                 close(fd);
-        if (chdir(cwd))
+        if (chdir(run_abs))
             _exit(126);
-        execve(argv[0], argv, environ);
-        /* execvp semantics for kernelspecs that name a program on PATH */
-        if (!strchr(argv[0], '/'))
+        execve(argv[0], argv, envp);
+        /* execvp semantics for kernelspecs that name a program on PATH
+         * (the cleaned PATH: environ is the cleaned copy from here on) */
+        if (!strchr(argv[0], '/')) {
+            environ = envp;
             execvp(argv[0], argv);
+        }
         static const char msg[] = "kernelmgr: exec of kernel failed\n";
         if (write(2, msg, sizeof msg - 1) < 0) {
         }
@@ -265,6 +284,8 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     close(nullfd);
     for (int i = 0; argv[i]; i++)
         free(argv[i]);
+    kenvpath_free_environ(envp);
+    free(run_abs);
     return kp;
 fail:
     if (logfd >= 0)
@@ -273,6 +294,8 @@ fail:
         close(nullfd);
     for (int i = 0; i < KLAUNCH_MAX_ARGS; i++)
         free(argv[i]);
+    kenvpath_free_environ(envp);
+    free(run_abs);
     unlink(kp->cf_path);
     free(kp);
     return NULL;

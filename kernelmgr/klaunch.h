@@ -54,11 +54,14 @@ typedef struct kproc {
 int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t errlen);
 
 /* new: writes a fresh connection file run_dir/ID.json (0600; transport "ipc"
- * with sockets run_dir/ID-N, or "tcp" on 127.0.0.1) and starts cmd in cwd with
- * its output appended to log_path. Returns NULL with a reason in err. */
+ * with sockets run_dir/ID-N, or "tcp" on 127.0.0.1) and starts cmd with its
+ * output appended to log_path. The kernel's cwd is run_dir (made absolute),
+ * never a workspace: sandboxed code writes there, and a host process with
+ * its cwd in it could pick up planted files (empty PATH or LD_LIBRARY_PATH
+ * entries, relative imports). Returns NULL with a reason in err. */
 kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id,
-                     const char *transport, const char *cwd, const char *log_path,
-                     const char *kernel_name, char *err, size_t errlen);
+                     const char *transport, const char *log_path, const char *kernel_name,
+                     char *err, size_t errlen);
 
 /* 1 while the process runs; reaps it (non-blocking) when it has exited. */
 int klaunch_alive(kproc *kp);

@@ -46,6 +46,8 @@ typedef struct km_session_opts {
     const char *python;        /* interpreter path */
     const char *workspace;     /* existing directory used instead of a fresh one */
     const char *sandbox;       /* "strict" | "none" */
+    const json_t *env;         /* borrowed: {NAME: "value"} for the code's environment,
+                                  on top of the configuration's "env"; NULL = none */
 } km_session_opts;
 
 void km_session_opts_init(km_session_opts *o);

@@ -4,26 +4,32 @@
 #include "kernelmgr/kmfs.h"
 
 #include <errno.h>
-#include <limits.h>
-#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 int kmfs_mkdirs(const char *path, mode_t mode)
 {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        errno = ENAMETOOLONG;
+    if (!path || !*path) {
+        errno = ENOENT;
         return -1;
     }
-    for (char *p = buf + 1; *p; p++) {
+    char *buf = strdup(path);
+    if (!buf)
+        return -1;
+    int rc = 0;
+    for (char *p = buf + 1; *p && rc == 0; p++) {
         if (*p != '/')
             continue;
         *p = '\0';
         if (mkdir(buf, mode) < 0 && errno != EEXIST)
-            return -1;
+            rc = -1;
         *p = '/';
     }
-    if (mkdir(buf, mode) < 0 && errno != EEXIST)
-        return -1;
-    return 0;
+    if (rc == 0 && mkdir(buf, mode) < 0 && errno != EEXIST)
+        rc = -1;
+    int e = errno;
+    free(buf);
+    errno = e;
+    return rc;
 }

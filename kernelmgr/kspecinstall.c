@@ -14,9 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Paths are built into fixed PATH_MAX buffers whose overflow is checked
- * where it matters; gcc's truncation guesses are noise here (clang has no
- * such warning). */
+/* kspecinst_dir's caller-sized buffer is checked for overflow; gcc's
+ * truncation guesses are noise here (clang has no such warning). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
@@ -46,22 +45,91 @@ static void kspecinst_opt(json_t *argv, const char *opt, const char *value)
     json_array_append_new(argv, json_string(value));
 }
 
-/* Writes via a temporary file so a reader never sees half a kernel.json. */
+/* Writes via a temporary file so a reader never sees half a kernel.json;
+ * the temporary file is created fresh (O_EXCL | O_NOFOLLOW), never written
+ * through a symlink or into a FIFO someone left there. */
 static int kspecinst_write(const char *path, const json_t *spec, char *err, size_t errlen)
 {
-    char tmp[PATH_MAX + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (json_dump_file(spec, tmp, JSON_INDENT(1)) || chmod(tmp, 0644) || rename(tmp, path)) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
+    char *tmp = NULL;
+    if (asprintf(&tmp, "%s.tmp", path) < 0) {
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
-    return 0;
+    unlink(tmp); /* a stale one from a crash (a symlink is removed, not followed) */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int rc = 0;
+    if (fd < 0 || json_dumpfd(spec, fd, JSON_INDENT(1)) || fchmod(fd, 0644) || close(fd) ||
+        (fd = -1, rename(tmp, path))) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+        rc = -1;
+    }
+    free(tmp);
+    return rc;
+}
+
+/* Installs the kernelspec of language l under base: new {"name","path",
+ * "argv"}, or NULL with err. */
+static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, int l, char *err,
+                             size_t errlen)
+{
+    const char *ln = kmcfg_lang_name(l);
+    char *bin = NULL, *dir = NULL, *path = NULL;
+    json_t *spec = NULL, *out = NULL;
+    if (asprintf(&bin, "%s/kernel-%s", o->kernel_dir, ln) < 0) {
+        bin = NULL;
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    errno = 0;
+    char *real = realpath(bin, NULL);
+    if (!real || access(real, X_OK)) {
+        snprintf(err, errlen, "%s: %s (build the kernels first: make)", bin,
+                 strerror(errno ? errno : ENOENT));
+        free(real);
+        goto done;
+    }
+    json_t *argv = json_pack("[s s s]", real, "-f", "{connection_file}");
+    free(real);
+    if (o->sandbox)
+        kspecinst_opt(argv, "--sandbox", o->sandbox);
+    if (o->network >= 0)
+        kspecinst_opt(argv, "--network", o->network ? "on" : "off");
+    if (o->memory)
+        kspecinst_opt(argv, "--memory", o->memory);
+    if (o->python && l == KMCFG_LANG_PYTHON)
+        kspecinst_opt(argv, "--python", o->python);
+    spec = json_pack(
+        "{s:o s:s s:s s:s s:{s:{s:s s:s}}}", "argv", argv, "display_name",
+        l == KMCFG_LANG_BASH ? "Bash (kernelmgr sandbox)" : "Python 3 (kernelmgr sandbox)",
+        "language", ln, "interrupt_mode", "message", "metadata", "kernelmgr", "version",
+        o->version ? o->version : "", "sandbox", o->sandbox ? o->sandbox : "strict");
+    if (asprintf(&dir, "%s/kernelmgr-%s", base, ln) < 0 ||
+        asprintf(&path, "%s/kernelmgr-%s/kernel.json", base, ln) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    if (kmfs_mkdirs(dir, 0755)) {
+        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        goto done;
+    }
+    if (kspecinst_write(path, spec, err, errlen))
+        goto done;
+    out = json_pack("{s:o s:s s:O}", "name", json_sprintf("kernelmgr-%s", ln), "path", dir, "argv",
+                    json_object_get(spec, "argv"));
+done:
+    json_decref(spec);
+    free(bin);
+    free(dir);
+    free(path);
+    return out;
 }
 
 json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen)
 {
-    char base[PATH_MAX], dir[PATH_MAX], bin[PATH_MAX], path[PATH_MAX];
+    char base[PATH_MAX]; /* kspecinst_dir's interface */
     if (kspecinst_dir(o, base, sizeof base)) {
         snprintf(err, errlen, "cannot tell where to install: set HOME, or use --prefix DIR");
         return NULL;
@@ -72,48 +140,12 @@ json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen)
     }
     json_t *done = json_array();
     for (int l = 0; l < KMCFG_NLANG; l++) {
-        const char *ln = kmcfg_lang_name(l);
-        snprintf(bin, sizeof bin, "%s/kernel-%s", o->kernel_dir, ln);
-        char *real = realpath(bin, NULL);
-        if (!real || access(real, X_OK)) {
-            snprintf(err, errlen, "%s: %s (build the kernels first: make)", bin,
-                     strerror(errno ? errno : ENOENT));
-            free(real);
+        json_t *one = kspecinst_one(o, base, l, err, errlen);
+        if (!one) {
             json_decref(done);
             return NULL;
         }
-        json_t *argv = json_pack("[s s s]", real, "-f", "{connection_file}");
-        free(real);
-        if (o->sandbox)
-            kspecinst_opt(argv, "--sandbox", o->sandbox);
-        if (o->network >= 0)
-            kspecinst_opt(argv, "--network", o->network ? "on" : "off");
-        if (o->memory)
-            kspecinst_opt(argv, "--memory", o->memory);
-        if (o->python && l == KMCFG_LANG_PYTHON)
-            kspecinst_opt(argv, "--python", o->python);
-        json_t *spec = json_pack(
-            "{s:o s:s s:s s:s s:{s:{s:s s:s}}}", "argv", argv, "display_name",
-            l == KMCFG_LANG_BASH ? "Bash (kernelmgr sandbox)" : "Python 3 (kernelmgr sandbox)",
-            "language", ln, "interrupt_mode", "message", "metadata", "kernelmgr", "version",
-            o->version ? o->version : "", "sandbox", o->sandbox ? o->sandbox : "strict");
-        snprintf(dir, sizeof dir, "%s/kernelmgr-%s", base, ln);
-        if (kmfs_mkdirs(dir, 0755)) {
-            snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-            json_decref(spec);
-            json_decref(done);
-            return NULL;
-        }
-        snprintf(path, sizeof path, "%s/kernel.json", dir);
-        if (kspecinst_write(path, spec, err, errlen)) {
-            json_decref(spec);
-            json_decref(done);
-            return NULL;
-        }
-        json_array_append_new(done,
-                              json_pack("{s:o s:s s:O}", "name", json_sprintf("kernelmgr-%s", ln),
-                                        "path", dir, "argv", json_object_get(spec, "argv")));
-        json_decref(spec);
+        json_array_append_new(done, one);
     }
     return done;
 }

@@ -112,8 +112,18 @@ static void put_truncated(FILE *f, const json_t *truncated)
                 (long long)json_integer_value(json_object_get(t, "total_bytes")),
                 (long long)json_integer_value(json_object_get(t, "kept_bytes")));
         const char *spill = json_string_value(json_object_get(t, "spill"));
-        if (spill)
+        const char *note = json_string_value(json_object_get(t, "spill_truncated"));
+        const char *why = json_string_value(json_object_get(t, "spill_error"));
+        if (!why)
+            why = json_string_value(json_object_get(t, "limit"));
+        if (!why)
+            why = json_string_value(json_object_get(t, "reason"));
+        if (spill && note)
+            fprintf(f, "; the start of the output is in %s (%s)", spill, note);
+        else if (spill)
             fprintf(f, "; the full output is in %s", spill);
+        if (why)
+            fprintf(f, "; %s", why);
         fputc('\n', f);
     }
 }

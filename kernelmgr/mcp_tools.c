@@ -24,6 +24,7 @@
 #include "kernelmgr/mcp_render.h"
 #include "kernelmgr/pkginstall.h"
 #include "kernelmgr/wsfile.h"
+#include "kernels/server/kenv.h"
 
 #define DEFAULT_SESSION "default"
 #define LIST_MAX 2000
@@ -55,7 +56,12 @@ static const char *const tools_json =
     "first use.\"},"
     "\"timeout_s\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"
     "\"description\":\"Time limit of each block in seconds (default: the server's, usually "
-    "60).\"}},"
+    "60).\"},"
+    "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
+    "\"maxProperties\":64,\"description\":\"Environment variables for the code, "
+    "{NAME: value}; applied when this call creates the session (a session keeps the variables "
+    "it was created with). The code sees no other variable of the server's but LANG, LC_*, "
+    "TERM and TZ.\"}},"
     "\"required\":[\"code\"],\"additionalProperties\":false},"
     "\"annotations\":{\"title\":\"Run code\",\"readOnlyHint\":false,\"destructiveHint\":false,"
     "\"idempotentHint\":false,\"openWorldHint\":false}},"
@@ -354,7 +360,7 @@ static int exec_tick(void *ud, double elapsed)
 
 static json_t *tool_code_exec(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"code", "language", "session", "timeout_s", NULL};
+    static const char *const keys[] = {"code", "language", "session", "timeout_s", "env", NULL};
     json_t *res = check_keys(args, keys);
     if (res)
         return res;
@@ -380,6 +386,15 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
             return tool_error("`timeout_s` must be a number of seconds in (0, 86400]");
         }
         json_object_set_new(req, "timeout", json_real(json_number_value(t)));
+    }
+    json_t *env = json_object_get(args, "env");
+    if (env) {
+        char why[512];
+        if (kenv_check_object(NULL, "`env`", env, why, sizeof why)) {
+            json_decref(req);
+            return tool_error("%s", why);
+        }
+        json_object_set(req, "env", env);
     }
     exec_ctx x;
     memset(&x, 0, sizeof x);
@@ -423,12 +438,13 @@ static json_t *tool_list_files(json_t *args)
     char ws[PATH_MAX];
     if (session_workspace(session, 0, ws, sizeof ws, err, sizeof err) < 0)
         return tool_error("%s", err);
-    /* The walk never follows symlinks (fsdiff uses lstat), so listing the
-     * whole workspace and filtering by prefix cannot leave it. */
+    /* The walk goes through directory fds and never follows a symlink
+     * (fsdiff, wsfile.h), so listing the whole workspace and filtering by
+     * prefix cannot leave it. */
     fsdiff_snap *snap = fsdiff_take(ws, 50000);
     if (!snap)
         return tool_error("out of memory");
-    json_t *all = fsdiff_list(snap, ws, 50000);
+    json_t *all = fsdiff_list(snap, 50000);
     int incomplete = fsdiff_incomplete(snap);
     fsdiff_destroy(&snap);
     json_t *files = json_array();
@@ -640,8 +656,9 @@ static json_t *simple_session_op(json_t *args, const char *op, const char *done)
     json_decref(reply);
     if (strcmp(op, "close") == 0) {
         char home[PATH_MAX];
-        if (pkginst_remove_session(kmcfg_home(home, sizeof home), session) < 0)
-            mcp_log("close %s: cannot remove its packages: %s", session, strerror(errno));
+        char why[512];
+        if (pkginst_remove_session(kmcfg_home(home, sizeof home), session, why, sizeof why) < 0)
+            mcp_log("close %s: cannot remove its packages: %s", session, why);
     }
     char text[200];
     snprintf(text, sizeof text, "session %s %s", session, done);

@@ -4,6 +4,7 @@
 #include "kernelmgr/outcap.h"
 #include "jp.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +19,14 @@ struct outcap {
     size_t tail_pos, tail_len;
     uint64_t total;
     char *spill_path;
-    int spill_fd; /* -1 until overflow */
+    int spill_fd; /* -1 until overflow, and again once the spill stopped */
     int spill_failed;
+    uint64_t spill_max;      /* bytes the spill file may hold */
+    uint64_t spill_bytes;    /* bytes written to it */
+    uint64_t *budget;        /* shared, borrowed; NULL: none */
+    const char *budget_name; /* static */
+    char note[160];          /* why the spill stopped early ("" : it did not) */
+    char error[512];         /* why the spill failed ("" : it did not) */
 };
 
 outcap *outcap_new(size_t cap, const char *spill_path)
@@ -36,6 +43,7 @@ outcap *outcap_new(size_t cap, const char *spill_path)
     oc->tail = malloc(oc->tail_cap);
     oc->spill_path = spill_path ? strdup(spill_path) : NULL;
     oc->spill_fd = -1;
+    oc->spill_max = UINT64_MAX;
     if (!oc->head || !oc->tail || (spill_path && !oc->spill_path)) {
         outcap_destroy(&oc);
         return NULL;
@@ -57,15 +65,99 @@ void outcap_destroy(outcap **p)
     *p = NULL;
 }
 
+void outcap_set_limits(outcap *oc, uint64_t spill_max, uint64_t *budget, const char *budget_name)
+{
+    oc->spill_max = spill_max;
+    oc->budget = budget;
+    oc->budget_name = budget_name ? budget_name : "the session's output limit";
+}
+
+const char *outcap_fmt_size(uint64_t n, char *buf, size_t len)
+{
+    static const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (n < 1024) {
+        snprintf(buf, len, "%llu bytes", (unsigned long long)n);
+        return buf;
+    }
+    double v = (double)n;
+    int u = -1;
+    while (v >= 1024 && u < 3) {
+        v /= 1024;
+        u++;
+    }
+    if (v == (double)(uint64_t)v)
+        snprintf(buf, len, "%llu %s", (unsigned long long)v, units[u]);
+    else
+        snprintf(buf, len, "%.1f %s", v, units[u]);
+    return buf;
+}
+
 static int write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;
     while (len) {
         ssize_t w = write(fd, p, len);
-        if (w < 0)
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = ENOSPC;
             return -1;
+        }
         p += w;
         len -= (size_t)w;
+    }
+    return 0;
+}
+
+static void spill_fail(outcap *oc, int err)
+{
+    snprintf(oc->error, sizeof oc->error, "%s (%s)", strerror(err), oc->spill_path);
+    if (oc->spill_fd >= 0)
+        close(oc->spill_fd);
+    oc->spill_fd = -1;
+    oc->spill_failed = 1;
+    /* a partial file is of no use and holds space a full disk needs */
+    if (oc->spill_path)
+        unlink(oc->spill_path);
+    if (oc->budget)
+        *oc->budget += oc->spill_bytes;
+    oc->spill_bytes = 0;
+}
+
+/* Appends to the open spill within its limits; past them the spill stops
+ * for good (the file keeps what it has) and note says why. */
+static int spill_write(outcap *oc, const char *d, size_t len)
+{
+    if (oc->spill_fd < 0)
+        return oc->spill_failed ? -1 : 0;
+    uint64_t room = oc->spill_max - oc->spill_bytes;
+    const char *why = "spill_max";
+    uint64_t limit = oc->spill_max;
+    if (oc->budget && *oc->budget < room) {
+        room = *oc->budget;
+        why = oc->budget_name;
+        limit = oc->spill_bytes + room;
+    }
+    size_t n = len < room ? len : (size_t)room;
+    if (n && write_all(oc->spill_fd, d, n)) {
+        spill_fail(oc, errno);
+        return -1;
+    }
+    oc->spill_bytes += n;
+    if (oc->budget)
+        *oc->budget -= n;
+    if (n < len) {
+        char sz[32];
+        outcap_fmt_size(limit, sz, sizeof sz);
+        if (why == oc->budget_name)
+            snprintf(oc->note, sizeof oc->note,
+                     "spill truncated at %s: the session's outputs reached their limit (%s)", sz,
+                     why);
+        else
+            snprintf(oc->note, sizeof oc->note, "spill truncated at %s (%s)", sz, why);
+        close(oc->spill_fd);
+        oc->spill_fd = -1;
     }
     return 0;
 }
@@ -102,26 +194,23 @@ static int spill_open(outcap *oc)
 {
     if (!oc->spill_path || oc->spill_failed)
         return -1;
-    oc->spill_fd = open(oc->spill_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    oc->spill_fd =
+        open(oc->spill_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (oc->spill_fd < 0) {
-        oc->spill_failed = 1;
+        spill_fail(oc, errno);
         return -1;
     }
     char *ring = malloc(oc->tail_len ? oc->tail_len : 1);
-    if (!ring)
-        goto fail;
+    if (!ring) {
+        spill_fail(oc, ENOMEM);
+        return -1;
+    }
     ring_copy(oc, ring);
-    int rc = write_all(oc->spill_fd, oc->head, oc->head_len) ||
-             write_all(oc->spill_fd, ring, oc->tail_len);
+    int rc = spill_write(oc, oc->head, oc->head_len);
+    if (rc == 0)
+        rc = spill_write(oc, ring, oc->tail_len);
     free(ring);
-    if (rc)
-        goto fail;
-    return 0;
-fail:
-    close(oc->spill_fd);
-    oc->spill_fd = -1;
-    oc->spill_failed = 1;
-    return -1;
+    return rc;
 }
 
 int outcap_add(outcap *oc, const void *data, size_t len)
@@ -130,12 +219,8 @@ int outcap_add(outcap *oc, const void *data, size_t len)
     int rc = 0;
     int was_truncated = oc->total > oc->cap;
     oc->total += len;
-    if (oc->spill_fd >= 0 && write_all(oc->spill_fd, d, len)) {
-        close(oc->spill_fd);
-        oc->spill_fd = -1;
-        oc->spill_failed = 1;
+    if (oc->spill_fd >= 0 && spill_write(oc, d, len))
         rc = -1;
-    }
     /* fill the head first; the rest goes to the ring */
     size_t h = 0;
     if (oc->head_len < oc->head_cap) {
@@ -147,18 +232,12 @@ int outcap_add(outcap *oc, const void *data, size_t len)
     }
     if (len > h) {
         if (!was_truncated && oc->total > oc->cap) {
-            /* first overflow: the spill must start with everything before this chunk */
-            if (spill_open(oc) == 0) {
-                if (write_all(oc->spill_fd, d + h, len - h)) {
-                    close(oc->spill_fd);
-                    oc->spill_fd = -1;
-                    oc->spill_failed = 1;
-                    rc = -1;
-                }
-            } else {
+            /* first overflow: the spill must start with everything before this chunk
+             * (the head part of this chunk was already copied into head) */
+            if (spill_open(oc) == 0)
+                rc = spill_write(oc, d + h, len - h);
+            else
                 rc = -1;
-            }
-            /* the head part of this chunk was already written as part of head */
         }
         ring_add(oc, d + h, len - h);
     }
@@ -180,10 +259,25 @@ const char *outcap_spill(const outcap *oc)
     return (outcap_truncated(oc) && !oc->spill_failed) ? oc->spill_path : NULL;
 }
 
+uint64_t outcap_spill_bytes(const outcap *oc)
+{
+    return oc->spill_bytes;
+}
+
+const char *outcap_spill_note(const outcap *oc)
+{
+    return oc->note[0] && !oc->spill_failed ? oc->note : NULL;
+}
+
+const char *outcap_spill_error(const outcap *oc)
+{
+    return oc->error[0] ? oc->error : NULL;
+}
+
 char *outcap_text(const outcap *oc, size_t *kept_len)
 {
     size_t hl = oc->head_len, tl = oc->tail_len;
-    char marker[512] = "";
+    char marker[1024] = "";
     size_t ml = 0;
     size_t skip = 0;
     if (outcap_truncated(oc)) {
@@ -191,9 +285,24 @@ char *outcap_text(const outcap *oc, size_t *kept_len)
         hl = jp_utf8_complete_prefix(oc->head, hl);
         uint64_t omitted = oc->total - oc->head_len - oc->tail_len;
         const char *sp = outcap_spill(oc);
-        ml = (size_t)snprintf(marker, sizeof marker,
-                              "\n[... kernelmgr: %llu bytes omitted; complete output: %s ...]\n",
-                              (unsigned long long)omitted, sp ? sp : "(spill file unavailable)");
+        const char *note = outcap_spill_note(oc);
+        const char *serr = outcap_spill_error(oc);
+        if (sp && note)
+            ml = (size_t)snprintf(marker, sizeof marker,
+                                  "\n[... kernelmgr: %llu bytes omitted; the first %llu bytes of "
+                                  "the output are in %s (%s) ...]\n",
+                                  (unsigned long long)omitted, (unsigned long long)oc->spill_bytes,
+                                  sp, note);
+        else if (sp)
+            ml =
+                (size_t)snprintf(marker, sizeof marker,
+                                 "\n[... kernelmgr: %llu bytes omitted; complete output: %s ...]\n",
+                                 (unsigned long long)omitted, sp);
+        else
+            ml = (size_t)snprintf(marker, sizeof marker,
+                                  "\n[... kernelmgr: %llu bytes omitted; no spill file: %s ...]\n",
+                                  (unsigned long long)omitted,
+                                  serr ? serr : "spill file unavailable");
         if (ml >= sizeof marker)
             ml = sizeof marker - 1;
     }

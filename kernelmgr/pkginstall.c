@@ -24,10 +24,10 @@
  * every install refuse with that reason rather than run unconfined.
  */
 #include "kernelmgr/pkginstall.h"
+#include "kernels/server/kenv.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -43,10 +43,12 @@
 #include "kernels/sandbox/sandbox.h"
 #include "kernelmgr/kmfs.h"
 #include "kernelmgr/pkgproxy.h"
+#include "kernelmgr/wsfile.h"
 
 #define PKGINST_PROXY_PORT 3128
 #define PKGINST_TIMEOUT_S 300
 #define PKGINST_OUT_MAX ((size_t)8 << 20)
+#define PKGINST_FILE_MAX ((size_t)64 << 20) /* package.json / lock read back */
 #define PKGINST_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 
 int pkginst_session_root(const char *home, const char *session, char *root)
@@ -71,25 +73,16 @@ int pkginst_session_dirs(const char *home, const char *session, char *pydir, cha
     return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+int pkginst_remove_session(const char *home, const char *session, char *err, size_t errlen)
 {
-    (void)st;
-    (void)ftw;
-    return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-int pkginst_remove_session(const char *home, const char *session)
-{
-    char py[PATH_MAX], npm[PATH_MAX];
-    if (pkginst_session_dirs(home, session, py, npm) < 0) {
-        errno = EINVAL;
+    char root[PATH_MAX];
+    if (pkginst_session_root(home, session, root) < 0) {
+        snprintf(err, errlen, "invalid session name '%.64s'", session ? session : "");
         return -1;
     }
-    char *slash = strrchr(py, '/'); /* .../packages/SESSION */
-    *slash = '\0';
-    if (nftw(py, rm_entry, 32, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
-        return -1;
-    return 0;
+    /* fd-based and never following a symlink, like every removal of a tree
+     * sandboxed code could have written into (the installers write here) */
+    return wsfile_rmtree(root, err, errlen);
 }
 
 char **pkginst_kernel_env(const char *root, const char *lang, char *ro)
@@ -113,12 +106,11 @@ char **pkginst_kernel_env(const char *root, const char *lang, char *ro)
         if (asprintf(&env[0], "PYTHONPATH=%s", py) < 0)
             env[0] = NULL;
     } else {
-        const char *path = getenv("PATH");
         snprintf(ro, PATH_MAX, "%s", npm);
         if (asprintf(&env[0], "NODE_PATH=%s/node_modules", npm) < 0)
             env[0] = NULL;
-        if (asprintf(&env[1], "PATH=%s/node_modules/.bin:%s", npm,
-                     path && *path ? path : "/usr/local/bin:/usr/bin:/bin") < 0)
+        /* the sandbox's fixed PATH (kenv.h), never the manager's */
+        if (asprintf(&env[1], "PATH=%s/node_modules/.bin:%s", npm, KENV_SANDBOX_PATH) < 0)
             env[1] = NULL;
         if (!env[1]) {
             free(env[0]);
@@ -392,8 +384,8 @@ static const char *last_lines(const char *log)
 static char *const *base_env(char *buf[], const char *extra)
 {
     int n = 0;
-    buf[n++] = "PATH=/usr/local/bin:/usr/bin:/bin";
-    buf[n++] = "HOME=/tmp";
+    buf[n++] = "PATH=" KENV_SANDBOX_PATH;
+    buf[n++] = "HOME=" KENV_SANDBOX_HOME;
     buf[n++] = "LANG=C.UTF-8";
     if (extra)
         buf[n++] = (char *)extra;
@@ -562,16 +554,29 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
 }
 
 /* Walks package-lock.json's "packages" (lockfile v2/v3): every entry but the
- * root is "node_modules/NAME" or nested ".../node_modules/NAME". */
+ * root is "node_modules/NAME" or nested ".../node_modules/NAME". The prefix
+ * is written inside the install sandbox, so its files are read through
+ * wsfile (no symlink followed, regular files only, at most
+ * PKGINST_FILE_MAX bytes). */
 static json_t *npm_lock_packages(const char *npmdir, char *err, size_t errlen)
 {
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/package-lock.json", npmdir);
+    char why[512] = "";
+    char *text = NULL;
+    size_t len = 0;
+    int rootfd = wsfile_root_open(npmdir, why, sizeof why);
+    if (rootfd >= 0) {
+        wsfile_slurp(rootfd, "package-lock.json", PKGINST_FILE_MAX, &text, &len, why, sizeof why);
+        close(rootfd);
+    }
     json_error_t jerr;
-    json_t *lock = json_load_file(path, 0, &jerr);
+    json_t *lock = text ? json_loadb(text, len, 0, &jerr) : NULL;
+    free(text);
     json_t *pk = json_object_get(lock, "packages");
     if (!json_is_object(pk)) {
-        snprintf(err, errlen, "npm's lock file %s does not parse: %s", path, jerr.text);
+        snprintf(err, errlen, "npm's lock file %s/package-lock.json does not parse: %s", npmdir,
+                 why[0] ? why
+                 : lock ? "no \"packages\" object"
+                        : jerr.text);
         json_decref(lock);
         return NULL;
     }
@@ -596,47 +601,42 @@ static json_t *npm_lock_packages(const char *npmdir, char *err, size_t errlen)
 
 /* A file's bytes kept aside, so a refused or failed npm request leaves the
  * prefix's package.json and lock as they were (npm edits them while it
- * resolves). */
+ * resolves). Read and written back through wsfile, like the lock. */
 typedef struct saved_file {
-    char path[PATH_MAX + 32];
-    char *data; /* NULL: the file did not exist */
+    const char *dir, *name;
+    char *data; /* NULL: the file did not exist (or could not be kept: skip) */
     size_t len;
+    int skip; /* not readable as a regular file: left alone on restore */
 } saved_file;
 
 static void save_file(saved_file *f, const char *dir, const char *name)
 {
-    snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
+    f->dir = dir;
+    f->name = name;
     f->data = NULL;
     f->len = 0;
-    FILE *in = fopen(f->path, "rbe");
-    if (!in)
+    f->skip = 1;
+    int rootfd = wsfile_root_open(dir, NULL, 0);
+    if (rootfd < 0)
         return;
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
-        char *nd = realloc(f->data, f->len + n + 1);
-        if (!nd)
-            break;
-        f->data = nd;
-        memcpy(f->data + f->len, buf, n);
-        f->len += n;
-    }
-    if (!f->data)
-        f->data = strdup("");
-    fclose(in);
+    if (wsfile_slurp(rootfd, name, PKGINST_FILE_MAX, &f->data, &f->len, NULL, 0) == 0 ||
+        errno == ENOENT)
+        f->skip = 0;
+    close(rootfd);
 }
 
 static void restore_file(saved_file *f)
 {
-    if (!f->data) {
-        unlink(f->path);
+    if (f->skip)
         return;
-    }
-    FILE *out = fopen(f->path, "wbe");
-    if (out) {
-        fwrite(f->data, 1, f->len, out);
-        fclose(out);
-    }
+    int rootfd = wsfile_root_open(f->dir, NULL, 0);
+    if (rootfd < 0)
+        return;
+    if (!f->data)
+        unlinkat(rootfd, f->name, 0);
+    else
+        wsfile_replace(rootfd, f->name, f->data, f->len, 0644, NULL, 0);
+    close(rootfd);
 }
 
 static void free_saved(saved_file *f)

@@ -37,9 +37,10 @@ int pkginst_session_dirs(const char *home, const char *session, char *pydir, cha
  * holds python/ and npm/. 0, or -1 for a bad session name. */
 int pkginst_session_root(const char *home, const char *session, char *root);
 
-/* Removes the session's package directories (when the session is closed).
- * Never follows symlinks. 0, or -1 with errno. */
-int pkginst_remove_session(const char *home, const char *session);
+/* Removes the session's package root home/packages/SESSION (when the
+ * session is closed) with wsfile_rmtree(): fd-based, never follows a
+ * symlink. 0 (also when it does not exist), or -1 with a reason in err. */
+int pkginst_remove_session(const char *home, const char *session, char *err, size_t errlen);
 
 /* new: the extra environment ("NAME=value" strings, NULL-terminated array,
  * free with pkginst_env_free) a kernel of `lang` ("python" / "bash") needs to

@@ -2,8 +2,11 @@
  * result.c — result JSON and its terminal rendering.
  */
 #include "kernelmgr/result.h"
+#include "kernelmgr/termsafe.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 json_t *result_new(const char *session, const char *language)
 {
@@ -40,15 +43,30 @@ int result_failed(const json_t *r)
     return !st || strcmp(st, "ok") != 0;
 }
 
+/* Sandbox-produced text: escaped for a terminal (termsafe.h, colours kept),
+ * as it is otherwise. */
 static void print_text(FILE *out, const char *label, const char *text)
 {
     if (!text || !*text)
         return;
     if (label)
         fprintf(out, "%s\n", label);
-    fputs(text, out);
+    if (isatty(fileno(out))) {
+        if (termsafe_fputs(out, text, TERMSAFE_KEEP_SGR))
+            fputs("\033[0m", out);
+    } else {
+        fputs(text, out);
+    }
     if (text[strlen(text) - 1] != '\n')
         fputc('\n', out);
+}
+
+/* new (free()): a one-line field (file name, path, link target) that the
+ * sandbox may have chosen, escaped on every output (termsafe.h); "" for NULL. */
+static char *field(const char *s)
+{
+    char *e = termsafe_escape(s ? s : "", s ? strlen(s) : 0, TERMSAFE_NAME, NULL, NULL);
+    return e ? e : strdup("?");
 }
 
 void result_render(FILE *out, const json_t *r, int streamed)
@@ -77,8 +95,11 @@ void result_render(FILE *out, const json_t *r, int streamed)
     json_t *img;
     json_array_foreach(json_object_get(r, "images"), i, img)
     {
-        fprintf(out, "[image %s saved to %s]\n", json_string_value(json_object_get(img, "mime")),
-                json_string_value(json_object_get(img, "path")));
+        char *mime = field(json_string_value(json_object_get(img, "mime")));
+        char *path = field(json_string_value(json_object_get(img, "path")));
+        fprintf(out, "[image %s saved to %s]\n", mime ? mime : "?", path ? path : "?");
+        free(mime);
+        free(path);
     }
     json_t *err = json_object_get(r, "error");
     if (json_is_object(err)) {
@@ -90,29 +111,58 @@ void result_render(FILE *out, const json_t *r, int streamed)
                 print_text(out, NULL, json_string_value(line));
             }
         } else {
-            fprintf(out, "%s: %s\n", json_string_value(json_object_get(err, "name")),
-                    json_string_value(json_object_get(err, "value")));
+            char *ename = field(json_string_value(json_object_get(err, "name")));
+            fprintf(out, "%s: ", ename ? ename : "?");
+            free(ename);
+            const char *ev = json_string_value(json_object_get(err, "value"));
+            print_text(out, NULL, ev && *ev ? ev : "\n");
         }
     }
     const char *key;
     json_t *t;
     json_object_foreach(json_object_get(r, "truncated"), key, t)
     {
-        fprintf(out, "[%s truncated: %lld bytes total, %lld kept; complete output in %s]\n", key,
-                (long long)json_integer_value(json_object_get(t, "total_bytes")),
-                (long long)json_integer_value(json_object_get(t, "kept_bytes")),
-                json_string_value(json_object_get(t, "spill")) ?: "(unavailable)");
+        const char *sp = json_string_value(json_object_get(t, "spill"));
+        const char *note = json_string_value(json_object_get(t, "spill_truncated"));
+        const char *serr = json_string_value(json_object_get(t, "spill_error"));
+        if (!strcmp(key, "images")) {
+            fprintf(out, "[%lld images %s]\n",
+                    (long long)json_integer_value(json_object_get(t, "omitted")),
+                    json_string_value(json_object_get(t, "reason")) ?: "not saved");
+        } else if (!strcmp(key, "displays")) {
+            fprintf(out, "[%lld rich outputs omitted: %lld bytes received, %lld kept (%s)]\n",
+                    (long long)json_integer_value(json_object_get(t, "omitted")),
+                    (long long)json_integer_value(json_object_get(t, "total_bytes")),
+                    (long long)json_integer_value(json_object_get(t, "kept_bytes")),
+                    json_string_value(json_object_get(t, "limit")) ?: "display_max");
+        } else {
+            fprintf(out, "[%s truncated: %lld bytes total, %lld kept; %s %s%s%s%s]\n", key,
+                    (long long)json_integer_value(json_object_get(t, "total_bytes")),
+                    (long long)json_integer_value(json_object_get(t, "kept_bytes")),
+                    sp ? (note ? "the start of the output in" : "complete output in")
+                       : "no spill file:",
+                    sp ? sp : (serr ? serr : "(unavailable)"), note ? " (" : "", note ? note : "",
+                    note ? ")" : "");
+        }
     }
+    const char *herr = json_string_value(json_object_get(r, "history_error"));
+    if (herr)
+        fprintf(out, "[%s]\n", herr);
     json_t *f;
     json_array_foreach(json_object_get(r, "files"), i, f)
     {
-        const char *target = json_string_value(json_object_get(f, "target"));
-        fprintf(out, "[file %s: %s (%lld bytes, %s)%s%s]\n",
-                json_string_value(json_object_get(f, "change")),
-                json_string_value(json_object_get(f, "path")),
-                (long long)json_integer_value(json_object_get(f, "size")),
-                json_string_value(json_object_get(f, "mime")), target ? " -> " : "",
-                target ? target : "");
+        const char *tg = json_string_value(json_object_get(f, "target"));
+        char *change = field(json_string_value(json_object_get(f, "change")));
+        char *path = field(json_string_value(json_object_get(f, "path")));
+        char *mime = field(json_string_value(json_object_get(f, "mime")));
+        char *target = tg ? field(tg) : NULL;
+        fprintf(out, "[file %s: %s (%lld bytes, %s)%s%s]\n", change ? change : "?",
+                path ? path : "?", (long long)json_integer_value(json_object_get(f, "size")),
+                mime ? mime : "?", target ? " -> " : "", target ? target : "");
+        free(change);
+        free(path);
+        free(mime);
+        free(target);
     }
     json_int_t omitted = json_integer_value(json_object_get(r, "files_omitted"));
     if (omitted)

@@ -8,7 +8,16 @@
  *
  * Additive members (present only when they say something): "images" (files
  * the manager saved from image outputs: [{"path","mime","size"}]) and
- * "files_omitted" (changes beyond the report limit).
+ * "files_omitted" (changes beyond the report limit), "history_error" (the
+ * session history could not be written: why and where).
+ *
+ * "truncated" has a member per capped output: "stdout"/"stderr"
+ * {"total_bytes","kept_bytes","spill": path|null, "spill_bytes",
+ * "spill_truncated": why the spill holds only the start (spill_max,
+ * session_outputs_max), "spill_error": why there is no spill (e.g. a full
+ * disk, with the path)}, "displays" {"total_bytes","kept_bytes","omitted",
+ * "limit"} when rich outputs passed display_max, "images" {"omitted",
+ * "reason"} when images were not saved.
  *
  * exit_code: the bash kernel's status of the last command; for Python 0 when
  * ok and 1 on an exception; 124 on timeout, 137 when the kernel was killed.

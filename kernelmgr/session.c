@@ -16,11 +16,14 @@
 #include "kernelmgr/klaunch.h"
 #include "kernelmgr/pkginstall.h"
 #include "kernelmgr/result.h"
+#include "kernelmgr/wsfile.h"
+#include "kernels/server/kenv.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -60,6 +63,8 @@ typedef struct session {
     unsigned long long memory;
     char python[1024];
     char sandbox[16];
+    json_t *env; /* owned: the session's own {NAME: "value"} (on top of the
+                    configuration's), NULL when none; persisted in session.json */
     pthread_mutex_t lock;
     kslot k[KMCFG_NLANG];
     atomic_int busy;
@@ -87,6 +92,7 @@ struct km_manager {
 
 static void session_free(session *s);
 static void session_put(km_manager *m, session *s);
+static int session_env_check(const km_manager *m, const json_t *own, char *err, size_t errlen);
 
 static int kerr(km_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int kerr(km_err *e, int code, const char *fmt, ...)
@@ -125,51 +131,170 @@ void km_session_opts_init(km_session_opts *o)
     o->network = -1;
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+int session_rmtree(const char *path)
 {
-    (void)st;
-    (void)ftw;
-    if (flag == FTW_DP || flag == FTW_D)
-        return rmdir(path) && errno != ENOENT ? 0 : 0;
-    unlink(path);
+    return wsfile_rmtree(path, NULL, 0); /* fd-based, never follows; failures on stderr */
+}
+
+static int write_all_fd(int fd, const char *p, size_t len)
+{
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = ENOSPC;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
     return 0;
 }
 
-int session_rmtree(const char *path)
+/* Rewrites path with its newest complete lines that fit in keep bytes
+ * (temp + rename: the old file or the new one, never a mix). 0 or -1. */
+static int history_compact(const char *path, uint64_t keep)
 {
-    struct stat st;
-    if (lstat(path, &st))
+    FILE *f = fopen(path, "r");
+    if (!f)
         return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(st.st_mode))
-        return unlink(path);
-    /* make read-only directories the code created removable */
-    return nftw(path, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    char **lines = NULL;
+    size_t n = 0, cap = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    int rc = 0;
+    while ((len = getline(&line, &lcap, f)) > 0) {
+        if (line[len - 1] != '\n')
+            break; /* a torn last record is dropped */
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 256;
+            char **nl = realloc(lines, nc * sizeof *nl);
+            if (!nl) {
+                rc = -1;
+                break;
+            }
+            lines = nl;
+            cap = nc;
+        }
+        if (!(lines[n] = strdup(line))) {
+            rc = -1;
+            break;
+        }
+        n++;
+    }
+    free(line);
+    fclose(f);
+    size_t from = n;
+    uint64_t total = 0;
+    while (rc == 0 && from > 0 && total + strlen(lines[from - 1]) <= keep)
+        total += strlen(lines[--from]);
+    char *tmp = NULL;
+    if (rc == 0 && asprintf(&tmp, "%s.tmp", path) < 0)
+        rc = -1;
+    int fd = rc ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (rc == 0 && fd < 0)
+        rc = -1;
+    for (size_t i = from; rc == 0 && i < n; i++)
+        rc = write_all_fd(fd, lines[i], strlen(lines[i]));
+    int err = errno;
+    if (fd >= 0 && close(fd) && rc == 0) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc == 0 && rename(tmp, path)) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc && tmp)
+        unlink(tmp);
+    free(tmp);
+    for (size_t i = 0; i < n; i++)
+        free(lines[i]);
+    free(lines);
+    errno = err;
+    return rc;
 }
 
 int session_history_append(const char *session_dir, const char *language, const char *code,
-                           const json_t *result, const json_t *nb_outputs)
+                           const json_t *result, const json_t *nb_outputs, uint64_t max, char *err,
+                           size_t errlen)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%.4000s/history.jsonl", session_dir);
+    char *path = NULL;
+    if (asprintf(&path, "%s/history.jsonl", session_dir) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     json_t *line = json_pack("{s:s s:s s:O s:O s:O}", "language", language, "code", code,
                              "execution_count", json_object_get(result, "execution_count"),
                              "status", json_object_get(result, "status"), "outputs",
                              nb_outputs ? nb_outputs : json_array());
-    if (!line)
-        return -1;
-    char *s = json_dumps(line, JSON_COMPACT);
-    json_decref(line);
-    if (!s)
-        return -1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    int rc = -1;
-    if (fd >= 0) {
-        size_t n = strlen(s);
-        s[n] = '\n';
-        rc = write(fd, s, n + 1) == (ssize_t)(n + 1) ? 0 : -1;
-        close(fd);
+    char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    if (s && max && strlen(s) + 1 > max / 2) {
+        /* this cell's outputs alone would take most of the history: they
+         * stay in the result (and outputs/), the history says where they went */
+        char note[300];
+        snprintf(note, sizeof note,
+                 "[kernelmgr: the outputs of this cell (%zu bytes) are not kept in the session "
+                 "history (history_max=%llu bytes); see the result of the execution]\n",
+                 strlen(s), (unsigned long long)max);
+        json_object_set_new(
+            line, "outputs",
+            json_pack("[{s:s s:s s:s}]", "output_type", "stream", "name", "stderr", "text", note));
+        free(s);
+        s = json_dumps(line, JSON_COMPACT);
+        if (s && strlen(s) + 1 > max / 2) {
+            /* the code alone is too long to keep */
+            json_object_set_new(line, "code", json_string("# (code too long for the history)"));
+            free(s);
+            s = json_dumps(line, JSON_COMPACT);
+        }
     }
+    json_decref(line);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        free(path);
+        return -1;
+    }
+    size_t n = strlen(s);
+    s[n++] = '\n'; /* replaces the NUL: written with an explicit length */
+    int rc = -1;
+    struct stat st;
+    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        off_t size = st.st_size;
+        char last = '\n';
+        if (size > 0 && pread(fd, &last, 1, size - 1) != 1)
+            last = '\n';
+        if (last != '\n' || (max && (uint64_t)size + n > max)) {
+            /* a torn last record (a crash, a full disk) or the cap: keep the
+             * newest complete records in half the cap */
+            close(fd);
+            fd = -1;
+            if (history_compact(path, max ? max / 2 : UINT64_MAX) == 0)
+                fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+            if (fd >= 0 && fstat(fd, &st) == 0)
+                size = st.st_size;
+        }
+        if (fd >= 0) {
+            if (write_all_fd(fd, s, n) == 0) {
+                rc = 0;
+            } else {
+                int e = errno;
+                if (ftruncate(fd, size)) { /* take back a partial record */
+                }
+                errno = e;
+            }
+        }
+    }
+    if (rc)
+        snprintf(err, errlen, "cannot write the session history: %s (%s)", strerror(errno), path);
+    if (fd >= 0)
+        close(fd);
     free(s);
+    free(path);
     return rc;
 }
 
@@ -190,12 +315,21 @@ static void session_save(km_manager *m, session *s)
                   s->pool_dir, "created", s->created, "manager_pid", (int)getpid(), "from_pool",
                   s->from_pool, "options", "network", s->network, "memory", (json_int_t)s->memory,
                   "python", s->python, "sandbox", s->sandbox, "kernels", kernels);
+    /* the session's variables (the directory and the file are the user's
+     * alone: 0700 and 0600), so a restarted manager gives them back */
+    if (o && s->env)
+        json_object_set(json_object_get(o, "options"), "env", s->env);
     char path[PATH_MAX], tmp[PATH_MAX + 8];
     snprintf(path, sizeof path, "%.4000s/session.json", s->dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    /* temp + rename: a full disk leaves the previous session.json intact */
     if (o && json_dump_file(o, tmp, JSON_INDENT(1)) == 0) {
         chmod(tmp, 0600);
-        rename(tmp, path);
+        if (rename(tmp, path))
+            fprintf(stderr, "kernelmgr: cannot save %s: %s\n", path, strerror(errno));
+    } else if (o) {
+        fprintf(stderr, "kernelmgr: cannot save %s: %s\n", path, strerror(errno));
+        unlink(tmp);
     }
     json_decref(o);
 }
@@ -275,6 +409,12 @@ static session *session_load(km_manager *m, const char *name)
     snprintf(s->python, sizeof s->python, "%s", py ? py : "");
     const char *sb = json_string_value(json_object_get(opt, "sandbox"));
     snprintf(s->sandbox, sizeof s->sandbox, "%s", sb && *sb ? sb : m->cfg.sandbox);
+    json_t *env = json_object_get(opt, "env");
+    char why[512];
+    if (env && session_env_check(m, env, why, sizeof why) == 0)
+        s->env = json_deep_copy(env);
+    else if (env)
+        fprintf(stderr, "kernelmgr: session %s: its saved env is not used: %s\n", name, why);
     const char *lk;
     json_t *kv;
     json_object_foreach(json_object_get(o, "kernels"), lk, kv)
@@ -294,6 +434,92 @@ static session *session_load(km_manager *m, const char *name)
 }
 
 /* ---------------------------------------------------------------- kernels */
+
+/* new: the variables of a session's code: the configuration's "env" with
+ * the session's own on top. NULL when out of memory. */
+static json_t *session_env_merged(const km_manager *m, const json_t *own)
+{
+    json_t *all = m->cfg.env ? json_deep_copy(m->cfg.env) : json_object();
+    if (all && own && json_object_update(all, (json_t *)own)) {
+        json_decref(all);
+        return NULL;
+    }
+    return all;
+}
+
+/* Checks own (a session's env, or NULL), together with the configuration's,
+ * against kenv.h's rules and limits. 0, or -1 with the reason. */
+static int session_env_check(const km_manager *m, const json_t *own, char *err, size_t errlen)
+{
+    if (own && !json_is_object(own)) {
+        snprintf(err, errlen, "env must be an object of NAME: \"value\"");
+        return -1;
+    }
+    json_t *all = session_env_merged(m, own);
+    if (!all) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = kenv_check_object(NULL, "env", all, err, errlen);
+    json_decref(all);
+    return rc;
+}
+
+/* Writes a kernel's variables (data[0..len): NAME=VALUE entries, each
+ * ending in a NUL) to s->dir/env for its --env-file: never on a command line,
+ * where /proc/PID/cmdline shows them to every user of the host. A 0600 file
+ * created under a fresh name (O_EXCL | O_NOFOLLOW) and renamed over the old
+ * one, so a kernel reads either the whole old or the whole new file; it goes
+ * with the session directory. The path (new) or NULL with a reason. */
+static char *write_env_file(const session *s, const char *data, size_t len, char *err,
+                            size_t errlen)
+{
+    char *path = NULL, *tmp = NULL;
+    char u[37];
+    jp_uuid4(u);
+    if (asprintf(&path, "%s/env", s->dir) < 0) {
+        path = NULL;
+        goto oom;
+    }
+    if (asprintf(&tmp, "%s/.env-%.8s.tmp", s->dir, u) < 0) {
+        tmp = NULL;
+        goto oom;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot write the kernel's environment file %s: %s", tmp,
+                 strerror(errno));
+        goto fail;
+    }
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, data + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            snprintf(err, errlen, "cannot write the kernel's environment file %s: %s", tmp,
+                     w < 0 ? strerror(errno) : "short write");
+            close(fd);
+            unlink(tmp);
+            goto fail;
+        }
+        off += (size_t)w;
+    }
+    if (close(fd) < 0 || rename(tmp, path) < 0) {
+        snprintf(err, errlen, "cannot write the kernel's environment file %s: %s", path,
+                 strerror(errno));
+        unlink(tmp);
+        goto fail;
+    }
+    free(tmp);
+    return path;
+oom:
+    snprintf(err, errlen, "out of memory");
+fail:
+    free(tmp);
+    free(path);
+    return NULL;
+}
 
 static int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
                       size_t errlen)
@@ -331,6 +557,10 @@ static int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, cha
         rc |= klaunch_cmd_add(cmd, "--python") | klaunch_cmd_add(cmd, py);
     snprintf(num, sizeof num, "%g", m->cfg.interrupt_grace);
     rc |= klaunch_cmd_add(cmd, "--interrupt-grace") | klaunch_cmd_add(cmd, num);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)m->cfg.kernel_log_max);
+    rc |= klaunch_cmd_add(cmd, "--log-max") | klaunch_cmd_add(cmd, num);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)m->cfg.history_max);
+    rc |= klaunch_cmd_add(cmd, "--history-max") | klaunch_cmd_add(cmd, num);
     /* The session's installed packages (install_packages): read-only in the
      * sandbox, on PYTHONPATH / NODE_PATH and PATH. A warm-pool entry has no
      * name yet: its directory moves to the session's at hand-out. */
@@ -345,10 +575,42 @@ static int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, cha
                  strerror(errno));
         return -1;
     }
-    for (char **e = penv; *e; e++)
-        rc |= klaunch_cmd_add(cmd, "--env") | klaunch_cmd_add(cmd, *e);
-    rc |= klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, ro);
+    /* The package variables, then the user's (configuration "env", then the
+     * session's own; a later one of a name wins); the sandbox gets no other
+     * variable of the manager's (kenv.h). They reach the kernel in a file
+     * (--env-file), never as arguments. */
+    char *ebuf = NULL;
+    size_t elen = 0;
+    FILE *ms = open_memstream(&ebuf, &elen);
+    for (char **e = penv; ms && *e; e++)
+        fwrite(*e, 1, strlen(*e) + 1, ms);
+    json_t *uenv = session_env_merged(m, s->env);
+    const char *ename;
+    json_t *ev;
+    json_object_foreach(uenv, ename, ev)
+    {
+        if (ms)
+            fprintf(ms, "%s=%s%c", ename, json_string_value(ev) ?: "", '\0');
+    }
+    int mem_ok = ms && uenv && !ferror(ms);
+    if (ms && fclose(ms))
+        mem_ok = 0;
+    json_decref(uenv);
     pkginst_env_free(&penv);
+    char *env_path = mem_ok ? write_env_file(s, ebuf, elen, err, errlen) : NULL;
+    if (ebuf) {
+        explicit_bzero(ebuf, elen);
+        free(ebuf);
+    }
+    if (!env_path) {
+        if (!mem_ok)
+            snprintf(err, errlen, "out of memory");
+        klaunch_cmd_clear(cmd);
+        return -1;
+    }
+    rc |= klaunch_cmd_add(cmd, "--env-file") | klaunch_cmd_add(cmd, env_path);
+    free(env_path);
+    rc |= klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, ro);
     cmd->interrupt_signal = 0;
     if (rc) {
         klaunch_cmd_clear(cmd);
@@ -367,6 +629,13 @@ static void slot_stop(km_manager *m, kslot *k)
 {
     kclient_destroy(&k->client);
     if (k->proc) {
+        /* the kernel's history file (beside its connection file, named by
+         * this kernel's random id) is never read again: it goes with it */
+        char *hist = NULL;
+        if (asprintf(&hist, "%s.history.jsonl", k->proc->cf_path) >= 0) {
+            unlink(hist);
+            free(hist);
+        }
         klaunch_stop(&k->proc, 2.0);
         atomic_fetch_sub(&m->live, 1);
     }
@@ -475,8 +744,20 @@ static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen
     jp_uuid4(u);
     snprintf(id, sizeof id, "%.8s%.4s-%s", u, u + 9, l ? "bash" : "py");
     snprintf(log, sizeof log, "%.4000s/%s.log", s->dir, kmcfg_lang_name(l));
+    /* every kernel of the slot appends to one log; each stops writing at
+     * kernel_log_max, and a log near it (within one line, at most 1200
+     * bytes) is rotated once (to .1) here, so a slot's logs stay under
+     * about twice the cap */
+    struct stat lst;
+    if (lstat(log, &lst) == 0 && (uint64_t)lst.st_size + 1200 > m->cfg.kernel_log_max) {
+        char *old = NULL;
+        if (asprintf(&old, "%s.1", log) >= 0) {
+            rename(log, old);
+            free(old);
+        }
+    }
     snprintf(label, sizeof label, "%s/%s", s->name, kmcfg_lang_name(l));
-    k->proc = klaunch_start(&cmd, m->run_dir, id, m->cfg.transport, s->workspace, log,
+    k->proc = klaunch_start(&cmd, m->run_dir, id, m->cfg.transport, log,
                             m->cfg.kernelspec[l][0] ? m->cfg.kernelspec[l]
                                                     : (l ? "kernelmgr-bash" : "kernelmgr-python"),
                             err, errlen);
@@ -544,6 +825,75 @@ static int outrun_newest_first(const void *a, const void *b)
 {
     double x = ((const outrun *)a)->mtime, y = ((const outrun *)b)->mtime;
     return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Bytes of the regular files directly in dir (a session's outputs/NAME). */
+static uint64_t outputs_used(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    uint64_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            n += (uint64_t)st.st_blocks * 512 > (uint64_t)st.st_size ? (uint64_t)st.st_blocks * 512
+                                                                     : (uint64_t)st.st_size;
+    }
+    closedir(d);
+    return n;
+}
+
+/* What sessions that no longer exist left behind elsewhere (a starting
+ * daemon: no session of an earlier manager is live; a `run` in progress
+ * still has its session directory and connection files): package
+ * directories, and kernel history files whose connection file is gone. */
+static void prune_orphans(km_manager *m)
+{
+    char *dir = NULL, *p = NULL;
+    if (asprintf(&dir, "%s/packages", m->home) >= 0) {
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            /* Only a one-shot run's own packages: a name may get packages
+             * before its session exists (installs first, then the first
+             * exec), so other names are left alone; close removes them.
+             * A run's are pruned once that run (run-PID-TIME) has ended. */
+            unsigned long rpid = 0;
+            if (!km_name_valid(de->d_name) || sscanf(de->d_name, "run-%lu-", &rpid) != 1 ||
+                rpid == 0 || rpid > INT_MAX || kill((pid_t)rpid, 0) == 0 || errno != ESRCH)
+                continue;
+            if (asprintf(&p, "%s/sessions/%s", m->home, de->d_name) < 0)
+                break;
+            int gone = access(p, F_OK) != 0 && errno == ENOENT;
+            free(p);
+            p = NULL;
+            char why[512];
+            if (gone && pkginst_remove_session(m->home, de->d_name, why, sizeof why))
+                fprintf(stderr, "kernelmgr: %s\n", why);
+        }
+        if (d)
+            closedir(d);
+        free(dir);
+    }
+    DIR *d = opendir(m->run_dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        static const char suffix[] = ".history.jsonl";
+        if (len <= sizeof suffix - 1 || strcmp(de->d_name + len - (sizeof suffix - 1), suffix))
+            continue;
+        /* NAME.json.history.jsonl belongs to the connection file NAME.json */
+        if (asprintf(&p, "%.*s", (int)(len - (sizeof suffix - 1)), de->d_name) < 0)
+            break;
+        if (faccessat(dirfd(d), p, F_OK, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+            unlinkat(dirfd(d), de->d_name, 0);
+        free(p);
+        p = NULL;
+    }
+    if (d)
+        closedir(d);
 }
 
 /* Bounds outputs/ (spill files, saved images). A session's outputs go when it
@@ -627,6 +977,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
         return NULL;
     }
     m->cfg = *cfg;
+    m->cfg.env = cfg->env ? json_deep_copy(cfg->env) : NULL;
     pthread_mutex_init(&m->lock, NULL);
     snprintf(m->home, sizeof m->home, "%s", home);
     char p[PATH_MAX];
@@ -664,8 +1015,11 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
         session_rmtree(p);
     }
     outputs_prune(m, resume);
+    if (resume)
+        prune_orphans(m);
     return m;
 fail:
+    json_decref(m->cfg.env);
     pthread_mutex_destroy(&m->lock);
     free(m);
     return NULL;
@@ -673,6 +1027,7 @@ fail:
 
 static void session_free(session *s)
 {
+    json_decref(s->env);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -697,6 +1052,7 @@ void km_manager_destroy(km_manager **pm)
             s = next;
         }
     }
+    json_decref(m->cfg.env);
     pthread_mutex_destroy(&m->lock);
     free(m);
     *pm = NULL;
@@ -744,7 +1100,8 @@ static void session_put(km_manager *m, session *s)
 static int opts_default(const km_manager *m, const km_session_opts *o)
 {
     return !o || ((o->network < 0 || o->network == m->cfg.network) && !o->memory && !o->python &&
-                  !o->workspace && (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)));
+                  !o->workspace && (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) &&
+                  !json_object_size(o->env));
 }
 
 /* Creates (or reopens a kept) session. Caller holds m->lock. */
@@ -757,6 +1114,11 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         s->next = m->list;
         m->list = s;
         return s;
+    }
+    char why[512];
+    if (o && o->env && session_env_check(m, o->env, why, sizeof why)) {
+        kerr(err, KM_EUSAGE, "%s", why);
+        return NULL;
     }
     if (o && o->workspace) {
         struct stat st;
@@ -810,6 +1172,10 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
         snprintf(s->sandbox, sizeof s->sandbox, "%s",
                  o && o->sandbox ? o->sandbox : m->cfg.sandbox);
+        if (o && json_object_size(o->env) && !(s->env = json_deep_copy(o->env))) {
+            kerr(err, KM_EINTERNAL, "out of memory");
+            goto fail;
+        }
         if (o && o->workspace) {
             char *real = realpath(o->workspace, NULL);
             snprintf(s->workspace, sizeof s->workspace, "%s", real ? real : o->workspace);
@@ -886,6 +1252,30 @@ static json_t *ignored_options(km_manager *m, session *s, const km_session_opts 
             warn_ignored(arr, s->name, "--workspace", o->workspace, kept);
         }
         free(real);
+    }
+    if (json_object_size(o->env) && !(s->env && json_equal((json_t *)o->env, s->env))) {
+        /* names only: values may be secrets, and warnings are shown and logged */
+        char given[256] = "", kept[300];
+        const char *n;
+        json_t *v;
+        json_object_foreach((json_t *)o->env, n, v)
+        {
+            size_t l = strlen(given);
+            snprintf(given + l, sizeof given - l, "%s%.64s", l ? "," : "", n);
+        }
+        if (json_object_size(s->env)) {
+            snprintf(kept, sizeof kept, "its env (");
+            json_object_foreach(s->env, n, v)
+            {
+                size_t l = strlen(kept);
+                snprintf(kept + l, sizeof kept - l, "%s%.64s", kept[l - 1] == '(' ? "" : ",", n);
+            }
+            size_t l = strlen(kept);
+            snprintf(kept + l, sizeof kept - l, ")");
+        } else {
+            snprintf(kept, sizeof kept, "no env of its own");
+        }
+        warn_ignored(arr, s->name, "--env", given, kept);
     }
     const char *sb = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
     if (o->sandbox && strcmp(o->sandbox, sb)) {
@@ -966,6 +1356,9 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 char tag[64];
                 s->seq++;
                 snprintf(tag, sizeof tag, "%lld-%04u-%s", (long long)wall_now(), s->seq, lname);
+                uint64_t used = outputs_used(s->outdir);
+                uint64_t outputs_left =
+                    used < m->cfg.session_outputs_max ? m->cfg.session_outputs_max - used : 0;
                 codeexec_params p = {
                     .session = name,
                     .language = lname,
@@ -973,6 +1366,9 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                     .timeout = opts && opts->timeout > 0 ? opts->timeout : m->cfg.timeout,
                     .grace = m->cfg.interrupt_grace,
                     .output_cap = m->cfg.output_cap,
+                    .spill_max = m->cfg.spill_max,
+                    .display_max = m->cfg.display_max,
+                    .outputs_left = &outputs_left,
                     .outdir = s->outdir,
                     .tag = tag,
                     .workspace = s->workspace,
@@ -1004,8 +1400,10 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 } else if (restarted) {
                     result_set_kernel(r, 1, 0, reason);
                 }
-                if (r)
-                    session_history_append(s->dir, lname, b->code, r, out.nb_outputs);
+                char herr[600];
+                if (r && session_history_append(s->dir, lname, b->code, r, out.nb_outputs,
+                                                m->cfg.history_max, herr, sizeof herr))
+                    json_object_set_new(r, "history_error", json_string(herr));
                 json_decref(out.nb_outputs);
             }
         }
@@ -1173,6 +1571,10 @@ int km_close(km_manager *m, const char *name, int flags, km_err *err)
         if (s->pool_dir[0])
             session_rmtree(s->pool_dir);
         session_rmtree(s->dir);
+        char why[512];
+        if (pkginst_remove_session(m->home, s->name, why, sizeof why))
+            fprintf(stderr, "kernelmgr: cannot remove the packages of session %s: %s\n", s->name,
+                    why);
         if (!(flags & KM_KEEP_OUTPUTS))
             session_rmtree(s->outdir);
     }
@@ -1191,7 +1593,7 @@ json_t *km_files(km_manager *m, const char *name, km_err *err)
         return NULL;
     }
     fsdiff_snap *snap = fsdiff_take(s->workspace, m->cfg.files_scan_max);
-    json_t *files = snap ? fsdiff_list(snap, s->workspace, 10000) : json_array();
+    json_t *files = snap ? fsdiff_list(snap, 10000) : json_array();
     json_t *o = json_pack("{s:s s:s s:o s:b}", "session", s->name, "workspace", s->workspace,
                           "files", files, "incomplete", snap && fsdiff_incomplete(snap));
     fsdiff_destroy(&snap);

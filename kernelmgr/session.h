@@ -22,9 +22,15 @@
 
 #include "kernelmgr/km.h"
 
-/* One history line: {"language","code","execution_count","status","outputs"}. */
+/* One history line: {"language","code","execution_count","status","outputs"}.
+ * The file stays under max bytes (0: no cap): when the line would pass it,
+ * the newest complete lines that fit in max/2 are kept (temp + rename); a
+ * line whose outputs alone exceed max/2 gets a note instead of its outputs.
+ * A torn last line is dropped first; a failed write is taken back. 0, or -1
+ * with the reason (what failed, where) in err. */
 int session_history_append(const char *session_dir, const char *language, const char *code,
-                           const json_t *result, const json_t *nb_outputs);
+                           const json_t *result, const json_t *nb_outputs, uint64_t max, char *err,
+                           size_t errlen);
 
 /* Removes a directory tree without following symlinks. 0 or -1. */
 int session_rmtree(const char *path);

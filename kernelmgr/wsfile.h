@@ -1,14 +1,25 @@
 /*
- * wsfile.h — file access confined to a session's workspace.
+ * wsfile.h — the one way the host touches a session's workspace.
  *
- * The MCP file tools (read_file, write_file, list_files) take paths from a
- * model, and the workspace is writable by sandboxed code that may have
- * planted symlinks. So every path is resolved beneath the workspace root by
- * the kernel itself: openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
- * RESOLVE_NO_MAGICLINKS), falling back on kernels without openat2 to a walk
- * of one component at a time with O_NOFOLLOW. A symlink anywhere on the path
- * (even one pointing inside the workspace), "..", an absolute path or a
- * special file is refused with a reason the model can read.
+ * The workspace is writable by sandboxed code, which may plant symlinks,
+ * FIFOs, hard-to-delete trees, and swap a directory for a symlink at any
+ * moment (renameat2(RENAME_EXCHANGE) in a loop). So nothing on the host
+ * resolves a workspace path by name through the VFS: the workspace root is
+ * opened once (O_DIRECTORY | O_NOFOLLOW, after the trusted host path), and
+ * every other access is relative to that fd, resolved by the kernel itself
+ * with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+ * — or, on kernels without openat2 (ENOSYS, or EPERM from a container's
+ * seccomp filter), by a walk of one component at a time with
+ * O_PATH | O_NOFOLLOW. A symlink anywhere on the path (even one pointing
+ * inside the workspace), "..", an absolute path or a magic link is refused
+ * with a reason a person or a model can read. Files are fstat()ed on the
+ * opened fd; a non-regular file is never opened for reading (it is opened
+ * O_PATH first, and only a regular file is reopened to read).
+ *
+ * Users: the MCP file tools (read_file, write_file, list_files), fsdiff
+ * (`kernelmgr files`, the per-execution change report, MIME sniffing,
+ * symlink targets), session close and pruning (wsfile_rmtree), and the npm
+ * prefix files a package install reads back (wsfile_slurp/wsfile_replace).
  */
 #ifndef KERNELMGR_WSFILE_H
 #define KERNELMGR_WSFILE_H
@@ -16,10 +27,14 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define WSFILE_READ_MAX ((size_t)1 << 20) /* bytes returned by one read */
 #define WSFILE_PATH_MAX 1024
+#define WSFILE_LINK_MAX 4096      /* bytes of a symlink's text reported */
+#define WSFILE_RMTREE_DEPTH 64    /* directory fds held at once by wsfile_rmtree */
+#define WSFILE_RMTREE_PASSES 1024 /* ... and passes over deeper trees (hoisted) */
 
 /* Lexical check of a workspace-relative path: not empty, not absolute, no
  * "..", no NUL, no empty component after normalising "./" and "//", at most
@@ -27,9 +42,59 @@
  * WSFILE_PATH_MAX + 1). "." or "" give "." only when allow_root. 0 or -1. */
 int wsfile_normalize(const char *rel, int allow_root, char *out, char *err, size_t errlen);
 
+/* The workspace root root (absolute, trusted host path; its last component
+ * must not be a symlink) as a directory fd opened O_RDONLY | O_DIRECTORY |
+ * O_NOFOLLOW | O_CLOEXEC; the caller closes it. -1 with a reason. */
+int wsfile_root_open(const char *root, char *err, size_t errlen);
+
 /* An fd for rel beneath the directory fd rootfd, opened with flags (O_CREAT
- * allowed, with mode). Returns the fd or -1 with a reason. */
+ * allowed, with mode), confined as described above. The caller closes it.
+ * Returns the fd or -1 with errno and a reason (err may be NULL). */
 int wsfile_openat(int rootfd, const char *rel, int flags, mode_t mode, char *err, size_t errlen);
+
+/* The fallback wsfile_openat uses without openat2: one component at a time,
+ * O_PATH | O_NOFOLLOW | O_DIRECTORY for every directory, flags | O_NOFOLLOW
+ * for the last; refuses "..", absolute paths and empty paths. Exposed so
+ * both ways are tested. The fd or -1 with errno. */
+int wsfile_openat_walk(int rootfd, const char *rel, int flags, mode_t mode);
+
+/* Opens the regular file rel beneath rootfd for reading: first O_PATH (so a
+ * FIFO, socket or device is never opened), fstat, then reopened read-only
+ * (O_NONBLOCK | O_NOCTTY) only when regular, and checked to be the same
+ * inode. *st gets its fstat. The fd (caller closes) or -1 with errno (EISDIR
+ * for a directory, EINVAL for another non-regular file) and a reason. */
+int wsfile_open_regular(int rootfd, const char *rel, struct stat *st, char *err, size_t errlen);
+
+/* Reads the whole regular file rel beneath rootfd (wsfile_open_regular)
+ * into *data (new, NUL-terminated, *len bytes), refusing a file larger than
+ * max bytes. 0, or -1 with errno (ENOENT: absent, EFBIG: too large, EINVAL:
+ * not a regular file) and a reason. */
+int wsfile_slurp(int rootfd, const char *rel, size_t max, char **data, size_t *len, char *err,
+                 size_t errlen);
+
+/* Replaces the content of the regular file rel beneath rootfd with
+ * data[0..len) (created with mode when missing; truncated only once fstat
+ * says it is a regular file). 0, or -1 with errno and a reason. */
+int wsfile_replace(int rootfd, const char *rel, const void *data, size_t len, mode_t mode,
+                   char *err, size_t errlen);
+
+/* The text of the symlink name in the directory fd dirfd (an entry found by
+ * an fd-based walk; readlinkat never follows it), at most WSFILE_LINK_MAX
+ * bytes, as stored — never resolved. new string, or NULL with errno. */
+char *wsfile_readlinkat(int dirfd, const char *name);
+
+/* Removes path (a file, or a directory and everything in it), fd-based: the
+ * parent of path is the trusted host part; below it every level is opened
+ * openat(O_DIRECTORY | O_NOFOLLOW) relative to its parent's fd and entries
+ * go with unlinkat, so a symlink is removed, never followed, and a
+ * directory swapped for a symlink mid-way cannot redirect it. It never
+ * enters another filesystem (st_dev differs: a mount point is left alone
+ * and reported), makes the owner's read-only directories removable, and
+ * holds at most WSFILE_RMTREE_DEPTH directory fds (deeper subtrees are
+ * moved up and removed in later passes, at most WSFILE_RMTREE_PASSES).
+ * Returns 0 (also when path does not exist) or -1 with the number of
+ * failures and the first one in err; with err NULL they go to stderr. */
+int wsfile_rmtree(const char *path, char *err, size_t errlen);
 
 /* new: reads up to length bytes (0: WSFILE_READ_MAX; capped there) from
  * offset of the regular file rel under root. encoding: "auto" (text when the

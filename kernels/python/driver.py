@@ -8,8 +8,14 @@ Constraints that shape this file:
   * stdlib only, any CPython >= 3.8, so it runs under whatever interpreter or
     venv the user has;
   * start fast: the kernel is "ready" after importing little more than the
-    interpreter itself does; json/ast/traceback/... load on first use, and
-    matplotlib/pandas are never imported unless user code did;
+    interpreter itself does plus the driver's own standard-library modules
+    (about 10 ms; asyncio and jedi load on first use), and matplotlib/pandas
+    are never imported unless user code did;
+  * the workspace is sandbox-written: a json.py, re.py or types.py there
+    shadows the standard library for user code (as in any Python started in
+    that directory) but never for the driver, which imports its modules
+    before the workspace goes on sys.path, and later ones with it hidden
+    (_driver_import);
   * nothing of the driver shows in user-facing tracebacks, and a SIGINT that
     lands between cells or while an event is half written cannot kill or
     desynchronise the driver.
@@ -17,6 +23,55 @@ Constraints that shape this file:
 
 import os
 import sys
+
+
+def _driver_import(name):
+    """Imports module `name` (and whatever it imports) for the driver itself,
+    never from the workspace: while it loads, sys.path lacks "", "." and the
+    cwd (an empty PYTHONPATH entry means that). Returns the module."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    saved = list(sys.path)
+    removed, kept = [], []
+    for i, p in enumerate(saved):
+        try:
+            here = p in ("", ".") or (cwd is not None and os.path.abspath(p) == cwd)
+        except (OSError, TypeError, ValueError):
+            here = True
+        (removed if here else kept).append((i, p))
+    if not removed:
+        __import__(name)
+        return sys.modules[name]
+    kept = [p for _, p in kept]
+    sys.path[:] = kept
+    try:
+        __import__(name)
+        return sys.modules[name]
+    finally:
+        if sys.path == kept:
+            sys.path[:] = saved
+        else:  # changed meanwhile (by the import, or a thread of user code)
+            for i, p in removed:
+                sys.path.insert(i, p)
+
+
+# The standard-library modules the driver uses, imported now: _setup() puts
+# the workspace first on sys.path afterwards. The functions below still say
+# `import x` where they use x; that finds the module loaded here.
+for _name in ("_thread", "ast", "base64", "builtins", "codeop", "faulthandler", "inspect",
+              "io", "json", "keyword", "linecache", "pprint", "re", "select", "shlex",
+              "signal", "subprocess", "time", "tokenize", "traceback", "types", "uuid",
+              "warnings"):
+    try:
+        _driver_import(_name)
+    except ImportError:
+        pass  # the function that needs it reports that
+del _name
 
 _DRIVER_FILE = __file__
 _SELF = sys.modules[__name__]
@@ -1001,7 +1056,7 @@ def _run_code(code, count):
 
 
 def _run_async(co):
-    import asyncio
+    asyncio = _driver_import("asyncio")  # 20 ms: not at start
 
     try:
         loop = asyncio.get_event_loop()
@@ -1113,7 +1168,7 @@ def _token_before(text):
 
 def _complete_jedi(code, cursor):
     try:
-        import jedi
+        jedi = _driver_import("jedi")  # a jedi.py in the workspace is not it
     except Exception:
         return None
     before = code[:cursor]
@@ -1143,7 +1198,9 @@ def _complete_jedi(code, cursor):
 def _complete_rl(code, cursor):
     import builtins
     import keyword
-    import rlcompleter
+
+    # not at start: it imports readline, which may touch the terminal
+    rlcompleter = _driver_import("rlcompleter")
 
     token = _token_before(code[:cursor])
     start = cursor - len(token)

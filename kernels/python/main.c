@@ -52,7 +52,7 @@ static int python_prepare(const char *share_dir, const char *workspace, kworker_
     pydetect_info info = {0};
     if (pydetect_find(&src, &info, err, errlen) < 0)
         return -1;
-    int rc = pykernel_fill_spec(&info, share_dir, workspace, src.path_env, spec, err, errlen);
+    int rc = pykernel_fill_spec(&info, share_dir, workspace, spec, err, errlen);
     pydetect_info_clear(&info);
     return rc;
 }
@@ -64,7 +64,10 @@ static const kbackend python_backend = {
         "                           name is looked up on PATH. Default: $KERNELMGR_PYTHON,\n"
         "                           else WORKSPACE/.venv/bin/python (uv), else\n"
         "                           $VIRTUAL_ENV/bin/python, else python3 on PATH (pyenv\n"
-        "                           shims resolved to the real interpreter)\n",
+        "                           shims resolved to the real interpreter). Nothing in the\n"
+        "                           workspace runs on the host: a workspace venv runs in\n"
+        "                           the sandbox only; its base interpreter (pyvenv.cfg's\n"
+        "                           home) must be a real executable outside the workspace\n",
     .option = python_option,
     .prepare = python_prepare,
 };

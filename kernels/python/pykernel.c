@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels/server/kenv.h"
 #include "kernels/server/kopts.h"
 
 #define PYKERNEL_MAX_RO 6
@@ -66,7 +67,8 @@ static void add_ro(char **list, size_t *n, const char *dir, const char *workspac
     char *real = realpath(dir, NULL);
     if (!real)
         return;
-    if (strcmp(real, "/") == 0 || is_system_dir(real) || (workspace && is_under(real, workspace)))
+    if (real[0] != '/' || strcmp(real, "/") == 0 || is_system_dir(real) ||
+        (workspace && is_under(real, workspace)))
         goto skip;
     for (size_t i = 0; i < *n; i++) {
         if (is_under(real, list[i]))
@@ -99,7 +101,7 @@ static char *dir_of(const char *path)
 }
 
 int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const char *workspace,
-                       const char *env_path, kworker_spec *spec, char *err, size_t errlen)
+                       kworker_spec *spec, char *err, size_t errlen)
 {
     char driver[PATH_MAX], *driver_real = NULL, *ws_real = NULL, *bindir = NULL;
     char *ro[PYKERNEL_MAX_RO] = {0};
@@ -112,25 +114,44 @@ int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const c
         snprintf(err, errlen, "python driver not found at %s: %s", driver, strerror(errno));
         return -1;
     }
+    /* Nothing the probe reported is bound before it is checked: a prefix is
+     * the interpreter's real location, never an arbitrary host path. */
+    char why[1024];
+    if (pydetect_validate(info, workspace, why, sizeof why) < 0) {
+        snprintf(err, errlen, "python at %s: refusing its description: %s", info->interpreter, why);
+        free(driver_real);
+        return -1;
+    }
     ws_real = workspace ? realpath(workspace, NULL) : NULL;
     bindir = dir_of(info->interpreter);
     if (!bindir)
         goto oom;
+    /* An interpreter outside every prefix (a symlink in some bin directory
+     * to the real one) would not exist in the sandbox: run its real file. */
+    const char *exe = info->interpreter;
+    if (!info->is_venv && !is_under(bindir, info->prefix) && !is_under(bindir, info->base_prefix) &&
+        !is_system_dir(bindir)) {
+        exe = info->real_executable;
+        free(bindir);
+        bindir = dir_of(exe);
+        if (!bindir)
+            goto oom;
+    }
 
     /* No -u: the driver block-buffers stdout itself and flushes it before
      * events, fd-level writers (os.system, subprocesses) and every 50 ms
      * (driver.py, "output buffering"); an unbuffered stdout costs one
      * write() per print. No -I/-E/-s: PYTHONPATH and the user site are
      * honoured as in any Python, and a venv's pyvenv.cfg applies either way. */
-    if (kspec_add_arg(spec, info->interpreter) < 0 || kspec_add_arg(spec, driver_real) < 0)
+    if (kspec_add_arg(spec, exe) < 0 || kspec_add_arg(spec, driver_real) < 0)
         goto oom;
 
     /* User code that runs `python3`, `pip` or a console script of the venv
      * in a subprocess gets the kernel's own interpreter, as `source
      * .venv/bin/activate` (or pyenv's exec) would arrange. */
     char *path = NULL;
-    const char *rest = env_path && *env_path ? env_path : "/usr/local/bin:/usr/bin:/bin";
-    if (asprintf(&path, "%s:%s", bindir, rest) < 0)
+    /* Never the host's PATH: the sandbox's fixed one (kenv.h). */
+    if (asprintf(&path, "%s:%s", bindir, KENV_SANDBOX_PATH) < 0)
         goto oom;
     int e = kspec_add_env(spec, "PATH", path);
     free(path);
@@ -146,9 +167,17 @@ int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const c
         free(exe_dir);
         goto oom;
     }
-    const char *dirs[] = {driver_dir, info->prefix, info->base_prefix, bindir, exe_dir};
+    /* Validated above: the driver's directory (ours), the prefixes, the
+     * interpreter's directories. A workspace venv's prefix and bin are in
+     * the workspace, which the sandbox sees anyway: never bound. */
+    /* A workspace venv's base was named by sandbox-written pyvenv.cfg: its
+     * executable's directory is bound only inside the base's prefix. */
+    int exe_ok = !info->workspace_venv || is_under(exe_dir, info->base_prefix);
+    const char *dirs[] = {driver_dir, info->workspace_venv ? NULL : info->prefix, info->base_prefix,
+                          info->workspace_venv ? NULL : bindir, exe_ok ? exe_dir : NULL};
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
-        add_ro(ro, &nro, dirs[i], ws_real);
+        if (dirs[i])
+            add_ro(ro, &nro, dirs[i], ws_real);
     free(driver_dir);
     free(exe_dir);
     for (size_t i = 0; i < nro; i++)

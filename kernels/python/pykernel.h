@@ -19,10 +19,13 @@
 json_t *pykernel_kernel_info(const pydetect_info *info);
 
 /* Fills spec (argv, env extras, ro_paths, kernel_info) to run
- * SHARE_DIR/python/driver.py with info's interpreter for workspace. env_path is
- * the PATH the worker would otherwise get (may be NULL). Returns 0, or -1
- * with a reason in err (e.g. the driver is not installed). */
+ * SHARE_DIR/python/driver.py with info's interpreter for workspace; the worker's PATH
+ * is the interpreter's bin directory before KENV_SANDBOX_PATH. info is checked with
+ * pydetect_validate() first: only validated prefixes and the interpreter's
+ * own directories are bound read-only (never "/", never the workspace).
+ * Returns 0, or -1 with a reason in err (e.g. the driver is not installed,
+ * or a prefix that is not the interpreter's real location). */
 int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const char *workspace,
-                       const char *env_path, kworker_spec *spec, char *err, size_t errlen);
+                       kworker_spec *spec, char *err, size_t errlen);
 
 #endif

@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 #define KSPEC_MAX_ARGS 32
-#define KSPEC_MAX_ENV 32
+#define KSPEC_MAX_ENV 96 /* the backend's few plus kopts.h KOPTS_MAX_ENV */
 #define KSPEC_MAX_RO 16
 
 /* Filled by a backend's prepare(); every string is owned by the spec and

@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,57 +12,72 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Our own directory, created 0700 when missing; -1 when there is no safe
- * one (not ours, or open to others). */
-static int cache_dir(char *out, size_t size)
+/* A directory fd of our own cache directory, created 0700 when missing; -1
+ * when there is no safe one: a symlink, not a directory, not owned by us, or
+ * open to others (the cache is then simply not used). */
+static int cache_dir_fd(void)
 {
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
-    char base[PATH_MAX];
+    char *base = NULL;
     if (xdg && xdg[0] == '/')
-        snprintf(base, sizeof base, "%s", xdg);
-    else if (home && home[0] == '/')
-        snprintf(base, sizeof base, "%s/.cache", home);
-    else
+        base = strdup(xdg);
+    else if (home && home[0] == '/' && asprintf(&base, "%s/.cache", home) < 0)
+        base = NULL;
+    if (!base)
         return -1;
-    if (mkdir(base, 0700) < 0 && errno != EEXIST)
+    if (mkdir(base, 0700) < 0 && errno != EEXIST) {
+        free(base);
         return -1;
-    if ((size_t)snprintf(out, size, "%s/kernelmgr", base) >= size)
+    }
+    int bfd = open(base, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    free(base);
+    if (bfd < 0)
         return -1;
-    if (mkdir(out, 0700) < 0 && errno != EEXIST)
+    if (mkdirat(bfd, "kernelmgr", 0700) < 0 && errno != EEXIST) {
+        close(bfd);
+        return -1;
+    }
+    int fd = openat(bfd, "kernelmgr", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close(bfd);
+    if (fd < 0)
         return -1;
     struct stat st;
-    if (lstat(out, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+    if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & 077)) {
+        close(fd);
         return -1;
-    return 0;
+    }
+    return fd;
 }
 
-static int entry_path(const char *kind, const char *key, char *out, size_t size)
+/* The entry's file name in the cache directory: KIND-HASH(key). */
+static int entry_name(const char *kind, const char *key, char *out, size_t size)
 {
-    char dir[PATH_MAX];
-    if (!kind || !*kind || strspn(kind, "abcdefghijklmnopqrstuvwxyz") != strlen(kind) ||
-        cache_dir(dir, sizeof dir) < 0)
+    if (!kind || !*kind || strlen(kind) > 32 ||
+        strspn(kind, "abcdefghijklmnopqrstuvwxyz") != strlen(kind))
         return -1;
     unsigned char h[16];
     char hex[33];
     crypto_generichash(h, sizeof h, (const unsigned char *)key, strlen(key), NULL, 0);
     sodium_bin2hex(hex, sizeof hex, h, sizeof h);
-    return (size_t)snprintf(out, size, "%s/%s-%s", dir, kind, hex) < size ? 0 : -1;
+    return (size_t)snprintf(out, size, "%s-%s", kind, hex) < size ? 0 : -1;
 }
 
 int kcache_file_key(const char *path, char *key, size_t size)
 {
     size_t used = strlen(key);
-    char real[PATH_MAX];
+    char *real = realpath(path, NULL);
     struct stat st;
     int n;
-    if (realpath(path, real) && stat(real, &st) == 0)
+    if (real && stat(real, &st) == 0)
         n = snprintf(key + used, size - used, "%s=%s %llu:%llu:%llu:%lld.%09ld;", path, real,
                      (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
                      (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
                      st.st_mtim.tv_nsec);
     else
         n = snprintf(key + used, size - used, "%s=-;", path);
+    free(real);
     if (n < 0 || (size_t)n >= size - used) {
         key[used] = '\0';
         return -1;
@@ -73,10 +87,14 @@ int kcache_file_key(const char *path, char *key, size_t size)
 
 char *kcache_get(const char *kind, const char *key)
 {
-    char path[PATH_MAX];
-    if (entry_path(kind, key, path, sizeof path) < 0)
+    char name[80];
+    if (entry_name(kind, key, name, sizeof name) < 0)
         return NULL;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int dfd = cache_dir_fd();
+    if (dfd < 0)
+        return NULL;
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    close(dfd);
     if (fd < 0)
         return NULL;
     struct stat st;
@@ -110,23 +128,43 @@ miss:
 
 void kcache_put(const char *kind, const char *key, const char *value)
 {
-    char path[PATH_MAX], tmp[PATH_MAX + 16];
-    if (strlen(value) > KCACHE_MAX_VALUE || strchr(key, '\n') ||
-        entry_path(kind, key, path, sizeof path) < 0)
+    char name[80], tmp[128];
+    size_t klen = strlen(key), vlen = strlen(value);
+    if (vlen > KCACHE_MAX_VALUE || strchr(key, '\n') ||
+        entry_name(kind, key, name, sizeof name) < 0)
         return;
-    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
+    int dfd = cache_dir_fd();
+    if (dfd < 0)
         return;
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
+    unsigned char rnd[8];
+    char hex[17];
+    randombytes_buf(rnd, sizeof rnd);
+    sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
+    snprintf(tmp, sizeof tmp, ".%s.%s", name, hex);
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        close(dfd);
         return;
     }
-    int ok = fprintf(f, "%s\n%s", key, value) >= 0;
-    if (fclose(f) != 0)
+    int ok = 1;
+    const char *parts[3] = {key, "\n", value};
+    size_t lens[3] = {klen, 1, vlen};
+    for (int i = 0; i < 3 && ok; i++) {
+        size_t done = 0;
+        while (done < lens[i]) {
+            ssize_t w = write(fd, parts[i] + done, lens[i] - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                ok = 0;
+                break;
+            }
+            done += (size_t)w;
+        }
+    }
+    if (close(fd) != 0)
         ok = 0;
-    if (!ok || rename(tmp, path) < 0)
-        unlink(tmp);
+    if (!ok || renameat(dfd, tmp, dfd, name) < 0)
+        unlinkat(dfd, tmp, 0);
+    close(dfd);
 }

@@ -4,12 +4,15 @@
  * kernel's cold start does not pay for them every time.
  *
  * Entries live in $XDG_CACHE_HOME/kernelmgr (else ~/.cache/kernelmgr), a
- * directory of mode 0700 owned by the user; one file per entry, written
- * atomically (temporary file + rename). An entry holds its full key, and is
+ * directory of mode 0700 owned by the user, opened with O_NOFOLLOW (a
+ * symlink, another owner or group/other permissions: no cache at all); one
+ * file per entry, reached through that directory fd, written atomically
+ * (O_EXCL temporary file + renameat). An entry holds its full key, and is
  * only used when the key matches exactly and the file is a regular file of
- * ours that nobody else can write: anything else is a miss. Keys name the
- * executable by path, real path, device, inode, size and mtime
- * (kcache_file_key), so replacing or upgrading it invalidates the entry.
+ * ours (O_NOFOLLOW, size-capped) that nobody else can write: anything else
+ * is a miss. Keys name the executable by path, real path, device, inode,
+ * size and mtime (kcache_file_key), so replacing or upgrading it invalidates
+ * the entry. Callers validate a cached value like a fresh one.
  */
 #ifndef KERNELS_SERVER_KCACHE_H
 #define KERNELS_SERVER_KCACHE_H

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define KHISTORY_MAX_LOAD 100000 /* entries read back from the file */
@@ -23,7 +24,11 @@ struct khistory {
     khentry *v;
     size_t n, cap;
     int session;
-    int fd; /* append-only file, -1 when none */
+    int fd;        /* append-only file, -1 when none */
+    char *path;    /* the file, NULL when none */
+    uint64_t max;  /* the file's size cap */
+    uint64_t size; /* the file's size as we wrote it */
+    uint64_t mem;  /* the records' size of the entries in memory */
     int warned;
 };
 
@@ -47,26 +52,64 @@ static int push(khistory *h, int session, int line, const char *input)
     return 0;
 }
 
+/* A record cut short (a crash or a full disk in the middle of an append)
+ * would glue the next record to it: the file is cut back to its last
+ * complete line before anything is appended. */
+static void drop_torn_tail(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+        off_t end = st.st_size;
+        char buf[4096];
+        off_t keep = 0;
+        while (end > 0) {
+            off_t start = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+            ssize_t r = pread(fd, buf, (size_t)(end - start), start);
+            if (r <= 0)
+                break;
+            ssize_t i = r;
+            while (i > 0 && buf[i - 1] != '\n')
+                i--;
+            if (i > 0) {
+                keep = start + i;
+                break;
+            }
+            end = start;
+        }
+        if (keep < st.st_size && ftruncate(fd, keep) == 0)
+            fprintf(stderr, "history: %s: dropped an incomplete last record (%lld bytes)\n", path,
+                    (long long)(st.st_size - keep));
+    }
+    close(fd);
+}
+
 static void load(khistory *h, const char *path)
 {
+    drop_torn_tail(path);
     FILE *f = fopen(path, "r");
     if (!f)
         return;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
+    uint64_t bytes = 0;
     while ((len = getline(&line, &cap, f)) > 0) {
         json_t *j = json_loadb(line, (size_t)len, 0, NULL);
         json_t *s = json_object_get(j, "session"), *l = json_object_get(j, "line"),
                *in = json_object_get(j, "input");
         if (json_is_integer(s) && json_is_integer(l) && json_is_string(in)) {
-            if (h->n >= KHISTORY_MAX_LOAD) {
+            bytes += (uint64_t)len;
+            if (h->n >= KHISTORY_MAX_LOAD || (bytes > h->max && h->n > 1)) {
                 /* Keep the newest: drop the oldest half. */
                 size_t drop = h->n / 2;
                 for (size_t i = 0; i < drop; i++)
                     free(h->v[i].input);
                 memmove(h->v, h->v + drop, (h->n - drop) * sizeof *h->v);
                 h->n -= drop;
+                bytes /= 2; /* roughly: compact() recounts */
             }
             push(h, (int)json_integer_value(s), (int)json_integer_value(l), json_string_value(in));
             if (json_integer_value(s) > h->session)
@@ -78,15 +121,24 @@ static void load(khistory *h, const char *path)
     fclose(f);
 }
 
-khistory *khistory_open(const char *path)
+khistory *khistory_open(const char *path, uint64_t max)
 {
     khistory *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
     h->fd = -1;
+    h->max = max < 4096 ? 4096 : max;
     if (path) {
+        h->path = strdup(path);
+        if (!h->path) {
+            free(h);
+            return NULL;
+        }
         load(h, path);
-        h->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+        h->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        struct stat st;
+        if (h->fd >= 0 && fstat(h->fd, &st) == 0)
+            h->size = h->mem = (uint64_t)st.st_size;
         if (h->fd < 0)
             fprintf(stderr, "history: cannot open %s: %s (history kept in memory only)\n", path,
                     strerror(errno));
@@ -105,6 +157,7 @@ void khistory_destroy(khistory **ph)
     free(h->v);
     if (h->fd >= 0)
         close(h->fd);
+    free(h->path);
     free(h);
     *ph = NULL;
 }
@@ -114,23 +167,129 @@ int khistory_session(const khistory *h)
     return h->session;
 }
 
+/* new (free()): the file's line for e, '\n'-terminated; *len its length. */
+static char *record(const khentry *e, size_t *len)
+{
+    json_t *j =
+        json_pack("{s:i, s:i, s:s}", "session", e->session, "line", e->line, "input", e->input);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!text)
+        return NULL;
+    *len = strlen(text);
+    text[(*len)++] = '\n'; /* replaces the NUL: written with an explicit length */
+    return text;
+}
+
+static int write_all(int fd, const char *p, size_t len)
+{
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = EIO;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static void warn(khistory *h, const char *what, int err)
+{
+    if (!h->warned)
+        fprintf(stderr, "history: %s %s: %s\n", what, h->path, strerror(err));
+    h->warned = 1;
+}
+
+/* Keeps the newest entries whose records fit in half the cap (memory and
+ * file alike) and rewrites the file with them: a temporary file renamed
+ * over the old one, so a crash or a full disk leaves the old file or the
+ * new one, never a mix. */
+static void compact(khistory *h, size_t pending)
+{
+    /* the last `pending` entries are in memory but not in the file yet */
+    size_t written = h->n - pending;
+    size_t keep_from = written, total = 0;
+    while (keep_from > 0) {
+        size_t len = 0;
+        char *rec = record(&h->v[keep_from - 1], &len);
+        free(rec);
+        if (!rec || total + len > h->max / 2)
+            break;
+        total += len;
+        keep_from--;
+    }
+    for (size_t i = 0; i < keep_from; i++)
+        free(h->v[i].input);
+    memmove(h->v, h->v + keep_from, (h->n - keep_from) * sizeof *h->v);
+    h->n -= keep_from;
+    written -= keep_from;
+    h->mem = total;
+    char *tmp = NULL;
+    if (!h->path || asprintf(&tmp, "%s.tmp", h->path) < 0)
+        return;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int rc = fd < 0 ? -1 : 0;
+    uint64_t size = 0;
+    for (size_t i = 0; rc == 0 && i < written; i++) {
+        size_t len = 0;
+        char *rec = record(&h->v[i], &len);
+        rc = rec ? write_all(fd, rec, len) : -1;
+        size += len;
+        free(rec);
+    }
+    int err = errno;
+    if (fd >= 0 && close(fd) < 0 && rc == 0) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc == 0 && rename(tmp, h->path) < 0) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc) {
+        unlink(tmp);
+        warn(h, "cannot compact", err);
+    } else {
+        if (h->fd >= 0)
+            close(h->fd);
+        h->fd = open(h->path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+        h->size = size;
+    }
+    free(tmp);
+}
+
 int khistory_add(khistory *h, int line, const char *input)
 {
     if (push(h, h->session, line, input) < 0)
         return -1;
-    if (h->fd < 0)
-        return 0;
-    json_t *j = json_pack("{s:i, s:i, s:s}", "session", h->session, "line", line, "input", input);
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
+    size_t len = 0;
+    char *text = record(&h->v[h->n - 1], &len);
     if (!text)
         return 0;
-    size_t len = strlen(text);
-    text[len] = '\n'; /* replaces the NUL: written with an explicit length */
-    ssize_t w = write(h->fd, text, len + 1);
-    if (w != (ssize_t)(len + 1) && !h->warned) {
-        fprintf(stderr, "history: cannot append: %s\n", w < 0 ? strerror(errno) : "short write");
-        h->warned = 1;
+    if (len > h->max / 2) {
+        /* one input larger than the cap allows: not kept */
+        free(h->v[--h->n].input);
+        free(text);
+        return 0;
+    }
+    if (h->size + len > h->max || h->mem + len > h->max)
+        compact(h, 1); /* the new entry is appended below */
+    h->mem += len;
+    if (h->fd >= 0) {
+        if (write_all(h->fd, text, len) < 0) {
+            int err = errno;
+            /* a full disk: take back the part that was written */
+            if (ftruncate(h->fd, (off_t)h->size) < 0) {
+            }
+            warn(h, "cannot append to", err);
+        } else {
+            h->size += len;
+        }
     }
     free(text);
     return 0;

@@ -7,13 +7,19 @@
 #define KERNELS_SERVER_KHISTORY_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 typedef struct khistory khistory;
 
-/* new: loads path (missing is fine; unreadable lines are skipped) and starts
- * a new session numbered one past the highest stored. path NULL keeps the
- * history in memory only. NULL when out of memory. */
-khistory *khistory_open(const char *path);
+/* new: loads path (missing is fine; unreadable lines are skipped, an
+ * incomplete last line is cut off the file) and starts a new session
+ * numbered one past the highest stored. path NULL keeps the history in
+ * memory only. The file never grows past max bytes (at least 4096): when an
+ * append would pass it, the oldest entries go (from memory too) and the
+ * newest that fit in max/2 are rewritten atomically (temp + rename). An
+ * input whose record alone exceeds max/2 is kept in memory only. NULL when
+ * out of memory. */
+khistory *khistory_open(const char *path, uint64_t max);
 void khistory_destroy(khistory **h);
 
 /* The session number of this kernel run (1-based). */

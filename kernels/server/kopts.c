@@ -7,10 +7,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int kopts_parse_size(const char *s, uint64_t *out)
 {
@@ -94,8 +97,21 @@ void kopts_usage(FILE *out, const kbackend *b)
             "  --network on|off         network access from the sandbox (default off)\n"
             "  --interrupt-grace SEC    after an interrupt, seconds to wait before the\n"
             "                           worker is killed and restarted (default 5)\n"
+            "  --log-max SIZE           stop writing this kernel's log (stderr) once the\n"
+            "                           file is this large (default 1M)\n"
+            "  --history-max SIZE       compact the history file (oldest entries go) when\n"
+            "                           it would grow past this (default 8M)\n"
             "  --env NAME=VALUE         set a variable in the code's environment\n"
-            "                           (repeatable; wins over the backend's value)\n"
+            "                           (repeatable, at most 72; wins over the backend's\n"
+            "                           value). Nothing else of this process's environment\n"
+            "                           reaches the code but LANG, LC_*, TERM and TZ; PATH is\n"
+            "                           " KENV_SANDBOX_PATH ", HOME " KENV_SANDBOX_HOME "\n"
+            "  --env-file FILE          the same from FILE: NAME=VALUE entries separated by\n"
+            "                           NUL bytes (at most once; counted with --env toward\n"
+            "                           the 72). FILE: a regular file, not a symlink, owned\n"
+            "                           by this user, no group/other access (0600). Unlike\n"
+            "                           --env, values so given never show in ps or\n"
+            "                           /proc/PID/cmdline\n"
             "  --ro-path DIR            bind the absolute host path DIR read-only into\n"
             "                           the sandbox at the same path (repeatable)\n"
             "  -h, --help               show this help and exit\n"
@@ -111,62 +127,177 @@ void kopts_usage(FILE *out, const kbackend *b)
 /* Which of our options take a value; 0 when name is not ours. */
 static int takes_value(const char *name)
 {
-    static const char *const with_value[] = {"-f",
-                                             "--connection-file",
-                                             "--workspace",
-                                             "--sandbox",
-                                             "--memory",
-                                             "--procs",
-                                             "--tmp-size",
-                                             "--open-files",
-                                             "--file-size",
-                                             "--network",
-                                             "--interrupt-grace",
-                                             "--env",
-                                             "--ro-path",
-                                             NULL};
+    static const char *const with_value[] = {
+        "-f",          "--connection-file", "--workspace",       "--sandbox",
+        "--memory",    "--procs",           "--tmp-size",        "--open-files",
+        "--file-size", "--network",         "--interrupt-grace", "--env",
+        "--log-max",   "--history-max",     "--ro-path",         "--env-file",
+        NULL};
     for (int i = 0; with_value[i]; i++)
         if (!strcmp(name, with_value[i]))
             return 1;
     return 0;
 }
 
-/* NAME=VALUE with a shell-style NAME; the worker's fd variables are the
- * server's own. */
-static int add_env(kopts *o, const char *val, char *err, size_t errlen)
+/* NAME=VALUE with a shell-style NAME (kenv.h); the worker's fd variables
+ * are the server's own. Bounded in number and size, --env and --env-file
+ * together. what names the source in messages. */
+static int add_env(kopts *o, const char *what, const char *val, char *err, size_t errlen)
 {
-    const char *eq = strchr(val, '=');
-    size_t nl = eq ? (size_t)(eq - val) : 0;
-    int ok = nl > 0 && (isalpha((unsigned char)val[0]) || val[0] == '_');
-    for (size_t i = 1; ok && i < nl; i++)
-        ok = isalnum((unsigned char)val[i]) || val[i] == '_';
-    if (!ok) {
-        snprintf(err, errlen, "--env '%s': expected NAME=VALUE", val);
+    if (kenv_check_entry(NULL, what, val, err, errlen) < 0)
         return -1;
-    }
-    if (!strncmp(val, "KERNELMGR_REQ_FD=", nl + 1) || !strncmp(val, "KERNELMGR_EVT_FD=", nl + 1)) {
-        snprintf(err, errlen, "--env '%.*s': set by the kernel itself", (int)nl, val);
-        return -1;
-    }
-    size_t n = 0;
+    size_t n = 0, bytes = strlen(val);
     while (o->env[n])
-        n++;
+        bytes += strlen(o->env[n++]);
     if (n >= KOPTS_MAX_ENV) {
-        snprintf(err, errlen, "at most %d --env options", KOPTS_MAX_ENV);
+        snprintf(err, errlen,
+                 "%s: too many variables (limit %d) with --env and --env-file together", what,
+                 KOPTS_MAX_ENV);
+        return -1;
+    }
+    if (bytes > KOPTS_MAX_ENV_BYTES) {
+        snprintf(err, errlen,
+                 "%s: the variables add up to more than %u bytes (limit %u KiB) with --env "
+                 "and --env-file together",
+                 what, KOPTS_MAX_ENV_BYTES, KOPTS_MAX_ENV_BYTES >> 10);
         return -1;
     }
     o->env[n] = val;
     return 0;
 }
 
+/* Reads --env-file path into o->env_file_data (see kopts.h for the rules)
+ * and adds its entries. */
+static int add_env_file(kopts *o, const char *path, char *err, size_t errlen)
+{
+    if (o->env_file_data) {
+        snprintf(err, errlen, "--env-file %s: only one --env-file may be given", path);
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(err, errlen, "--env-file %s: %s", path,
+                 errno == ELOOP ? "it is a symbolic link (not followed)" : strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    char *buf = NULL;
+    if (fstat(fd, &st) < 0) {
+        snprintf(err, errlen, "--env-file %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "--env-file %s: not a regular file", path);
+        goto fail;
+    }
+    if (st.st_uid != geteuid()) {
+        snprintf(err, errlen,
+                 "--env-file %s: owned by uid %u, not by this kernel's user (uid %u); refused",
+                 path, (unsigned)st.st_uid, (unsigned)geteuid());
+        goto fail;
+    }
+    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+        snprintf(err, errlen,
+                 "--env-file %s: mode %04o lets group or others access it (expected 0600); "
+                 "refused",
+                 path, (unsigned)(st.st_mode & 07777));
+        goto fail;
+    }
+    if (st.st_size > (off_t)KOPTS_MAX_ENV_FILE) {
+        snprintf(err, errlen, "--env-file %s: %lld bytes (limit %u bytes)", path,
+                 (long long)st.st_size, KOPTS_MAX_ENV_FILE);
+        goto fail;
+    }
+    /* read to the end, at most one byte past the limit: the file may have
+     * grown since the fstat */
+    size_t cap = (size_t)KOPTS_MAX_ENV_FILE + 1, len = 0;
+    buf = malloc(cap + 1);
+    if (!buf) {
+        snprintf(err, errlen, "--env-file %s: out of memory", path);
+        goto fail;
+    }
+    while (len < cap) {
+        ssize_t r = read(fd, buf + len, cap - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(err, errlen, "--env-file %s: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (r == 0)
+            break;
+        len += (size_t)r;
+    }
+    if (len > KOPTS_MAX_ENV_FILE) {
+        snprintf(err, errlen, "--env-file %s: more than %u bytes (limit)", path,
+                 KOPTS_MAX_ENV_FILE);
+        goto fail;
+    }
+    close(fd);
+    fd = -1;
+    buf[len] = '\0';
+    o->env_file_data = buf;
+    /* entries end at a NUL; the last one may end at the end of the file */
+    size_t first = 0;
+    while (o->env[first])
+        first++;
+    size_t nr = 0;
+    for (size_t at = 0; at < len; nr++) {
+        const char *e = buf + at;
+        size_t elen = strlen(e);
+        char what[600];
+        const char *eq = memchr(e, '=', elen);
+        snprintf(what, sizeof what, "--env-file %.400s: entry %zu", path, nr + 1);
+        if (!elen || !eq) {
+            /* the entry itself is never quoted: it may be a secret */
+            snprintf(err, errlen, "%s: %s (expected NAME=VALUE, entries separated by NUL bytes)",
+                     what, elen ? "no '='" : "empty");
+            goto fail_entries;
+        }
+        if (kenv_name_valid(e, (size_t)(eq - e)))
+            snprintf(what, sizeof what, "--env-file %.400s: entry %zu (%.*s)", path, nr + 1,
+                     (int)(eq - e > 64 ? 64 : eq - e), e);
+        if (add_env(o, what, e, err, errlen) < 0)
+            goto fail_entries;
+        at += elen + 1;
+    }
+    return 0;
+fail_entries:
+    /* nothing of a refused file stays in o */
+    for (size_t i = first; i <= KOPTS_MAX_ENV && o->env[i]; i++)
+        o->env[i] = NULL;
+    o->env_file_data = NULL;
+fail:
+    if (fd >= 0)
+        close(fd);
+    if (buf) {
+        explicit_bzero(buf, (size_t)KOPTS_MAX_ENV_FILE + 2);
+        free(buf);
+    }
+    return -1;
+}
+
+void kopts_clear(kopts *o)
+{
+    if (!o)
+        return;
+    /* entries of the file point into it: none stays behind */
+    memset(o->env, 0, sizeof o->env);
+    if (o->env_file_data) {
+        explicit_bzero(o->env_file_data, (size_t)KOPTS_MAX_ENV_FILE + 2);
+        free(o->env_file_data);
+        o->env_file_data = NULL;
+    }
+}
+
 int kopts_apply_spec(const kopts *o, kworker_spec *spec, char *err, size_t errlen)
 {
     for (size_t i = 0; o->env[i]; i++) {
         const char *eq = strchr(o->env[i], '=');
-        char name[256];
+        char name[KENV_MAX_NAME + 1];
         snprintf(name, sizeof name, "%.*s", (int)(eq - o->env[i]), o->env[i]);
         if (kspec_add_env(spec, name, eq + 1) < 0) {
-            snprintf(err, errlen, "--env %s: too many variables", name);
+            snprintf(err, errlen, "--env %s: too many variables (limit %d)", name, KSPEC_MAX_ENV);
             return -1;
         }
     }
@@ -221,8 +352,16 @@ static int set_option(kopts *o, const char *name, const char *val, char *err, si
         if (errno || end == val || *end || !isfinite(g) || g < 0 || g > 3600)
             goto bad;
         o->interrupt_grace = g;
+    } else if (!strcmp(name, "--log-max")) {
+        if (kopts_parse_size(val, &o->log_max) < 0 || o->log_max < 4096)
+            goto bad;
+    } else if (!strcmp(name, "--history-max")) {
+        if (kopts_parse_size(val, &o->history_max) < 0 || o->history_max < 4096)
+            goto bad;
     } else if (!strcmp(name, "--env")) {
-        return add_env(o, val, err, errlen);
+        return add_env(o, "--env", val, err, errlen);
+    } else if (!strcmp(name, "--env-file")) {
+        return add_env_file(o, val, err, errlen);
     } else if (!strcmp(name, "--ro-path")) {
         if (val[0] != '/') {
             snprintf(err, errlen, "--ro-path %s: must be an absolute path", val);
@@ -243,11 +382,12 @@ bad:
     return -1;
 }
 
-int kopts_parse(kopts *o, int argc, char **argv, const kbackend *b, char *err, size_t errlen)
+static int parse_args(kopts *o, int argc, char **argv, const kbackend *b, char *err, size_t errlen)
 {
-    memset(o, 0, sizeof *o);
     sandbox_config_defaults(&o->sandbox);
     o->interrupt_grace = 5.0;
+    o->log_max = KOPTS_LOG_MAX_DEFAULT;
+    o->history_max = KOPTS_HISTORY_MAX_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -307,6 +447,16 @@ int kopts_parse(kopts *o, int argc, char **argv, const kbackend *b, char *err, s
             }
         }
         snprintf(err, errlen, a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", a);
+        return -1;
+    }
+    return 0;
+}
+
+int kopts_parse(kopts *o, int argc, char **argv, const kbackend *b, char *err, size_t errlen)
+{
+    memset(o, 0, sizeof *o);
+    if (parse_args(o, argc, argv, b, err, errlen) < 0) {
+        kopts_clear(o);
         return -1;
     }
     return 0;

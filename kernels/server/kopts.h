@@ -12,29 +12,61 @@
 
 #include "kernels/sandbox/sandbox.h"
 #include "kernels/server/backend.h"
+#include "kernels/server/kenv.h"
 
 #define KSERVER_VERSION "0.1.0"
 
-#define KOPTS_MAX_ENV 16 /* --env, repeatable */
-#define KOPTS_MAX_RO 8   /* --ro-path, repeatable */
+/* --env, repeatable, and the entries of --env-file, counted together: the
+ * user's variables (kenv.h limits) plus room for those the manager adds
+ * itself (package directories). */
+#define KOPTS_MAX_ENV (KENV_MAX_VARS + 8)
+#define KOPTS_MAX_ENV_BYTES (KENV_MAX_TOTAL + (32u << 10))
+/* --env-file: the largest file read (every entry plus its NUL). */
+#define KOPTS_MAX_ENV_FILE (KOPTS_MAX_ENV_BYTES + KOPTS_MAX_ENV)
+#define KOPTS_MAX_RO 8                       /* --ro-path, repeatable */
+#define KOPTS_LOG_MAX_DEFAULT (1u << 20)     /* --log-max */
+#define KOPTS_HISTORY_MAX_DEFAULT (8u << 20) /* --history-max */
 
 typedef struct kopts {
     const char *connection_file; /* borrowed from argv; NULL when not given */
     const char *workspace_arg;   /* borrowed from argv; NULL: the cwd */
     sandbox_config sandbox;      /* level and limits; workspace filled by the caller */
     double interrupt_grace;      /* seconds between SIGINT and kill+restart */
-    /* --env NAME=VALUE and --ro-path DIR, borrowed from argv, NULL-terminated;
-     * applied to the worker spec after the backend's prepare() (so --env
-     * wins over the backend's variables) by kopts_apply_spec(). */
+    uint64_t log_max;            /* --log-max: the kernel log file's size cap (bytes) */
+    uint64_t history_max;        /* --history-max: the history file's size cap (bytes) */
+    /* --env NAME=VALUE (borrowed from argv) and the entries of --env-file
+     * (pointing into env_file_data), in command-line order, and --ro-path
+     * DIR (borrowed from argv), NULL-terminated; applied to the worker spec
+     * after the backend's prepare() (so they win over the backend's
+     * variables; a later one of the same name wins) by kopts_apply_spec(). */
     const char *env[KOPTS_MAX_ENV + 1];
     const char *ro_paths[KOPTS_MAX_RO + 1];
+    /* --env-file FILE: its content, owned (kopts_clear() wipes and frees
+     * it). The manager passes the session's variables this way, so that
+     * they never show on a command line (/proc/PID/cmdline is readable by
+     * every user of the host). */
+    char *env_file_data;
     int help;    /* --help was given */
     int version; /* --version was given */
 } kopts;
 
 /* Parses argv into o (defaults first). Returns 0, or -1 with a message in err
- * for a usage error (the caller exits with status 2). */
+ * for a usage error (the caller exits with status 2; o then holds nothing to
+ * free). After a 0 the caller calls kopts_clear(o).
+ *
+ * --env-file FILE (at most once): FILE holds NUL-separated NAME=VALUE
+ * entries (a final NUL is optional). It is opened O_RDONLY | O_NOFOLLOW |
+ * O_NONBLOCK and must be a regular file owned by this process's effective
+ * uid, with no group or other permission bits (0600), of at most
+ * KOPTS_MAX_ENV_FILE bytes; each entry is checked as an --env value is, and
+ * counts toward the same KOPTS_MAX_ENV / KOPTS_MAX_ENV_BYTES limits. Errors
+ * name the file, the entry (by number and variable name; never its value)
+ * and the limit. */
 int kopts_parse(kopts *o, int argc, char **argv, const kbackend *backend, char *err, size_t errlen);
+
+/* Frees what kopts_parse() allocated (the --env-file content, zeroed first)
+ * and empties o->env; the other fields stay valid. NULL-safe; idempotent. */
+void kopts_clear(kopts *o);
 
 /* Adds o's --env entries (replacing the backend's value of the same name)
  * and --ro-path entries to spec. 0, or -1 with a reason in err. */

@@ -23,14 +23,142 @@
 static const char *log_prefix = "kernel";
 static int signal_fd = -1; /* write end of the self-pipe, for the handler */
 
+/* ---------------------------------------------------------------- logging
+ *
+ * Much of what the kernel logs is caused by the sandboxed code (malformed
+ * worker events, unknown events, worker "log" events), and the log is a file
+ * on the host's state filesystem. Two bounds keep it small whatever the code
+ * does: a token bucket per message format (KLOG_BURST at once, then one per
+ * second; what was dropped is summarised as "N similar messages suppressed"
+ * when that format may log again, or from the loop's tick), and a hard cap
+ * on the file's size (--log-max): past it one last line says so and nothing
+ * more is written. */
+
+#define KLOG_BURST 20.0
+#define KLOG_RATE 1.0 /* lines per second once the burst is spent */
+#define KLOG_CLASSES 32
+
+typedef struct klog_class {
+    const char *fmt; /* the class: the format string (a literal: its address) */
+    double tokens;
+    double last;
+    unsigned long suppressed;
+} klog_class;
+
+static klog_class klog_classes[KLOG_CLASSES];
+static uint64_t klog_max = KOPTS_LOG_MAX_DEFAULT;
+static int klog_full;
+
+static double klog_now(void)
+{
+    return (double)kworker_now_ns() / 1e9;
+}
+
+void kserver_log_set_max(uint64_t bytes)
+{
+    klog_max = bytes;
+}
+
+/* Writes one line to stderr unless the log file reached its cap. */
+static void klog_write(const char *line)
+{
+    if (klog_full)
+        return;
+    size_t len = strlen(line);
+    struct stat st;
+    if (fstat(STDERR_FILENO, &st) == 0 && S_ISREG(st.st_mode) &&
+        (uint64_t)st.st_size + len > klog_max) {
+        char last[256];
+        int n = snprintf(last, sizeof last,
+                         "%s: the log reached its size limit (%llu bytes, --log-max); "
+                         "further messages are not written\n",
+                         log_prefix, (unsigned long long)klog_max);
+        if (n > 0 && write(STDERR_FILENO, last, (size_t)n) < 0) {
+            /* nothing left to report it to */
+        }
+        klog_full = 1;
+        return;
+    }
+    while (len) {
+        ssize_t w = write(STDERR_FILENO, line, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        line += w;
+        len -= (size_t)w;
+    }
+}
+
+static void klog_summary(klog_class *c)
+{
+    if (!c->suppressed)
+        return;
+    char line[256];
+    snprintf(line, sizeof line, "%s: (%lu similar messages suppressed)\n", log_prefix,
+             c->suppressed);
+    c->suppressed = 0;
+    klog_write(line);
+}
+
+static klog_class *klog_class_of(const char *fmt, double now)
+{
+    klog_class *free_slot = NULL, *oldest = &klog_classes[0];
+    for (int i = 0; i < KLOG_CLASSES; i++) {
+        klog_class *c = &klog_classes[i];
+        if (c->fmt == fmt)
+            return c;
+        if (!c->fmt && !free_slot)
+            free_slot = c;
+        if (c->last < oldest->last)
+            oldest = c;
+    }
+    klog_class *c = free_slot ? free_slot : oldest;
+    if (c->fmt)
+        klog_summary(c);
+    c->fmt = fmt;
+    c->tokens = KLOG_BURST;
+    c->last = now;
+    c->suppressed = 0;
+    return c;
+}
+
+void kserver_log_tick(void)
+{
+    double now = klog_now();
+    for (int i = 0; i < KLOG_CLASSES; i++) {
+        klog_class *c = &klog_classes[i];
+        if (c->fmt && c->suppressed && now - c->last >= 1.0 / KLOG_RATE) {
+            c->tokens += (now - c->last) * KLOG_RATE;
+            if (c->tokens > KLOG_BURST)
+                c->tokens = KLOG_BURST;
+            c->last = now;
+            klog_summary(c);
+        }
+    }
+}
+
 void kserver_log(const char *fmt, ...)
 {
-    char buf[1024];
+    double now = klog_now();
+    klog_class *c = klog_class_of(fmt, now);
+    c->tokens += (now - c->last) * KLOG_RATE;
+    if (c->tokens > KLOG_BURST)
+        c->tokens = KLOG_BURST;
+    c->last = now;
+    if (c->tokens < 1.0) {
+        c->suppressed++;
+        return;
+    }
+    c->tokens -= 1.0;
+    klog_summary(c);
+    char buf[1024], line[1200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s: %s\n", log_prefix, buf);
+    snprintf(line, sizeof line, "%s: %s\n", log_prefix, buf);
+    klog_write(line);
 }
 
 static void on_signal(int sig)
@@ -386,6 +514,7 @@ static void run_loop(kserver *ks)
         if (ks->worker && kworker_reap(ks->worker))
             kexec_worker_gone(ks);
         kexec_timers(ks, kworker_now_ns());
+        kserver_log_tick();
         kiopub_flush(ks->iopub);
         kshell_start_next(ks);
     }
@@ -410,6 +539,7 @@ static void server_free(kserver *ks)
     jp_session_destroy(&ks->session);
     json_decref(ks->protections);
     kspec_clear(&ks->spec);
+    kopts_clear(&ks->opts);
     kstream_clear(&ks->out);
     kstream_clear(&ks->err);
     if (ks->sigpipe[0] >= 0) {
@@ -435,24 +565,31 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
         fprintf(stderr, "%s: %s\nTry 'kernel-%s --help'.\n", prefix, err, backend->name);
         return 2;
     }
+    kserver_log_set_max(ks->opts.log_max);
+    /* from here on every return goes through server_free() (or at least
+     * kopts_clear(): the --env-file content is wiped) */
     if (ks->opts.help) {
         kopts_usage(stdout, backend);
+        kopts_clear(&ks->opts);
         return 0;
     }
     if (ks->opts.version) {
         printf("kernel-%s (kernelmgr) %s, Jupyter protocol %s\n", backend->name, KSERVER_VERSION,
                JP_PROTOCOL_VERSION);
+        kopts_clear(&ks->opts);
         return 0;
     }
     if (!ks->opts.connection_file) {
         fprintf(stderr, "%s: missing -f CONNECTION_FILE\nTry 'kernel-%s --help'.\n", prefix,
                 backend->name);
+        kopts_clear(&ks->opts);
         return 2;
     }
     jp_error jerr;
     if (jp_connection_read(ks->opts.connection_file, &ks->conn, &jerr) != JP_OK) {
         fprintf(stderr, "%s: cannot use connection file %s: %s\n", prefix, ks->opts.connection_file,
                 jerr.reason);
+        kopts_clear(&ks->opts);
         return 1;
     }
     const char *ws = ks->opts.workspace_arg ? ks->opts.workspace_arg : ".";
@@ -460,6 +597,7 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
     if (!realpath(ws, ks->workspace) || stat(ks->workspace, &st) < 0 || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "%s: workspace %s: %s\n", prefix, ws,
                 errno ? strerror(errno) : "not a directory");
+        kopts_clear(&ks->opts);
         return 1;
     }
     ks->opts.sandbox.workspace = ks->workspace;
@@ -468,6 +606,7 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
                 "%s: the %s sandbox is not available on this host: %s\n"
                 "(--sandbox none runs the code without isolation)\n",
                 prefix, ks->opts.sandbox.level == SANDBOX_STRICT ? "strict" : "requested", err);
+        kopts_clear(&ks->opts);
         return 1;
     }
     find_share_dir(ks);
@@ -501,7 +640,7 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
     }
     snprintf(ks->history_path, sizeof ks->history_path, "%s.history.jsonl",
              ks->opts.connection_file);
-    ks->history = khistory_open(ks->history_path);
+    ks->history = khistory_open(ks->history_path, ks->opts.history_max);
     if (!ks->history) {
         fprintf(stderr, "%s: out of memory\n", prefix);
         goto out;

@@ -98,7 +98,15 @@ typedef struct kserver {
 } kserver;
 
 /* kserver.c */
+/* Logs one line to stderr (the kernel log). Rate-limited per format string
+ * (a burst of 20, then one line a second; dropped lines are summarised as
+ * "N similar messages suppressed"), and nothing is written once the log file
+ * reached the cap of kserver_log_set_max() (one last line says so). fmt must
+ * be a string literal: its address names the class. */
 void kserver_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void kserver_log_set_max(uint64_t bytes);
+/* Writes the summaries of suppressed lines that are due (called by the loop). */
+void kserver_log_tick(void);
 /* Publishes on iopub a message of msg_type with content (stolen) and parent
  * (borrowed, may be NULL). */
 void kserver_publish(kserver *ks, const char *msg_type, json_t *content, const jmsg *parent);

@@ -2,6 +2,7 @@
  * kworker.c — worker process and its pipes, see kworker.h.
  */
 #include "kernels/server/kworker.h"
+#include "kernels/server/kserver.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "jp.h"
+#include "kernels/server/kenv.h"
 
 extern char **environ;
 
@@ -47,11 +49,28 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-/* Builds the worker's environment: ours, minus the variables we set, plus the
- * fd numbers and the backend's extras (which win). new (free with free_env). */
+/* Appends a copy of entry to env[*k] unless a variable of the same name is
+ * already there (earlier entries win). 0, or -1 when out of memory. */
+static int env_put(char **env, size_t *k, const char *entry)
+{
+    size_t nl = strcspn(entry, "=");
+    for (size_t i = 0; i < *k; i++)
+        if (!strncmp(env[i], entry, nl) && env[i][nl] == '=')
+            return 0;
+    if (!(env[*k] = strdup(entry)))
+        return -1;
+    (*k)++;
+    return 0;
+}
+
+/* Builds the worker's environment from scratch (kenv.h), never from ours:
+ * in order of precedence, the fd numbers, the backend's extras and --env
+ * (spec->env: a later entry of a name already replaced an earlier one),
+ * then PATH and HOME, then the allow-listed host variables (LANG, LC_*,
+ * TERM, TZ). new (free with free_env). */
 static char **build_env(const kworker_spec *spec)
 {
-    size_t n = 0, extra = 2;
+    size_t n = 0, extra = 4;
     while (environ[n])
         n++;
     for (size_t i = 0; i < KSPEC_MAX_ENV && spec->env[i]; i++)
@@ -60,31 +79,19 @@ static char **build_env(const kworker_spec *spec)
     if (!env)
         return NULL;
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *e = environ[i];
-        const char *eq = strchr(e, '=');
-        if (!eq)
-            continue;
-        size_t nl = (size_t)(eq - e);
-        int overridden = (nl == 16 && !strncmp(e, "KERNELMGR_REQ_FD", nl)) ||
-                         (nl == 16 && !strncmp(e, "KERNELMGR_EVT_FD", nl));
-        for (size_t j = 0; !overridden && j < KSPEC_MAX_ENV && spec->env[j]; j++)
-            overridden = !strncmp(spec->env[j], e, nl + 1);
-        if (!overridden)
-            env[k++] = strdup(e);
-    }
-    env[k++] = strdup("KERNELMGR_REQ_FD=3");
-    env[k++] = strdup("KERNELMGR_EVT_FD=4");
+    int rc = env_put(env, &k, "KERNELMGR_REQ_FD=3") | env_put(env, &k, "KERNELMGR_EVT_FD=4");
     for (size_t i = 0; i < KSPEC_MAX_ENV && spec->env[i]; i++)
-        env[k++] = strdup(spec->env[i]);
+        rc |= env_put(env, &k, spec->env[i]);
+    rc |= env_put(env, &k, "PATH=" KENV_SANDBOX_PATH) | env_put(env, &k, "HOME=" KENV_SANDBOX_HOME);
+    for (size_t i = 0; i < n; i++)
+        if (kenv_host_allowed(environ[i]))
+            rc |= env_put(env, &k, environ[i]);
     env[k] = NULL;
-    for (size_t i = 0; i < k; i++) {
-        if (!env[i]) {
-            for (size_t j = 0; j < k; j++)
-                free(env[j]);
-            free(env);
-            return NULL;
-        }
+    if (rc) {
+        for (size_t j = 0; j < k; j++)
+            free(env[j]);
+        free(env);
+        return NULL;
     }
     return env;
 }
@@ -258,8 +265,9 @@ static void handle_line(char *line, size_t len, kworker_event_fn fn, void *ctx)
     json_error_t jerr;
     json_t *ev = json_loadb(clean, clean_len, 0, &jerr);
     if (!json_is_object(ev) || !json_is_string(json_object_get(ev, "type"))) {
-        fprintf(stderr, "worker: ignoring malformed event (%s): %.80s\n",
-                ev ? "no \"type\"" : jerr.text, clean);
+        /* the sandboxed code writes this channel: rate-limited, capped */
+        kserver_log("worker: ignoring malformed event (%s): %.80s", ev ? "no \"type\"" : jerr.text,
+                    clean);
     } else {
         fn(ctx, ev);
     }
@@ -301,7 +309,7 @@ int kworker_read_events(kworker *w, kworker_event_fn fn, void *ctx)
     memmove(w->ebuf, w->ebuf + start, w->elen - start);
     w->elen -= start;
     if (w->elen > KWORKER_MAX_EVENT) {
-        fprintf(stderr, "worker: dropping an event line longer than %u bytes\n", KWORKER_MAX_EVENT);
+        kserver_log("worker: dropping an event line longer than %u bytes", KWORKER_MAX_EVENT);
         w->eskip = 1;
         w->elen = 0;
     }

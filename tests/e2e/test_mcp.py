@@ -80,7 +80,8 @@ def test_initialize_and_list_tools(mgr):
     ce = tools["code_exec"]["inputSchema"]
     assert ce["required"] == ["code"]
     assert ce["properties"]["language"]["enum"] == ["python", "bash", "auto"]
-    assert set(ce["properties"]) == {"code", "language", "session", "timeout_s"}
+    assert set(ce["properties"]) == {"code", "language", "session", "timeout_s", "env"}
+    assert ce["properties"]["env"]["additionalProperties"] == {"type": "string"}
     assert tools["install_packages"]["inputSchema"]["properties"]["manager"]["enum"] == \
         ["pip", "npm"]
     assert out["steps"][1]["ok"]

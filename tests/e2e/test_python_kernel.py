@@ -549,3 +549,59 @@ def test_forked_child_does_not_answer_for_the_cell(py):
         assert c["status"] == "ok", (c, py.log_text())
         assert stream_text(r["iopub"]) == "42\n"
         assert not of_type(r["iopub"], "error")
+
+
+def test_workspace_modules_do_not_shadow_the_driver(kernel_factory, tmp_path):
+    # The workspace is the cwd of user code and "" on its sys.path, and
+    # sandboxed code writes it: a json.py, re.py or types.py there used to be
+    # imported by the driver itself (it set sys.path[0] = "" before importing
+    # json) and broke the kernel. Planted before the start, and planted by a
+    # cell for what the driver loads later (asyncio, rlcompleter, jedi).
+    ws = tmp_path / "k0" / "ws"
+    ws.mkdir(parents=True)
+    for name in ("json", "re", "types"):
+        (ws / (name + ".py")).write_text("raise RuntimeError('planted %s.py imported')\n" % name)
+    k = kernel_factory("python", args=[*SANDBOX_ARGS, "--python", SYS_PY])
+    assert k.workspace == ws
+    c, io = run(k, "for n in ('asyncio', 'rlcompleter', 'jedi', 'pprint', 'uuid', 'inspect'):\n"
+                   "    open(n + '.py', 'w').write('raise RuntimeError(%r)' % ('planted ' + n))\n"
+                   "x = 6\nprint('hello')\nx * 7")
+    assert c["status"] == "ok", c
+    assert stream_text(io) == "hello\n"
+    assert results(io)[0]["data"]["text/plain"] == "42"
+    # display (JSON events, pprint of a long dict, a display id from uuid)
+    c, io = run(k, "h = display({'k%d' % i: 'v' * 8 for i in range(9)}, display_id=True)\n"
+                   "h.update('changed')")
+    assert c["status"] == "ok", c
+    [dd] = of_type(io, "display_data")
+    assert "'k8': 'vvvvvvvv'" in dd["content"]["data"]["text/plain"]
+    [up] = of_type(io, "update_display_data")
+    assert up["content"]["data"] == {"text/plain": "'changed'"}
+    # an error's traceback (traceback, linecache, tokenize, re)
+    c, io = run(k, "def f():\n    raise ValueError('bad value')\nf()")
+    assert c["status"] == "error" and c["ename"] == "ValueError", c
+    [err] = [m["content"] for m in of_type(io, "error")]
+    tb = "\n".join(err["traceback"])
+    assert "raise ValueError('bad value')" in tb and "planted" not in tb
+    # top-level await (asyncio, loaded on first use)
+    c, io = run(k, "async def g():\n    return 5\nawait g()")
+    assert c["status"] == "ok", c
+    assert results(io)[0]["data"]["text/plain"] == "5"
+    # completion (jedi or rlcompleter, loaded on first use) and inspection
+    run(k, "my_long_name = 1")
+    k.kc.complete("my_lo", 5)
+    m = k.kc.get_shell_msg(timeout=30)
+    assert m["msg_type"] == "complete_reply" and m["content"]["status"] == "ok"
+    assert "my_long_name" in m["content"]["matches"]
+    k.kc.inspect("len", 3, detail_level=0)
+    m = k.kc.get_shell_msg(timeout=30)
+    assert m["msg_type"] == "inspect_reply" and m["content"]["found"] is True
+    # user code still sees its workspace first, as in any Python
+    c, io = run(k, "import sys\nsys.path[0]")
+    assert results(io)[0]["data"]["text/plain"] == "''"
+    c, io = run(k, "import newmod")
+    assert c["status"] == "error" and c["ename"] == "ModuleNotFoundError"
+    (ws / "newmod.py").write_text("VALUE = 'from the workspace'\n")
+    c, io = run(k, "import importlib; importlib.invalidate_caches()\nimport newmod\nnewmod.VALUE")
+    assert results(io)[0]["data"]["text/plain"] == "'from the workspace'"
+    assert "planted" not in k.log_text()

@@ -143,6 +143,71 @@ static void test_file_key_changes_with_file(void **state)
     assert_string_equal(small, "");
 }
 
+static void test_refuses_symlinked_or_foreign_dir(void **state)
+{
+    (void)state;
+    char base[300], cmd[1400];
+    snprintf(base, sizeof base, "%s/x2", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/evil' && chmod 700 '%s/evil' && ln -s '%s/evil' '%s/kernelmgr'", base,
+             base, base, base);
+    assert_int_equal(system(cmd), 0);
+    setenv("XDG_CACHE_HOME", base, 1);
+    kcache_put("sym", "k", "v");
+    assert_null(kcache_get("sym", "k"));
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s/evil')\"", base);
+    assert_int_equal(system(cmd), 0); /* nothing written through the link */
+    /* a planted entry in the link target is not read either */
+    snprintf(cmd, sizeof cmd, "rm '%s/kernelmgr' && mv '%s/evil' '%s/kernelmgr'", base, base, base);
+    assert_int_equal(system(cmd), 0);
+    kcache_put("sym", "k", "v");
+    char *v = kcache_get("sym", "k");
+    assert_non_null(v);
+    free(v);
+    if (geteuid() == 0) {
+        /* owned by someone else: not used */
+        char dir[400];
+        snprintf(dir, sizeof dir, "%s/kernelmgr", base);
+        assert_int_equal(chown(dir, 65534, 65534), 0);
+        assert_null(kcache_get("sym", "k"));
+        assert_int_equal(chown(dir, 0, 0), 0);
+    }
+    setenv("XDG_CACHE_HOME", tmpdir, 1);
+}
+
+static void test_entry_fifo_big_and_atomic(void **state)
+{
+    (void)state;
+    kcache_put("fifo", "k", "v");
+    char path[600];
+    assert_int_equal(entry_file("fifo", path, sizeof path), 0);
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_null(kcache_get("fifo", "k")); /* does not hang */
+    unlink(path);
+    /* values above the cap are not stored; a grown entry is not read */
+    char *big = malloc(KCACHE_MAX_VALUE + 2);
+    memset(big, 'a', KCACHE_MAX_VALUE + 1);
+    big[KCACHE_MAX_VALUE + 1] = '\0';
+    kcache_put("big", "k", big);
+    assert_null(kcache_get("big", "k"));
+    kcache_put("big", "k", "small");
+    assert_int_equal(entry_file("big", path, sizeof path), 0);
+    FILE *f = fopen(path, "a");
+    fputs(big, f);
+    fclose(f);
+    assert_null(kcache_get("big", "k"));
+    free(big);
+    /* no temporary files are left behind */
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s/kernelmgr' | grep '^\\.')\"", tmpdir);
+    assert_int_equal(system(cmd), 0);
+    struct stat st;
+    assert_int_equal(entry_file("big", path, sizeof path), 0);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -151,6 +216,8 @@ int main(void)
         cmocka_unit_test(test_refuses_writable_entry),
         cmocka_unit_test(test_refuses_symlink_and_open_dir),
         cmocka_unit_test(test_file_key_changes_with_file),
+        cmocka_unit_test(test_refuses_symlinked_or_foreign_dir),
+        cmocka_unit_test(test_entry_fifo_big_and_atomic),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

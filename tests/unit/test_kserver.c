@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include "kernels/server/backend.h"
 #include "kernels/server/khistory.h"
@@ -192,6 +193,188 @@ static void test_kopts_parse(void **state)
     assert_true(o.help && o.version);
 }
 
+/* Writes data[0..len) to dir/name with mode (chmod'ed: the umask does not
+ * apply); returns the path (free it). */
+static char *env_file(const char *dir, const char *name, const void *data, size_t len, mode_t mode)
+{
+    char *p = NULL;
+    assert_true(asprintf(&p, "%s/%s", dir, name) > 0);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+    assert_int_equal(chmod(p, mode), 0);
+    return p;
+}
+
+/* parse() of "--env-file path" that must fail with every one of the words
+ * (NULL-terminated) in the message, and never with secret in it. */
+static void env_file_refused(const char *path, const char *secret, ...)
+{
+    kopts o;
+    char err[512] = "";
+    assert_int_equal(parse(&o, err, sizeof err, 3, "--env-file", path), -1);
+    assert_null(o.env[0]);
+    assert_null(o.env_file_data);
+    assert_non_null(strstr(err, path));
+    va_list ap;
+    va_start(ap, secret);
+    for (const char *w; (w = va_arg(ap, const char *));)
+        if (!strstr(err, w)) {
+            print_message("'%s' lacks '%s'\n", err, w);
+            fail();
+        }
+    va_end(ap);
+    if (secret)
+        assert_null(strstr(err, secret));
+}
+
+static void test_kopts_env_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_kopts_envXXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kopts o;
+    char err[512];
+
+    /* entries in order with --env; a final NUL is optional */
+    static const char good[] = "A=1\0B=two words\0EMPTY=\0EQ=x=y";
+    char *p = env_file(dir, "env", good, sizeof good - 1, 0600);
+    assert_int_equal(parse(&o, err, sizeof err, 5, "--env", "X=0", "--env-file", p), 0);
+    assert_string_equal(o.env[0], "X=0");
+    assert_string_equal(o.env[1], "A=1");
+    assert_string_equal(o.env[2], "B=two words");
+    assert_string_equal(o.env[3], "EMPTY=");
+    assert_string_equal(o.env[4], "EQ=x=y");
+    assert_null(o.env[5]);
+    kworker_spec spec;
+    memset(&spec, 0, sizeof spec);
+    assert_int_equal(kspec_add_env(&spec, "A", "from the backend"), 0);
+    assert_int_equal(kopts_apply_spec(&o, &spec, err, sizeof err), 0);
+    assert_string_equal(spec.env[0], "A=1"); /* the user's wins */
+    assert_string_equal(spec.env[1], "X=0");
+    kspec_clear(&spec);
+    kopts_clear(&o);
+    assert_null(o.env[0]);
+    assert_null(o.env_file_data);
+    kopts_clear(&o); /* twice: nothing left */
+    free(p);
+    /* --env-file=FILE; read-only for its owner is fine too */
+    p = env_file(dir, "env2", "A=1\0", 4, 0400);
+    char *opt = NULL;
+    assert_true(asprintf(&opt, "--env-file=%s", p) > 0);
+    assert_int_equal(parse(&o, err, sizeof err, 2, opt), 0);
+    assert_string_equal(o.env[0], "A=1");
+    assert_null(o.env[1]);
+    kopts_clear(&o);
+    free(opt);
+    /* an empty file: no variables */
+    free(p);
+    p = env_file(dir, "empty", "", 0, 0600);
+    assert_int_equal(parse(&o, err, sizeof err, 3, "--env-file", p), 0);
+    assert_null(o.env[0]);
+    kopts_clear(&o);
+    /* a usage error after a file was read frees it (valgrind checks) */
+    assert_int_equal(parse(&o, err, sizeof err, 4, "--env-file", p, "--bogus"), -1);
+    assert_int_equal(parse(&o, err, sizeof err, 5, "--env-file", p, "--env-file", p), -1);
+    assert_non_null(strstr(err, "only one --env-file"));
+    free(p);
+
+    /* refusals: each names the file and why */
+    p = env_file(dir, "target", good, sizeof good, 0600);
+    char *l = NULL;
+    assert_true(asprintf(&l, "%s/link", dir) > 0);
+    assert_int_equal(symlink(p, l), 0);
+    env_file_refused(l, NULL, "symbolic link", NULL);
+    assert_int_equal(chmod(p, 0644), 0);
+    env_file_refused(p, NULL, "mode 0644", "0600", NULL);
+    assert_int_equal(chmod(p, 0660), 0);
+    env_file_refused(p, NULL, "mode 0660", NULL);
+    assert_int_equal(chmod(p, 0600), 0);
+    if (geteuid() == 0) {
+        assert_int_equal(chown(p, 65534, 65534), 0);
+        env_file_refused(p, NULL, "owned by uid 65534", "uid 0", NULL);
+        assert_int_equal(chown(p, 0, 0), 0);
+    }
+    char *missing = NULL;
+    assert_true(asprintf(&missing, "%s/missing", dir) > 0);
+    env_file_refused(missing, NULL, "No such file", NULL);
+    env_file_refused(dir, NULL, "not a regular file", NULL);
+    char *fifo = NULL;
+    assert_true(asprintf(&fifo, "%s/fifo", dir) > 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    env_file_refused(fifo, NULL, "not a regular file", NULL); /* and no hang */
+    free(p);
+
+    /* too big: refused before it is read */
+    size_t big_len = KOPTS_MAX_ENV_FILE + 1;
+    char *big = malloc(big_len);
+    assert_non_null(big);
+    memset(big, 'v', big_len);
+    memcpy(big, "BIG=", 4);
+    p = env_file(dir, "big", big, big_len, 0600);
+    env_file_refused(p, NULL, "bytes (limit", NULL);
+    free(p);
+    /* one value over KENV_MAX_VALUE: named, the limit given, the value not */
+    p = env_file(dir, "bigvalue", big, KENV_MAX_VALUE + 10, 0600);
+    env_file_refused(p, "vvvvvvvvvvvvvvvv", "entry 1 (BIG)", "limit 32768 bytes per value", NULL);
+    free(p);
+    free(big);
+
+    /* bad entries: named by number, never quoted */
+    static const char noeq[] = "A=1\0SECRETVALUE\0";
+    p = env_file(dir, "noeq", noeq, sizeof noeq - 1, 0600);
+    env_file_refused(p, "SECRETVALUE", "entry 2", "expected NAME=VALUE", NULL);
+    free(p);
+    static const char hole[] = "A=1\0\0B=2";
+    p = env_file(dir, "hole", hole, sizeof hole - 1, 0600);
+    env_file_refused(p, NULL, "entry 2", "empty", NULL);
+    free(p);
+    static const char badname[] = "1BAD=secret";
+    p = env_file(dir, "badname", badname, sizeof badname - 1, 0600);
+    env_file_refused(p, "secret", "entry 1", "invalid variable name", NULL);
+    free(p);
+    static const char reserved[] = "KERNELMGR_REQ_FD=3";
+    p = env_file(dir, "reserved", reserved, sizeof reserved - 1, 0600);
+    env_file_refused(p, NULL, "entry 1", "set by the kernel itself", NULL);
+    free(p);
+
+    /* --env and --env-file count toward one limit */
+    char *many = calloc(KOPTS_MAX_ENV, 16);
+    size_t mlen = 0;
+    for (int i = 0; i < KOPTS_MAX_ENV; i++)
+        mlen += (size_t)sprintf(many + mlen, "V%d=x", i) + 1;
+    p = env_file(dir, "many", many, mlen, 0600);
+    assert_int_equal(parse(&o, err, sizeof err, 3, "--env-file", p), 0);
+    kopts_clear(&o);
+    assert_int_equal(parse(&o, err, sizeof err, 5, "--env", "X=0", "--env-file", p), -1);
+    assert_non_null(strstr(err, p));
+    char want[64];
+    snprintf(want, sizeof want, "entry %d (V%d)", KOPTS_MAX_ENV, KOPTS_MAX_ENV - 1);
+    assert_non_null(strstr(err, want));
+    snprintf(want, sizeof want, "too many variables (limit %d) with --env and --env-file",
+             KOPTS_MAX_ENV);
+    assert_non_null(strstr(err, want));
+    assert_null(o.env[0]);
+    free(p);
+    free(many);
+
+    unlink(fifo);
+    free(fifo);
+    free(missing);
+    unlink(l);
+    free(l);
+    const char *names[] = {"env",  "env2", "empty",   "target",   "big",  "bigvalue",
+                           "noeq", "hole", "badname", "reserved", "many", NULL};
+    for (int i = 0; names[i]; i++) {
+        char *q = NULL;
+        assert_true(asprintf(&q, "%s/%s", dir, names[i]) > 0);
+        unlink(q);
+        free(q);
+    }
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* ---------------------------------------------------------------- khistory */
 
 static json_t *query(khistory *h, const char *json)
@@ -224,7 +407,7 @@ static void test_khistory(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    khistory *h = khistory_open(path);
+    khistory *h = khistory_open(path, 1u << 20);
     assert_non_null(h);
     assert_int_equal(khistory_session(h), 1);
     khistory_add(h, 1, "echo a");
@@ -248,7 +431,7 @@ static void test_khistory(void **state)
     FILE *f = fopen(path, "a");
     fputs("not json\n{\"session\": \"x\"}\n", f);
     fclose(f);
-    h = khistory_open(path);
+    h = khistory_open(path, 1u << 20);
     assert_int_equal(khistory_session(h), 2);
     khistory_add(h, 1, "new");
     assert_json(query(h, "{\"hist_access_type\": \"range\", \"session\": -1, \"start\": 1,"
@@ -258,7 +441,7 @@ static void test_khistory(void **state)
     khistory_destroy(&h);
     unlink(path);
 
-    h = khistory_open(NULL); /* memory only */
+    h = khistory_open(NULL, 1u << 20); /* memory only */
     khistory_add(h, 1, "only");
     assert_json(query(h, "{}"), "[[1, 1, \"only\"]]");
     khistory_destroy(&h);
@@ -297,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_kstream_full_and_invalid),
         cmocka_unit_test(test_kopts_sizes),
         cmocka_unit_test(test_kopts_parse),
+        cmocka_unit_test(test_kopts_env_file),
         cmocka_unit_test(test_khistory),
         cmocka_unit_test(test_kspec),
     };

@@ -55,6 +55,39 @@ static const char *write_script(const char *rel, const char *content)
     return path;
 }
 
+/* Creates tmpdir/rel (and parents); returns its path (static buffer). */
+static const char *mkdir_p(const char *rel)
+{
+    static char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s/", tmpdir, rel);
+    for (char *p = path + strlen(tmpdir) + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    }
+    path[strlen(path) - 1] = '\0';
+    return path;
+}
+
+static void symlink_at(const char *target, const char *rel)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
+    unlink(path);
+    assert_int_equal(symlink(target, path), 0);
+}
+
+/* 1 when tmpdir/rel exists. */
+static int exists(const char *rel)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
+    return lstat(path, &st) == 0;
+}
+
 static void test_parse_version(void **state)
 {
     int a, b, c;
@@ -103,6 +136,18 @@ static void test_which(void **state)
     assert_non_null(got);
     assert_string_equal(got, want);
     free(got);
+
+    /* Empty, "." and relative entries would mean the cwd: never searched. */
+    char *cwd = getcwd(NULL, 0);
+    char bdir[PATH_MAX];
+    snprintf(bdir, sizeof bdir, "%s/b", tmpdir);
+    assert_int_equal(chdir(bdir), 0);
+    assert_null(pydetect_which("mypy", ""));
+    assert_null(pydetect_which("mypy", ":/nonexistent"));
+    assert_null(pydetect_which("mypy", "/nonexistent::"));
+    assert_null(pydetect_which("mypy", ".:./:b"));
+    assert_int_equal(chdir(cwd), 0);
+    free(cwd);
 }
 
 static void test_parse_probe(void **state)
@@ -159,7 +204,7 @@ static void test_probe_real_python(void **state)
 {
     pydetect_info info = {0};
     char err[512];
-    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, &info, err, sizeof err), 0);
+    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, NULL, &info, err, sizeof err), 0);
     assert_int_equal(info.major, 3);
     assert_true(info.minor >= 8);
     assert_string_equal(info.prefix, "/usr");
@@ -174,7 +219,7 @@ static void test_probe_shim_script(void **state)
     pydetect_info info = {0};
     char err[512];
     const char *shim = write_script("shims/python3", "#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n");
-    assert_int_equal(pydetect_probe(shim, NULL, &info, err, sizeof err), 0);
+    assert_int_equal(pydetect_probe(shim, NULL, NULL, &info, err, sizeof err), 0);
     assert_string_equal(info.interpreter, "/usr/bin/python3");
     char *real = realpath("/usr/bin/python3", NULL);
     assert_string_equal(info.real_executable, real);
@@ -192,22 +237,23 @@ static void test_probe_failures(void **state)
     char want[PATH_MAX + 128];
     snprintf(want, sizeof want,
              "python 3.7.3 at %s/old/python is too old: kernelmgr needs Python >= 3.8", tmpdir);
-    assert_int_equal(pydetect_probe(old, NULL, &info, err, sizeof err), -1);
+    assert_int_equal(pydetect_probe(old, NULL, NULL, &info, err, sizeof err), -1);
     assert_string_equal(err, want);
     assert_null(info.interpreter);
 
     const char *bad = write_script("bad/python", "#!/bin/sh\necho boom >&2\nexit 3\n");
-    assert_int_equal(pydetect_probe(bad, NULL, &info, err, sizeof err), -1);
+    assert_int_equal(pydetect_probe(bad, NULL, NULL, &info, err, sizeof err), -1);
     assert_non_null(strstr(err, "exit status 3"));
     assert_non_null(strstr(err, "boom"));
 
     const char *notpy = write_script("np/python", "#!/bin/sh\necho hello\n");
-    assert_int_equal(pydetect_probe(notpy, NULL, &info, err, sizeof err), -1);
+    assert_int_equal(pydetect_probe(notpy, NULL, NULL, &info, err, sizeof err), -1);
     assert_non_null(strstr(err, "is it Python?"));
 
-    assert_int_equal(pydetect_probe("/nonexistent/python3", NULL, &info, err, sizeof err), -1);
+    assert_int_equal(pydetect_probe("/nonexistent/python3", NULL, NULL, &info, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "python not found at /nonexistent/python3"));
-    assert_int_equal(pydetect_probe(tmpdir, NULL, &info, err, sizeof err), -1);
+    assert_int_equal(pydetect_probe(tmpdir, NULL, NULL, &info, err, sizeof err), -1);
     assert_non_null(strstr(err, "not an executable file"));
 }
 
@@ -216,7 +262,11 @@ static void test_find_order(void **state)
     pydetect_info info = {0};
     char err[1024], ws[PATH_MAX], venv[PATH_MAX], path_env[PATH_MAX];
     const char *shim = "#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n";
-    write_script("ws/.venv/bin/python", shim);
+    /* A workspace venv as `python3 -m venv` / uv make it: never run on the
+     * host, its base (pyvenv.cfg's home) is. */
+    write_script("ws/.venv/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = false\n");
+    mkdir_p("ws/.venv/bin");
+    symlink_at("/usr/bin/python3", "ws/.venv/bin/python");
     write_script("venv2/bin/python", shim);
     write_script("pathdir/python3", shim);
     snprintf(ws, sizeof ws, "%s/ws", tmpdir);
@@ -226,9 +276,20 @@ static void test_find_order(void **state)
     pydetect_sources src = {NULL, NULL, ws, venv, path_env};
     assert_int_equal(pydetect_find(&src, &info, err, sizeof err), 0);
     assert_string_equal(info.source, ".venv");
+    assert_true(info.is_venv);
+    assert_true(info.workspace_venv);
+    char want[PATH_MAX + 32];
+    snprintf(want, sizeof want, "%s/.venv/bin/python", ws);
+    assert_string_equal(info.interpreter, want);
+    snprintf(want, sizeof want, "%s/.venv", ws);
+    assert_string_equal(info.prefix, want);
+    assert_string_equal(info.base_prefix, "/usr");
+    char *real = realpath("/usr/bin/python3", NULL);
+    assert_string_equal(info.real_executable, real);
+    free(real);
     pydetect_info_clear(&info);
 
-    src.workspace = tmpdir; /* no .venv there */
+    src.workspace = mkdir_p("ws-empty"); /* no .venv there */
     assert_int_equal(pydetect_find(&src, &info, err, sizeof err), 0);
     assert_string_equal(info.source, "$VIRTUAL_ENV");
     pydetect_info_clear(&info);
@@ -256,7 +317,8 @@ static void test_find_order(void **state)
     src.explicit_path = NULL;
     src.env_python = "nosuchpython";
     assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
-    assert_string_equal(err, "$KERNELMGR_PYTHON: no executable named nosuchpython on PATH");
+    assert_string_equal(
+        err, "$KERNELMGR_PYTHON: no executable named nosuchpython on PATH (outside the workspace)");
 
     /* Nothing at all. */
     pydetect_sources none = {NULL, "", tmpdir, NULL, "/nonexistent"};
@@ -269,7 +331,7 @@ static void test_kernel_info(void **state)
 {
     pydetect_info info = {0};
     char err[512];
-    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, &info, err, sizeof err), 0);
+    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, NULL, &info, err, sizeof err), 0);
     info.source = "PATH";
     json_t *ki = pykernel_kernel_info(&info);
     assert_non_null(ki);
@@ -298,25 +360,26 @@ static void test_fill_spec(void **state)
     pydetect_info info = {0};
     kworker_spec spec = {0};
     char err[512], share[PATH_MAX], ws[PATH_MAX], driver[PATH_MAX + 32];
-    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, &info, err, sizeof err), 0);
+    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, NULL, &info, err, sizeof err), 0);
     info.source = "PATH";
     snprintf(share, sizeof share, "%s/share", tmpdir);
     snprintf(ws, sizeof ws, "%s/ws", tmpdir);
     mkdir(ws, 0755);
 
     /* Driver missing: a clear error. */
-    assert_int_equal(pykernel_fill_spec(&info, share, ws, "/bin", &spec, err, sizeof err), -1);
+    assert_int_equal(pykernel_fill_spec(&info, share, ws, &spec, err, sizeof err), -1);
     assert_non_null(strstr(err, "python driver not found at"));
     kspec_clear(&spec);
 
     write_script("share/python/driver.py", "# driver\n");
-    assert_int_equal(pykernel_fill_spec(&info, share, ws, "/bin", &spec, err, sizeof err), 0);
+    assert_int_equal(pykernel_fill_spec(&info, share, ws, &spec, err, sizeof err), 0);
     snprintf(driver, sizeof driver, "%s/python/driver.py", share);
     assert_string_equal(spec.argv[0], "/usr/bin/python3");
     /* no -u: the driver buffers stdout itself (driver.py, output buffering) */
     assert_string_equal(spec.argv[1], driver);
     assert_null(spec.argv[2]);
-    assert_string_equal(spec.env[0], "PATH=/usr/bin:/bin");
+    /* the interpreter's directory first, then the fixed sandbox PATH, never the host's */
+    assert_string_equal(spec.env[0], "PATH=/usr/bin:/usr/local/bin:/usr/bin:/bin");
     /* /usr is bound by the sandbox anyway: only the driver's directory. */
     char want_ro[PATH_MAX + 16];
     snprintf(want_ro, sizeof want_ro, "%s/python", share);
@@ -325,24 +388,351 @@ static void test_fill_spec(void **state)
     assert_non_null(spec.kernel_info);
     kspec_clear(&spec);
 
-    /* A venv outside /usr: its prefix is bound; one inside the workspace is not. */
+    /* A venv outside /usr: its prefix is bound; one inside the workspace is
+     * refused (a probe never reports one: only a workspace venv, below). */
+    char lib[PATH_MAX + 32];
+    snprintf(lib, sizeof lib, "lib/python%d.%d", info.major, info.minor);
+    mkdir_p(lib);
     free(info.prefix);
     info.prefix = strdup(tmpdir);
     info.is_venv = 1;
-    assert_int_equal(pykernel_fill_spec(&info, share, ws, NULL, &spec, err, sizeof err), 0);
+    assert_int_equal(pykernel_fill_spec(&info, share, ws, &spec, err, sizeof err), 0);
     assert_string_equal(spec.ro_paths[0], tmpdir); /* covers the driver directory */
     assert_null(spec.ro_paths[1]);
-    char want_env[PATH_MAX + 16];
+    char want_env[PATH_MAX + 64];
     snprintf(want_env, sizeof want_env, "VIRTUAL_ENV=%s", tmpdir);
     assert_string_equal(spec.env[1], want_env);
     kspec_clear(&spec);
     free(info.prefix);
     info.prefix = strdup(ws);
-    assert_int_equal(pykernel_fill_spec(&info, share, ws, NULL, &spec, err, sizeof err), 0);
+    assert_int_equal(pykernel_fill_spec(&info, share, ws, &spec, err, sizeof err), -1);
+    assert_non_null(strstr(err, "is inside the workspace"));
+    assert_null(spec.ro_paths[0]);
+    kspec_clear(&spec);
+
+    /* Forged prefixes are never bound: "/", a host directory that is not
+     * where the interpreter lives, a path that is not normalised. */
+    const char *forged[] = {"/", "/etc", "/root", "/usr/../etc", "relative", "/nonexistent"};
+    for (size_t i = 0; i < sizeof forged / sizeof *forged; i++) {
+        free(info.prefix);
+        info.prefix = strdup(forged[i]);
+        assert_int_equal(pykernel_fill_spec(&info, share, ws, &spec, err, sizeof err), -1);
+        assert_non_null(strstr(err, "refusing its description"));
+        assert_null(spec.ro_paths[0]);
+        kspec_clear(&spec);
+        free(info.prefix);
+        info.prefix = strdup("/usr");
+        free(info.base_prefix);
+        info.base_prefix = strdup(forged[i]);
+        assert_int_equal(pykernel_fill_spec(&info, share, ws, &spec, err, sizeof err), -1);
+        assert_null(spec.ro_paths[0]);
+        kspec_clear(&spec);
+        free(info.base_prefix);
+        info.base_prefix = strdup("/usr");
+    }
+
+    /* A workspace venv: the worker runs its bin/python (in the sandbox);
+     * nothing of the workspace is bound, the base's prefix is (/usr: already). */
+    char wsvenv[PATH_MAX + 16], wspy[PATH_MAX + 32];
+    snprintf(wsvenv, sizeof wsvenv, "%s/.venv", ws);
+    snprintf(wspy, sizeof wspy, "%s/bin/python", wsvenv);
+    free(info.prefix);
+    info.prefix = strdup(wsvenv);
+    free(info.interpreter);
+    info.interpreter = strdup(wspy);
+    info.workspace_venv = 1;
+    assert_int_equal(pykernel_fill_spec(&info, share, ws, &spec, err, sizeof err), 0);
+    assert_string_equal(spec.argv[0], wspy);
     assert_string_equal(spec.ro_paths[0], want_ro);
     assert_null(spec.ro_paths[1]);
+    snprintf(want_env, sizeof want_env, "VIRTUAL_ENV=%s", wsvenv);
+    assert_string_equal(spec.env[1], want_env);
+    kspec_clear(&spec);
+    /* ...but a workspace venv whose prefix is outside the workspace is not. */
+    free(info.prefix);
+    info.prefix = strdup("/etc");
+    assert_int_equal(pykernel_fill_spec(&info, share, ws, &spec, err, sizeof err), -1);
     kspec_clear(&spec);
     pydetect_info_clear(&info);
+}
+
+static void test_pyvenv_home(void **state)
+{
+    char *h = pydetect_pyvenv_home("home = /usr/bin\nversion = 3.11.2\n");
+    assert_string_equal(h, "/usr/bin");
+    free(h);
+    h = pydetect_pyvenv_home("  HOME\t=  /opt/py/bin \r\nhome=/last\n");
+    assert_string_equal(h, "/last"); /* the last one wins, as in site.py */
+    free(h);
+    h = pydetect_pyvenv_home("homer = /x\n# home\n");
+    assert_null(h);
+    assert_null(pydetect_pyvenv_home(""));
+}
+
+/* Each of these workspace venvs is refused with a reason naming the venv,
+ * and nothing in the workspace ever runs on the host (the marker). */
+static void test_workspace_venv_attacks(void **state)
+{
+    pydetect_info info = {0};
+    char err[2048], mark[PATH_MAX], script[PATH_MAX * 2];
+    const char *ws = strdup(mkdir_p("wsa"));
+    snprintf(mark, sizeof mark, "%s/pwned", tmpdir);
+    snprintf(script, sizeof script, "#!/bin/sh\ntouch '%s'\nexec /usr/bin/python3 \"$@\"\n", mark);
+    pydetect_sources src = {NULL, NULL, ws, NULL, "/usr/bin:/bin"};
+
+    /* (1) a script as .venv/bin/python, no pyvenv.cfg */
+    write_script("wsa/.venv/bin/python", script);
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "workspace venv"));
+    assert_non_null(strstr(err, "/wsa/.venv"));
+    assert_non_null(strstr(err, "pyvenv.cfg: missing"));
+    assert_null(info.interpreter);
+    assert_false(exists("pwned"));
+
+    /* (2) with a valid pyvenv.cfg the venv is accepted, and the script is
+     * what the sandbox will run: still not run here. */
+    write_script("wsa/.venv/pyvenv.cfg", "home = /usr/bin\n");
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), 0);
+    assert_true(info.workspace_venv);
+    assert_string_equal(info.base_prefix, "/usr");
+    pydetect_info_clear(&info);
+    assert_false(exists("pwned"));
+
+    /* (3) forged homes: a host directory without python, a relative one,
+     * one in the workspace (even holding a real ELF python), none at all */
+    const char *bad_cfgs[][2] = {
+        {"home = /etc\n", "/etc/python3 is not an ELF executable"},
+        {"home = /root\n", "no base interpreter"},
+        {"home = usr/bin\n", "not an absolute path"},
+        {"version = 3.11\n", "has no \"home\""},
+    };
+    for (size_t i = 0; i < sizeof bad_cfgs / sizeof *bad_cfgs; i++) {
+        write_script("wsa/.venv/pyvenv.cfg", bad_cfgs[i][0]);
+        assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+        if (!strstr(err, bad_cfgs[i][1]))
+            fail_msg("%s: %s", bad_cfgs[i][0], err);
+        assert_non_null(strstr(err, "workspace venv"));
+    }
+    char cfg[PATH_MAX + 32], cmd[PATH_MAX * 2];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/hb' && cp /usr/bin/python3 '%s/hb/python3'", ws, ws);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cfg, sizeof cfg, "home = %s/hb\n", ws);
+    write_script("wsa/.venv/pyvenv.cfg", cfg);
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "inside the workspace"));
+    /* a home outside the workspace that is a symlink into it */
+    symlink_at(ws, "ws-link");
+    snprintf(cfg, sizeof cfg, "home = %s/ws-link/hb\n", tmpdir);
+    write_script("wsa/.venv/pyvenv.cfg", cfg);
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "inside the workspace"));
+    /* a script (not ELF) as the base */
+    write_script("hs/python3", script);
+    snprintf(cfg, sizeof cfg, "home = %s/hs\n", tmpdir);
+    write_script("wsa/.venv/pyvenv.cfg", cfg);
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not an ELF executable"));
+
+    /* (4) pyvenv.cfg as a symlink to a host file, a FIFO, too large */
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/.venv/pyvenv.cfg", ws);
+    unlink(p);
+    assert_int_equal(symlink("/etc/hostname", p), 0);
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "symbolic link"));
+    unlink(p);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not a regular file"));
+    unlink(p);
+    char *big = malloc(PYDETECT_PYVENV_MAX + 64);
+    memset(big, '#', PYDETECT_PYVENV_MAX + 63);
+    memcpy(big, "home = /usr/bin\n", 16);
+    big[PYDETECT_PYVENV_MAX + 63] = '\0';
+    write_script("wsa/.venv/pyvenv.cfg", big);
+    free(big);
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "larger than"));
+
+    /* (5) .venv itself a symlink (to a real venv outside): refused */
+    write_script("outvenv/pyvenv.cfg", "home = /usr/bin\n");
+    mkdir_p("outvenv/bin");
+    symlink_at("/usr/bin/python3", "outvenv/bin/python");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/.venv'", ws);
+    assert_int_equal(system(cmd), 0);
+    char outv[PATH_MAX];
+    snprintf(outv, sizeof outv, "%s/outvenv", tmpdir);
+    symlink_at(outv, "wsa/.venv");
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "symbolic link"));
+    assert_false(exists("pwned"));
+    free((char *)ws);
+}
+
+/* Explicit or PATH-found interpreters inside the workspace never run. */
+static void test_workspace_interpreters_refused(void **state)
+{
+    pydetect_info info = {0};
+    char err[2048], mark[PATH_MAX], script[PATH_MAX * 2], path[PATH_MAX * 2];
+    const char *ws = strdup(mkdir_p("wsb"));
+    snprintf(mark, sizeof mark, "%s/pwned-b", tmpdir);
+    snprintf(script, sizeof script, "#!/bin/sh\ntouch '%s'\nexec /usr/bin/python3 \"$@\"\n", mark);
+    write_script("wsb/tools/python3", script);
+    char tool[PATH_MAX + 32];
+    snprintf(tool, sizeof tool, "%s/tools/python3", ws);
+
+    pydetect_sources src = {tool, NULL, ws, NULL, "/usr/bin:/bin"};
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--python: "));
+    assert_non_null(strstr(err, "is inside the workspace"));
+    src.explicit_path = NULL;
+    src.env_python = tool;
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "$KERNELMGR_PYTHON: "));
+    /* even when named through a symlink outside the workspace */
+    symlink_at(tool, "tool-link");
+    snprintf(path, sizeof path, "%s/tool-link", tmpdir);
+    src.env_python = path;
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "inside the workspace"));
+    assert_int_equal(pydetect_probe(path, ws, NULL, &info, err, sizeof err), -1);
+    assert_non_null(strstr(err, "never run on the host"));
+
+    /* PATH entries in the workspace, empty and relative ones are skipped:
+     * python3 is the host's, even with the cwd in the workspace. */
+    char *cwd = getcwd(NULL, 0);
+    snprintf(path, sizeof path, ":.:tools:%s/tools:/usr/bin", ws);
+    assert_int_equal(chdir(tool[0] ? ws : "/"), 0);
+    write_script("wsb/python3", script);
+    src.env_python = NULL;
+    src.path_env = path;
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), 0);
+    assert_string_equal(info.source, "PATH");
+    assert_true(strncmp(info.interpreter, "/usr/", 5) == 0);
+    pydetect_info_clear(&info);
+    src.explicit_path = "python3";
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), 0);
+    assert_true(strncmp(info.interpreter, "/usr/", 5) == 0);
+    pydetect_info_clear(&info);
+    assert_int_equal(chdir(cwd), 0);
+    free(cwd);
+
+    /* --python naming a workspace venv's bin/python, and $VIRTUAL_ENV
+     * inside the workspace: handled as workspace venvs (sandbox only). */
+    write_script("wsb/env/pyvenv.cfg", "home = /usr/bin\n");
+    mkdir_p("wsb/env/bin");
+    symlink_at("/usr/bin/python3", "wsb/env/bin/python");
+    snprintf(path, sizeof path, "%s/env/bin/python", ws);
+    src.explicit_path = path;
+    src.path_env = "/usr/bin";
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), 0);
+    assert_string_equal(info.source, "--python");
+    assert_true(info.workspace_venv);
+    assert_string_equal(info.interpreter, path);
+    pydetect_info_clear(&info);
+    char venv[PATH_MAX + 8];
+    snprintf(venv, sizeof venv, "%s/env", ws);
+    src.explicit_path = NULL;
+    src.virtual_env = venv;
+    assert_int_equal(pydetect_find(&src, &info, err, sizeof err), 0);
+    assert_string_equal(info.source, "$VIRTUAL_ENV");
+    assert_true(info.workspace_venv);
+    assert_string_equal(info.prefix, venv);
+    pydetect_info_clear(&info);
+    assert_false(exists("pwned-b"));
+    free((char *)ws);
+}
+
+/* The host-side probe: -I -S, cwd "/", scrubbed environment. Planted
+ * modules in the cwd or on PYTHONPATH and LD_PRELOAD are not used. */
+static void test_probe_isolation(void **state)
+{
+    pydetect_info info = {0};
+    char err[1024], mark[PATH_MAX], mod[PATH_MAX * 2], cache[PATH_MAX];
+    snprintf(mark, sizeof mark, "%s/pwned-c", tmpdir);
+    snprintf(mod, sizeof mod, "open('%s', 'w').write('x')\n", mark);
+    write_script("plant/json.py", mod);
+    write_script("plant/sitecustomize.py", mod);
+    write_script("plant/usercustomize.py", mod);
+    write_script("plant/encodings/__init__.py", mod);
+    snprintf(cache, sizeof cache, "%s/cache-iso", tmpdir);
+    setenv("XDG_CACHE_HOME", cache, 1); /* empty: a real probe runs */
+    char *cwd = getcwd(NULL, 0);
+    char plant[PATH_MAX + 8];
+    snprintf(plant, sizeof plant, "%s/plant", tmpdir);
+    assert_int_equal(chdir(plant), 0);
+    setenv("PYTHONPATH", plant, 1);
+    setenv("PYTHONHOME", plant, 1);
+    setenv("PYTHONSTARTUP", plant, 1);
+    setenv("LD_PRELOAD", "libnonexistent-h1.so", 1);
+    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, ":", &info, err, sizeof err), 0);
+    assert_string_equal(info.prefix, "/usr");
+    pydetect_info_clear(&info);
+    unsetenv("PYTHONPATH");
+    unsetenv("PYTHONHOME");
+    unsetenv("PYTHONSTARTUP");
+    unsetenv("LD_PRELOAD");
+    assert_int_equal(chdir(cwd), 0);
+    free(cwd);
+    assert_false(exists("pwned-c"));
+
+    setenv("PYTHONPATH", "/x", 1);
+    setenv("LD_LIBRARY_PATH", ":/x", 1);
+    char **env = pydetect_probe_env(":/usr/bin:.:rel::/bin:");
+    assert_non_null(env);
+    assert_string_equal(env[0], "PATH=/usr/bin:/bin");
+    for (size_t i = 0; env[i]; i++) {
+        assert_true(strncmp(env[i], "PYTHON", 6) != 0);
+        assert_true(strncmp(env[i], "LD_", 3) != 0);
+    }
+    pydetect_free_env(env);
+    env = pydetect_probe_env("::");
+    assert_string_equal(env[0], "PATH=/usr/local/bin:/usr/bin:/bin");
+    pydetect_free_env(env);
+    unsetenv("PYTHONPATH");
+    unsetenv("LD_LIBRARY_PATH");
+    unsetenv("XDG_CACHE_HOME");
+}
+
+/* The probe cache: a forged entry (prefix /etc) is re-validated and
+ * replaced; a cache directory that is a symlink is not used. */
+static void test_probe_cache_poisoning(void **state)
+{
+    pydetect_info info = {0};
+    char err[1024], cache[PATH_MAX], dir[PATH_MAX + 16], cmd[PATH_MAX * 3];
+    snprintf(cache, sizeof cache, "%s/cache-p", tmpdir);
+    setenv("XDG_CACHE_HOME", cache, 1);
+    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, NULL, &info, err, sizeof err), 0);
+    pydetect_info_clear(&info);
+    snprintf(dir, sizeof dir, "%s/kernelmgr", cache);
+    /* forge: keep the key line, replace the value */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && f=$(ls pyprobe-* | head -1) && test -n \"$f\" && "
+             "{ head -1 \"$f\"; printf '%%s' '{\"executable\": \"/usr/bin/python3\", \"version\": "
+             "\"3.11.0\", \"prefix\": \"/etc\", \"base_prefix\": \"/etc\"}'; } > x && "
+             "chmod 600 x && mv x \"$f\" && grep -q /etc \"$f\"",
+             dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, NULL, &info, err, sizeof err), 0);
+    assert_string_equal(info.prefix, "/usr");
+    assert_string_equal(info.base_prefix, "/usr");
+    pydetect_info_clear(&info);
+    snprintf(cmd, sizeof cmd, "! grep -q /etc '%s'/pyprobe-*", dir);
+    assert_int_equal(system(cmd), 0); /* rewritten with the real answer */
+
+    /* a symlinked cache directory: never read or written */
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/c2' '%s/evil' && chmod 700 '%s/evil' && ln -s '%s/evil' "
+             "'%s/c2/kernelmgr'",
+             tmpdir, tmpdir, tmpdir, tmpdir, tmpdir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cache, sizeof cache, "%s/c2", tmpdir);
+    setenv("XDG_CACHE_HOME", cache, 1);
+    assert_int_equal(pydetect_probe("/usr/bin/python3", NULL, NULL, &info, err, sizeof err), 0);
+    pydetect_info_clear(&info);
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s/evil')\"", tmpdir);
+    assert_int_equal(system(cmd), 0);
+    unsetenv("XDG_CACHE_HOME");
 }
 
 int main(void)
@@ -358,6 +748,11 @@ int main(void)
         cmocka_unit_test(test_find_order),
         cmocka_unit_test(test_kernel_info),
         cmocka_unit_test(test_fill_spec),
+        cmocka_unit_test(test_pyvenv_home),
+        cmocka_unit_test(test_workspace_venv_attacks),
+        cmocka_unit_test(test_workspace_interpreters_refused),
+        cmocka_unit_test(test_probe_isolation),
+        cmocka_unit_test(test_probe_cache_poisoning),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
