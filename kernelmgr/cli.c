@@ -6,6 +6,7 @@
  * none runs, so state survives between CLI calls.
  */
 #include "kernelmgr/cli.h"
+#include "kernelmgr/codeblocks.h"
 #include "kernelmgr/daemon.h"
 #include "kernelmgr/doctor.h"
 #include "kernelmgr/kclient.h"
@@ -78,9 +79,10 @@ static const char usage_text[] =
     "\n"
     "State lives in $KERNELMGR_HOME (default $XDG_STATE_HOME/kernelmgr or\n"
     "~/.local/state/kernelmgr).\n"
-    "Exit status: 0 ok, 1 a block failed, 2 usage or configuration error, 3 no such\n"
-    "session, 4 a kernel could not start, 5 daemon unreachable, 6 internal error,\n"
-    "130 interrupted.\n";
+    "Exit status: 0 ok, 1 a block failed, 2 usage or configuration error (also code\n"
+    "that is not UTF-8 or larger than code_max), 3 no such session, 4 a kernel could\n"
+    "not start, 5 daemon unreachable, 6 internal error, 7 the output could not be\n"
+    "written, 130 interrupted.\n";
 
 typedef struct cli {
     const char *cmd;
@@ -92,6 +94,7 @@ typedef struct cli {
     int network; /* -1 unset */
     uint64_t memory;
     int json, continue_on_error, keep, user, stop, pool;
+    size_t code_len; /* bytes of the code read from FILE or stdin */
     int npos;
     char *pos[8];
     char home[2048];
@@ -141,7 +144,11 @@ static void resolve_home(cli *c)
     }
 }
 
-/* new (free()): the code of -c, FILE or - (stdin). */
+/* new (free()): the code of -c, FILE or - (stdin), checked like km_exec
+ * checks it (cblocks_check_code: code_max, NUL bytes, UTF-8) so that run and
+ * exec say the same before anything starts. *bad is set when the code was
+ * read but refused (exit 2 with err), 0 for I/O errors. */
+static char *read_code_checked(cli *c, int *bad, char *err, size_t errlen);
 static char *read_code(cli *c, char *err, size_t errlen)
 {
     if (c->code)
@@ -156,39 +163,86 @@ static char *read_code(cli *c, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", f, strerror(errno));
         return NULL;
     }
-    size_t cap = 65536, n = 0;
+    /* keeps at most code_max + 1 bytes; the rest is counted, so the error
+     * can say how large the code was */
+    uint64_t keep = c->cfg.code_max ? c->cfg.code_max + 1 : (64u << 20);
+    size_t cap = 65536, n = 0, total = 0;
     char *buf = malloc(cap);
+    char sink[65536];
     if (!buf)
         snprintf(err, errlen, "out of memory");
-    for (size_t r = 1; buf && r; n += r) {
+    for (size_t r = 1; buf && r; total += r) {
+        if (n >= keep) {
+            r = fread(sink, 1, sizeof sink, fp);
+            continue;
+        }
         if (n + 4096 > cap) {
-            char *b = cap > (64u << 20) ? NULL : realloc(buf, cap * 2);
+            char *b = realloc(buf, cap * 2);
             if (!b) {
                 free(buf);
                 buf = NULL;
-                snprintf(err, errlen, "%s: input larger than 64 MiB", f);
+                snprintf(err, errlen, "%s: out of memory", f);
                 break;
             }
             buf = b;
             cap *= 2;
         }
-        r = fread(&buf[n], 1, cap - n - 1, fp);
+        size_t want = cap - n - 1;
+        if (want > keep - n)
+            want = (size_t)(keep - n);
+        r = fread(&buf[n], 1, want, fp);
+        n += r;
     }
+    int rerr = ferror(fp) ? errno : 0;
     if (fp != stdin)
         fclose(fp);
-    if (buf)
-        buf[n] = 0;
-    if (buf && strlen(buf) != n) {
+    if (buf && rerr) {
         free(buf);
-        snprintf(err, errlen, "%s: input contains NUL bytes", f);
+        snprintf(err, errlen, "%s: %s", f, strerror(rerr));
         return NULL;
     }
+    if (buf) {
+        buf[n] = 0;
+        c->code_len = total;
+    }
     return buf;
+}
+
+static char *read_code_checked(cli *c, int *bad, char *err, size_t errlen)
+{
+    *bad = 0;
+    c->code_len = 0;
+    char *code = read_code(c, err, errlen);
+    if (!code)
+        return NULL;
+    size_t len = c->code ? strlen(code) : c->code_len;
+    if (cblocks_check_code(code, len, c->cfg.code_max, err, errlen)) {
+        *bad = 1;
+        free(code);
+        return NULL;
+    }
+    return code;
 }
 
 /* ---------------------------------------------------------------- output while running */
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The first error writing stdout (EPIPE, ENOSPC, EIO; 0: none). Every write
+ * is checked; the command stops its cell and exits KM_EOUTPUT with a
+ * message (cli_main). */
+static int out_errno;
+static void output_failed(void);
+
+/* Flushes stdout and notes its first error. */
+static void out_flush(void)
+{
+    int before = errno; /* a failed fputs before us left its errno */
+    errno = 0;
+    if ((fflush(stdout) == EOF || ferror(stdout)) && !out_errno) {
+        out_errno = errno ? errno : before ? before : EIO;
+        output_failed();
+    }
+}
 static volatile sig_atomic_t sigint_count;
 static int ticker_on, ticker_shown;
 static double ticker_t0;
@@ -196,6 +250,10 @@ static pthread_t ticker_thread;
 static volatile int ticker_stop;
 static km_manager *run_mgr;
 static const char *run_session;
+/* `run`: the first of SIGTERM, SIGHUP, SIGPIPE (or SIGINT) received: the
+ * cell is interrupted, the run tears down and exits with 128 + it */
+static volatile sig_atomic_t run_stop_sig;
+static double run_stop_deadline; /* ticker thread: give up waiting for the cell */
 
 static void clear_ticker_locked(void)
 {
@@ -215,6 +273,22 @@ static void *ticker_main(void *arg)
         if (sigint_count && !interrupted && run_mgr) {
             interrupted = 1;
             km_interrupt(run_mgr, run_session, NULL);
+        }
+        if (run_stop_sig && run_mgr) {
+            /* again on every tick: a cell that had not started yet when the
+             * signal came (a kernel still starting) is interrupted too */
+            km_interrupt(run_mgr, run_session, NULL);
+            if (run_stop_deadline == 0) {
+                run_stop_deadline =
+                    kclient_now() + km_manager_config(run_mgr)->interrupt_grace + 10;
+            } else if (kclient_now() > run_stop_deadline) {
+                /* the cell does not end: leave; the kernels' lifeline ends them
+                 * and the next manager start removes the session directory */
+                static const char msg[] = "kernelmgr: the cell did not stop; exiting\n";
+                if (write(2, msg, sizeof msg - 1) < 0) {
+                }
+                _exit(128 + run_stop_sig);
+            }
         }
         if (!ticker_on)
             continue;
@@ -238,6 +312,33 @@ static void on_sigint(int sig)
         }
         _exit(130);
     }
+}
+
+static void on_run_signal(int sig)
+{
+    if (!run_stop_sig) {
+        run_stop_sig = sig;
+    } else if (sig != SIGPIPE) {
+        /* a second request: no teardown (the lifeline and the next start-up
+         * scan clean up) */
+        static const char msg[] = "\nkernelmgr: terminated\n";
+        if (write(2, msg, sizeof msg - 1) < 0) {
+        }
+        _exit(128 + sig);
+    }
+}
+
+/* `run` tears down on SIGTERM, SIGHUP and SIGPIPE (SIGINT: on_sigint). */
+static void run_signals_install(void)
+{
+    struct sigaction sa = {0};
+    sa.sa_handler = on_run_signal;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGTERM, SIGHUP, SIGPIPE};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
 }
 
 typedef struct render_ctx {
@@ -264,9 +365,15 @@ static void on_event(void *ud, const json_t *ev)
                 rc->colour[f == stderr] |= termsafe_fputs(f, text, TERMSAFE_KEEP_SGR);
             else
                 fputs(text, f);
-            fflush(f);
+            if (f == stdout)
+                out_flush();
+            else
+                fflush(f);
         }
         rc->streamed = 1;
+    } else if (!strcmp(type, "notice")) {
+        /* e.g. waiting for a cell another client started: stderr in every mode */
+        put_msg("kernelmgr: ", json_string_value(json_object_get(ev, "message")));
     } else if (!strcmp(type, "result")) {
         json_t *r = json_object_get(ev, "result");
         if (rc->c->json) {
@@ -275,7 +382,7 @@ static void on_event(void *ud, const json_t *ev)
                 puts(s);
                 free(s);
             }
-            fflush(stdout);
+            out_flush();
         } else {
             /* colours a cell left on are not ours to keep */
             for (int i = 0; i < 2; i++)
@@ -286,6 +393,7 @@ static void on_event(void *ud, const json_t *ev)
                 }
             /* live output may not end with a newline */
             result_render(stdout, r, 1);
+            out_flush();
         }
         rc->streamed = 0;
         ticker_t0 = kclient_now();
@@ -331,9 +439,10 @@ static void fill_session_opts(cli *c, km_session_opts *so)
 static int cmd_run(cli *c)
 {
     char why[512];
-    char *code = read_code(c, why, sizeof why);
+    int badcode;
+    char *code = read_code_checked(c, &badcode, why, sizeof why);
     if (!code)
-        return usage_error("%s", why);
+        return badcode ? fail(KM_EUSAGE, why) : usage_error("%s", why);
     if (c->workspace) {
         /* relative paths are the user's cwd */
         char *real = realpath(c->workspace, NULL);
@@ -345,6 +454,7 @@ static int cmd_run(cli *c)
     }
     c->cfg.pool = 0;
     c->cfg.idle_timeout = 0;
+    run_signals_install();
     km_err err = {0, ""};
     km_manager *m = km_manager_new(c->home, &c->cfg, 0, &err);
     if (!m) {
@@ -360,7 +470,14 @@ static int cmd_run(cli *c)
     run_mgr = m;
     run_session = name;
     ticker_start(c);
-    json_t *res = km_exec(m, name, &so, &eo, code, on_event, &rc, &err);
+    json_t *res = NULL;
+    if (run_stop_sig) {
+        err.code = KM_EINTERNAL;
+        snprintf(err.msg, sizeof err.msg, "stopped by signal %d (%s) before the code ran",
+                 (int)run_stop_sig, strsignal(run_stop_sig));
+    } else {
+        res = km_exec(m, name, &so, &eo, code, on_event, &rc, &err);
+    }
     ticker_end();
     run_mgr = NULL;
     free(code);
@@ -377,6 +494,8 @@ static int cmd_run(cli *c)
     }
     km_close(m, name, KM_KEEP_OUTPUTS, NULL);
     km_manager_destroy(&m);
+    if (run_stop_sig)
+        return 128 + run_stop_sig;
     return sigint_count ? 130 : status;
 }
 
@@ -408,6 +527,15 @@ static void send_interrupt(void *ud)
     json_decref(req);
     json_decref(rep);
     close(fd);
+}
+
+/* Nobody reads what the cell prints any more: stop it (like Ctrl-C). */
+static void output_failed(void)
+{
+    if (run_mgr)
+        km_interrupt(run_mgr, run_session, NULL);
+    else if (cancel_cli && cancel_cli->session)
+        send_interrupt(NULL);
 }
 
 /* One request to the daemon; returns the exit status, *reply (new) on ok. */
@@ -465,9 +593,10 @@ static int cmd_exec(cli *c)
     if (!km_name_valid(c->session))
         return usage_error("invalid session name \"%s\"", c->session);
     char why[512];
-    char *code = read_code(c, why, sizeof why);
+    int badcode;
+    char *code = read_code_checked(c, &badcode, why, sizeof why);
     if (!code)
-        return usage_error("%s", why);
+        return badcode ? fail(KM_EUSAGE, why) : usage_error("%s", why);
     char *ws = NULL;
     if (c->workspace && !(ws = realpath(c->workspace, NULL))) {
         free(code);
@@ -634,10 +763,20 @@ static int cmd_simple(cli *c, const char *op)
             json_decref(rep);
             return fail(KM_EINTERNAL, strerror(errno));
         }
-        json_dumpf(nb, f, JSON_INDENT(1) | JSON_ENSURE_ASCII);
-        fputc('\n', f);
+        int werr =
+            json_dumpf(nb, f, JSON_INDENT(1) | JSON_ENSURE_ASCII) ? (errno ? errno : EIO) : 0;
+        if (!werr && fputc('\n', f) == EOF)
+            werr = errno;
         if (f != stdout) {
-            fclose(f);
+            if ((fclose(f) || werr) && !werr)
+                werr = errno ? errno : EIO;
+            if (werr) {
+                /* no truncated notebook is left behind */
+                unlink(path);
+                json_decref(rep);
+                fprintf(stderr, "kernelmgr: cannot write %s: %s\n", path, strerror(werr));
+                return KM_EOUTPUT;
+            }
             if (c->json)
                 printf("{\"notebook\":\"%s\",\"cells\":%zu}\n", path,
                        json_array_size(json_object_get(nb, "cells")));
@@ -769,7 +908,37 @@ enum {
     OPT_ENV,
 };
 
+static int cli_dispatch(int argc, char **argv);
+
+/* Every command's output is checked: a write error on stdout (a closed pipe,
+ * a full disk, EIO) is said on stderr and gives KM_EOUTPUT, never exit 0.
+ * SIGPIPE is ignored so that a closed pipe is an EPIPE we report (`run`
+ * installs its own handler: it tears the session down first). The daemon
+ * and the MCP server handle their own streams. */
 int cli_main(int argc, char **argv)
+{
+    const char *cmd = argc > 1 ? argv[1] : "";
+    if (!strcmp(cmd, "mcp") || !strcmp(cmd, "serve"))
+        return cli_dispatch(argc, argv);
+    signal(SIGPIPE, SIG_IGN);
+    int st = cli_dispatch(argc, argv);
+    int before = errno;
+    errno = 0;
+    if ((fflush(stdout) == EOF || ferror(stdout)) && !out_errno)
+        out_errno = errno ? errno : before ? before : EIO;
+    errno = 0;
+    if (fclose(stdout) && !out_errno)
+        out_errno = errno ? errno : EIO;
+    if (out_errno) {
+        fprintf(stderr, "kernelmgr: cannot write the output: %s\n", strerror(out_errno));
+        /* a run stopped by SIGPIPE keeps its 128 + signal status */
+        if (st < 128)
+            st = KM_EOUTPUT;
+    }
+    return st;
+}
+
+static int cli_dispatch(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"lang", required_argument, 0, OPT_LANG},

@@ -18,6 +18,7 @@
 #define KERNELMGR_CODEBLOCKS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct cblock {
     int lang;      /* KMCFG_LANG_PYTHON / KMCFG_LANG_BASH, or -1 (not runnable, see info) */
@@ -30,6 +31,16 @@ typedef struct cblock_list {
     cblock *v; /* owned */
     size_t n;
 } cblock_list;
+
+/* Checks code before anything is sent to a kernel (run, exec, the daemon and
+ * MCP share it through km_exec; the CLI also calls it on what it read):
+ * len bytes (the text may hold NUL bytes, which are refused), at most max
+ * bytes (code_max; 0 = no limit), valid UTF-8 (strict: no overlong forms,
+ * surrogates or code points above U+10FFFF). 0, or -1 with the reason in err:
+ *   "code is 52428800 bytes, more than code_max (16 MiB)"
+ *   "code is not valid UTF-8 (byte 17)"        (0-based offset of the bad byte)
+ *   "code contains a NUL byte (byte 4)" */
+int cblocks_check_code(const char *code, size_t len, uint64_t max, char *err, size_t errlen);
 
 /* Splits text (NUL-terminated). lang: -1 for auto, else the language of the
  * whole input taken raw. Fills out (new; cblocks_free). 0, or -1 (no memory). */

@@ -236,6 +236,20 @@ static void nb_stream(json_t *outs, const char *name, const char *text, size_t c
     free(t);
 }
 
+/* 1 when the notebook outputs already hold an error output. */
+static int nb_has_error(const json_t *outs)
+{
+    size_t i;
+    json_t *o;
+    json_array_foreach((json_t *)outs, i, o)
+    {
+        const char *t = json_string_value(json_object_get(o, "output_type"));
+        if (t && !strcmp(t, "error"))
+            return 1;
+    }
+    return 0;
+}
+
 /* The interrupt the kernel asked for in its kernelspec: SIGINT, or an
  * interrupt_request on the control channel. */
 static void interrupt_kernel(kclient *kc, kproc *kp)
@@ -277,7 +291,11 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
         json_pack("{s:s s:b s:b s:{} s:b s:b}", "code", code, "silent", 0, "store_history", 1,
                   "user_expressions", "allow_stdin", 0, "stop_on_error", 1);
     char msg_id[37] = "";
-    int sent = kclient_send(kc, JP_SHELL, "execute_request", content, NULL, msg_id) == 0;
+    /* km_exec checked the code (cblocks_check_code); NULL here means it is
+     * not UTF-8 text after all: nothing is sent and the kernel is kept */
+    int unsendable = content == NULL;
+    int sent =
+        !unsendable && kclient_send(kc, JP_SHELL, "execute_request", content, NULL, msg_id) == 0;
 
     json_t *reply = NULL, *result = json_null(), *error = json_null();
     json_t *displays = json_array(), *images = json_array();
@@ -351,6 +369,11 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
                 snprintf(out->reason, sizeof out->reason, "%s",
                          why ? why : "the kernel restarted its worker; state was lost");
             }
+            /* a limit that killed a process of the cell (e.g. a child's OOM
+             * kill): named in the result, not only in its stderr */
+            json_t *lh = json_object_get(md, "limits_hit");
+            if (json_is_array(lh) && json_array_size(lh) > 0)
+                json_object_set(r, "limits_hit", lh);
             json_t *cnt = json_object_get(c, "execution_count");
             if (json_is_integer(cnt))
                 exec_count = json_integer_value(cnt);
@@ -457,8 +480,7 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
                 uint64_t eb = tb_bytes + (en ? strlen(en) : 0) + (ev ? strlen(ev) : 0);
                 if (rich_accept(p, &acct, eb)) {
                     json_decref(error);
-                    error = json_pack("{s:s s:s s:o}", "name", en ? en : "Error", "value",
-                                      ev ? ev : "", "traceback", tb);
+                    error = result_error(en ? en : "Error", ev ? ev : "", tb);
                     if (ev_cut)
                         json_object_set_new(error, "value_omitted_bytes",
                                             json_integer((json_int_t)ev_cut));
@@ -472,8 +494,8 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
                 } else {
                     json_decref(tb);
                     if (json_is_null(error))
-                        error = json_pack("{s:s s:s s:[]}", "name", en ? en : "Error", "value",
-                                          "(error output omitted: display_max reached)");
+                        error = result_error(en ? en : "Error",
+                                             "(error output omitted: display_max reached)", NULL);
                 }
                 free(en);
                 free(ev);
@@ -488,7 +510,10 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     /* status */
     const char *status = "ok";
     char reason[512] = "";
-    if (!sent) {
+    if (unsendable) {
+        status = "error";
+        error = result_error("InvalidCode", "the code is not valid UTF-8 text", NULL);
+    } else if (!sent) {
         status = "killed";
         out->need_restart = 1;
         snprintf(reason, sizeof reason, "could not send the request to the kernel");
@@ -519,11 +544,10 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
         if (st && !strcmp(st, "error") && json_is_null(error)) {
             const char *en = json_string_value(json_object_get(reply, "ename"));
             const char *ev = json_string_value(json_object_get(reply, "evalue"));
-            error = json_pack("{s:s s:s s:[]}", "name", en ? en : "Error", "value", ev ? ev : "");
+            error = result_error(en ? en : "Error", ev ? ev : "", NULL);
         }
         if (st && !strcmp(st, "aborted") && json_is_null(error))
-            error = json_pack("{s:s s:s s:[]}", "name", "Aborted", "value",
-                              "execution aborted by the kernel");
+            error = result_error("Aborted", "execution aborted by the kernel", NULL);
     }
     if (out->need_restart && !out->reason[0])
         snprintf(out->reason, sizeof out->reason, "%s", reason);
@@ -536,13 +560,20 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     else if (!strcmp(status, "error") && json_integer_value(ecv) == 0)
         json_object_set_new(r, "exit_code", json_integer(1));
     if (!strcmp(status, "killed") && json_is_null(error))
-        error = json_pack("{s:s s:s s:[]}", "name", "KernelKilled", "value", out->reason);
+        error = result_error("KernelKilled", out->reason[0] ? out->reason : reason, NULL);
     if (!strcmp(status, "timeout") && json_is_null(error))
-        error = json_pack("{s:s s:s s:[]}", "name", "Timeout", "value", reason);
+        error = result_error("Timeout", reason, NULL);
     if (!strcmp(status, "timeout") || !strcmp(status, "killed")) {
         /* say it even when the kernel reported a KeyboardInterrupt */
         json_object_set_new(error, "timeout", json_boolean(timed_out));
     }
+    if (strcmp(status, "ok") && json_is_object(error) && !nb_has_error(out->nb_outputs))
+        /* the history (and an exported notebook) says how the cell ended */
+        json_array_append_new(
+            out->nb_outputs,
+            nb_output("error", json_pack("{s:O s:O s:O}", "ename", json_object_get(error, "name"),
+                                         "evalue", json_object_get(error, "value"), "traceback",
+                                         json_object_get(error, "traceback"))));
     if (exec_count >= 0)
         json_object_set_new(r, "execution_count", json_integer(exec_count));
 

@@ -12,6 +12,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+unsigned kmcfg_auto_max_kernels(uint64_t memory)
+{
+    /* each kernel may use its memory limit plus the kernel server, the
+     * sandbox and the manager's share (about 256 MiB) */
+    uint64_t per = (memory ? memory : 2ull << 30) + (256ull << 20);
+    uint64_t total = 0;
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
+                total = (uint64_t)kb * 1024;
+                break;
+            }
+        fclose(f);
+    }
+    if (!total)
+        return 32;
+    uint64_t n = total / per;
+    return n < 2 ? 2 : n > 32 ? 32 : (unsigned)n;
+}
+
 void kmcfg_defaults(kmcfg *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -25,7 +48,13 @@ void kmcfg_defaults(kmcfg *cfg)
     snprintf(cfg->transport, sizeof cfg->transport, "ipc");
     cfg->pool = 0;
     cfg->idle_timeout = 3600;
-    cfg->max_kernels = 32;
+    cfg->max_kernels = kmcfg_auto_max_kernels(0);
+    cfg->max_kernels_auto = 1;
+    cfg->daemon_workers = 0;
+    cfg->daemon_queue = 4096;
+    cfg->client_buffer = 8ull << 20;
+    cfg->client_timeout = 10;
+    cfg->admission_timeout = 300;
     cfg->output_cap = 64 * 1024;
     cfg->files_max = 100;
     cfg->files_scan_max = 50000;
@@ -36,6 +65,7 @@ void kmcfg_defaults(kmcfg *cfg)
     cfg->session_outputs_max = 512ull << 20;
     cfg->kernel_log_max = 1ull << 20;
     cfg->history_max = 8ull << 20;
+    cfg->code_max = 16ull << 20;
 }
 
 void kmcfg_clear(kmcfg *cfg)
@@ -291,6 +321,22 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
         } else if (!strcmp(key, "max_kernels")) {
             if (get_count(v, key, 1, 4096, &cfg->max_kernels, err, errlen))
                 return -1;
+            cfg->max_kernels_auto = 0;
+        } else if (!strcmp(key, "daemon_workers")) {
+            if (get_count(v, key, 0, 1024, &cfg->daemon_workers, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "daemon_queue")) {
+            if (get_count(v, key, 1, 1000000, &cfg->daemon_queue, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "client_buffer")) {
+            if (get_size(v, key, 65536, 1ull << 32, &cfg->client_buffer, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "client_timeout")) {
+            if (get_number(v, key, 0.1, 86400, &cfg->client_timeout, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "admission_timeout")) {
+            if (get_number(v, key, 0, 86400, &cfg->admission_timeout, err, errlen))
+                return -1;
         } else if (!strcmp(key, "output_cap")) {
             uint64_t b;
             if (json_is_integer(v) && json_integer_value(v) > 0) {
@@ -330,6 +376,9 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
         } else if (!strcmp(key, "history_max")) {
             if (get_size(v, key, 4096, 1ull << 40, &cfg->history_max, err, errlen))
                 return -1;
+        } else if (!strcmp(key, "code_max")) {
+            if (get_size(v, key, 1024, 32ull << 20, &cfg->code_max, err, errlen))
+                return -1;
         } else if (!strcmp(key, "env")) {
             if (get_env(v, &cfg->env, err, errlen))
                 return -1;
@@ -361,6 +410,9 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             return fail(err, errlen, key, "unknown key");
         }
     }
+    /* an unset max_kernels follows the memory limit */
+    if (cfg->max_kernels_auto)
+        cfg->max_kernels = kmcfg_auto_max_kernels(cfg->memory);
     return 0;
 }
 
@@ -429,6 +481,12 @@ json_t *kmcfg_to_json(const kmcfg *cfg)
                             json_integer((json_int_t)cfg->session_outputs_max));
         json_object_set_new(o, "kernel_log_max", json_integer((json_int_t)cfg->kernel_log_max));
         json_object_set_new(o, "history_max", json_integer((json_int_t)cfg->history_max));
+        json_object_set_new(o, "daemon_workers", json_integer(cfg->daemon_workers));
+        json_object_set_new(o, "daemon_queue", json_integer(cfg->daemon_queue));
+        json_object_set_new(o, "client_buffer", json_integer((json_int_t)cfg->client_buffer));
+        json_object_set_new(o, "client_timeout", json_real(cfg->client_timeout));
+        json_object_set_new(o, "admission_timeout", json_real(cfg->admission_timeout));
+        json_object_set_new(o, "code_max", json_integer((json_int_t)cfg->code_max));
     }
     return o;
 }

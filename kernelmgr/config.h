@@ -29,7 +29,8 @@ typedef struct kmcfg {
     char transport[8];                 /* "transport": "ipc" (default) | "tcp" */
     unsigned pool;                     /* "pool": warm sessions kept ready (default 0) */
     double idle_timeout;               /* "idle_timeout": seconds, 0 = never (default 3600) */
-    unsigned max_kernels;              /* "max_kernels": live kernels (default 32) */
+    unsigned max_kernels;              /* "max_kernels": live kernels (default: from memory,
+                                          kmcfg_auto_max_kernels) */
     size_t output_cap;                 /* "output_cap": bytes kept per stream (default 64 KiB) */
     unsigned files_max;                /* "files_max": changes reported per execution (100) */
     unsigned files_scan_max;           /* "files_scan_max": entries walked (default 50000) */
@@ -45,7 +46,20 @@ typedef struct kmcfg {
     uint64_t session_outputs_max; /* "session_outputs_max": outputs/ bytes per session (512M) */
     uint64_t kernel_log_max;      /* "kernel_log_max": a kernel log file's size (1M) */
     uint64_t history_max;         /* "history_max": each history file's size (8M) */
+    /* The daemon under load (daemon.c, session.c admission) */
+    unsigned daemon_workers;  /* "daemon_workers": request threads, 0 = 2 x cores + 32 */
+    unsigned daemon_queue;    /* "daemon_queue": requests waiting for a worker (4096) */
+    uint64_t client_buffer;   /* "client_buffer": unsent bytes per connection (8M) */
+    double client_timeout;    /* "client_timeout": seconds a client may not read (10) */
+    double admission_timeout; /* "admission_timeout": seconds a kernel start waits for a
+                                 slot under max_kernels (300) */
+    int max_kernels_auto;     /* max_kernels not set: derived from memory (config.c) */
+    uint64_t code_max;        /* "code_max": bytes of code per request (16M) */
 } kmcfg;
+
+/* The default max_kernels: min(32, MemTotal / (memory + 256 MiB)), at least
+ * 2; memory 0 means the kernels' default limit (2 GiB). */
+unsigned kmcfg_auto_max_kernels(uint64_t memory);
 
 /* Fills cfg with the defaults (does not release an earlier cfg->env). */
 void kmcfg_defaults(kmcfg *cfg);

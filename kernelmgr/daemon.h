@@ -13,6 +13,13 @@
  * Requests on one connection are answered in order; open several
  * connections for concurrency (executions in different sessions run in
  * parallel, one session's executions are serialised).
+ *
+ * Server: one epoll event loop (accept, non-blocking reads and buffered
+ * writes; an idle connection costs no thread) and a bounded pool of worker
+ * threads (config daemon_workers, daemon_queue) that run requests; output
+ * to a client is bounded per connection (client_buffer) and a client that
+ * reads nothing for client_timeout seconds is dropped while its request
+ * runs on. Details at the top of the server part of daemon.c.
  */
 #ifndef KERNELMGR_DAEMON_H
 #define KERNELMGR_DAEMON_H

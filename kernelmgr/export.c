@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,12 +56,38 @@ static json_t *fix_output(const json_t *o)
     return c;
 }
 
-/* Reads history.jsonl: new array of its well-formed lines, NULL with err.
- * The file is the manager's own (the session directory, not the sandbox's
- * workspace), still opened without following a symlink and read only when
- * it is a regular file. */
-static json_t *export_read_history(const char *session_dir, char *err, size_t errlen)
+static pthread_once_t manager_id_once = PTHREAD_ONCE_INIT;
+static char manager_id[37];
+
+static void manager_id_init(void)
 {
+    jp_uuid4(manager_id);
+}
+
+const char *export_manager_id(void)
+{
+    pthread_once(&manager_id_once, manager_id_init);
+    return manager_id;
+}
+
+/* A history entry as export uses it: a complete record (old format or
+ * "finished"), a "started" record that never finished, or a line that could
+ * not be read ({"unreadable": LINE}). */
+static int record_ok(const json_t *h)
+{
+    return json_is_object(h) && json_is_string(json_object_get(h, "language")) &&
+           json_is_string(json_object_get(h, "code"));
+}
+
+/* Reads history.jsonl: new array of entries (above), NULL with err. Lines
+ * that cannot be read are kept as {"unreadable": LINE} and listed in
+ * *unreadable (new array of line numbers). The file is the manager's own
+ * (the session directory, not the sandbox's workspace), still opened without
+ * following a symlink and read only when it is a regular file. */
+static json_t *export_read_history(const char *session_dir, json_t **unreadable, char *err,
+                                   size_t errlen)
+{
+    *unreadable = NULL;
     char *path = NULL;
     if (asprintf(&path, "%s/history.jsonl", session_dir) < 0) {
         snprintf(err, errlen, "out of memory");
@@ -84,34 +111,72 @@ static json_t *export_read_history(const char *session_dir, char *err, size_t er
     }
     free(path);
     json_t *hist = json_array();
+    json_t *bad = json_array();
+    json_t *started = json_object(); /* id -> index in hist of its "started" entry */
     char *line = NULL;
-    size_t cap = 0;
+    size_t cap = 0, lineno = 0;
     ssize_t n;
     while (f && (n = getline(&line, &cap, f)) > 0) {
+        lineno++;
+        if (n == 1 && line[0] == '\n')
+            continue;
         json_t *h = json_loadb(line, (size_t)n, 0, NULL);
-        /* a torn last line after a crash is skipped */
-        if (json_is_object(h) && json_is_string(json_object_get(h, "language")) &&
-            json_is_string(json_object_get(h, "code")))
+        const char *ev = json_string_value(json_object_get(h, "event"));
+        const char *id = json_string_value(json_object_get(h, "id"));
+        if (!record_ok(h)) {
+            /* torn (a crash, a full disk) or corrupt: said, never skipped silently */
+            json_array_append_new(bad, json_integer((json_int_t)lineno));
+            json_array_append_new(hist, json_pack("{s:I}", "unreadable", (json_int_t)lineno));
+        } else if (ev && !strcmp(ev, "started") && id) {
+            json_object_set_new(started, id, json_integer((json_int_t)json_array_size(hist)));
             json_array_append(hist, h);
+        } else {
+            json_t *si = id && ev && !strcmp(ev, "finished") ? json_object_get(started, id) : NULL;
+            if (si) {
+                /* the cell finished: its started entry gives way to it */
+                json_array_set_new(hist, (size_t)json_integer_value(si), json_null());
+                json_object_del(started, id);
+            }
+            json_array_append(hist, h);
+        }
         json_decref(h);
     }
     free(line);
     if (f)
         fclose(f);
+    json_decref(started);
+    if (json_array_size(bad))
+        *unreadable = bad;
+    else
+        json_decref(bad);
     return hist;
+}
+
+/* The nbformat outputs of a cell whose result never came. */
+static json_t *unfinished_outputs(const json_t *h)
+{
+    const char *mgr = json_string_value(json_object_get(h, "manager"));
+    int ours = mgr && !strcmp(mgr, export_manager_id());
+    const char *why = ours ? "this cell was still running when the notebook was exported"
+                           : "the daemon stopped while this cell ran; its output is unknown";
+    return json_pack("[{s:s s:s s:s s:[s]}]", "output_type", "error", "ename",
+                     ours ? "StillRunning" : "DaemonStopped", "evalue", why, "traceback", why);
 }
 
 json_t *export_notebook(const char *session_dir, const char *session_name, const char *kernel_name,
                         int *bad_request, char *err, size_t errlen)
 {
     *bad_request = 0;
-    json_t *hist = export_read_history(session_dir, err, errlen);
+    json_t *unreadable = NULL;
+    json_t *hist = export_read_history(session_dir, &unreadable, err, errlen);
     if (!hist)
         return NULL;
     size_t i, nbash = 0, npy = 0;
     json_t *h;
     json_array_foreach(hist, i, h)
     {
+        if (!record_ok(h))
+            continue;
         if (!strcmp(json_string_value(json_object_get(h, "language")), "bash"))
             nbash++;
         else
@@ -131,9 +196,31 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
                  npy, kn);
         *bad_request = 1;
         json_decref(hist);
+        json_decref(unreadable);
         return NULL;
     }
     json_t *warnings = json_array();
+    if (unreadable) {
+        /* "export: skipped 2 unreadable history records (lines 7, 9)" */
+        char lines[200] = "";
+        size_t k;
+        json_t *ln;
+        json_array_foreach(unreadable, k, ln)
+        {
+            size_t l = strlen(lines);
+            if (k == 8) {
+                snprintf(lines + l, sizeof lines - l, ", ...");
+                break;
+            }
+            snprintf(lines + l, sizeof lines - l, "%s%lld", k ? ", " : "",
+                     (long long)json_integer_value(ln));
+        }
+        size_t nu = json_array_size(unreadable);
+        json_array_append_new(warnings,
+                              json_sprintf("export: skipped %zu unreadable history record%s "
+                                           "(line%s %s); the notebook marks where",
+                                           nu, nu == 1 ? "" : "s", nu == 1 ? "" : "s", lines));
+    }
     /* ipykernel and our Python kernel both run %%bash cells in a new bash
      * process each: say what does not carry over. */
     if (nbash && !bash_kernel)
@@ -147,6 +234,26 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
     unsigned idx = 0;
     json_array_foreach(hist, i, h)
     {
+        if (json_is_null(h))
+            continue; /* a started record whose finished record follows */
+        if (!record_ok(h)) {
+            char id[37], cid[64], msg[300];
+            jp_uuid4(id);
+            id[8] = 0;
+            snprintf(cid, sizeof cid, "%s-%u", id, idx++);
+            snprintf(msg, sizeof msg,
+                     "**kernelmgr:** the session history record at line %lld could not be read "
+                     "(torn or corrupt, e.g. written on a full disk or by a manager that was "
+                     "killed); a cell may be missing here.",
+                     (long long)json_integer_value(json_object_get(h, "unreadable")));
+            json_array_append_new(cells,
+                                  json_pack("{s:s s:s s:{s:{s:b}} s:o}", "cell_type", "markdown",
+                                            "id", cid, "metadata", "kernelmgr", "unreadable_record",
+                                            1, "source", export_lines(msg)));
+            continue;
+        }
+        const char *ev = json_string_value(json_object_get(h, "event"));
+        int unfinished = ev && !strcmp(ev, "started");
         const char *lang = json_string_value(json_object_get(h, "language"));
         const char *code = json_string_value(json_object_get(h, "code"));
         int bash = !strcmp(lang, "bash");
@@ -159,7 +266,7 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
         } else {
             src = strdup(code);
         }
-        json_t *outs = json_array();
+        json_t *outs = unfinished ? unfinished_outputs(h) : json_array();
         size_t j;
         json_t *o;
         json_array_foreach(json_object_get(h, "outputs"), j, o)
@@ -171,7 +278,8 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
         id[8] = 0; /* nbformat 4.5 ids: 1-64 chars of [a-zA-Z0-9-_] */
         json_t *ec = json_object_get(h, "execution_count");
         json_t *md = json_pack("{s:{s:s s:s s:O}}", "kernelmgr", "language", lang, "status",
-                               json_string_value(json_object_get(h, "status")) ?: "ok",
+                               unfinished ? "unknown"
+                                          : json_string_value(json_object_get(h, "status")) ?: "ok",
                                "execution_count", ec ? ec : json_null());
         if (bash)
             json_object_set_new(md, "vscode", json_pack("{s:s}", "languageId", "shellscript"));
@@ -193,6 +301,9 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
                                          "mimetype", "text/x-sh")
                              : json_pack("{s:s s:s}", "name", "python", "file_extension", ".py");
     json_t *km = json_pack("{s:s}", "session", session_name);
+    if (unreadable)
+        json_object_set(km, "unreadable_records", unreadable);
+    json_decref(unreadable);
     if (json_array_size(warnings))
         json_object_set(km, "warnings", warnings);
     json_decref(warnings);

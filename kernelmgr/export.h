@@ -2,7 +2,13 @@
  * export.h — a session's history as an nbformat 4 notebook.
  *
  * Cells are the executed blocks in order with their outputs (streams, results,
- * displays including images, errors). Every cell's metadata says its language
+ * displays including images, errors). A cell whose result never came (its
+ * manager was killed while it ran) has an error output saying so and
+ * metadata.kernelmgr.status "unknown". A history line that cannot be read
+ * is never skipped silently: a markdown cell marks its place, and
+ * metadata.kernelmgr.warnings ("export: skipped N unreadable history
+ * record(s) (line 7)") and .unreadable_records (line numbers) say so. Every cell's metadata says
+ * its language
  * ({"kernelmgr": {"language": "bash"}}).
  *
  * Which kernel re-runs it (metadata.kernelspec):
@@ -30,6 +36,11 @@
  * chosen kernel are in metadata.kernelmgr.warnings (array of strings). */
 json_t *export_notebook(const char *session_dir, const char *session_name, const char *kernel_name,
                         int *bad_request, char *err, size_t errlen);
+
+/* This process's manager id (random, per process; borrowed): written in
+ * "started" history records, so export tells a cell still running in this
+ * manager from one whose manager stopped while it ran. */
+const char *export_manager_id(void);
 
 /* Splits text into nbformat's list of lines (each keeping its "\n"). new. */
 json_t *export_lines(const char *text);

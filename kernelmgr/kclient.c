@@ -14,6 +14,8 @@
  * more than this per message (outputs are capped later anyway). */
 #define KCLIENT_MAX_BYTES (128u << 20)
 #define KCLIENT_RECONNECT_MS 5
+/* Messages of one kernel's IOPub queued in the manager at most. */
+#define KCLIENT_IOPUB_HWM 1000
 /* kernel_info is asked again this often until the kernel answers and IOPub
  * is seen to be connected (its subscription takes a moment to reach the
  * kernel: until then the status messages are lost). */
@@ -102,8 +104,12 @@ kclient *kclient_new(const jp_connection *conn, const char *label, char *err, si
         int64_t maxmsg = KCLIENT_MAX_BYTES;
         zmq_setsockopt(kc->sock[ch], ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
         if (ch == JP_IOPUB) {
-            /* a flood is drained as fast as it comes; the cap bounds the queue */
-            int hwm = 100000;
+            /* Bounded: when the consumer is behind (a slow daemon client,
+             * see daemon.c) we stop reading, this queue fills and the kernel's
+             * lossless IOPub (kiopub.h) holds its output back, instead of the
+             * manager buffering a whole flood (1 GiB of output once grew the
+             * daemon to 518 MB). Same depth as the kernel's KIOPUB_HWM. */
+            int hwm = KCLIENT_IOPUB_HWM;
             zmq_setsockopt(kc->sock[ch], ZMQ_RCVHWM, &hwm, sizeof hwm);
             zmq_setsockopt(kc->sock[ch], ZMQ_SUBSCRIBE, "", 0);
         }

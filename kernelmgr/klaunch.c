@@ -5,12 +5,16 @@
 
 #include "kernels/server/kenvpath.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -144,6 +148,365 @@ int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t 
     return 0;
 }
 
+int klaunch_lifeline_open(int fds[2], char *err, size_t errlen)
+{
+    if (pipe2(fds, O_CLOEXEC)) {
+        snprintf(err, errlen, "cannot create the kernels' lifeline pipe: %s", strerror(errno));
+        fds[0] = fds[1] = -1;
+        return -1;
+    }
+    return 0;
+}
+
+unsigned long long klaunch_proc_start(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    /* the command name may hold spaces and parentheses: fields start after the last ')' */
+    char *p = strrchr(buf, ')');
+    char state = 0;
+    unsigned long long start = 0;
+    if (!p || sscanf(p + 1,
+                     " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                     "%*d %*d %llu",
+                     &state, &start) != 2)
+        return 0;
+    return state == 'Z' || state == 'X' ? 0 : start;
+}
+
+/* Wall-clock time of boot (seconds), from /proc/stat; 0 when unknown. */
+static double boot_time(void)
+{
+    static double bt;
+    if (bt > 0)
+        return bt;
+    FILE *f = fopen("/proc/stat", "re");
+    char line[256];
+    unsigned long long v = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "btime %llu", &v) == 1)
+            break;
+    if (f)
+        fclose(f);
+    bt = (double)v;
+    return bt;
+}
+
+typedef struct owner_lock {
+    char *dir;
+    int fd;
+    int refs;
+    struct owner_lock *next;
+} owner_lock;
+
+static pthread_mutex_t owner_mu = PTHREAD_MUTEX_INITIALIZER;
+static owner_lock *owners;
+
+static char *owner_path(const char *run_dir, pid_t pid)
+{
+    char *p = NULL;
+    return asprintf(&p, "%s/owner-%d.lock", run_dir, (int)pid) < 0 ? NULL : p;
+}
+
+int klaunch_owner_hold(const char *run_dir, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&owner_mu);
+    for (owner_lock *o = owners; o; o = o->next)
+        if (!strcmp(o->dir, run_dir)) {
+            o->refs++;
+            pthread_mutex_unlock(&owner_mu);
+            return 0;
+        }
+    owner_lock *o = calloc(1, sizeof *o);
+    char *path = owner_path(run_dir, getpid());
+    if (!o || !path || !(o->dir = strdup(run_dir))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    /* A scanner that found an earlier owner-PID.lock of a dead process with
+     * our pid may remove it while we open it: retry until the file we hold
+     * is the one at the path. */
+    for (int tries = 0;; tries++) {
+        o->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (o->fd < 0) {
+            snprintf(err, errlen, "owner lock %s: %s", path, strerror(errno));
+            goto fail;
+        }
+        int rc;
+        while ((rc = flock(o->fd, LOCK_SH)) && errno == EINTR)
+            ;
+        struct stat a, b;
+        if (rc == 0 && fstat(o->fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
+            break;
+        int e = rc ? errno : ESTALE;
+        close(o->fd);
+        if (tries >= 20) {
+            snprintf(err, errlen, "owner lock %s: %s", path, strerror(e));
+            goto fail;
+        }
+    }
+    o->refs = 1;
+    o->next = owners;
+    owners = o;
+    pthread_mutex_unlock(&owner_mu);
+    free(path);
+    return 0;
+fail:
+    if (o)
+        free(o->dir);
+    free(o);
+    free(path);
+    pthread_mutex_unlock(&owner_mu);
+    return -1;
+}
+
+void klaunch_owner_release(const char *run_dir)
+{
+    pthread_mutex_lock(&owner_mu);
+    for (owner_lock **pp = &owners; *pp; pp = &(*pp)->next) {
+        owner_lock *o = *pp;
+        if (strcmp(o->dir, run_dir))
+            continue;
+        if (--o->refs == 0) {
+            *pp = o->next;
+            char *path = owner_path(o->dir, getpid());
+            if (path)
+                unlink(path);
+            free(path);
+            close(o->fd);
+            free(o->dir);
+            free(o);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&owner_mu);
+}
+
+int klaunch_owner_alive(const char *run_dir, pid_t pid, unsigned long long start,
+                        double started_before)
+{
+    if (pid <= 0)
+        return 0;
+    unsigned long long cur = klaunch_proc_start(pid);
+    if (!cur || (start && cur != start))
+        return 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (started_before > 0 && hz > 0 && boot_time() > 0 &&
+        boot_time() + (double)cur / (double)hz > started_before + 2)
+        return 0; /* a later process that got the pid */
+    char *path = owner_path(run_dir, pid);
+    if (!path)
+        return 1; /* cannot tell: never take a live owner's kernels */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    free(path);
+    if (fd < 0)
+        return errno == ENOENT ? 1 : 1; /* no lock (an older manager) or unreadable: alive */
+    int held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    close(fd); /* drops our lock if we got it */
+    return held;
+}
+
+/* 1 when name is "ID" + suffix; copies ID into id. */
+static int split_suffix(const char *name, const char *suffix, char *id, size_t size)
+{
+    size_t n = strlen(name), sl = strlen(suffix);
+    if (n <= sl || strcmp(name + n - sl, suffix) || n - sl >= size)
+        return 0;
+    memcpy(id, name, n - sl);
+    id[n - sl] = 0;
+    return 1;
+}
+
+static int exists_at(int dfd, const char *id, const char *suffix)
+{
+    char name[512];
+    if ((size_t)snprintf(name, sizeof name, "%s%s", id, suffix) >= sizeof name)
+        return 1;
+    return faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+static void unlink_id(int dfd, const char *id, const char *suffix)
+{
+    char name[512];
+    if ((size_t)snprintf(name, sizeof name, "%s%s", id, suffix) < sizeof name)
+        unlinkat(dfd, name, 0);
+}
+
+#define KLAUNCH_TREE_MAX 4096
+
+/* Appends the children of every thread of pid (/proc/PID/task/TID/children)
+ * to tree[*n..) unless already there. */
+static void add_children(pid_t pid, pid_t *tree, size_t *n)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        char cpath[96], buf[4096];
+        snprintf(cpath, sizeof cpath, "/proc/%d/task/%.20s/children", (int)pid, de->d_name);
+        int fd = open(cpath, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t len = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (len <= 0)
+            continue;
+        buf[len] = 0;
+        for (char *p = buf, *end; *p; p = end) {
+            long c = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            int seen = c <= 1;
+            for (size_t i = 0; i < *n && !seen; i++)
+                seen = tree[i] == (pid_t)c;
+            if (!seen && *n < KLAUNCH_TREE_MAX)
+                tree[(*n)++] = (pid_t)c;
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
+void klaunch_kill_tree(pid_t root)
+{
+    if (root <= 1)
+        return;
+    pid_t *tree = malloc(KLAUNCH_TREE_MAX * sizeof *tree);
+    if (!tree) {
+        kill(-root, SIGKILL);
+        kill(root, SIGKILL);
+        return;
+    }
+    /* Freeze first, so nothing forks past the walk; walk again until no
+     * new process shows up (a process may have forked before it stopped). */
+    size_t n = 1, stopped = 0;
+    tree[0] = root;
+    for (int round = 0; round < 4; round++) {
+        size_t before = n;
+        for (size_t i = 0; i < n; i++)
+            add_children(tree[i], tree, &n);
+        for (; stopped < n; stopped++)
+            kill(tree[stopped], SIGSTOP);
+        if (n == before && round > 0)
+            break;
+    }
+    kill(-root, SIGKILL);
+    for (size_t i = 0; i < n; i++)
+        kill(tree[i], SIGKILL);
+    free(tree);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Reads ID.pid: 0 when it has the four fields. */
+static int read_pid_file(int dfd, const char *name, unsigned long long v[4])
+{
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -1;
+    char buf[256];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    return sscanf(buf, "%llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3]) == 4 ? 0 : -1;
+}
+
+int klaunch_reap_orphans(const char *run_dir)
+{
+    DIR *d = opendir(run_dir);
+    if (!d)
+        return 0;
+    int dfd = dirfd(d), killed = 0;
+    time_t now = time(NULL);
+    struct dirent *de;
+    char id[256];
+    /* 1: kernels of dead owners */
+    while ((de = readdir(d))) {
+        if (!split_suffix(de->d_name, ".pid", id, sizeof id))
+            continue;
+        unsigned long long v[4];
+        struct stat st;
+        if (read_pid_file(dfd, de->d_name, v)) {
+            /* torn or foreign: only an old one goes */
+            if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && now - st.st_mtime > 60)
+                unlinkat(dfd, de->d_name, 0);
+            continue;
+        }
+        if (v[2] > INT_MAX || v[0] > INT_MAX || klaunch_owner_alive(run_dir, (pid_t)v[2], v[3], 0))
+            continue;
+        pid_t kpid = (pid_t)v[0];
+        if (kpid > 1 && v[1] && klaunch_proc_start(kpid) == v[1]) {
+            fprintf(stderr,
+                    "kernelmgr: killing kernel %d (%s) left by process %llu, which has ended\n",
+                    (int)kpid, id, v[2]);
+            klaunch_kill_tree(kpid);
+            killed++;
+            /* its parent is gone: init reaps it; wait until it is no longer running */
+            for (int i = 0; i < 200 && klaunch_proc_start(kpid) == v[1]; i++)
+                sleep_ms(10);
+        }
+        unlink_id(dfd, id, ".json");
+        unlink_id(dfd, id, ".json.history.jsonl");
+        unlinkat(dfd, de->d_name, 0);
+    }
+    /* 2: connection files without a pid file (an older manager's, or a
+     * start cut short) once they are old; stale owner locks */
+    rewinddir(d);
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (split_suffix(de->d_name, ".json", id, sizeof id)) {
+            if (!exists_at(dfd, id, ".pid") &&
+                fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && now - st.st_mtime > 60) {
+                unlinkat(dfd, de->d_name, 0);
+                unlink_id(dfd, id, ".json.history.jsonl");
+            }
+        } else if (!strncmp(de->d_name, "owner-", 6) &&
+                   split_suffix(de->d_name + 6, ".lock", id, sizeof id)) {
+            int fd = openat(dfd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+            if (fd < 0)
+                continue;
+            /* free: its process ended (ours is held by us, so never free here) */
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+                unlinkat(dfd, de->d_name, 0);
+            close(fd);
+        }
+    }
+    /* 3: ipc sockets ID-N of kernels that have neither connection nor pid file */
+    rewinddir(d);
+    while ((de = readdir(d))) {
+        char *dash = strrchr(de->d_name, '-');
+        if (!dash || !dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1) ||
+            (size_t)(dash - de->d_name) >= sizeof id)
+            continue;
+        memcpy(id, de->d_name, (size_t)(dash - de->d_name));
+        id[dash - de->d_name] = 0;
+        struct stat st;
+        if (!exists_at(dfd, id, ".json") && !exists_at(dfd, id, ".pid") &&
+            fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode))
+            unlinkat(dfd, de->d_name, 0);
+    }
+    closedir(d);
+    return killed;
+}
+
 /* Substitutes placeholders in one argument. new (free()). */
 static char *subst(const char *arg, const char *cf, const char *resdir)
 {
@@ -190,6 +553,33 @@ static void remove_ipc(const jp_connection *c)
     }
 }
 
+/* Writes kp->pid_path (temp + rename): "KPID KSTART OPID OSTART". 0 or -1 with err. */
+static int write_pid_file(const kproc *kp, char *err, size_t errlen)
+{
+    static unsigned long long self_start;
+    if (!self_start)
+        self_start = klaunch_proc_start(getpid());
+    char *tmp = NULL, line[128];
+    int len = snprintf(line, sizeof line, "%d %llu %d %llu\n", (int)kp->pid,
+                       klaunch_proc_start(kp->pid), (int)getpid(), self_start);
+    if (asprintf(&tmp, "%s.tmp", kp->pid_path) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    ssize_t w = fd >= 0 ? write(fd, line, (size_t)len) : -1;
+    int rc = fd >= 0 && w == len && close(fd) == 0 ? rename(tmp, kp->pid_path) : -1;
+    if (rc) {
+        int e = w >= 0 && w < len ? ENOSPC : errno;
+        if (fd >= 0 && w != len)
+            close(fd);
+        snprintf(err, errlen, "kernel pid file %s: %s", kp->pid_path, strerror(e));
+        unlink(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
 kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id,
                      const char *transport, const char *log_path, const char *kernel_name,
                      char *err, size_t errlen)
@@ -218,6 +608,7 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     char stem[PATH_MAX - 16];
     snprintf(stem, sizeof stem, "%.3000s/%.64s", run_abs, id);
     snprintf(kp->cf_path, sizeof kp->cf_path, "%s.json", stem);
+    snprintf(kp->pid_path, sizeof kp->pid_path, "%s.pid", stem);
     jp_error jerr;
     int ipc = !strcmp(transport, "ipc");
     if (jp_connection_init(&kp->conn, ipc ? "ipc" : "tcp", ipc ? stem : NULL, kernel_name, &jerr) !=
@@ -259,10 +650,18 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
         signal(SIGPIPE, SIG_DFL);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        /* the lifeline first goes out of the way of 0-2 (a copy without
+         * O_CLOEXEC), then to its fixed number; nothing else survives */
+        int lf = -1;
+        if (cmd->lifeline_fd > 2 && (lf = fcntl(cmd->lifeline_fd, F_DUPFD, 10)) < 0)
+            _exit(127);
         if (dup2(nullfd, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
             _exit(127);
-        if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
-            for (int fd = 3; fd < 65536; fd++)
+        if (lf >= 0 && dup2(lf, KLAUNCH_OWNER_FD) < 0)
+            _exit(127);
+        unsigned first = lf >= 0 ? KLAUNCH_OWNER_FD + 1 : 3;
+        if (syscall(SYS_close_range, first, ~0U, 0U) != 0)
+            for (int fd = (int)first; fd < 65536; fd++)
                 close(fd);
         if (chdir(run_abs))
             _exit(126);
@@ -282,6 +681,14 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     kp->pid = pid;
     close(logfd);
     close(nullfd);
+    logfd = nullfd = -1;
+    if (write_pid_file(kp, err, errlen)) {
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        remove_ipc(&kp->conn);
+        goto fail;
+    }
     for (int i = 0; argv[i]; i++)
         free(argv[i]);
     kenvpath_free_environ(envp);
@@ -297,6 +704,7 @@ fail:
     kenvpath_free_environ(envp);
     free(run_abs);
     unlink(kp->cf_path);
+    unlink(kp->pid_path);
     free(kp);
     return NULL;
 }
@@ -339,12 +747,6 @@ const char *klaunch_describe_exit(const kproc *kp, char *buf, size_t size)
     return buf;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 void klaunch_stop(kproc **p, double grace)
 {
     if (!p || !*p)
@@ -367,6 +769,7 @@ void klaunch_stop(kproc **p, double grace)
     if (kp->pid > 0)
         kill(-kp->pid, SIGKILL);
     unlink(kp->cf_path);
+    unlink(kp->pid_path);
     remove_ipc(&kp->conn);
     free(kp);
     *p = NULL;

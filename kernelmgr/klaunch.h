@@ -19,12 +19,18 @@
 
 #define KLAUNCH_MAX_ARGS 64
 
+/* The fd number at which a kernel started with a lifeline finds it (the
+ * caller adds "--owner-fd 3" to the kernel's argv). */
+#define KLAUNCH_OWNER_FD 3
+
 /* How to start one kind of kernel. */
 typedef struct klaunch_cmd {
     char *argv[KLAUNCH_MAX_ARGS + 1]; /* owned, NULL-terminated, with placeholders */
     char resource_dir[PATH_MAX];      /* kernelspec directory or "" */
     int interrupt_signal;             /* 1: interrupt with SIGINT; 0: interrupt_request */
     char display_name[128];
+    int lifeline_fd; /* > 2: the read end of the owner's lifeline (klaunch_lifeline_open),
+                        given to the child as fd KLAUNCH_OWNER_FD; 0: none */
 } klaunch_cmd;
 
 void klaunch_cmd_clear(klaunch_cmd *cmd);
@@ -39,11 +45,66 @@ int klaunch_cmd_from_kernelspec(klaunch_cmd *cmd, const char *name, char *err, s
 /* Directory of the running executable (for build/kernel-*). 0 or -1. */
 int klaunch_self_dir(char *out, size_t size);
 
+/* The lifeline: one pipe per manager, both ends O_CLOEXEC in the manager,
+ * which keeps the write end open for its whole life and never writes. A
+ * kernel started with --owner-fd gets the read end and shuts down (killing
+ * its sandbox) when it reports EOF/HUP: when every write end is closed,
+ * i.e. when the manager process has ended, however it ended (SIGKILL
+ * included), from whichever thread it forked. fds[0] read, fds[1] write.
+ * 0, or -1 with a reason in err. */
+int klaunch_lifeline_open(int fds[2], char *err, size_t errlen);
+
+/* Owners. Every process that starts kernels (a daemon, a `kernelmgr run`)
+ * holds a shared flock on RUN_DIR/owner-PID.lock for its life
+ * (klaunch_owner_hold; refcounted within the process), and every kernel it
+ * starts gets RUN_DIR/ID.pid: "KPID KSTART OPID OSTART" (kernel and owner
+ * pids with their start times in clock ticks since boot, /proc/PID/stat
+ * field 22), written before the connection file (KPID 0 until forked).
+ * An owner is alive when its lock is held AND its pid's start time is the
+ * recorded one: a reused pid is never mistaken for the owner. */
+
+/* Takes the owner lock of this process in run_dir (several managers of one
+ * process share it: refcounted, thread-safe). 0, or -1 with err. Every
+ * successful call is paired with klaunch_owner_release(run_dir), which
+ * removes the lock file with the last reference. */
+int klaunch_owner_hold(const char *run_dir, char *err, size_t errlen);
+void klaunch_owner_release(const char *run_dir);
+
+/* Start time of process pid (clock ticks since boot); 0 when it does not
+ * exist (or is a zombie). */
+unsigned long long klaunch_proc_start(pid_t pid);
+
+/* SIGKILLs pid, its process group and every descendant (found through
+ * /proc/PID/task/TID/children, frozen with SIGSTOP first so nothing forks
+ * past the walk; at most 4096 processes). For a kernel whose owner died:
+ * with --sandbox none its worker has a session of its own and the cell's
+ * processes are not in the kernel's group. */
+void klaunch_kill_tree(pid_t pid);
+
+/* 1 when process pid is a live owner in run_dir: it holds its owner lock
+ * there and (when start != 0) started at clock tick start; when
+ * started_before > 0, it also started no later than that wall-clock time.
+ * A pid with no lock file (a manager older than owner locks) counts as
+ * alive when it exists and passes the start checks. */
+int klaunch_owner_alive(const char *run_dir, pid_t pid, unsigned long long start,
+                        double started_before);
+
+/* The start-up scan of run_dir: for each ID.pid whose owner is dead, kills
+ * the kernel's process group when pid and start time still match (its
+ * sandbox dies with it: PDEATHSIG chain) and waits up to 2 s for it to be
+ * gone, then removes ID.json, ID.pid, ID.json.history.jsonl and the ipc
+ * sockets ID-N. Connection files with no pid file (kernels of an older
+ * manager) are removed with their sockets once older than 60 s. Owner
+ * lock files of dead owners are removed. Returns the number of kernels
+ * killed; problems are reported on stderr (best effort). */
+int klaunch_reap_orphans(const char *run_dir);
+
 typedef struct kproc {
     pid_t pid;
     int exited; /* reaped */
     int status; /* wait status once exited */
     char cf_path[PATH_MAX];
+    char pid_path[PATH_MAX]; /* RUN_DIR/ID.pid (see klaunch_owner_hold) */
     jp_connection conn;
     int interrupt_signal;
 } kproc;
@@ -58,7 +119,9 @@ int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t 
  * output appended to log_path. The kernel's cwd is run_dir (made absolute),
  * never a workspace: sandboxed code writes there, and a host process with
  * its cwd in it could pick up planted files (empty PATH or LD_LIBRARY_PATH
- * entries, relative imports). Returns NULL with a reason in err. */
+ * entries, relative imports). It also writes run_dir/ID.pid (the kernel and
+ * this owner: see klaunch_owner_hold, which the caller holds). Returns NULL
+ * with a reason in err. */
 kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id,
                      const char *transport, const char *log_path, const char *kernel_name,
                      char *err, size_t errlen);
@@ -74,7 +137,8 @@ void klaunch_signal(kproc *kp, int sig);
 const char *klaunch_describe_exit(const kproc *kp, char *buf, size_t size);
 
 /* Stops the kernel: SIGTERM, up to grace seconds, then SIGKILL of the group;
- * reaps it, removes its connection file and ipc sockets; frees it. NULL-safe. */
+ * reaps it, removes its connection file, pid file and ipc sockets; frees
+ * it. NULL-safe. */
 void klaunch_stop(kproc **kp, double grace);
 
 #endif

@@ -28,6 +28,7 @@ enum {
     KM_EKERNEL = 4,    /* a kernel could not be started */
     KM_EDAEMON = 5,    /* the daemon could not be reached / started */
     KM_EINTERNAL = 6,  /* I/O error, out of memory */
+    KM_EOUTPUT = 7,    /* the CLI's output could not be written (EPIPE, ENOSPC, EIO) */
 };
 
 typedef struct km_err {
@@ -57,6 +58,12 @@ typedef struct km_exec_opts {
     double timeout;        /* seconds; <= 0 = config */
     int continue_on_error; /* run the remaining blocks after a failure */
 } km_exec_opts;
+
+/* Names the client of the calling thread's next executions (the daemon's
+ * peer pid, from SO_PEERCRED; 0 = this process): an execution that has to
+ * wait for one of them says "waited 12.3 s for a cell started by another
+ * client (pid 4711) to finish". */
+void km_exec_set_client(int pid);
 
 /* Live events while code runs. event (borrowed) is one of
  *   {"event":"stream","block":I,"name":"stdout|stderr","text":"..."}

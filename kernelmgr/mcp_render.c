@@ -178,6 +178,11 @@ json_t *mcpr_exec_result(const json_t *exec_reply, const char *session, const ch
     json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text", ""));
     if (nblocks == 0)
         fputs("(no code to run: the input had no Python or Bash block)\n", f);
+    /* the session was busy with a cell another client started */
+    const char *waited =
+        json_string_value(json_object_get(json_object_get(exec_reply, "waited"), "message"));
+    if (waited)
+        fprintf(f, "note: %s\n", waited);
 
     for (size_t b = 0; b < nblocks; b++) {
         const json_t *r = json_array_get(results, b);

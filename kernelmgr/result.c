@@ -4,6 +4,7 @@
 #include "kernelmgr/result.h"
 #include "kernelmgr/termsafe.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,8 +34,62 @@ void result_set_failure(json_t *r, const char *status, const char *name, const c
                         json_integer(status && !strcmp(status, "killed")    ? 137
                                      : status && !strcmp(status, "timeout") ? 124
                                                                             : 1));
-    json_object_set_new(
-        r, "error", json_pack("{s:s s:s s:[s]}", "name", name, "value", value, "traceback", value));
+    json_t *tb = json_array();
+    json_array_append_new(tb, json_string(value ? value : ""));
+    json_object_set_new(r, "error", result_error(name, value, tb));
+}
+
+json_t *result_error(const char *name, const char *value, json_t *traceback)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "name", json_string(name ? name : "Error"));
+    json_object_set_new(e, "value", json_string(value ? value : ""));
+    json_object_set_new(e, "traceback", json_is_array(traceback) ? traceback : json_array());
+    if (traceback && !json_is_array(traceback))
+        json_decref(traceback);
+    /* a name or value that is not UTF-8 text must not drop the member */
+    if (!json_is_string(json_object_get(e, "name")))
+        json_object_set_new(e, "name", json_string("Error"));
+    if (!json_is_string(json_object_get(e, "value")))
+        json_object_set_new(e, "value", json_string("(not UTF-8 text)"));
+    return e;
+}
+
+int result_error_valid(const json_t *e, char *why, size_t whylen)
+{
+    if (!json_is_object(e)) {
+        snprintf(why, whylen, "error is not an object");
+        return 0;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)e, k, v)
+    {
+        int ok = (!strcmp(k, "name") && json_is_string(v)) ||
+                 (!strcmp(k, "value") && json_is_string(v)) ||
+                 (!strcmp(k, "traceback") && json_is_array(v)) ||
+                 (!strcmp(k, "timeout") && json_is_boolean(v)) ||
+                 (!strcmp(k, "value_omitted_bytes") && json_is_integer(v));
+        if (!ok) {
+            snprintf(why, whylen, "error member \"%.64s\" is unexpected or of the wrong type", k);
+            return 0;
+        }
+    }
+    static const char *const need[] = {"name", "value", "traceback"};
+    for (int i = 0; i < 3; i++)
+        if (!json_object_get(e, need[i])) {
+            snprintf(why, whylen, "error has no \"%s\"", need[i]);
+            return 0;
+        }
+    size_t i;
+    json_array_foreach(json_object_get(e, "traceback"), i, v)
+    {
+        if (!json_is_string(v)) {
+            snprintf(why, whylen, "error.traceback[%zu] is not a string", i);
+            return 0;
+        }
+    }
+    return 1;
 }
 
 int result_failed(const json_t *r)

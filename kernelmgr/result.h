@@ -34,6 +34,17 @@ json_t *result_new(const char *session, const char *language);
 /* Sets result.kernel. reason may be NULL. */
 void result_set_kernel(json_t *r, int restarted, int state_preserved, const char *reason);
 
+/* new: the result's "error" member: exactly {"name","value","traceback"}
+ * with traceback a list of strings. traceback is stolen (NULL = []); NULL
+ * name/value become "Error"/"". Callers may add the documented extras
+ * ("timeout", "value_omitted_bytes"). */
+json_t *result_error(const char *name, const char *value, json_t *traceback);
+
+/* 1 when e is a well-formed "error" member (see result_error: the three
+ * keys, of the right types, plus only "timeout" (bool) and
+ * "value_omitted_bytes" (integer)); else 0 with what is wrong in why. */
+int result_error_valid(const json_t *e, char *why, size_t whylen);
+
 /* Sets status and error {name, value, traceback: [value]} (a manager-side
  * failure such as a kernel that would not start). */
 void result_set_failure(json_t *r, const char *status, const char *name, const char *value);

@@ -17,6 +17,7 @@
 #include "kernelmgr/pkginstall.h"
 #include "kernelmgr/result.h"
 #include "kernelmgr/wsfile.h"
+#include "kernels/python/pydetect.h"
 #include "kernels/server/kenv.h"
 
 #include <dirent.h>
@@ -75,6 +76,10 @@ typedef struct session {
     int pool_entry; /* still in the warm pool: never evicts for itself */
     double created, last_used;
     unsigned seq;
+    /* the execution holding lock (km_exec), for a waiting one to name it;
+     * guarded by m->lock */
+    int holding, holder_pid;
+    double holder_since;
     struct session *next;
 } session;
 
@@ -86,6 +91,8 @@ struct km_manager {
     session *list;
     session *pool;
     atomic_int live;
+    int lifeline[2]; /* klaunch_lifeline_open: kept for the manager's life */
+    int owner_held;  /* klaunch_owner_hold(run_dir) succeeded */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -218,20 +225,52 @@ static int history_compact(const char *path, uint64_t keep)
     return rc;
 }
 
-int session_history_append(const char *session_dir, const char *language, const char *code,
-                           const json_t *result, const json_t *nb_outputs, uint64_t max, char *err,
-                           size_t errlen)
+static int history_write(const char *session_dir, json_t *line, uint64_t max, char *err,
+                         size_t errlen);
+
+int session_history_start(const char *session_dir, const char *id, const char *language,
+                          const char *code, uint64_t max, char *err, size_t errlen)
 {
-    char *path = NULL;
-    if (asprintf(&path, "%s/history.jsonl", session_dir) < 0) {
-        snprintf(err, errlen, "out of memory");
+    json_t *line =
+        json_pack("{s:s s:s s:s s:s s:f s:s}", "event", "started", "id", id, "language", language,
+                  "code", code, "time", wall_now(), "manager", export_manager_id());
+    if (!line) {
+        snprintf(err, errlen, "cannot record the cell in the session history: out of memory");
         return -1;
     }
+    return history_write(session_dir, line, max, err, errlen);
+}
+
+int session_history_append(const char *session_dir, const char *id, const char *language,
+                           const char *code, const json_t *result, const json_t *nb_outputs,
+                           uint64_t max, char *err, size_t errlen)
+{
     json_t *line = json_pack("{s:s s:s s:O s:O s:O}", "language", language, "code", code,
                              "execution_count", json_object_get(result, "execution_count"),
                              "status", json_object_get(result, "status"), "outputs",
                              nb_outputs ? nb_outputs : json_array());
-    char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    if (line && id) {
+        json_object_set_new(line, "event", json_string("finished"));
+        json_object_set_new(line, "id", json_string(id));
+    }
+    if (!line) {
+        snprintf(err, errlen, "cannot write the session history: out of memory");
+        return -1;
+    }
+    return history_write(session_dir, line, max, err, errlen);
+}
+
+/* Appends line (stolen) to session_dir/history.jsonl within max. */
+static int history_write(const char *session_dir, json_t *line, uint64_t max, char *err,
+                         size_t errlen)
+{
+    char *path = NULL;
+    if (asprintf(&path, "%s/history.jsonl", session_dir) < 0) {
+        json_decref(line);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    char *s = json_dumps(line, JSON_COMPACT);
     if (s && max && strlen(s) + 1 > max / 2) {
         /* this cell's outputs alone would take most of the history: they
          * stay in the result (and outputs/), the history says where they went */
@@ -240,9 +279,10 @@ int session_history_append(const char *session_dir, const char *language, const 
                  "[kernelmgr: the outputs of this cell (%zu bytes) are not kept in the session "
                  "history (history_max=%llu bytes); see the result of the execution]\n",
                  strlen(s), (unsigned long long)max);
-        json_object_set_new(
-            line, "outputs",
-            json_pack("[{s:s s:s s:s}]", "output_type", "stream", "name", "stderr", "text", note));
+        if (json_object_get(line, "outputs"))
+            json_object_set_new(line, "outputs",
+                                json_pack("[{s:s s:s s:s}]", "output_type", "stream", "name",
+                                          "stderr", "text", note));
         free(s);
         s = json_dumps(line, JSON_COMPACT);
         if (s && strlen(s) + 1 > max / 2) {
@@ -273,7 +313,8 @@ int session_history_append(const char *session_dir, const char *language, const 
              * newest complete records in half the cap */
             close(fd);
             fd = -1;
-            if (history_compact(path, max ? max / 2 : UINT64_MAX) == 0)
+            /* a torn record alone costs no complete record */
+            if (history_compact(path, max && (uint64_t)size + n > max ? max / 2 : UINT64_MAX) == 0)
                 fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
             if (fd >= 0 && fstat(fd, &st) == 0)
                 size = st.st_size;
@@ -300,7 +341,9 @@ int session_history_append(const char *session_dir, const char *language, const 
 
 /* ---------------------------------------------------------------- persistence */
 
-static void session_save(km_manager *m, session *s)
+/* Writes session.json (temp + rename). 0, or -1 with the reason in err; the
+ * temp file never stays behind. */
+static int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
 {
     (void)m;
     json_t *kernels = json_object();
@@ -323,15 +366,28 @@ static void session_save(km_manager *m, session *s)
     snprintf(path, sizeof path, "%.4000s/session.json", s->dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     /* temp + rename: a full disk leaves the previous session.json intact */
-    if (o && json_dump_file(o, tmp, JSON_INDENT(1)) == 0) {
-        chmod(tmp, 0600);
-        if (rename(tmp, path))
-            fprintf(stderr, "kernelmgr: cannot save %s: %s\n", path, strerror(errno));
-    } else if (o) {
-        fprintf(stderr, "kernelmgr: cannot save %s: %s\n", path, strerror(errno));
+    int rc = -1;
+    if (!o) {
+        snprintf(err, errlen,
+                 "cannot save %s: the session's options (workspace, python, env) are not "
+                 "UTF-8 text",
+                 path);
+    } else if (json_dump_file(o, tmp, JSON_INDENT(1)) == 0 && chmod(tmp, 0600) == 0 &&
+               rename(tmp, path) == 0) {
+        rc = 0;
+    } else {
+        snprintf(err, errlen, "cannot save %s: %s", path, strerror(errno));
         unlink(tmp);
     }
     json_decref(o);
+    return rc;
+}
+
+static void session_save(km_manager *m, session *s)
+{
+    char why[PATH_MAX + 200];
+    if (session_save_err(m, s, why, sizeof why))
+        fprintf(stderr, "kernelmgr: %s\n", why);
 }
 
 /* A kernel of an earlier manager may still run: kill it, but only when
@@ -353,10 +409,8 @@ static void kill_stale(int pid, const char *cf)
         if (!buf[i])
             buf[i] = ' ';
     buf[n] = 0;
-    if (strstr(buf, cf)) {
-        kill(-pid, SIGKILL);
-        kill(pid, SIGKILL);
-    }
+    if (strstr(buf, cf))
+        klaunch_kill_tree(pid);
     unlink(cf);
 }
 
@@ -521,6 +575,161 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------------- interpreter, shared
+ *
+ * A Python kernel of a session that chose no interpreter would detect one
+ * itself, running the probe (pydetect.h) on the host: under a burst of
+ * kernel starts that is one probe per kernel (a pyenv shim is not cacheable
+ * by the kernel's own probe cache). The manager resolves it once per inputs
+ * (config python, $KERNELMGR_PYTHON, $VIRTUAL_ENV, $PATH, $PYENV_VERSION,
+ * $PYENV_ROOT, $HOME) with the same detection and passes `--python
+ * INTERPRETER` (a venv's bin/python as is, a shim resolved to the real
+ * interpreter). The answer is reused for KM_PYRESOLVE_TTL seconds (a changed
+ * `pyenv global` is seen after that). Never for a workspace with a .venv
+ * (the kernel finds it; nothing of the workspace is resolved on the host),
+ * nor an answer that lies in the workspace. A failed resolution passes
+ * nothing: the kernel detects and reports itself. */
+
+#define KM_PYRESOLVE_TTL 60.0
+
+static struct {
+    pthread_mutex_t mu;
+    char *key;
+    char *interp; /* NULL: resolution failed */
+    double at;
+} pyres = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int path_within(const char *p, const char *dir)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    return !strncmp(p, dir, n) && (p[n] == '/' || p[n] == 0);
+}
+
+/* new (free()): the interpreter to pass as --python, or NULL for "let the
+ * kernel detect". explicit_py: the configuration's python ("" = none). */
+static char *python_resolved(const char *explicit_py, const char *workspace)
+{
+    char *venv = NULL;
+    struct stat st;
+    if (asprintf(&venv, "%s/.venv", workspace) < 0)
+        return NULL;
+    int has_venv = lstat(venv, &st) == 0;
+    free(venv);
+    if (has_venv)
+        return NULL;
+    const char *vars[] = {"KERNELMGR_PYTHON", "VIRTUAL_ENV", "PATH",
+                          "PYENV_VERSION",    "PYENV_ROOT",  "HOME"};
+    char *key = NULL;
+    size_t klen = 0;
+    FILE *ks = open_memstream(&key, &klen);
+    if (!ks)
+        return NULL;
+    fprintf(ks, "python=%s", explicit_py);
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        fprintf(ks, "%c%s%c%s", 1, vars[i], v ? '=' : '!', v ? v : "");
+    }
+    if (fclose(ks)) {
+        free(key);
+        return NULL;
+    }
+    char *out = NULL;
+    pthread_mutex_lock(&pyres.mu);
+    double now = kclient_now();
+    if (!pyres.key || strcmp(pyres.key, key) || now - pyres.at > KM_PYRESOLVE_TTL ||
+        (pyres.interp && access(pyres.interp, X_OK))) {
+        pydetect_sources src = {
+            .explicit_path = explicit_py[0] ? explicit_py : NULL,
+            .env_python = getenv("KERNELMGR_PYTHON"),
+            .workspace = NULL,
+            .virtual_env = getenv("VIRTUAL_ENV"),
+            .path_env = getenv("PATH"),
+        };
+        pydetect_info info = {0};
+        char why[512];
+        free(pyres.interp);
+        pyres.interp = NULL;
+        if (pydetect_find(&src, &info, why, sizeof why) == 0 && info.interpreter &&
+            !info.workspace_venv)
+            pyres.interp = strdup(info.interpreter);
+        else
+            fprintf(stderr,
+                    "kernelmgr: no shared Python interpreter (each kernel detects its "
+                    "own): %s\n",
+                    why);
+        pydetect_info_clear(&info);
+        free(pyres.key);
+        pyres.key = key;
+        key = NULL;
+        pyres.at = kclient_now();
+    }
+    if (pyres.interp && !path_within(pyres.interp, workspace))
+        out = strdup(pyres.interp);
+    pthread_mutex_unlock(&pyres.mu);
+    free(key);
+    return out;
+}
+
+/* ---------------------------------------------------------------- admission
+ *
+ * The cap on live kernels is a reservation: m->live counts kernels that run
+ * and kernels being started, and a start takes its unit with a
+ * compare-and-swap below max_kernels before it launches anything, so
+ * concurrent starts can never exceed the cap. A start that finds the cap
+ * reached evicts an idle kernel (evict_one); when none is idle it waits
+ * (polling every KM_ADMIT_POLL_S) for a slot, up to admission_timeout
+ * seconds, instead of failing; the daemon log says how long it waited. The
+ * waiting starts are bounded by the daemon's worker threads. A warm-pool
+ * start never waits. */
+
+#define KM_ADMIT_POLL_S 0.05
+
+static int evict_one(km_manager *m, session *self, int self_lang);
+
+static void cap_release(km_manager *m)
+{
+    atomic_fetch_sub(&m->live, 1);
+}
+
+/* Takes one unit of max_kernels for a start of slot l of s (caller holds
+ * s->lock). 0, or -1 with a reason in err. */
+static int cap_reserve(km_manager *m, session *s, int l, char *err, size_t errlen)
+{
+    double t0 = kclient_now();
+    double deadline = t0 + (s->pool_entry ? 0 : m->cfg.admission_timeout);
+    int evicted = 0;
+    for (;;) {
+        int cur = atomic_load(&m->live);
+        if ((unsigned)cur < m->cfg.max_kernels) {
+            if (atomic_compare_exchange_weak(&m->live, &cur, cur + 1))
+                break;
+            continue;
+        }
+        if (!s->pool_entry && evict_one(m, s, l) == 0) {
+            evicted++;
+            continue;
+        }
+        if (kclient_now() >= deadline) {
+            snprintf(err, errlen,
+                     "too many live kernels (max_kernels=%u) and none idle to stop: every other "
+                     "kernel belongs to a session that is running code (waited %.1f s, "
+                     "admission_timeout=%g); retry later or raise max_kernels",
+                     m->cfg.max_kernels, kclient_now() - t0, m->cfg.admission_timeout);
+            return -1;
+        }
+        struct timespec ts = {0, (long)(KM_ADMIT_POLL_S * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    double waited = kclient_now() - t0;
+    if (waited >= 0.5)
+        fprintf(stderr,
+                "kernelmgr: %s/%s waited %.1f s for a kernel slot (max_kernels=%u, %d evicted)\n",
+                s->name, kmcfg_lang_name(l), waited, m->cfg.max_kernels, evicted);
+    return 0;
+}
+
 static int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
                       size_t errlen)
 {
@@ -541,20 +750,35 @@ static int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, cha
         return -1;
     }
     char num[64];
-    int rc = klaunch_cmd_add(cmd, bin) | klaunch_cmd_add(cmd, "-f") |
-             klaunch_cmd_add(cmd, "{connection_file}") | klaunch_cmd_add(cmd, "--workspace") |
-             klaunch_cmd_add(cmd, s->workspace) | klaunch_cmd_add(cmd, "--sandbox") |
-             klaunch_cmd_add(cmd, s->sandbox[0] ? s->sandbox : m->cfg.sandbox) |
-             klaunch_cmd_add(cmd, "--network") |
-             klaunch_cmd_add(cmd, (s->network < 0 ? m->cfg.network : s->network) ? "on" : "off");
+    int rc = klaunch_cmd_add(cmd, bin);
+    /* the lifeline: our kernel dies with this process however it ends
+     * (kernels of a user's kernelspec have no such option: the next
+     * start-up scan reaps them) */
+    if (m->lifeline[0] > 2) {
+        snprintf(num, sizeof num, "%d", KLAUNCH_OWNER_FD);
+        rc |= klaunch_cmd_add(cmd, "--owner-fd") | klaunch_cmd_add(cmd, num);
+        cmd->lifeline_fd = m->lifeline[0];
+    }
+    rc |= klaunch_cmd_add(cmd, "-f") | klaunch_cmd_add(cmd, "{connection_file}") |
+          klaunch_cmd_add(cmd, "--workspace") | klaunch_cmd_add(cmd, s->workspace) |
+          klaunch_cmd_add(cmd, "--sandbox") |
+          klaunch_cmd_add(cmd, s->sandbox[0] ? s->sandbox : m->cfg.sandbox) |
+          klaunch_cmd_add(cmd, "--network") |
+          klaunch_cmd_add(cmd, (s->network < 0 ? m->cfg.network : s->network) ? "on" : "off");
     unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
     if (mem) {
         snprintf(num, sizeof num, "%llu", mem);
         rc |= klaunch_cmd_add(cmd, "--memory") | klaunch_cmd_add(cmd, num);
     }
     const char *py = s->python[0] ? s->python : m->cfg.python;
+    /* resolved once for all kernels of sessions that chose none */
+    char *shared_py =
+        lang == KMCFG_LANG_PYTHON && !s->python[0] ? python_resolved(py, s->workspace) : NULL;
+    if (shared_py)
+        py = shared_py;
     if (lang == KMCFG_LANG_PYTHON && py[0])
         rc |= klaunch_cmd_add(cmd, "--python") | klaunch_cmd_add(cmd, py);
+    free(shared_py);
     snprintf(num, sizeof num, "%g", m->cfg.interrupt_grace);
     rc |= klaunch_cmd_add(cmd, "--interrupt-grace") | klaunch_cmd_add(cmd, num);
     snprintf(num, sizeof num, "%llu", (unsigned long long)m->cfg.kernel_log_max);
@@ -727,18 +951,14 @@ static int evict_one(km_manager *m, session *self, int self_lang)
 static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen)
 {
     kslot *k = &s->k[l];
-    if ((unsigned)atomic_load(&m->live) >= m->cfg.max_kernels && !s->pool_entry &&
-        evict_one(m, s, l)) {
-        snprintf(err, errlen,
-                 "too many live kernels (max_kernels=%u) and none idle to stop: every other "
-                 "kernel belongs to a session that is running code; retry later or raise "
-                 "max_kernels",
-                 m->cfg.max_kernels);
+    /* the kernel's unit of max_kernels, released by slot_stop */
+    if (cap_reserve(m, s, l, err, errlen))
+        return -1;
+    klaunch_cmd cmd;
+    if (kernel_cmd(m, s, l, &cmd, err, errlen)) {
+        cap_release(m);
         return -1;
     }
-    klaunch_cmd cmd;
-    if (kernel_cmd(m, s, l, &cmd, err, errlen))
-        return -1;
     char id[48], log[PATH_MAX], label[128];
     char u[37];
     jp_uuid4(u);
@@ -762,9 +982,10 @@ static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen
                                                     : (l ? "kernelmgr-bash" : "kernelmgr-python"),
                             err, errlen);
     klaunch_cmd_clear(&cmd);
-    if (!k->proc)
+    if (!k->proc) {
+        cap_release(m);
         return -1;
-    atomic_fetch_add(&m->live, 1);
+    }
     k->client = kclient_new(&k->proc->conn, label, err, errlen);
     json_t *info = NULL;
     if (k->client) {
@@ -957,14 +1178,65 @@ static void outputs_prune(km_manager *m, int orphans)
 
 /* 1 when session.json names a manager process other than this one that is
  * still alive: a one-shot `run` in progress, not a session to take over. */
-static int owned_by_live_manager(const char *home, const char *name)
+static int owned_by_live_manager(const km_manager *m, const char *name)
 {
+    /* a one-shot run-PID-TIME belongs to process PID, started before TIME,
+     * holding its owner lock (klaunch.h): a reused pid is not its owner */
+    unsigned long rpid = 0;
+    long long rtime = 0;
+    if (sscanf(name, "run-%lu-%lld", &rpid, &rtime) == 2 && rpid > 1 && rpid <= INT_MAX &&
+        rtime > 0)
+        return klaunch_owner_alive(m->run_dir, (pid_t)rpid, 0, (double)rtime);
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%.3000s/sessions/%.64s/session.json", home, name);
+    snprintf(path, sizeof path, "%.3000s/sessions/%.64s/session.json", m->home, name);
     json_t *o = json_load_file(path, 0, NULL);
     json_int_t pid = json_integer_value(json_object_get(o, "manager_pid"));
     json_decref(o);
     return pid > 1 && pid != getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* The start-up scan's second half (klaunch_reap_orphans did the kernels
+ * with pid files): sessions of one-shot runs whose process has ended
+ * (killed, SIGKILL included) are removed with anything of theirs still
+ * running, their packages and their session directory; their outputs
+ * stay, pruned like any run's (outputs_prune). Cheap: one readdir, and a
+ * session.json read only for a dead run. */
+static void reap_dead_runs(km_manager *m)
+{
+    char *dir = NULL;
+    if (asprintf(&dir, "%s/sessions", m->home) < 0)
+        return;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (strncmp(de->d_name, "run-", 4) || !km_name_valid(de->d_name) ||
+            owned_by_live_manager(m, de->d_name))
+            continue;
+        char *sdir = NULL, *sj = NULL;
+        if (asprintf(&sdir, "%s/%s", dir, de->d_name) < 0)
+            break;
+        if (asprintf(&sj, "%s/session.json", sdir) >= 0) {
+            json_t *o = json_load_file(sj, 0, NULL);
+            const char *lk;
+            json_t *kv;
+            json_object_foreach(json_object_get(o, "kernels"), lk, kv)
+            {
+                kill_stale((int)json_integer_value(json_object_get(kv, "pid")),
+                           json_string_value(json_object_get(kv, "connection_file")));
+            }
+            json_decref(o);
+            free(sj);
+        }
+        fprintf(stderr, "kernelmgr: removing %s: its `kernelmgr run` has ended\n", sdir);
+        char why[512];
+        if (pkginst_remove_session(m->home, de->d_name, why, sizeof why))
+            fprintf(stderr, "kernelmgr: %s\n", why);
+        session_rmtree(sdir);
+        free(sdir);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
 }
 
 /* ---------------------------------------------------------------- manager */
@@ -978,6 +1250,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     }
     m->cfg = *cfg;
     m->cfg.env = cfg->env ? json_deep_copy(cfg->env) : NULL;
+    m->lifeline[0] = m->lifeline[1] = -1;
     pthread_mutex_init(&m->lock, NULL);
     snprintf(m->home, sizeof m->home, "%s", home);
     char p[PATH_MAX];
@@ -990,16 +1263,23 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     snprintf(p, sizeof p, "%s/outputs", m->home);
     mkdir(p, 0700);
     char why[512];
-    if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, why, sizeof why)) {
+    if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, why, sizeof why) ||
+        klaunch_lifeline_open(m->lifeline, why, sizeof why) ||
+        klaunch_owner_hold(m->run_dir, why, sizeof why)) {
         kerr(err, KM_EINTERNAL, "%s", why);
         goto fail;
     }
+    m->owner_held = 1;
+    /* lock-and-scan: kernels and runs of owners that have ended (the pool
+     * kernels of a killed daemon among them: before pool/ goes below) */
+    klaunch_reap_orphans(m->run_dir);
+    reap_dead_runs(m);
     if (resume) {
         snprintf(p, sizeof p, "%s/sessions", m->home);
         DIR *d = opendir(p);
         struct dirent *de;
         while (d && (de = readdir(d))) {
-            if (!km_name_valid(de->d_name) || owned_by_live_manager(m->home, de->d_name))
+            if (!km_name_valid(de->d_name) || owned_by_live_manager(m, de->d_name))
                 continue;
             session *s = session_load(m, de->d_name);
             if (!s)
@@ -1010,15 +1290,38 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
         }
         if (d)
             closedir(d);
-        /* pooled workspaces of an earlier manager were never handed out */
+        /* pool entries of an earlier manager that were never handed out
+         * (their kernels were reaped above); an entry handed out to a
+         * session holds that session's workspace and stays */
         snprintf(p, sizeof p, "%s/pool", m->home);
-        session_rmtree(p);
+        d = opendir(p);
+        while (d && (de = readdir(d))) {
+            if (de->d_name[0] == '.')
+                continue;
+            char *entry = NULL;
+            if (asprintf(&entry, "%s/%s", p, de->d_name) < 0)
+                break;
+            int used = 0;
+            for (session *s = m->list; s && !used; s = s->next)
+                used = !strcmp(s->pool_dir, entry);
+            if (!used)
+                session_rmtree(entry);
+            free(entry);
+        }
+        if (d)
+            closedir(d);
+        rmdir(p); /* when empty */
     }
     outputs_prune(m, resume);
     if (resume)
         prune_orphans(m);
     return m;
 fail:
+    if (m->owner_held)
+        klaunch_owner_release(m->run_dir);
+    for (int i = 0; i < 2; i++)
+        if (m->lifeline[i] >= 0)
+            close(m->lifeline[i]);
     json_decref(m->cfg.env);
     pthread_mutex_destroy(&m->lock);
     free(m);
@@ -1052,6 +1355,12 @@ void km_manager_destroy(km_manager **pm)
             s = next;
         }
     }
+    /* every kernel is stopped: the lifeline and the owner lock go */
+    if (m->owner_held)
+        klaunch_owner_release(m->run_dir);
+    for (int i = 0; i < 2; i++)
+        if (m->lifeline[i] >= 0)
+            close(m->lifeline[i]);
     json_decref(m->cfg.env);
     pthread_mutex_destroy(&m->lock);
     free(m);
@@ -1128,6 +1437,19 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
             return NULL;
         }
     }
+    if (o && o->python) {
+        /* refused before anything is created (the kernel would fail later
+         * and the session would keep the bad interpreter) */
+        struct stat st;
+        if (o->python[0] != '/' || stat(o->python, &st) || !S_ISREG(st.st_mode) ||
+            access(o->python, X_OK)) {
+            kerr(err, KM_EUSAGE, "--python %s: %s", o->python,
+                 o->python[0] != '/' ? "must be an absolute path"
+                 : errno == ENOENT   ? "no such file"
+                                     : "not an executable file");
+            return NULL;
+        }
+    }
     /* a warm-pool entry when the options are the defaults */
     session *pooled = NULL;
     if (opts_default(m, o) && m->pool) {
@@ -1149,6 +1471,10 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     snprintf(s->name, sizeof s->name, "%s", name);
     snprintf(s->dir, sizeof s->dir, "%.3000s/sessions/%.64s", m->home, name);
     snprintf(s->outdir, sizeof s->outdir, "%.3000s/outputs/%.64s", m->home, name);
+    /* what this call creates, to take back on failure */
+    struct stat dst;
+    int made_dir = lstat(s->dir, &dst) != 0, made_ws = 0, made_link = 0;
+    char save_err[PATH_MAX + 200];
     if (kmfs_mkdirs(s->dir, 0700)) {
         kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->dir, strerror(errno));
         goto fail;
@@ -1164,6 +1490,8 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         snprintf(link, sizeof link, "%.4000s/workspace", s->dir);
         if (symlink(s->workspace, link)) {
             /* not fatal: the real path is in session.json */
+        } else {
+            made_link = 1;
         }
         /* the pool's kernel logs stay where they are; point at them */
     } else {
@@ -1184,17 +1512,34 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         } else {
             snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
             s->own_workspace = 1;
-            if (mkdir(s->workspace, 0700) && errno != EEXIST) {
-                kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->workspace, strerror(errno));
+            struct stat wst;
+            if (mkdir(s->workspace, 0700) == 0) {
+                made_ws = 1;
+            } else if (errno != EEXIST || lstat(s->workspace, &wst) || !S_ISDIR(wst.st_mode)) {
+                kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->workspace,
+                     errno == EEXIST ? "it exists and is not a directory" : strerror(errno));
                 goto fail;
             }
         }
     }
-    session_save(m, s);
+    /* a session that cannot be saved would vanish with its manager: refuse it */
+    if (session_save_err(m, s, save_err, sizeof save_err)) {
+        kerr(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err);
+        goto fail;
+    }
     s->next = m->list;
     m->list = s;
     return s;
 fail:
+    if (made_link) {
+        char link[PATH_MAX];
+        snprintf(link, sizeof link, "%.4000s/workspace", s->dir);
+        unlink(link);
+    }
+    if (made_ws)
+        rmdir(s->workspace);
+    if (made_dir)
+        session_rmtree(s->dir);
     if (pooled) {
         for (int l = 0; l < KMCFG_NLANG; l++)
             slot_stop(m, &s->k[l]);
@@ -1289,6 +1634,64 @@ static json_t *ignored_options(km_manager *m, session *s, const km_session_opts 
     return arr;
 }
 
+/* Takes s->lock for an execution. Executions in a session are serialised:
+ * one that finds another running waits for it (a cell whose client went
+ * away runs on to its end or its timeout, its result going to the history).
+ * The wait is said, live (a "notice" event) and afterwards: returns new
+ * {"seconds","message"[,"holder_pid"]} when it waited, else NULL. */
+static _Thread_local int exec_client_pid;
+
+void km_exec_set_client(int pid)
+{
+    exec_client_pid = pid;
+}
+
+static json_t *session_lock_exec(km_manager *m, session *s, km_event_fn fn, void *ud)
+{
+    json_t *waited = NULL;
+    if (pthread_mutex_trylock(&s->lock) != 0) {
+        double t0 = kclient_now();
+        pthread_mutex_lock(&m->lock);
+        int holding = s->holding, pid = s->holder_pid;
+        double since = s->holder_since;
+        pthread_mutex_unlock(&m->lock);
+        char who[160];
+        if (!holding)
+            snprintf(who, sizeof who,
+                     "another operation on session \"%s\" (close, restart or "
+                     "a kernel start)",
+                     s->name);
+        else if (pid > 0 && pid != getpid())
+            snprintf(who, sizeof who, "a cell started by another client (pid %d)", pid);
+        else
+            snprintf(who, sizeof who, "a cell started by another request");
+        if (fn) {
+            char msg[300];
+            if (holding)
+                snprintf(msg, sizeof msg, "waiting for %s to finish (running for %.1f s)", who,
+                         t0 - since);
+            else
+                snprintf(msg, sizeof msg, "waiting for %s to finish", who);
+            json_t *ev = json_pack("{s:s s:i s:s}", "event", "notice", "block", 0, "message", msg);
+            fn(ud, ev);
+            json_decref(ev);
+        }
+        pthread_mutex_lock(&s->lock);
+        double w = kclient_now() - t0;
+        char msg[300];
+        snprintf(msg, sizeof msg, "waited %.1f s for %s to finish", w, who);
+        waited = json_pack("{s:f s:s}", "seconds", w, "message", msg);
+        if (holding && pid > 0 && pid != getpid())
+            json_object_set_new(waited, "holder_pid", json_integer(pid));
+    }
+    pthread_mutex_lock(&m->lock);
+    s->holding = 1;
+    s->holder_pid = exec_client_pid > 0 ? exec_client_pid : (int)getpid();
+    s->holder_since = kclient_now();
+    pthread_mutex_unlock(&m->lock);
+    return waited;
+}
+
 json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 const km_exec_opts *opts, const char *code, km_event_fn fn, void *ud, km_err *err)
 {
@@ -1306,6 +1709,14 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
             kerr(err, KM_EUSAGE, "unknown language \"%s\" (python, bash or auto)", opts->lang);
             return NULL;
         }
+    }
+    /* one check for run, exec, the daemon and MCP, before the session is
+     * touched or anything is sent to a kernel */
+    char codebad[256];
+    if (cblocks_check_code(code, code ? strlen(code) : 0, m->cfg.code_max, codebad,
+                           sizeof codebad)) {
+        kerr(err, KM_EUSAGE, "%s", codebad);
+        return NULL;
     }
     cblock_list blocks;
     if (cblocks_split(code ? code : "", lang, &blocks)) {
@@ -1326,7 +1737,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     }
     json_t *warnings = existed ? ignored_options(m, s, sopts) : NULL;
 
-    pthread_mutex_lock(&s->lock);
+    json_t *waited = session_lock_exec(m, s, fn, ud);
     atomic_store(&s->busy, 1);
     atomic_store(&s->interrupt_flag, 0);
     json_t *results = json_array();
@@ -1378,6 +1789,11 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                     .fn = fn,
                     .ud = ud,
                 };
+                /* the history knows the cell before the kernel does: a
+                 * manager killed while it runs leaves it "started" */
+                char herr[600] = "";
+                int hstarted = session_history_start(s->dir, tag, lname, b->code,
+                                                     m->cfg.history_max, herr, sizeof herr) == 0;
                 codeexec_outcome out;
                 r = codeexec_run(k->client, k->proc, &p, b->code, &out);
                 k->last_used = kclient_now();
@@ -1400,9 +1816,12 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 } else if (restarted) {
                     result_set_kernel(r, 1, 0, reason);
                 }
-                char herr[600];
-                if (r && session_history_append(s->dir, lname, b->code, r, out.nb_outputs,
-                                                m->cfg.history_max, herr, sizeof herr))
+                char herr2[600];
+                if (r &&
+                    session_history_append(s->dir, hstarted ? tag : NULL, lname, b->code, r,
+                                           out.nb_outputs, m->cfg.history_max, herr2, sizeof herr2))
+                    json_object_set_new(r, "history_error", json_string(herr2));
+                else if (r && !hstarted)
                     json_object_set_new(r, "history_error", json_string(herr));
                 json_decref(out.nb_outputs);
             }
@@ -1411,6 +1830,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
             r = result_new(name, lname);
         if (i == 0 && warnings)
             json_object_set(r, "warnings", warnings);
+        if (i == 0 && waited)
+            json_object_set(r, "waited", waited);
         ran++;
         if (fn) {
             json_t *ev =
@@ -1430,6 +1851,9 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     }
     s->last_used = wall_now();
     atomic_store(&s->busy, 0);
+    pthread_mutex_lock(&m->lock);
+    s->holding = 0;
+    pthread_mutex_unlock(&m->lock);
     pthread_mutex_unlock(&s->lock);
     session_put(m, s);
     size_t skipped = blocks.n - ran;
@@ -1438,7 +1862,10 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                             (json_int_t)skipped);
     if (ret && warnings)
         json_object_set(ret, "warnings", warnings);
+    if (ret && waited)
+        json_object_set(ret, "waited", waited);
     json_decref(warnings);
+    json_decref(waited);
     return ret;
 }
 

@@ -322,8 +322,10 @@ char *wsfile_readlinkat(int dirfd, const char *name)
         return NULL;
     }
     buf[n] = '\0';
-    char *t = realloc(buf, (size_t)n + 1);
-    return t ? t : buf;
+    char *t = realloc(buf, (size_t)n + 1); /* shrink; keep buf if that fails */
+    if (t)
+        buf = t;
+    return buf;
 }
 
 /* ---------------------------------------------------------------- rmtree */

@@ -41,6 +41,16 @@ if command -v clang >/dev/null; then
     fi
 fi
 
+# Style and static checks: clang-format and cppcheck (make lint).
+if command -v cppcheck >/dev/null && command -v clang-format >/dev/null; then
+    if make --no-print-directory lint >"$BUILD/test-logs/lint.log" 2>&1; then
+        unit_pass=$((unit_pass + 1)); echo "lint clang-format + cppcheck: ok"
+    else
+        unit_fail=$((unit_fail + 1)); echo "lint: FAILED (log: $BUILD/test-logs/lint.log)"
+        grep -E 'error|warning|portability' "$BUILD/test-logs/lint.log" | tail -n 20
+    fi
+fi
+
 # Memory errors and undefined behaviour: the unit tests again, built with
 # clang's AddressSanitizer (LeakSanitizer included) and UBSan; any report fails.
 if command -v clang >/dev/null; then
@@ -69,8 +79,44 @@ fi
 
 xml="$BUILD/test-logs/pytest.xml"
 rm -f "$xml"
+# Processes the suite starts (kernels, sandbox inits, workers, daemons) all
+# name the build directory (or the copy made for nobody, km-nobody-bin-*) in
+# their command line; those running before the suite are not its own.
+BUILD_ABS=$(cd "$BUILD" && pwd -P)
+suite_procs() {
+    for d in /proc/[0-9]*; do
+        pid=${d#/proc/}
+        [ "$pid" = "$$" ] && continue
+        cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+        case "$cmd" in
+        *"$BUILD_ABS/"* | *"/km-nobody-bin-"*) echo "$pid" ;;
+        esac
+    done
+}
+before=$(suite_procs | tr '\n' ' ')
 "$PYTHON" -m pytest -q -p no:cacheprovider --junitxml="$xml" ${PYTEST_ARGS:-} tests/e2e
 py_rc=$?
+# The suite must leave nothing running: wait a little for shutdowns in
+# progress, then report what is left (one failure), and kill it.
+left=""
+for _ in $(seq 50); do
+    left=""
+    for pid in $(suite_procs); do
+        case " $before " in *" $pid "*) continue ;; esac
+        left="$left $pid"
+    done
+    [ -z "$left" ] && break
+    sleep 0.1
+done
+leftover_fail=0
+if [ -n "$left" ]; then
+    leftover_fail=1
+    echo "LEFTOVER PROCESSES after the e2e suite (a test did not clean up; killing them):"
+    for pid in $left; do
+        echo "  $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
+    done
+    kill -KILL $left 2>/dev/null
+fi
 set -- $("$PYTHON" - "$xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
 try:
@@ -84,6 +130,7 @@ PY
 )
 e2e_pass=$1; e2e_fail=$2; e2e_skip=$3
 [ "$py_rc" -ne 0 ] && [ "$e2e_fail" -eq 0 ] && e2e_fail=1
+e2e_fail=$((e2e_fail + leftover_fail))
 
 total_pass=$((unit_pass + e2e_pass)); total_fail=$((unit_fail + e2e_fail))
 echo "SUMMARY: $total_pass passed, $total_fail failed, $e2e_skip skipped" \

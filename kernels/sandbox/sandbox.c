@@ -836,6 +836,13 @@ static int init_alive(const sandbox *sb)
     return 0;
 }
 
+long long sandbox_oom_kills(sandbox *sb)
+{
+    if (!sb || sb->cfg.level != SANDBOX_STRICT)
+        return -1;
+    return sbx_limits_oom_kills(sb->lim);
+}
+
 uint64_t sandbox_cpu_ns(sandbox *sb)
 {
     if (!sb)

@@ -117,6 +117,14 @@ int sandbox_signal(sandbox *sb, int sig);
  * Call it after the worker was reaped, before sandbox_destroy(). */
 const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t size);
 
+/* How many processes of the sandbox the kernel's OOM killer has killed so
+ * far (the memory cgroup's oom_kill counter: v2 memory.events, v1
+ * memory.oom_control), any process, not only the worker; -1 when unknown
+ * (no memory cgroup: with the rlimit fallback an allocation just fails in
+ * the process that made it, and nothing can be attributed). Reads one small
+ * file; call it at cell boundaries and compare. */
+long long sandbox_oom_kills(sandbox *sb);
+
 /* CPU time (user + system, nanoseconds) used by every process of the sandbox
  * so far, or 0 when it cannot be measured. With a cgroup (cpuacct / cpu.stat)
  * it is the cgroup's figure. Without one (unprivileged callers without

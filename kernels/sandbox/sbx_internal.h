@@ -151,6 +151,8 @@ int sbx_limits_clone_fd(const sbx_limits *lim);
 int sbx_limits_apply_rlimits(const sandbox_config *cfg, const sbx_limits *lim, char *err,
                              size_t len);
 int sbx_limits_has_memory_cgroup(const sbx_limits *lim);
+/* The memory cgroup's oom_kill counter, or -1 without one (or unreadable). */
+long long sbx_limits_oom_kills(const sbx_limits *lim);
 /* "out of memory (limit 2 GiB)" etc. or NULL; see sandbox_limit_hit(). */
 const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status, char *buf,
                            size_t size);

@@ -289,6 +289,14 @@ int sbx_limits_apply_rlimits(const sandbox_config *cfg, const sbx_limits *lim, c
     return 0;
 }
 
+long long sbx_limits_oom_kills(const sbx_limits *lim)
+{
+    if (!lim || !lim->mem[0])
+        return -1;
+    return lim->version == 2 ? sbx_limits_read_key(lim->mem, "memory.events", "oom_kill")
+                             : sbx_limits_read_key(lim->mem, "memory.oom_control", "oom_kill");
+}
+
 const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status, char *buf,
                            size_t size)
 {

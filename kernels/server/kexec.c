@@ -126,8 +126,9 @@ static void end_request(kserver *ks)
 
 static json_t *reply_metadata(kserver *ks, const char *status)
 {
-    json_t *md = json_pack("{s:s, s:b, s:s, s:s}", "started", ks->cur_started, "dependencies_met",
-                           1, "engine", ks->session_id, "status", status);
+    json_t *md = json_pack("{s:s, s:b, s:s, s:s, s:I}", "started", ks->cur_started,
+                           "dependencies_met", 1, "engine", ks->session_id, "status", status,
+                           "worker_generation", (json_int_t)ks->worker_gen);
     if (ks->worker) {
         uint64_t cpu = sandbox_cpu_ns(kworker_sandbox(ks->worker));
         /* 0 is a measurement too (clock-tick precision: a worker that has
@@ -139,6 +140,55 @@ static json_t *reply_metadata(kserver *ks, const char *status)
             json_object_set_new(md, "cpu_time_ms", json_real((double)(cpu - ks->cur_cpu_ns) / 1e6));
     }
     return md;
+}
+
+/* "256 MiB": exact multiples only move up a unit, so a limit is never rounded. */
+static const char *size_text(uint64_t n, char *buf, size_t size)
+{
+    static const char *units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    unsigned u = 0;
+    while (u + 1 < sizeof units / sizeof *units && n >= 1024 && n % 1024 == 0) {
+        n /= 1024;
+        u++;
+    }
+    snprintf(buf, size, "%llu %s", (unsigned long long)n, units[u]);
+    return buf;
+}
+
+/* A memory limit hit by any process of the sandbox during the cell (a
+ * child of a Bash cell, not only the worker): the memory cgroup's OOM-kill
+ * counter grew. Adds "limits_hit" to md and says so on the cell's stderr. */
+static void report_limits(kserver *ks, json_t *md)
+{
+    if (!ks->worker || ks->cur_oom_kills < 0)
+        return;
+    long long now = sandbox_oom_kills(kworker_sandbox(ks->worker));
+    if (now <= ks->cur_oom_kills)
+        return;
+    long long n = now - ks->cur_oom_kills;
+    char lim[32], what[160], text[240];
+    snprintf(what, sizeof what, "out of memory (limit %s): the kernel killed %lld process%s",
+             size_text(ks->opts.sandbox.memory_bytes, lim, sizeof lim), n, n == 1 ? "" : "es");
+    json_object_set_new(md, "limits_hit", json_pack("[s]", what));
+    snprintf(text, sizeof text, "[%s] %s in this cell\n", ks->backend->name, what);
+    kexec_flush_streams(ks, 1);
+    kserver_publish(ks, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text), ks->cur);
+    kserver_log("%s", what);
+}
+
+void kexec_cell_starts(kserver *ks)
+{
+    ks->cur_oom_kills = ks->worker ? sandbox_oom_kills(kworker_sandbox(ks->worker)) : -1;
+    if (!ks->lost_reason || ks->cur_silent)
+        return;
+    char *text = NULL;
+    if (asprintf(&text,
+                 "[%s] Kernel restarted before this cell: %s. Its state (variables, functions, "
+                 "working directory, environment) was lost.\n",
+                 ks->backend->name, ks->lost_reason) < 0)
+        return;
+    kserver_publish(ks, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text), ks->cur);
+    free(text);
 }
 
 /* Sends the execute_reply and the idle status; content and metadata stolen. */
@@ -160,9 +210,22 @@ static void finish_execute(kserver *ks, const char *status, int exit_code, json_
         json_object_update(content, ks->cur_error);
     json_t *md = reply_metadata(ks, status);
     json_object_set_new(md, "exit_code", json_integer(exit_code));
+    report_limits(ks, md);
     if (extra_md) {
         json_object_update(md, extra_md);
         json_decref(extra_md);
+    }
+    /* A worker lost earlier (idle, in a silent cell, in a completion): say
+     * so until a cell the user sees has said it. A death in this very cell
+     * has its own reason in extra_md and supersedes it. */
+    if (ks->lost_reason && !json_object_get(md, "kernel_restarted")) {
+        json_object_set_new(md, "kernel_restarted", json_true());
+        json_object_set_new(md, "state_preserved", json_false());
+        json_object_set_new(md, "reason", json_string(ks->lost_reason));
+    }
+    if (!ks->cur_silent) {
+        free(ks->lost_reason);
+        ks->lost_reason = NULL;
     }
     int stop = !strcmp(status, "error") && ks->cur_stop_on_error;
     /* Requests that arrived before this reply count as queued and are
@@ -411,6 +474,7 @@ void kexec_start_worker(kserver *ks)
     ks->cpu_mark_set = 0;
     ks->worker = kworker_start(&ks->spec, &ks->opts.sandbox, err, sizeof err);
     if (ks->worker) {
+        ks->worker_gen++;
         ks->ready_by_ns = kworker_now_ns() + KEXEC_READY_TIMEOUT_NS;
         return;
     }
@@ -454,6 +518,27 @@ void kexec_worker_gone(kserver *ks)
     else
         snprintf(what, sizeof what, "the %s worker %s", ks->backend->name, how);
     kserver_log("%s", what);
+    /* State is lost unless this worker never got ready (it had none) or the
+     * running execute's own reply says so below. */
+    if (was_ready && !(ks->cur && ks->cur_kind == KREQ_EXECUTE && !ks->cur_silent)) {
+        char *lost = NULL;
+        int r;
+        if (!ks->cur)
+            r = ks->execution_count
+                    ? asprintf(&lost, "%s while idle, after cell %d", what, ks->execution_count)
+                    : asprintf(&lost, "%s while idle, before the first cell", what);
+        else if (ks->cur_kind == KREQ_EXECUTE)
+            r = asprintf(&lost, "%s during a silent execution", what);
+        else
+            r = asprintf(&lost, "%s during a %s", what,
+                         ks->cur_kind == KREQ_COMPLETE  ? "completion request"
+                         : ks->cur_kind == KREQ_INSPECT ? "inspect request"
+                                                        : "is_complete request");
+        if (r >= 0) {
+            free(ks->lost_reason);
+            ks->lost_reason = lost;
+        }
+    }
     char msg[900];
     snprintf(msg, sizeof msg,
              "Kernel restarted: %s. Its state (variables, functions, working directory, "

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,10 @@ khb *khb_start(void *ctx, const char *endpoint, char *err, size_t errlen)
         snprintf(err, errlen, "heartbeat socket: %s", zmq_strerror(errno));
         goto fail;
     }
+    /* Pings are a few bytes (jupyter_client sends 8): a peer announcing a
+     * bigger frame is disconnected before libzmq allocates it. */
+    int64_t maxmsg = KHB_MAX_FRAME;
+    zmq_setsockopt(hb->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     if (zmq_bind(hb->sock, endpoint) < 0) {
         snprintf(err, errlen, "cannot bind heartbeat to %s: %s", endpoint, zmq_strerror(errno));
         goto fail;

@@ -8,6 +8,10 @@
 
 #include <stddef.h>
 
+/* Largest heartbeat frame accepted (ZMQ_MAXMSGSIZE); bigger ones drop the
+ * connection. */
+#define KHB_MAX_FRAME 1024
+
 typedef struct khb khb;
 
 /* new: binds endpoint in ctx (borrowed) and starts echoing. NULL with a

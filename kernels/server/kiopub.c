@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <linux/tcp.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <zmq.h>
 
@@ -27,8 +31,11 @@ typedef struct kiopub_item {
 } kiopub_item;
 
 typedef struct kiopub_peer {
-    int fd;    /* libzmq's connection fd (borrowed: never closed here) */
-    long outq; /* unsent bytes at the last sample, -1 = not sampled */
+    int fd;                    /* libzmq's connection fd (borrowed: never closed here) */
+    long outq;                 /* unsent bytes at the last sample, -1 = not sampled */
+    uint64_t acked;            /* TCP: bytes the peer acknowledged at the last sample */
+    uint64_t last_progress_ns; /* it last took bytes (or the stall began) */
+    uint64_t gap_ns;           /* longest wait between two of its reads seen */
 } kiopub_peer;
 
 struct kiopub {
@@ -40,6 +47,7 @@ struct kiopub {
     size_t count;        /* items in the queue */
     uint64_t stalled_ns; /* start of the current stall period; 0 = moving */
     int stall_periods;   /* consecutive periods without progress */
+    int cut_in_period;   /* subscribers cut in the current period */
     int lossy;           /* ZMQ_XPUB_NODROP is off */
     kiopub_peer peers[KIOPUB_MAX_PEERS];
     size_t npeers;
@@ -106,7 +114,7 @@ static void peer_add(kiopub *q, int fd)
         q->peers_overflow = 1;
         return;
     }
-    q->peers[q->npeers++] = (kiopub_peer){fd, -1};
+    q->peers[q->npeers++] = (kiopub_peer){fd, -1, 0, kworker_now_ns(), 0};
 }
 
 static void peer_remove(kiopub *q, int fd)
@@ -154,31 +162,112 @@ static long peer_outq(int fd)
     return ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
 }
 
+/* TCP: bytes the peer has acknowledged so far (grows only when its
+ * receive window opens, i.e. when it reads); 0 for other sockets. */
+static uint64_t peer_acked(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked)
+        return 0;
+    return ti.tcpi_bytes_acked;
+}
+
+/* A stall begins: every peer gets the whole grace period from now on. */
+static void peers_start_period(kiopub *q)
+{
+    uint64_t now = kworker_now_ns();
+    for (size_t i = 0; i < q->npeers; i++) {
+        q->peers[i].outq = peer_outq(q->peers[i].fd);
+        q->peers[i].acked = peer_acked(q->peers[i].fd);
+        q->peers[i].last_progress_ns = now;
+    }
+}
+
+/* Samples every peer while the socket is stalled (each loop turn, at most
+ * every few ms): a peer took bytes when its unread bytes went down at any
+ * sample or (TCP) it acknowledged more. Two samples alone would not do: the
+ * unread bytes of a peer that drains while another floods can sit at the
+ * same (full) value at both ends of a period, libzmq refilling what it
+ * read. The longest wait between a peer's reads is remembered: a client's
+ * libzmq takes from its socket in batches (after its application consumed
+ * half its receive queue), so a client that reads slowly shows progress
+ * seldom, but regularly. */
+static void peers_sample(kiopub *q, uint64_t now)
+{
+    for (size_t i = 0; i < q->npeers; i++) {
+        kiopub_peer *p = &q->peers[i];
+        long outq = peer_outq(p->fd);
+        uint64_t acked = peer_acked(p->fd);
+        if ((p->outq >= 0 && outq >= 0 && outq < p->outq) || acked > p->acked) {
+            if (now - p->last_progress_ns > p->gap_ns)
+                p->gap_ns = now - p->last_progress_ns;
+            p->last_progress_ns = now;
+        }
+        p->outq = outq;
+        p->acked = acked;
+    }
+}
+
+/* How long a peer may take nothing before it counts as stuck: the grace
+ * period, or four times the longest wait between its reads seen so far
+ * (a slow reader is not a stuck one), at most KIOPUB_STALL_MAX_NS. */
+static uint64_t peer_grace(const kiopub_peer *p)
+{
+    uint64_t g = 4 * p->gap_ns;
+    if (g < KIOPUB_STALL_NS)
+        g = KIOPUB_STALL_NS;
+    return g > KIOPUB_STALL_MAX_NS ? KIOPUB_STALL_MAX_NS : g;
+}
+
+/* "127.0.0.1:4711" or "fd N" (a unix socket peer has no useful name). */
+static const char *peer_name(int fd, char *buf, size_t size)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    char host[INET6_ADDRSTRLEN] = "";
+    if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+        snprintf(buf, size, "%s:%u", host, ntohs(a->sin_port));
+    } else if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+        snprintf(buf, size, "[%s]:%u", host, ntohs(a->sin6_port));
+    } else {
+        snprintf(buf, size, "fd %d", fd);
+    }
+    return buf;
+}
+
 /* Called once per stall period while the socket refuses everything: a peer
- * whose connection holds unread bytes and has not taken a single one since
- * the last period is the one that stopped reading. Cutting its connection
+ * whose connection holds unread bytes and has not taken a single one during
+ * the whole period (see peers_sample) is the one that stopped reading; a
+ * peer that reads, however slowly, is never cut. Cutting its connection
  * frees its queue (libzmq drops the pipe); its client reconnects by itself
  * and goes on from then, having missed what it did not read — what
  * ipykernel's plain PUB gives such a client, while everyone else keeps
  * lossless delivery. Returns the number of connections cut. */
-static int cut_stuck_peers(kiopub *q)
+static int cut_stuck_peers(kiopub *q, uint64_t now)
 {
     read_monitor(q);
     int cut = 0;
     for (size_t i = 0; i < q->npeers; i++) {
         kiopub_peer *p = &q->peers[i];
-        long outq = peer_outq(p->fd);
-        if (outq > 0 && outq == p->outq) {
+        if (p->outq > 0 && now - p->last_progress_ns >= peer_grace(p)) {
+            char name[80];
             kserver_log("an IOPub subscriber has not read anything for %.1f s with %ld bytes "
-                        "waiting: disconnecting it (it reconnects and misses what it did not "
-                        "read; the other clients get everything)",
-                        KIOPUB_STALL_NS / 1e9, outq);
+                        "waiting (peer %s): disconnecting it (it reconnects and misses what it "
+                        "did not read; the other clients get everything)",
+                        (double)(now - p->last_progress_ns) / 1e9, p->outq,
+                        peer_name(p->fd, name, sizeof name));
             shutdown(p->fd, SHUT_RDWR);
             p->outq = -1;
+            p->last_progress_ns = now;
             cut++;
-            continue;
         }
-        p->outq = outq;
     }
     return cut;
 }
@@ -197,8 +286,9 @@ static int send_item(kiopub *q, kiopub_item *it)
                 if (!q->stalled_ns) {
                     q->stalled_ns = kworker_now_ns();
                     q->stall_periods = 0;
-                    for (size_t i = 0; i < q->npeers; i++)
-                        q->peers[i].outq = peer_outq(q->peers[i].fd);
+                    q->cut_in_period = 0;
+                    read_monitor(q);
+                    peers_start_period(q);
                 }
                 return 0;
             }
@@ -219,21 +309,33 @@ static void set_lossy(kiopub *q, int lossy)
         q->lossy = lossy;
 }
 
+/* While the socket refuses: cuts stuck subscribers, and after
+ * KIOPUB_LOSSY_AFTER whole periods without a culprit falls back to lossy. */
+static void handle_stall(kiopub *q)
+{
+    uint64_t now = kworker_now_ns();
+    peers_sample(q, now);
+    q->cut_in_period += cut_stuck_peers(q, now);
+    if (now - q->stalled_ns < KIOPUB_STALL_NS)
+        return;
+    q->stalled_ns = now;
+    int cut = q->cut_in_period;
+    q->cut_in_period = 0;
+    if (cut == 0 && ++q->stall_periods >= KIOPUB_LOSSY_AFTER) {
+        /* No culprit found (no monitor, too many peers, a transport
+         * without SIOCOUTQ): never stall forever; drop like PUB does. */
+        kserver_log("IOPub has not moved for %.0f s: now dropping messages for subscribers "
+                    "that are %d messages behind",
+                    KIOPUB_LOSSY_AFTER * KIOPUB_STALL_NS / 1e9, KIOPUB_HWM);
+        set_lossy(q, 1);
+        q->stalled_ns = 0;
+    }
+}
+
 size_t kiopub_flush(kiopub *q)
 {
-    uint64_t now;
-    if (q->head && q->stalled_ns && (now = kworker_now_ns()) - q->stalled_ns >= KIOPUB_STALL_NS) {
-        q->stalled_ns = now;
-        if (cut_stuck_peers(q) == 0 && ++q->stall_periods >= KIOPUB_LOSSY_AFTER) {
-            /* No culprit found (no monitor, too many peers, a transport
-             * without SIOCOUTQ): never stall forever; drop like PUB does. */
-            kserver_log("IOPub has not moved for %.0f s: now dropping messages for subscribers "
-                        "that are %d messages behind",
-                        KIOPUB_LOSSY_AFTER * KIOPUB_STALL_NS / 1e9, KIOPUB_HWM);
-            set_lossy(q, 1);
-            q->stalled_ns = 0;
-        }
-    }
+    if (q->head && q->stalled_ns)
+        handle_stall(q);
     while (q->head) {
         kiopub_item *it = q->head;
         if (send_item(q, it) == 0)
@@ -294,6 +396,11 @@ uint64_t kiopub_deadline(const kiopub *q)
 int kiopub_congested(const kiopub *q)
 {
     return q->pending > KIOPUB_CONGESTED_BYTES;
+}
+
+size_t kiopub_count(const kiopub *q)
+{
+    return q->count;
 }
 
 int kiopub_lossy(const kiopub *q)

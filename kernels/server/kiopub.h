@@ -14,7 +14,13 @@
  * IOPub, a suspended `jupyter console`) would stall the kernel for everyone.
  * A socket monitor gives us each subscriber's connection fd; when the socket
  * has refused everything for KIOPUB_STALL_NS, a connection whose unread
- * bytes (SIOCOUTQ) have not gone down at all in that time is shut down.
+ * bytes (SIOCOUTQ, sampled every loop turn) have not gone down once and
+ * (TCP) that acknowledged nothing in that time is shut down; a subscriber
+ * seen reading, however slowly, gets four times its longest wait between
+ * reads (at most KIOPUB_STALL_MAX_NS). A subscriber that drains while
+ * another client floods the kernel is therefore never cut; the flood is
+ * slowed instead (kserver.c stops reading requests while IOPub is
+ * backlogged).
  * libzmq drops its pipe and everyone else moves on, losslessly; the stuck
  * client reconnects by itself and misses what it did not read (which is
  * what ipykernel's plain PUB does to it). Should no culprit be found for
@@ -32,6 +38,14 @@
 #define KIOPUB_CONGESTED_BYTES (1u << 20)
 #define KIOPUB_HWM 1000               /* per-subscriber queue, messages (libzmq's default) */
 #define KIOPUB_STALL_NS 2000000000ull /* no progress for this long: a subscriber is stuck */
+/* ... or, for a subscriber seen reading in batches, four times its longest
+ * wait between two reads, at most this long */
+#define KIOPUB_STALL_MAX_NS 30000000000ull
+/* Back-pressure on clients: above this many queued messages the server
+ * stops reading shell and control requests, below KIOPUB_BACKLOG_LOW it
+ * reads them again (see kserver.c). */
+#define KIOPUB_BACKLOG_HIGH 256
+#define KIOPUB_BACKLOG_LOW 64
 
 typedef struct kiopub kiopub;
 
@@ -56,6 +70,9 @@ size_t kiopub_pending(const kiopub *q);
 /* Monotonic time (ns) at which kiopub_flush() gives up on a stalled
  * subscriber, or 0 when the queue is empty. */
 uint64_t kiopub_deadline(const kiopub *q);
+
+/* Messages waiting in the queue. */
+size_t kiopub_count(const kiopub *q);
 
 /* 1 when the queue holds more than KIOPUB_CONGESTED_BYTES. */
 int kiopub_congested(const kiopub *q);

@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,9 @@ void kopts_usage(FILE *out, const kbackend *b)
             "                           /proc/PID/cmdline\n"
             "  --ro-path DIR            bind the absolute host path DIR read-only into\n"
             "                           the sandbox at the same path (repeatable)\n"
+            "  --owner-fd N             inherited fd N is the read end of a pipe whose\n"
+            "                           write end the owner keeps: when it closes (the\n"
+            "                           owner died) the kernel shuts down as on SIGTERM\n"
             "  -h, --help               show this help and exit\n"
             "  --version                show the version and exit\n",
             b->name, b->name);
@@ -127,12 +131,12 @@ void kopts_usage(FILE *out, const kbackend *b)
 /* Which of our options take a value; 0 when name is not ours. */
 static int takes_value(const char *name)
 {
-    static const char *const with_value[] = {
-        "-f",          "--connection-file", "--workspace",       "--sandbox",
-        "--memory",    "--procs",           "--tmp-size",        "--open-files",
-        "--file-size", "--network",         "--interrupt-grace", "--env",
-        "--log-max",   "--history-max",     "--ro-path",         "--env-file",
-        NULL};
+    static const char *const with_value[] = {"-f",         "--connection-file", "--workspace",
+                                             "--sandbox",  "--memory",          "--procs",
+                                             "--tmp-size", "--open-files",      "--file-size",
+                                             "--network",  "--interrupt-grace", "--env",
+                                             "--log-max",  "--history-max",     "--ro-path",
+                                             "--env-file", "--owner-fd",        NULL};
     for (int i = 0; with_value[i]; i++)
         if (!strcmp(name, with_value[i]))
             return 1;
@@ -309,6 +313,39 @@ int kopts_apply_spec(const kopts *o, kworker_spec *spec, char *err, size_t errle
     return 0;
 }
 
+/* --owner-fd N: must be an open pipe (FIFO) or socket of this process, not
+ * one of the standard streams. Made non-blocking and close-on-exec (the
+ * worker must never hold it). */
+static int set_owner_fd(kopts *o, const char *val, char *err, size_t errlen)
+{
+    unsigned fd;
+    if (parse_uint(val, &fd) < 0 || fd < 3 || fd > INT_MAX) {
+        snprintf(err, errlen, "invalid value for --owner-fd: '%s' (a file descriptor >= 3)", val);
+        return -1;
+    }
+    if (o->owner_fd >= 0) {
+        snprintf(err, errlen, "--owner-fd %s: only one --owner-fd may be given", val);
+        return -1;
+    }
+    struct stat st;
+    int fl = fcntl((int)fd, F_GETFL);
+    if (fl < 0 || fstat((int)fd, &st) < 0) {
+        snprintf(err, errlen, "--owner-fd %s: not an open file descriptor: %s", val,
+                 strerror(errno));
+        return -1;
+    }
+    if (!S_ISFIFO(st.st_mode) && !S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "--owner-fd %s: not a pipe or socket", val);
+        return -1;
+    }
+    if (fcntl((int)fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0) {
+        snprintf(err, errlen, "--owner-fd %s: %s", val, strerror(errno));
+        return -1;
+    }
+    o->owner_fd = (int)fd;
+    return 0;
+}
+
 static int set_option(kopts *o, const char *name, const char *val, char *err, size_t errlen)
 {
     sandbox_config *c = &o->sandbox;
@@ -362,6 +399,8 @@ static int set_option(kopts *o, const char *name, const char *val, char *err, si
         return add_env(o, "--env", val, err, errlen);
     } else if (!strcmp(name, "--env-file")) {
         return add_env_file(o, val, err, errlen);
+    } else if (!strcmp(name, "--owner-fd")) {
+        return set_owner_fd(o, val, err, errlen);
     } else if (!strcmp(name, "--ro-path")) {
         if (val[0] != '/') {
             snprintf(err, errlen, "--ro-path %s: must be an absolute path", val);
@@ -388,6 +427,7 @@ static int parse_args(kopts *o, int argc, char **argv, const kbackend *b, char *
     o->interrupt_grace = 5.0;
     o->log_max = KOPTS_LOG_MAX_DEFAULT;
     o->history_max = KOPTS_HISTORY_MAX_DEFAULT;
+    o->owner_fd = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

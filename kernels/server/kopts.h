@@ -46,6 +46,10 @@ typedef struct kopts {
      * they never show on a command line (/proc/PID/cmdline is readable by
      * every user of the host). */
     char *env_file_data;
+    /* --owner-fd N: an inherited fd, the read end of a pipe whose write end
+     * the owner (the manager) keeps; end-of-file or a hang-up on it shuts
+     * the kernel down as SIGTERM does. -1 when not given. */
+    int owner_fd;
     int help;    /* --help was given */
     int version; /* --version was given */
 } kopts;

@@ -230,8 +230,18 @@ void kserver_reply(kserver *ks, void *sock, const char *msg_type, json_t *conten
     if (metadata)
         jmsg_set_metadata(m, metadata);
     jp_error err;
-    if (jp_session_send(ks->session, sock, m, ZMQ_DONTWAIT, &err) != JP_OK)
+    if (sock == ks->shell || sock == ks->control) {
+        /* Never lost to a slow reader: see kreplyq.h. */
+        jp_frame *frames = NULL;
+        size_t n = 0;
+        char why[256];
+        if (jp_session_encode(ks->session, m, &frames, &n, &err) != JP_OK)
+            kserver_log("cannot send %s: %s", msg_type, err.reason);
+        else if (kreplyq_send(ks->replies, sock, frames, n, why, sizeof why) < 0)
+            kserver_log("cannot send %s: %s", msg_type, why);
+    } else if (jp_session_send(ks->session, sock, m, ZMQ_DONTWAIT, &err) != JP_OK) {
         kserver_log("cannot send %s: %s", msg_type, err.reason);
+    }
     jmsg_destroy(&m);
 }
 
@@ -245,9 +255,9 @@ json_t *kserver_kernel_info(kserver *ks)
         return NULL;
     if (ks->spec.kernel_info)
         json_object_update(info, ks->spec.kernel_info);
-    json_t *km = json_pack("{s:O, s:s, s:s}", "sandbox", ks->protections, "level",
+    json_t *km = json_pack("{s:O, s:s, s:s, s:I}", "sandbox", ks->protections, "level",
                            ks->opts.sandbox.level == SANDBOX_NONE ? "none" : "strict", "workspace",
-                           ks->workspace);
+                           ks->workspace, "worker_generation", (json_int_t)ks->worker_gen);
     if (km)
         json_object_set_new(info, "kernelmgr", km);
     return info;
@@ -299,6 +309,10 @@ static void *make_socket(kserver *ks, int type, jp_channel ch, char *err, size_t
     zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     if (type == ZMQ_ROUTER)
         zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    /* A reply to a peer whose queue is full waits in kreplyq (EAGAIN)
+     * instead of being dropped silently. */
+    if (type == ZMQ_ROUTER && (ch == JP_SHELL || ch == JP_CONTROL))
+        zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     if (type == ZMQ_XPUB) {
         /* Lossless with back-pressure; see kiopub.h for the stuck-subscriber
          * escape. VERBOSER: told about every subscriber that leaves. */
@@ -316,29 +330,38 @@ static void *make_socket(kserver *ks, int type, jp_channel ch, char *err, size_t
     return s;
 }
 
-static int open_sockets(kserver *ks, char *err, size_t errlen)
+/* The heartbeat first, before the (possibly slow) backend preparation:
+ * jupyter_client's wait_for_ready() pings it from the start and declares a
+ * kernel that does not answer within a second dead ("Kernel died before
+ * replying to kernel_info") while it is only starting slowly on a loaded
+ * machine. Requests sent meanwhile wait in the clients' queues. */
+static int open_heartbeat(kserver *ks, char *err, size_t errlen)
 {
     ks->ctx = zmq_ctx_new();
     if (!ks->ctx) {
         snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
         return -1;
     }
-    if (!(ks->shell = make_socket(ks, ZMQ_ROUTER, JP_SHELL, err, errlen)) ||
-        !(ks->control = make_socket(ks, ZMQ_ROUTER, JP_CONTROL, err, errlen)) ||
-        !(ks->stdin_sock = make_socket(ks, ZMQ_ROUTER, JP_STDIN, err, errlen)) ||
-        !(ks->iopub_sock = make_socket(ks, ZMQ_XPUB, JP_IOPUB, err, errlen)))
-        return -1;
     char ep[512];
     if (jp_connection_endpoint(&ks->conn, JP_HB, ep, sizeof ep) < 0) {
         snprintf(err, errlen, "heartbeat endpoint too long");
         return -1;
     }
     ks->hb = khb_start(ks->ctx, ep, err, errlen);
-    if (!ks->hb)
+    return ks->hb ? 0 : -1;
+}
+
+static int open_sockets(kserver *ks, char *err, size_t errlen)
+{
+    if (!(ks->shell = make_socket(ks, ZMQ_ROUTER, JP_SHELL, err, errlen)) ||
+        !(ks->control = make_socket(ks, ZMQ_ROUTER, JP_CONTROL, err, errlen)) ||
+        !(ks->stdin_sock = make_socket(ks, ZMQ_ROUTER, JP_STDIN, err, errlen)) ||
+        !(ks->iopub_sock = make_socket(ks, ZMQ_XPUB, JP_IOPUB, err, errlen)))
         return -1;
     ks->bound = 1;
     ks->iopub = kiopub_new(ks->ctx, ks->iopub_sock, ks->session);
-    if (!ks->iopub) {
+    ks->replies = kreplyq_new();
+    if (!ks->iopub || !ks->replies) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -348,6 +371,10 @@ static int open_sockets(kserver *ks, char *err, size_t errlen)
 static void close_sockets(kserver *ks)
 {
     khb_stop(&ks->hb);
+    if (ks->replies) {
+        kreplyq_flush(ks->replies);
+        kreplyq_destroy(&ks->replies);
+    }
     if (ks->iopub) {
         kiopub_flush(ks->iopub);
         kiopub_destroy(&ks->iopub);
@@ -410,21 +437,70 @@ static uint64_t min_deadline(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
+/* The owner's pipe (--owner-fd): end-of-file or an error means the owner
+ * is gone; anything it writes is ignored. */
+static void check_owner(kserver *ks)
+{
+    char buf[256];
+    for (;;) {
+        ssize_t r = read(ks->opts.owner_fd, buf, sizeof buf);
+        if (r > 0)
+            continue;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        kserver_log("the owner's pipe (--owner-fd %d) %s: the owner is gone, shutting down",
+                    ks->opts.owner_fd, r == 0 ? "was closed" : strerror(errno));
+        ks->quit = 1;
+        return;
+    }
+}
+
+/* Back-pressure on clients: while IOPub is backlogged, new shell and
+ * control requests are left in ZeroMQ's queues (bounded by its high-water
+ * mark), so a client flooding requests slows itself down instead of
+ * growing our queue or getting a subscriber that does read disconnected. */
+static void update_client_pause(kserver *ks)
+{
+    size_t backlog = kiopub_count(ks->iopub);
+    size_t replies = kreplyq_waiting(ks->replies);
+    if (!ks->clients_paused && (backlog > KIOPUB_BACKLOG_HIGH || kiopub_congested(ks->iopub))) {
+        ks->clients_paused = 1;
+        kserver_log("IOPub is backlogged (%zu messages waiting): not reading new requests "
+                    "until subscribers catch up",
+                    backlog);
+    } else if (!ks->clients_paused && replies) {
+        /* a client reads its replies slowly: wait for it (quietly) */
+        ks->clients_paused = 1;
+    } else if (ks->clients_paused && backlog < KIOPUB_BACKLOG_LOW && !kiopub_congested(ks->iopub) &&
+               !replies) {
+        ks->clients_paused = 0;
+    }
+}
+
 static void run_loop(kserver *ks)
 {
     while (!ks->quit) {
-        zmq_pollitem_t items[9];
+        zmq_pollitem_t items[10];
         int n = 0;
+        update_client_pause(ks);
+        short client_ev = ks->clients_paused ? 0 : ZMQ_POLLIN;
         int i_shell = n;
-        items[n++] = (zmq_pollitem_t){ks->shell, 0, ZMQ_POLLIN, 0};
+        items[n++] = (zmq_pollitem_t){ks->shell, 0, client_ev, 0};
         int i_control = n;
-        items[n++] = (zmq_pollitem_t){ks->control, 0, ZMQ_POLLIN, 0};
+        items[n++] = (zmq_pollitem_t){ks->control, 0, client_ev, 0};
         int i_stdin = n;
         items[n++] = (zmq_pollitem_t){ks->stdin_sock, 0, ZMQ_POLLIN, 0};
         int i_iopub = n;
         items[n++] = (zmq_pollitem_t){ks->iopub_sock, 0, ZMQ_POLLIN, 0};
         int i_sig = n;
         items[n++] = (zmq_pollitem_t){NULL, ks->sigpipe[0], ZMQ_POLLIN, 0};
+        int i_owner = -1;
+        if (ks->opts.owner_fd >= 0) {
+            i_owner = n;
+            items[n++] = (zmq_pollitem_t){NULL, ks->opts.owner_fd, ZMQ_POLLIN, 0};
+        }
         int i_out = -1, i_err = -1, i_evt = -1, i_req = -1;
         kworker *w = ks->worker;
         /* Back-pressure: while IOPub is congested, leave the worker's pipes
@@ -458,6 +534,8 @@ static void run_loop(kserver *ks)
         due = min_deadline(due, ks->kill_at_ns);
         if (ks->worker && !ks->worker_ready)
             due = min_deadline(due, ks->ready_by_ns);
+        if (kreplyq_waiting(ks->replies))
+            due = min_deadline(due, now + 5000000ull);
         if (kiopub_pending(ks->iopub)) {
             due = min_deadline(due, now + 5000000ull);
             due = min_deadline(due, kiopub_deadline(ks->iopub));
@@ -478,9 +556,15 @@ static void run_loop(kserver *ks)
         }
         if (items[i_sig].revents & ZMQ_POLLIN)
             handle_signals(ks);
-        if (items[i_control].revents & ZMQ_POLLIN)
+        if (i_owner >= 0 && (items[i_owner].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
+            check_owner(ks);
+        if (ks->quit)
+            break;
+        /* Each request answered may publish on IOPub: stop at the mark. */
+        if ((items[i_control].revents & ZMQ_POLLIN) && !ks->clients_paused)
             kshell_receive_all(ks, ks->control, 64);
-        if (items[i_shell].revents & ZMQ_POLLIN)
+        update_client_pause(ks);
+        if ((items[i_shell].revents & ZMQ_POLLIN) && !ks->clients_paused)
             kshell_receive_all(ks, ks->shell, 64);
         if (items[i_stdin].revents & ZMQ_POLLIN)
             kshell_receive_all(ks, ks->stdin_sock, 64);
@@ -516,6 +600,7 @@ static void run_loop(kserver *ks)
         kexec_timers(ks, kworker_now_ns());
         kserver_log_tick();
         kiopub_flush(ks->iopub);
+        kreplyq_flush(ks->replies);
         kshell_start_next(ks);
     }
 }
@@ -529,6 +614,8 @@ static void server_free(kserver *ks)
     jmsg_destroy(&ks->cur);
     jmsg_destroy(&ks->last_parent);
     json_decref(ks->cur_error);
+    free(ks->lost_reason);
+    ks->lost_reason = NULL;
     while (ks->qhead) {
         kqueued *q = ks->qhead;
         ks->qhead = q->next;
@@ -610,6 +697,10 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
         return 1;
     }
     find_share_dir(ks);
+    if (open_heartbeat(ks, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", prefix, err);
+        goto out;
+    }
     if (kstream_init(&ks->out, "stdout") < 0 || kstream_init(&ks->err, "stderr") < 0) {
         fprintf(stderr, "%s: out of memory\n", prefix);
         goto out;

@@ -18,6 +18,7 @@
 #include "kernels/server/khistory.h"
 #include "kernels/server/kiopub.h"
 #include "kernels/server/kopts.h"
+#include "kernels/server/kreplyq.h"
 #include "kernels/server/kstream.h"
 #include "kernels/server/kworker.h"
 
@@ -55,6 +56,7 @@ typedef struct kserver {
     void *shell, *control, *stdin_sock, *iopub_sock;
     khb *hb;
     kiopub *iopub;
+    kreplyq *replies; /* shell and control replies a slow client has not taken yet */
     khistory *history;
     json_t *protections; /* sandbox_protections(), for kernel_info */
     int bound;           /* every channel is bound: its ipc files are ours */
@@ -92,6 +94,22 @@ typedef struct kserver {
     uint64_t interrupt_resend_ns;   /* SIGINT once more then (a first one can
                                        be lost in a fork before exec) */
     const char *kill_reason;        /* static: why we killed the worker, or NULL */
+    long long cur_oom_kills;        /* sandbox_oom_kills() when it started (-1: unknown) */
+
+    /* State loss. Every worker started gets the next generation number
+     * (1 for the first); replies and kernel_info show it. A worker that
+     * dies while no execute request runs (idle, between cells, or in a
+     * complete/inspect request, or a silent execute) leaves lost_reason set
+     * (owned, e.g. "the python worker was killed by signal 9 (Killed) while
+     * idle, after cell 3"), and every execute_reply says kernel_restarted /
+     * state_preserved false / reason until a non-silent one has said it. */
+    uint64_t worker_gen;
+    char *lost_reason;
+
+    /* Back-pressure on clients: set while IOPub is backlogged (above its
+     * high-water mark), cleared below the low-water mark; while set, no new
+     * shell or control request is read (they wait in ZeroMQ's queues). */
+    int clients_paused;
 
     jmsg *last_parent; /* owned: parent for output that arrives between requests */
     kqueued *qhead, *qtail;
@@ -132,6 +150,9 @@ void kexec_drain_output(kserver *ks);
 void kexec_worker_gone(kserver *ks); /* the worker exited or was killed */
 void kexec_interrupt(kserver *ks);
 void kexec_timers(kserver *ks, uint64_t now);
+/* Publishes the pending state-loss notice (if any) for the execution that
+ * starts now; called by kshell when it starts an execute request. */
+void kexec_cell_starts(kserver *ks);
 int kexec_send_request(kserver *ks, const char *const *fields, size_t n);
 
 #endif

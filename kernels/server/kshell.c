@@ -168,8 +168,8 @@ static void refuse(kserver *ks, jmsg *msg, const char *status, const char *ename
         json_object_set_new(content, "evalue", json_string(evalue));
         json_object_set_new(content, "traceback", json_pack("[s]", evalue));
     }
-    json_t *md = json_pack("{s:s, s:s, s:b}", "status", status, "engine", ks->session_id,
-                           "dependencies_met", 1);
+    json_t *md = json_pack("{s:s, s:s, s:b, s:I}", "status", status, "engine", ks->session_id,
+                           "dependencies_met", 1, "worker_generation", (json_int_t)ks->worker_gen);
     kserver_status(ks, "busy", msg);
     kserver_reply(ks, ks->shell, reply_type, content, md, msg);
     kserver_status(ks, "idle", msg);
@@ -225,6 +225,7 @@ static void start_execute(kserver *ks, jmsg *msg)
         kserver_publish(ks, "execute_input",
                         json_pack("{s:O, s:i}", "code", code, "execution_count", ks->cur_count),
                         msg);
+    kexec_cell_starts(ks);
     if (ks->cur_store)
         khistory_add(ks->history, ks->cur_count, json_string_value(code));
     char silent[2] = {ks->cur_silent ? '1' : '0', 0}, store[2] = {ks->cur_store ? '1' : '0', 0},

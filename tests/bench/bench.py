@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -1166,6 +1167,99 @@ def bench_pool(num):
             dn.close()
 
 
+# ---------------------------------------------------------------- 8. daemon under load
+
+
+def daemon_rss_kb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def bench_load(num):
+    if not binary("kernelmgr"):
+        raise Skip("build/kernelmgr not built")
+    langs = daemon_langs()
+    # 100 sessions created at once with the defaults that matter: the
+    # derived max_kernels and the interpreter detected (not configured)
+    cfg = daemon_config()
+    for k in ("max_kernels", "python"):
+        cfg.pop(k, None)
+    d = Daemon(cfg)
+    try:
+        n = 100
+
+        def create(i):
+            lang = langs[i % len(langs)]
+            code = "x = 1" if lang == "python" else "x=1"
+            c = DaemonConn(d.sock)
+            try:
+                t0 = time.perf_counter()
+                r = c.call({"op": "exec", "session": f"l{i}", "code": code, "lang": lang,
+                            "timeout": 600}, timeout=600)
+                return time.perf_counter() - t0, exec_ok(r)
+            finally:
+                c.close()
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=n) as ex:
+            made = list(ex.map(create, range(n)))
+        wall = time.perf_counter() - t0
+        errs = [e for _, e in made if e]
+        st = stats(ms_list([t for t, _ in made]))
+        DATA["load_sessions"] = {"sessions": n, "languages": langs, "first_result_ms": st,
+                                 "wall_s": wall, "failed": len(errs), "errors": errs[:5]}
+        row(num, f"{n} sessions created at once ({'+'.join(langs)}, default cap): "
+            f"time to first result",
+            f"p50 {st['median'] / 1000:.1f} s, p99 {st['p99'] / 1000:.1f} s, "
+            f"{n - len(errs)}/{n} ok", "", "", "all ok", verdict(not errs))
+    finally:
+        d.close()
+    if not binary("kernel-bash"):
+        raise Skip("build/kernel-bash not built")
+    d = Daemon(daemon_config())
+    try:
+        env = dict(d.env)
+        km = d.km
+        subprocess.run([km, "exec", "--session", "burst", "--lang", "bash", "-c", "echo warm"],
+                       env=env, stdout=subprocess.DEVNULL, timeout=120, check=True)
+        pid = d.proc.pid
+        before = daemon_rss_kb(pid)
+        peak = [before]
+        done = threading.Event()
+
+        def watch():
+            while not done.is_set():
+                peak[0] = max(peak[0], daemon_rss_kb(pid))
+                time.sleep(0.05)
+
+        w = threading.Thread(target=watch)
+        w.start()
+        t0 = time.perf_counter()
+        try:
+            subprocess.run([km, "exec", "--session", "burst", "--lang", "bash", "--timeout",
+                            "600", "-c", "yes | head -c 1G"], env=env,
+                           stdout=subprocess.DEVNULL, timeout=900, check=True)
+        finally:
+            done.set()
+            w.join()
+        secs = time.perf_counter() - t0
+        after = daemon_rss_kb(pid)
+        deadline = time.time() + 30
+        while after - before > 64 * 1024 and time.time() < deadline:
+            time.sleep(0.1)
+            after = daemon_rss_kb(pid)
+        DATA["load_rss"] = {"before_kb": before, "peak_kb": peak[0], "after_kb": after,
+                            "burst_seconds": secs}
+        row(num, "daemon RSS before / after 1 GiB of output via `kernelmgr exec`",
+            f"{before / 1024:.0f} -> {after / 1024:.0f} MiB (peak {peak[0] / 1024:.0f} MiB, "
+            f"{1024 / secs:.0f} MiB/s)", "", "", "after <= before + 64 MiB",
+            verdict(after - before <= 64 * 1024))
+    finally:
+        d.close()
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -1223,6 +1317,7 @@ def main():
     section(5, "concurrency", bench_concurrency)
     section(6, "sandbox overhead: strict vs none vs bubblewrap", bench_sandbox)
     section(7, "warm pool", bench_pool)
+    section(8, "daemon under load", bench_load)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

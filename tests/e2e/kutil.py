@@ -48,7 +48,7 @@ class Kernel:
         self.kc.load_connection_file()
         self.kc.start_channels()
         try:
-            self.kc.wait_for_ready(timeout=start_timeout)
+            wait_ready(self.kc, self.proc, start_timeout, self.log_text)
         except Exception:
             self.close()
             raise
@@ -80,11 +80,17 @@ class Kernel:
                     pass
             if reply is None:
                 try:
-                    m = self.kc.get_shell_msg(timeout=0.01)
+                    # no wait before our idle: IOPub is read at full speed
+                    # (one message per turn) even when other clients flood
+                    # it; after it, only the reply is missing
+                    m = self.kc.get_shell_msg(timeout=min(0.05, max(left, 0.001)) if idle else 0)
                     if m["parent_header"].get("msg_id") == msg_id:
                         reply = m
                 except queue.Empty:
                     pass
+            if idle:
+                # what IOPub has now belongs to later requests: leave it
+                continue
             try:
                 m = self.kc.get_iopub_msg(timeout=min(0.05, max(left, 0.001)))
             except queue.Empty:
@@ -101,14 +107,127 @@ class Kernel:
             self.kc.stop_channels()
         except Exception:
             pass
+        # What the kernel started (sandbox init, worker) must end with it;
+        # remember it to check, and to make sure nothing outlives the test.
+        tree = descendants(self.proc.pid) if self.proc.poll() is None else []
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(5)
+                self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        left = kill_left(tree)
         self.log.close()
+        # A kernel that exits must take its sandbox and worker with it.
+        assert not left, f"processes of the kernel outlived it (killed now): {left}"
+
+
+def wait_ready(kc, proc, timeout, log_text=lambda: ""):
+    """Waits until the kernel answers kernel_info on shell. Unlike
+    jupyter_client's wait_for_ready it never declares a kernel dead from its
+    heartbeat (a kernel that starts slowly on a loaded machine answers late,
+    and "Kernel died before replying to kernel_info" was then a false
+    alarm): only the kernel process exiting or the deadline ends the wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the kernel exited with status {proc.returncode} before "
+                               f"replying to kernel_info; log:\n{log_text()}")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(f"the kernel did not reply to kernel_info within {timeout} s; "
+                               f"log:\n{log_text()}")
+        msg_id = kc.kernel_info()
+        end = time.monotonic() + min(1.0, left)
+        while time.monotonic() < end:
+            try:
+                m = kc.get_shell_msg(timeout=max(0.01, end - time.monotonic()))
+            except queue.Empty:
+                break
+            if m["msg_type"] == "kernel_info_reply" and \
+                    m["parent_header"].get("msg_id") == msg_id:
+                # drain what iopub has (starting/busy/idle), as jupyter_client does
+                while True:
+                    try:
+                        kc.get_iopub_msg(timeout=0.1)
+                    except queue.Empty:
+                        return
+
+
+def children_of(pid):
+    """Direct children of pid (from /proc/PID/task/*/children)."""
+    out = []
+    for t in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (t / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def descendants(pid):
+    """Every live descendant of pid, parents before children."""
+    out, todo = [], [pid]
+    while todo:
+        for c in children_of(todo.pop(0)):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def alive(pid):
+    """True while pid exists and is not a zombie."""
+    try:
+        st = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return st.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_dead(pids, timeout=10):
+    """The pids still alive after up to timeout seconds (polling)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def kill_left(pids, timeout=10):
+    """Waits for pids to end; SIGKILLs any left after timeout. Returns those
+    that had to be killed."""
+    left = wait_dead(pids, timeout)
+    for p in left:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    return left
+
+
+def worker_pid(kernel_pid, timeout=30):
+    """The pid of the kernel's worker process (the deepest process of its
+    tree that is not the sandbox's init), waiting for one to exist."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in reversed(descendants(kernel_pid)):
+            try:
+                comm = Path(f"/proc/{p}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm not in ("sandbox-init", "kernel-bash", "kernel-python") and \
+                    Path(f"/proc/{p}/stat").exists():
+                # the worker is the child of init (strict) or of the kernel
+                # (none); a cell's own children are deeper
+                par = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                pcomm = Path(f"/proc/{par}/comm").read_text().strip() if alive(par) else ""
+                if pcomm in ("sandbox-init", "kernel-bash", "kernel-python"):
+                    return p
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no worker under {kernel_pid}: {descendants(kernel_pid)}")
+        time.sleep(0.05)
 
 
 def stream_text(iopub, name="stdout"):

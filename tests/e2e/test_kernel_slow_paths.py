@@ -5,8 +5,10 @@ import collections
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -106,7 +108,21 @@ def test_cpu_time_query_once_per_cell(tmp_path):
         assert walks >= 1, "the trace did not see the /proc walk at all"
         assert walks <= cells + 1 + 1, f"{walks} walks of /proc for {cells + 1} cells"
     finally:
+        # k.proc is strace: SIGTERM makes it detach and leave the kernel
+        # running. End the traced kernel itself (strace then exits with it),
+        # then check that nothing of it is left.
+        tree = kutil.descendants(k.proc.pid)
+        for pid in tree:
+            if Path(f"/proc/{pid}/comm").exists() and \
+                    Path(f"/proc/{pid}/comm").read_text().strip() == "kernel-bash":
+                os.kill(pid, signal.SIGTERM)
+                break
+        try:
+            k.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            pass
         k.close()
+        assert kutil.wait_dead(tree) == [], "the traced kernel outlived the test"
 
 
 # ---------------------------------------------------------------- python output buffering

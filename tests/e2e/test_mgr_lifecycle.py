@@ -182,7 +182,9 @@ def test_max_kernels_evicts_least_recently_used_and_reports(make_mgr):
 
 @needs_kernels
 def test_max_kernels_busy_sessions_are_never_evicted(make_mgr):
-    mgr = make_mgr({"max_kernels": 1})
+    # a start waits for a slot up to admission_timeout (then fails as here);
+    # the queued case is tests/e2e/test_faults_load.py
+    mgr = make_mgr({"max_kernels": 1, "admission_timeout": 1})
     assert mgr.exec("busy", "import time")[0] == 0
     with ThreadPoolExecutor(1) as ex:
         fut = ex.submit(mgr.exec, "busy", "time.sleep(4)\n'done'")

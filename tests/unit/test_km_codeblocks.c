@@ -85,6 +85,32 @@ static void heuristic(void **state)
     assert_int_equal(cblocks_guess_language("1 + 1\n"), KMCFG_LANG_PYTHON); /* tie: python */
 }
 
+static void code_checks(void **state)
+{
+    (void)state;
+    char err[256];
+    const char *ok = "print('h\xc3\xa9 \xf0\x9f\x98\x80')";
+    assert_int_equal(cblocks_check_code(ok, strlen(ok), 0, err, sizeof err), 0);
+    /* a stray continuation byte at offset 3 */
+    assert_int_equal(cblocks_check_code("abc\x80", 4, 0, err, sizeof err), -1);
+    assert_string_equal(err, "code is not valid UTF-8 (byte 3)");
+    /* overlong, surrogate, above U+10FFFF, truncated */
+    assert_int_equal(cblocks_check_code("\xc0\xaf", 2, 0, err, sizeof err), -1);
+    assert_int_equal(cblocks_check_code("x\xed\xa0\x80", 4, 0, err, sizeof err), -1);
+    assert_string_equal(err, "code is not valid UTF-8 (byte 1)");
+    assert_int_equal(cblocks_check_code("\xf4\x90\x80\x80", 4, 0, err, sizeof err), -1);
+    assert_int_equal(cblocks_check_code("ab\xe2\x82", 4, 0, err, sizeof err), -1);
+    assert_string_equal(err, "code is not valid UTF-8 (byte 2)");
+    /* NUL inside the given length */
+    assert_int_equal(cblocks_check_code("ab\0cd", 5, 0, err, sizeof err), -1);
+    assert_string_equal(err, "code contains a NUL byte (byte 2)");
+    /* the size limit comes first and names both numbers */
+    assert_int_equal(cblocks_check_code("x", 52428800, 16u << 20, err, sizeof err), -1);
+    assert_string_equal(err, "code is 52428800 bytes, more than code_max (16 MiB)");
+    assert_int_equal(cblocks_check_code("abcd", 4, 4, err, sizeof err), 0);
+    assert_int_equal(cblocks_check_code(NULL, 0, 4, err, sizeof err), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -93,6 +119,7 @@ int main(void)
         cmocka_unit_test(longer_fence_and_unterminated),
         cmocka_unit_test(raw_input_and_forced_language),
         cmocka_unit_test(heuristic),
+        cmocka_unit_test(code_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -285,25 +285,25 @@ static void test_kopts_env_file(void **state)
     char *l = NULL;
     assert_true(asprintf(&l, "%s/link", dir) > 0);
     assert_int_equal(symlink(p, l), 0);
-    env_file_refused(l, NULL, "symbolic link", NULL);
+    env_file_refused(l, NULL, "symbolic link", (char *)NULL);
     assert_int_equal(chmod(p, 0644), 0);
-    env_file_refused(p, NULL, "mode 0644", "0600", NULL);
+    env_file_refused(p, NULL, "mode 0644", "0600", (char *)NULL);
     assert_int_equal(chmod(p, 0660), 0);
-    env_file_refused(p, NULL, "mode 0660", NULL);
+    env_file_refused(p, NULL, "mode 0660", (char *)NULL);
     assert_int_equal(chmod(p, 0600), 0);
     if (geteuid() == 0) {
         assert_int_equal(chown(p, 65534, 65534), 0);
-        env_file_refused(p, NULL, "owned by uid 65534", "uid 0", NULL);
+        env_file_refused(p, NULL, "owned by uid 65534", "uid 0", (char *)NULL);
         assert_int_equal(chown(p, 0, 0), 0);
     }
     char *missing = NULL;
     assert_true(asprintf(&missing, "%s/missing", dir) > 0);
-    env_file_refused(missing, NULL, "No such file", NULL);
-    env_file_refused(dir, NULL, "not a regular file", NULL);
+    env_file_refused(missing, NULL, "No such file", (char *)NULL);
+    env_file_refused(dir, NULL, "not a regular file", (char *)NULL);
     char *fifo = NULL;
     assert_true(asprintf(&fifo, "%s/fifo", dir) > 0);
     assert_int_equal(mkfifo(fifo, 0600), 0);
-    env_file_refused(fifo, NULL, "not a regular file", NULL); /* and no hang */
+    env_file_refused(fifo, NULL, "not a regular file", (char *)NULL); /* and no hang */
     free(p);
 
     /* too big: refused before it is read */
@@ -313,30 +313,31 @@ static void test_kopts_env_file(void **state)
     memset(big, 'v', big_len);
     memcpy(big, "BIG=", 4);
     p = env_file(dir, "big", big, big_len, 0600);
-    env_file_refused(p, NULL, "bytes (limit", NULL);
+    env_file_refused(p, NULL, "bytes (limit", (char *)NULL);
     free(p);
     /* one value over KENV_MAX_VALUE: named, the limit given, the value not */
     p = env_file(dir, "bigvalue", big, KENV_MAX_VALUE + 10, 0600);
-    env_file_refused(p, "vvvvvvvvvvvvvvvv", "entry 1 (BIG)", "limit 32768 bytes per value", NULL);
+    env_file_refused(p, "vvvvvvvvvvvvvvvv", "entry 1 (BIG)", "limit 32768 bytes per value",
+                     (char *)NULL);
     free(p);
     free(big);
 
     /* bad entries: named by number, never quoted */
     static const char noeq[] = "A=1\0SECRETVALUE\0";
     p = env_file(dir, "noeq", noeq, sizeof noeq - 1, 0600);
-    env_file_refused(p, "SECRETVALUE", "entry 2", "expected NAME=VALUE", NULL);
+    env_file_refused(p, "SECRETVALUE", "entry 2", "expected NAME=VALUE", (char *)NULL);
     free(p);
     static const char hole[] = "A=1\0\0B=2";
     p = env_file(dir, "hole", hole, sizeof hole - 1, 0600);
-    env_file_refused(p, NULL, "entry 2", "empty", NULL);
+    env_file_refused(p, NULL, "entry 2", "empty", (char *)NULL);
     free(p);
     static const char badname[] = "1BAD=secret";
     p = env_file(dir, "badname", badname, sizeof badname - 1, 0600);
-    env_file_refused(p, "secret", "entry 1", "invalid variable name", NULL);
+    env_file_refused(p, "secret", "entry 1", "invalid variable name", (char *)NULL);
     free(p);
     static const char reserved[] = "KERNELMGR_REQ_FD=3";
     p = env_file(dir, "reserved", reserved, sizeof reserved - 1, 0600);
-    env_file_refused(p, NULL, "entry 1", "set by the kernel itself", NULL);
+    env_file_refused(p, NULL, "entry 1", "set by the kernel itself", (char *)NULL);
     free(p);
 
     /* --env and --env-file count toward one limit */
