@@ -45,6 +45,26 @@ void *kclient_zctx(void)
     return zctx;
 }
 
+unsigned long kclient_discard_iopub(kclient *kc, unsigned long max)
+{
+    unsigned long n = 0;
+    void *sock = kc->sock[JP_IOPUB];
+    if (!sock)
+        return 0;
+    while (n < max) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        int rc = zmq_msg_recv(&part, sock, ZMQ_DONTWAIT);
+        int more = rc >= 0 && zmq_msg_more(&part);
+        zmq_msg_close(&part);
+        if (rc < 0)
+            break;
+        if (!more)
+            n++;
+    }
+    return n;
+}
+
 double kclient_now(void)
 {
     struct timespec ts;

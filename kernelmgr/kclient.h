@@ -33,6 +33,12 @@ int kclient_send(kclient *kc, jp_channel ch, const char *msg_type, json_t *conte
  * Malformed messages are logged and skipped (the wait goes on). */
 int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out);
 
+/* Reads and drops, without verifying or parsing, up to max whole IOPub
+ * messages already queued; returns how many. For a kernel no execution is
+ * reading: its IOPub must keep draining, or the kernel takes this client
+ * for a stuck subscriber while another client floods it (and cuts it). */
+unsigned long kclient_discard_iopub(kclient *kc, unsigned long max);
+
 /* Sends a kernel_info_request every 500 ms until a reply arrives and iopub
  * has delivered a message too (so no output of the first execution is lost
  * to the PUB/SUB slow-joiner race), or until timeout_s passes, or alive()

@@ -2219,9 +2219,38 @@ static void cull_idle(km_manager *m)
     }
 }
 
+/* Drains the IOPub of kernels no execution is reading (a person's frontend
+ * attached to the same kernel may flood it; the kernel cuts a subscriber
+ * that takes nothing for its grace period, >= 2 s). Idle sessions only, and
+ * never waits for one (trylock): an execution reads its own IOPub. */
+static void drain_idle_iopub(km_manager *m)
+{
+    session *idle[256];
+    size_t n = 0;
+    pthread_mutex_lock(&m->lock);
+    for (session *s = m->list; s && n < sizeof idle / sizeof idle[0]; s = s->next) {
+        if (s->gone || atomic_load(&s->busy))
+            continue;
+        s->refs++;
+        idle[n++] = s;
+    }
+    pthread_mutex_unlock(&m->lock);
+    for (size_t i = 0; i < n; i++) {
+        session *s = idle[i];
+        if (pthread_mutex_trylock(&s->lock) == 0) {
+            for (int l = 0; l < KMCFG_NLANG; l++)
+                if (!s->gone && s->k[l].client)
+                    kclient_discard_iopub(s->k[l].client, 100000);
+            pthread_mutex_unlock(&s->lock);
+        }
+        session_put(m, s);
+    }
+}
+
 double km_tick_interval(const km_manager *m)
 {
-    double t = 1.0;
+    /* at most 0.5 s: idle kernels' IOPub is drained on every tick */
+    double t = 0.5;
     /* a short idle_timeout is culled within about half of it */
     if (m->cfg.idle_timeout > 0 && m->cfg.idle_timeout / 2 < t)
         t = m->cfg.idle_timeout / 2;
@@ -2230,6 +2259,7 @@ double km_tick_interval(const km_manager *m)
 
 void km_tick(km_manager *m)
 {
+    drain_idle_iopub(m);
     if (m->cfg.idle_timeout > 0)
         cull_idle(m);
     if (m->cfg.pool)

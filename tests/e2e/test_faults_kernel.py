@@ -347,6 +347,77 @@ def test_flooding_client_cannot_starve_another(kernel_factory, tmp_path):
     assert kutil.stream_text(r["iopub"]) == "after\n"
 
 
+# A frontend that floods kernel_info_request on shell only (no IOPub
+# subscription of its own): the manager is then the kernel's only subscriber.
+SHELL_FLOODER = r"""
+import os, queue, sys
+from jupyter_client import BlockingKernelClient
+kc = BlockingKernelClient()
+kc.load_connection_file(sys.argv[1])
+kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+stop_file = sys.argv[2]
+sent = got = 0
+while not os.path.exists(stop_file):
+    for _ in range(200):
+        kc.kernel_info()
+        sent += 1
+    if sent == 200:
+        print("started", flush=True)
+    while True:
+        try:
+            kc.get_shell_msg(timeout=0)
+        except queue.Empty:
+            break
+        got += 1
+while got < sent:
+    try:
+        kc.get_shell_msg(timeout=20)
+    except queue.Empty:
+        break
+    got += 1
+print(sent, got, flush=True)
+"""
+
+
+def test_idle_manager_is_not_cut_while_a_frontend_floods(tmp_path):
+    """Through the manager: while its session is idle (no execution reads
+    IOPub), a person's frontend attached to the same kernel floods it. The
+    manager keeps draining its IOPub, so it is not cut, and the agent's next
+    exec gets its output (it used to time out and the kernel was killed)."""
+    m = mgrutil.Mgr()
+    fl = None
+    try:
+        rc, res, p = m.exec("s", "x = 41")
+        assert rc == 0, p.stderr
+        cf = m.run("connection-file", "s", "--lang", "python").stdout.strip()
+        assert cf and Path(cf).exists(), cf
+        stop_file = tmp_path / "stop"
+        fl = subprocess.Popen(["/usr/bin/python3", "-c", SHELL_FLOODER, cf, str(stop_file)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert fl.stdout.readline() == "started\n", fl.stderr.read()
+        # the scenario: the manager stays idle for longer than the kernel's
+        # 2 s grace period while the frontend floods
+        end = time.monotonic() + 8
+        while time.monotonic() < end and fl.poll() is None:
+            time.sleep(0.2)
+        assert fl.poll() is None, fl.stderr.read()
+        rc, res, p = m.exec("s", "print(x + 1)", timeout=120)
+        assert rc == 0 and res[-1]["stdout"] == "42\n", (res, p.stderr)
+        assert res[-1]["kernel"]["restarted"] is False, res
+        stop_file.touch()
+        out, err = fl.communicate(timeout=120)
+        sent, got = map(int, out.split()[-2:])
+        assert got == sent and sent > 1000, (out, err)
+        # the manager was the kernel's only IOPub subscriber: it was never cut
+        log = (m.home / "sessions" / "s" / "python.log").read_text()
+        assert "disconnecting it" not in log, [l for l in log.splitlines() if "IOPub" in l]
+    finally:
+        if fl and fl.poll() is None:
+            fl.kill()
+            fl.wait()
+        m.close()
+
+
 def test_flooder_that_never_reads_iopub_is_the_one_cut(kernel_factory):
     """A flooder that never reads IOPub stalls it: new requests wait (the
     flood slows itself), and after the grace period only that subscriber is
