@@ -147,12 +147,19 @@ def wait_ready(kc, proc, timeout, log_text=lambda: ""):
                 break
             if m["msg_type"] == "kernel_info_reply" and \
                     m["parent_header"].get("msg_id") == msg_id:
-                # drain what iopub has (starting/busy/idle), as jupyter_client does
+                # IOPub is connected only once a message arrived on it (the
+                # PUB/SUB slow joiner): without one, the first execution's
+                # output could be lost; ask again, as jupyter_client does
+                got = 0
                 while True:
                     try:
-                        kc.get_iopub_msg(timeout=0.1)
+                        kc.get_iopub_msg(timeout=0.2 if not got else 0.05)
+                        got += 1
                     except queue.Empty:
-                        return
+                        break
+                if got:
+                    return
+                break
 
 
 def children_of(pid):

@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mgrutil import KM, Mgr, have_kernel  # noqa: E402
+import kutil  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (have_kernel("python") and have_kernel("bash")),
                                 reason="kernels not built")
@@ -363,10 +364,37 @@ def test_each_error_result_kind_has_exactly_name_value_traceback(make_mgr, tmp_p
                           "while True: time.sleep(0.1)", "--lang", "python", "--timeout", "1",
                           timeout=120)
     assert kinds["killed"]["status"] == "killed", kinds["killed"]
-    # the kernel dies under the cell
-    kinds["died"] = one(mgr, "s2", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    # the worker dies under the cell (whatever the sandbox level: it kills
+    # itself; its parent is the sandbox's init under strict)
+    kinds["died"] = one(mgr, "s2", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
                         "import time; time.sleep(10)", "--lang", "python", timeout=120)
     assert kinds["died"]["status"] in ("killed", "error"), kinds["died"]
+    # the kernel server dies under the cell (killed from outside)
+    one(mgr, "s3", "1", "--lang", "python")
+    cell = subprocess.Popen([KM, "exec", "--session", "s3", "--lang", "python", "--json", "-c",
+                             "import time\nprint('started', flush=True)\ntime.sleep(60)"],
+                            env=mgr.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    server = None
+    while server is None:
+        assert time.monotonic() < deadline and cell.poll() is None
+        for q in kutil.descendants(mgr.daemon_pid()):
+            try:
+                argv = Path(f"/proc/{q}/cmdline").read_bytes().split(b"\0")
+                if argv[0].endswith(b"/kernel-python") and b"s3" in b" ".join(argv) and \
+                        Path(f"/proc/{q}/task/{q}/children").read_text().strip():
+                    busy = any("started" in l for l in (mgr.home / "sessions" / "s3" /
+                                                         "history.jsonl").read_text().splitlines())
+                    if busy:
+                        server = q
+                        break
+            except OSError:
+                pass
+        time.sleep(0.05)
+    os.kill(server, signal.SIGKILL)
+    out, err = cell.communicate(timeout=120)
+    kinds["server_died"] = json.loads(out.strip().splitlines()[-1])
+    assert kinds["server_died"]["status"] in ("killed", "error"), kinds["server_died"]
     # a kernel that cannot start
     bad = make_mgr({"python": str(fake_py), "start_timeout": 10})
     kinds["start"] = one(bad, "s", "1", "--lang", "python", timeout=120)

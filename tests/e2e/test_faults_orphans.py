@@ -212,8 +212,18 @@ def describe(pids):
     return [(p, _cmdline(p)[:200]) for p in pids]
 
 
+def _ppid(pid):
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def kernel_servers(home):
-    return [p for p in home_processes(home) if "/kernel-" in _cmdline(p).split(" ")[0]]
+    """The kernel server processes (not their forked sandbox helpers, which
+    keep the same command line): those whose parent is not one of them."""
+    ks = [p for p in home_processes(home) if "/kernel-" in _cmdline(p).split(" ")[0]]
+    return [p for p in ks if _ppid(p) not in ks]
 
 
 def family(pids):
@@ -336,7 +346,10 @@ def test_orphan_kernel_without_lifeline_is_reaped_by_next_start(km):
     manager's start-up scan, found by its pid file."""
     p, procs, sdir = start_run_mid_cell(km, "bash")
     # stop the kernel servers, so the lifeline cannot act before the owner is gone
-    stopped = [x for x in procs if "/kernel-" in _cmdline(x).split(" ")[0]]
+    # the kernel servers themselves, not transient forks of them (sandbox
+    # helpers keep their command line and may exit on their own)
+    ks = [x for x in procs if "/kernel-" in _cmdline(x).split(" ")[0]]
+    stopped = [x for x in ks if _ppid(x) not in ks]
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)
     try:
