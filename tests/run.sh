@@ -87,7 +87,7 @@ suite_procs() {
     for d in /proc/[0-9]*; do
         pid=${d#/proc/}
         [ "$pid" = "$$" ] && continue
-        cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+        cmd=$( (tr '\0' ' ' <"$d/cmdline") 2>/dev/null) || continue
         case "$cmd" in
         *"$BUILD_ABS/"* | *"/km-nobody-bin-"*) echo "$pid" ;;
         esac

@@ -29,6 +29,7 @@
 #define PYDETECT_PROBE_TIMEOUT_MS 20000
 #define PYDETECT_PROBE_MAX_OUTPUT 65536
 #define PYDETECT_DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
+#define PYDETECT_SHIM_MAX 4096 /* bytes of a pyenv shim read (it has ~300) */
 
 /* Run as `python -I -S -c`: -I (no PYTHON* variables, no user site, no cwd
  * or script directory on sys.path) and -S (no site.py, so no .pth files).
@@ -575,6 +576,128 @@ static int probe_cache_key(const char *candidate, char *key, size_t size)
     return rc;
 }
 
+/* The PYENV_ROOT a pyenv shim exports (new, free()), or NULL when path is
+ * not a pyenv shim: a small script that exports PYENV_ROOT="ROOT" and execs
+ * "ROOT/libexec/pyenv" exec "$program" (what `pyenv rehash` writes). */
+static char *pyenv_shim_root(const char *path)
+{
+    char buf[PYDETECT_SHIM_MAX + 1];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return NULL;
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + len, sizeof buf - 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        if (len == sizeof buf - 1)
+            break;
+    }
+    close(fd);
+    buf[len] = '\0';
+    if (len == sizeof buf - 1 || strncmp(buf, "#!", 2) != 0 || strlen(buf) != len)
+        return NULL; /* too big for a shim, not a script, or binary */
+    static const char exp[] = "\nexport PYENV_ROOT=\"";
+    const char *r = strstr(buf, exp);
+    if (!r)
+        return NULL;
+    r += sizeof exp - 1;
+    size_t rl = strcspn(r, "\"\n$`\\");
+    if (rl == 0 || r[rl] != '"' || r[0] != '/')
+        return NULL;
+    char *root = strndup(r, rl), *execline = NULL;
+    if (!root || asprintf(&execline, "\nexec \"%s/libexec/pyenv\" exec \"$program\"", root) < 0) {
+        free(root);
+        return NULL;
+    }
+    int ok = strstr(buf, execline) != NULL;
+    free(execline);
+    if (!ok) {
+        free(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* The cache key of a probe of a pyenv shim, or -1 (not a shim, or too
+ * long). A shim's answer depends on what pyenv reads to pick a version: the
+ * shim itself, PYENV_VERSION, PYENV_ROOT (the environment's and the one the
+ * shim exports), HOME, the probe's PATH ("system"), the global version file
+ * $ROOT/version, the versions directory, pyenv itself, and /.python-version
+ * (the probe runs in "/", never in the workspace: a workspace's
+ * .python-version cannot matter). The answer names a real executable whose
+ * identity is stored with it and checked on use (shim_from_cache). */
+static int shim_cache_key(const char *path, const char *path_env, char *key, size_t size)
+{
+    char *root = pyenv_shim_root(path);
+    if (!root)
+        return -1;
+    const char *ver = getenv("PYENV_VERSION"), *envroot = getenv("PYENV_ROOT");
+    const char *home = getenv("HOME");
+    char *clean = kenvpath_clean(path_env ? path_env : "", ':');
+    int rc = -1;
+    snprintf(key, size, "pydetect-shim-1;");
+    if (clean && kcache_file_key(path, key, size) == 0) {
+        size_t used = strlen(key);
+        int n = snprintf(key + used, size - used,
+                         "PYENV_VERSION%s%s;PYENV_ROOT%s%s;HOME%s%s;shimroot=%s;PATH=%s;",
+                         ver ? "=" : "-", ver ? ver : "", envroot ? "=" : "-",
+                         envroot ? envroot : "", home ? "=" : "-", home ? home : "", root,
+                         *clean ? clean : PYDETECT_DEFAULT_PATH);
+        rc = n < 0 || (size_t)n >= size - used ? -1 : 0;
+    }
+    static const char *const files[] = {"version", "versions", "libexec/pyenv"};
+    for (size_t i = 0; rc == 0 && i < sizeof files / sizeof *files; i++) {
+        char *f = NULL;
+        if (asprintf(&f, "%s/%s", root, files[i]) < 0)
+            rc = -1;
+        else
+            rc = kcache_file_key(f, key, size);
+        free(f);
+    }
+    if (rc == 0)
+        rc = kcache_file_key("/.python-version", key, size);
+    free(clean);
+    free(root);
+    return rc;
+}
+
+/* A cached shim answer: "IDENTITY\nPROBE-OUTPUT", IDENTITY being
+ * kcache_file_key() of the interpreter it named when it was stored. 0 and
+ * info filled when it still names the same unchanged real executable. */
+static int shim_from_cache(const char *path, const char *cached, pydetect_info *info)
+{
+    char why[1024], ident[4096] = "";
+    const char *nl = strchr(cached, '\n');
+    if (!nl)
+        return -1;
+    if (pydetect_parse_probe(path, nl + 1, info, why, sizeof why) < 0)
+        return -1;
+    if (!is_elf(info->real_executable) ||
+        kcache_file_key(info->interpreter, ident, sizeof ident) < 0 ||
+        strlen(ident) != (size_t)(nl - cached) || memcmp(ident, cached, strlen(ident)) != 0) {
+        pydetect_info_clear(info);
+        return -1;
+    }
+    return 0;
+}
+
+/* Stores a fresh shim answer with the identity of what it names. */
+static void shim_put(const char *key, const pydetect_info *info, const char *out)
+{
+    char ident[4096] = "";
+    char *value = NULL;
+    if (!is_elf(info->real_executable) ||
+        kcache_file_key(info->interpreter, ident, sizeof ident) < 0 ||
+        asprintf(&value, "%s\n%s", ident, out) < 0)
+        return;
+    kcache_put("pyshim", key, value);
+    free(value);
+}
+
 /* Version, path and sanity checks of a parsed probe (cached or fresh). */
 static int accept_probe(const char *candidate, const char *ws, pydetect_info *info, char *err,
                         size_t errlen)
@@ -598,7 +721,7 @@ int pydetect_probe(const char *candidate, const char *workspace, const char *pat
                    pydetect_info *info, char *err, size_t errlen)
 {
     char key[16384];
-    int cacheable;
+    int cacheable, shim;
     char *out = NULL, *errout = NULL, *path = NULL, *ws_real = NULL;
     char **envp = NULL;
     int rc = -1;
@@ -627,6 +750,25 @@ int pydetect_probe(const char *candidate, const char *workspace, const char *pat
     /* The probe costs a Python start (~20 ms): reuse an earlier answer for
      * the very same interpreter file (validated again like a fresh one). */
     cacheable = probe_cache_key(path, key, sizeof key) == 0;
+    /* A pyenv shim runs pyenv (~300 ms of bash): its answer is cached too,
+     * keyed on everything pyenv decides by (shim_cache_key) and re-checked:
+     * the real executable it named must be unchanged, and the answer is
+     * validated like a fresh one. */
+    shim = !cacheable && shim_cache_key(path, path_env, key, sizeof key) == 0;
+    if (shim) {
+        char *cached = kcache_get("pyshim", key);
+        if (cached) {
+            char why[1024];
+            int ok = shim_from_cache(path, cached, info) == 0 &&
+                     accept_probe(path, workspace, info, why, sizeof why) == 0;
+            free(cached);
+            if (ok) {
+                rc = 0;
+                goto done;
+            }
+            pydetect_info_clear(info);
+        }
+    }
     if (cacheable) {
         char *cached = kcache_get("pyprobe", key);
         if (cached) {
@@ -671,6 +813,8 @@ int pydetect_probe(const char *candidate, const char *workspace, const char *pat
         goto done;
     if (cacheable)
         kcache_put("pyprobe", key, out);
+    else if (shim)
+        shim_put(key, info, out);
     rc = 0;
 done:
     pydetect_free_env(envp);

@@ -503,10 +503,14 @@ void sbx_limits_describe(const sandbox_config *cfg, json_t *list)
 }
 
 /* SIGKILLs whatever is still in dir and removes it, waiting briefly for
- * dying processes to leave. */
+ * dying processes to leave (about 2 s at most). The first retries come
+ * fast: processes killed a moment ago are usually gone within a
+ * millisecond, and a kernel's shutdown (what `kernelmgr run` waits for
+ * before it exits) should not pay a fixed 10 ms. */
 static void sbx_limits_remove(const char *dir)
 {
-    for (int attempt = 0; attempt < 200; attempt++) {
+    long wait_ns = 500 * 1000;
+    for (int attempt = 0; attempt < 220; attempt++) {
         if (rmdir(dir) == 0 || errno == ENOENT)
             return;
         if (errno != EBUSY)
@@ -520,8 +524,10 @@ static void sbx_limits_remove(const char *dir)
                 kill(pid, SIGKILL);
             fclose(f);
         }
-        struct timespec ts = {0, 10 * 1000 * 1000};
+        struct timespec ts = {0, wait_ns};
         nanosleep(&ts, NULL);
+        if (wait_ns < 10 * 1000 * 1000)
+            wait_ns *= 2;
     }
 }
 

@@ -257,6 +257,13 @@ static long sbx_ns_read_long(const char *path)
 
 int sbx_ns_probe(char *err, size_t len)
 {
+    /* A success is remembered for the life of the process: the kernel
+     * server asks twice at start (sandbox_check, sandbox_protections), and
+     * a fork costs ~1 ms. Only an answer, never a protection: the sandbox
+     * itself still creates every namespace and fails when it cannot. */
+    static int ok;
+    if (ok)
+        return 0;
     pid_t pid = fork();
     if (pid < 0)
         return sbx_util_fail(err, len, "user namespaces unavailable: fork");
@@ -267,8 +274,10 @@ int sbx_ns_probe(char *err, size_t len)
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        ok = 1;
         return 0;
+    }
     int e = WIFEXITED(st) ? WEXITSTATUS(st) : EINTR;
     const char *hint = "";
     if (sbx_ns_read_long("/proc/sys/user/max_user_namespaces") == 0)

@@ -5,11 +5,13 @@
  */
 #include "kernels/server/kserver.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zmq.h>
 
 #define KEXEC_DRAIN_LIMIT (8u << 20)          /* output read after a death, at most */
 #define KEXEC_READY_TIMEOUT_NS 30000000000ull /* a worker must say "ready" within */
@@ -328,6 +330,49 @@ static void on_error(kserver *ks, json_t *ev)
     }
 }
 
+void kexec_stdin_clear(kserver *ks)
+{
+    if (ks->stdin_wait)
+        jp_frames_free(&ks->stdin_wait, ks->stdin_wait_n);
+    ks->stdin_wait = NULL;
+    ks->stdin_wait_n = 0;
+}
+
+void kexec_stdin_retry(kserver *ks, uint64_t now)
+{
+    if (!ks->stdin_wait)
+        return;
+    if (!ks->input_pending) { /* the request ended (interrupt, death) */
+        kexec_stdin_clear(ks);
+        return;
+    }
+    jp_frame *f = ks->stdin_wait;
+    size_t n = ks->stdin_wait_n;
+    int sent = 1;
+    for (size_t i = 0; i < n && sent; i++) {
+        int flags = ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0);
+        while (zmq_send(ks->stdin_sock, f[i].data, f[i].size, flags) < 0) {
+            if (errno == EINTR)
+                continue;
+            if (i > 0)
+                kserver_log("input_request: sending failed mid-message: %s", zmq_strerror(errno));
+            sent = 0;
+            break;
+        }
+    }
+    if (sent) {
+        kexec_stdin_clear(ks);
+    } else if (now >= ks->stdin_wait_until) {
+        kserver_log("input_request not delivered: the client's stdin channel did not connect "
+                    "within %llu s; the input is cancelled",
+                    (unsigned long long)(KSERVER_STDIN_WAIT_NS / 1000000000ull));
+        kexec_stdin_clear(ks);
+        const char *c[] = {"input_cancel"};
+        kexec_send_request(ks, c, 1);
+        ks->input_pending = 0;
+    }
+}
+
 static void on_input_request(kserver *ks, json_t *ev)
 {
     kexec_flush_streams(ks, 0);
@@ -338,10 +383,10 @@ static void on_input_request(kserver *ks, json_t *ev)
     }
     const char *prompt = json_string_value(json_object_get(ev, "prompt"));
     int password = json_is_true(json_object_get(ev, "password"));
+    ks->input_pending = 1; /* before the send: an undelivered request waits on it */
     kserver_reply(ks, ks->stdin_sock, "input_request",
                   json_pack("{s:s, s:b}", "prompt", prompt ? prompt : "", "password", password),
                   NULL, ks->cur);
-    ks->input_pending = 1;
 }
 
 static int expect(kserver *ks, kreq_kind kind, const char *type)

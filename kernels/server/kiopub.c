@@ -408,9 +408,38 @@ int kiopub_lossy(const kiopub *q)
     return q->lossy;
 }
 
-void kiopub_drain_subscriptions(kiopub *q)
+/* Publishes the JEP 65 welcome for one new subscription (see kiopub.h). */
+static void publish_welcome(kiopub *q, const char *session_id, const char *topic, size_t len)
 {
-    char buf[256];
+    if (q->count > KIOPUB_BACKLOG_LOW)
+        return;
+    json_t *sub = json_stringn(topic, len); /* NULL: not UTF-8 */
+    if (!sub)
+        return;
+    jmsg *m = jmsg_new("iopub_welcome", session_id, "kernel", NULL);
+    if (!m) {
+        json_decref(sub);
+        return;
+    }
+    /* The topic frame must start with the subscription for the new
+     * subscriber to receive it; "" (what jupyter_client subscribes to)
+     * matches everything: use the usual kernel.<session>.<type> form. */
+    char *own = NULL;
+    jp_frame id = {(void *)topic, len};
+    if (len == 0 && asprintf(&own, "kernel.%s.iopub_welcome", session_id) >= 0)
+        id = (jp_frame){own, strlen(own)};
+    jmsg_set_ids(m, &id, 1);
+    free(own);
+    jmsg_set_content(m, json_pack("{s:o}", "subscription", sub));
+    jp_error err;
+    if (kiopub_publish(q, m, &err) < 0)
+        kserver_log("cannot publish iopub_welcome: %s", err.reason);
+    jmsg_destroy(&m);
+}
+
+void kiopub_drain_subscriptions(kiopub *q, const char *session_id)
+{
+    char buf[KIOPUB_WELCOME_TOPIC_MAX + 1];
     read_monitor(q);
     for (int i = 0; i < 1024; i++) {
         int n = zmq_recv(q->zsock, buf, sizeof buf, ZMQ_DONTWAIT);
@@ -422,5 +451,9 @@ void kiopub_drain_subscriptions(kiopub *q)
             kserver_log("an IOPub subscriber left: IOPub is lossless again");
             set_lossy(q, 0);
         }
+        /* "\1topic": a new subscription (VERBOSER: every one, even a topic
+         * already subscribed by another client). n > sizeof buf: cut. */
+        if (n >= 1 && buf[0] == 1 && (size_t)n <= sizeof buf && session_id)
+            publish_welcome(q, session_id, buf + 1, (size_t)n - 1);
     }
 }

@@ -81,7 +81,17 @@ int kiopub_congested(const kiopub *q);
 int kiopub_lossy(const kiopub *q);
 
 /* Receives subscription messages (XPUB delivers them to us) and monitor
- * events; a subscriber leaving re-arms lossless mode. */
-void kiopub_drain_subscriptions(kiopub *q);
+ * events; a subscriber leaving re-arms lossless mode. Each new subscription
+ * is answered with the welcome of Jupyter's kernel-subscription proposal
+ * (JEP 65): msg_type "iopub_welcome", content {"subscription": TOPIC}, no
+ * parent, published under a topic the new subscription matches, header
+ * session session_id (borrowed). Every subscriber sees it (harmless: clients
+ * ignore what they do not know); a client learns that its subscription is
+ * live without waiting for the next status message (the slow joiner).
+ * Welcomes are not sent while more than KIOPUB_BACKLOG_LOW messages wait
+ * (subscription spam cannot grow the queue) nor for a topic that is not
+ * UTF-8 or longer than KIOPUB_WELCOME_TOPIC_MAX bytes. */
+#define KIOPUB_WELCOME_TOPIC_MAX 255
+void kiopub_drain_subscriptions(kiopub *q, const char *session_id);
 
 #endif

@@ -239,6 +239,21 @@ void kserver_reply(kserver *ks, void *sock, const char *msg_type, json_t *conten
             kserver_log("cannot send %s: %s", msg_type, err.reason);
         else if (kreplyq_send(ks->replies, sock, frames, n, why, sizeof why) < 0)
             kserver_log("cannot send %s: %s", msg_type, why);
+    } else if (sock == ks->stdin_sock) {
+        /* The client's stdin connection may still be on its way (a client
+         * that just connected, on a loaded machine): an input_request waits
+         * for it instead of being lost, which would hang the cell. */
+        jp_frame *frames = NULL;
+        size_t n = 0;
+        kexec_stdin_clear(ks);
+        if (jp_session_encode(ks->session, m, &frames, &n, &err) != JP_OK) {
+            kserver_log("cannot send %s: %s", msg_type, err.reason);
+        } else {
+            ks->stdin_wait = frames;
+            ks->stdin_wait_n = n;
+            ks->stdin_wait_until = kworker_now_ns() + KSERVER_STDIN_WAIT_NS;
+            kexec_stdin_retry(ks, kworker_now_ns());
+        }
     } else if (jp_session_send(ks->session, sock, m, ZMQ_DONTWAIT, &err) != JP_OK) {
         kserver_log("cannot send %s: %s", msg_type, err.reason);
     }
@@ -311,7 +326,7 @@ static void *make_socket(kserver *ks, int type, jp_channel ch, char *err, size_t
         zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
     /* A reply to a peer whose queue is full waits in kreplyq (EAGAIN)
      * instead of being dropped silently. */
-    if (type == ZMQ_ROUTER && (ch == JP_SHELL || ch == JP_CONTROL))
+    if (type == ZMQ_ROUTER && (ch == JP_SHELL || ch == JP_CONTROL || ch == JP_STDIN))
         zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     if (type == ZMQ_XPUB) {
         /* Lossless with back-pressure; see kiopub.h for the stuck-subscriber
@@ -569,7 +584,7 @@ static void run_loop(kserver *ks)
         if (items[i_stdin].revents & ZMQ_POLLIN)
             kshell_receive_all(ks, ks->stdin_sock, 64);
         if (items[i_iopub].revents & ZMQ_POLLIN)
-            kiopub_drain_subscriptions(ks->iopub);
+            kiopub_drain_subscriptions(ks->iopub, ks->session_id);
         if (ks->worker && i_out >= 0 && (items[i_out].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
             kexec_read_output(ks, KW_STDOUT);
         if (ks->worker && i_err >= 0 && (items[i_err].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
@@ -598,6 +613,8 @@ static void run_loop(kserver *ks)
         if (ks->worker && kworker_reap(ks->worker))
             kexec_worker_gone(ks);
         kexec_timers(ks, kworker_now_ns());
+        if (ks->stdin_wait)
+            kexec_stdin_retry(ks, kworker_now_ns());
         kserver_log_tick();
         kiopub_flush(ks->iopub);
         kreplyq_flush(ks->replies);
@@ -609,6 +626,7 @@ static void run_loop(kserver *ks)
 
 static void server_free(kserver *ks)
 {
+    kexec_stdin_clear(ks);
     kworker_destroy(&ks->worker);
     close_sockets(ks);
     jmsg_destroy(&ks->cur);

@@ -42,6 +42,9 @@ typedef struct kqueued {
     struct kqueued *next;
 } kqueued;
 
+/* How long an input_request waits for the client's stdin channel to connect. */
+#define KSERVER_STDIN_WAIT_NS (10ull * 1000000000ull)
+
 typedef struct kserver {
     const kbackend *backend;
     kopts opts;
@@ -89,7 +92,14 @@ typedef struct kserver {
                              (possibly costly) query runs once per
                              cell; valid when cpu_mark_set */
     int cpu_mark_set;
-    int input_pending;              /* an input_request waits for the client */
+    int input_pending; /* an input_request waits for the client */
+    /* An input_request the client's stdin channel could not take yet (its
+     * connection not established: ROUTER_MANDATORY says EHOSTUNREACH):
+     * retried every loop turn until stdin_wait_until, then the input is
+     * cancelled (the program sees end-of-file). Owned frames. */
+    jp_frame *stdin_wait;
+    size_t stdin_wait_n;
+    uint64_t stdin_wait_until;
     uint64_t interrupt_deadline_ns; /* kill the worker then; 0 when not interrupting */
     uint64_t interrupt_resend_ns;   /* SIGINT once more then (a first one can
                                        be lost in a fork before exec) */
@@ -150,6 +160,13 @@ void kexec_drain_output(kserver *ks);
 void kexec_worker_gone(kserver *ks); /* the worker exited or was killed */
 void kexec_interrupt(kserver *ks);
 void kexec_timers(kserver *ks, uint64_t now);
+
+/* Retries a waiting input_request (see stdin_wait); drops it when its
+ * request ended or its time is up. */
+void kexec_stdin_retry(kserver *ks, uint64_t now);
+
+/* Drops a waiting input_request. */
+void kexec_stdin_clear(kserver *ks);
 /* Publishes the pending state-loss notice (if any) for the execution that
  * starts now; called by kshell when it starts an execute request. */
 void kexec_cell_starts(kserver *ks);

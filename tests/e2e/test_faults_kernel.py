@@ -523,3 +523,48 @@ def test_owner_fd_must_be_a_pipe(tmp_path):
     p = subprocess.run([kutil.binary("kernel-bash"), "-f", "x.json", "--owner-fd", "77"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "not an open file descriptor" in p.stderr, p.stderr
+
+
+# ---------------------------------------------------------------- stdin connecting late
+
+def test_input_request_waits_for_a_stdin_channel_that_connects_late(kernel_factory):
+    """A client whose stdin connection is not established yet when the cell
+    asks for input (a loaded machine): the input_request waits for it
+    instead of being lost (the cell used to hang until its timeout)."""
+    from jupyter_client.session import Session
+    k = kernel_factory("bash", args=("--sandbox", SANDBOX), transport="ipc")
+    info = json.loads(Path(k.cf).read_text())
+    sess = Session(key=info["key"].encode(), signature_scheme=info["signature_scheme"])
+    ident = sess.bsession
+    ctx = zmq.Context.instance()
+    shell = ctx.socket(zmq.DEALER)
+    shell.setsockopt(zmq.IDENTITY, ident)
+    shell.setsockopt(zmq.LINGER, 0)
+    shell.connect(k.kc._make_url("shell"))
+    stdin = None
+    try:
+        msg = sess.send(shell, "execute_request",
+                        {"code": "read -p 'name? ' v; echo \"got $v\"", "silent": False,
+                         "store_history": True, "user_expressions": {}, "allow_stdin": True,
+                         "stop_on_error": True})
+        # stdin connects only a while after the cell asked for input (the
+        # scenario's delay, not a synchronisation: nothing else can come)
+        assert not shell.poll(1500)
+        stdin = ctx.socket(zmq.DEALER)
+        stdin.setsockopt(zmq.IDENTITY, ident)
+        stdin.setsockopt(zmq.LINGER, 0)
+        stdin.connect(k.kc._make_url("stdin"))
+        assert stdin.poll(20000), f"no input_request reached the late stdin channel: {k.log_text()}"
+        _, req = sess.recv(stdin)
+        assert req["msg_type"] == "input_request" and req["content"]["prompt"] == "name? "
+        sess.send(stdin, "input_reply", {"value": "ada"}, parent=req["parent_header"])
+        assert shell.poll(30000)
+        _, rep = sess.recv(shell)
+        assert rep["msg_type"] == "execute_reply" and rep["content"]["status"] == "ok", rep
+        assert rep["parent_header"]["msg_id"] == msg["header"]["msg_id"]
+    finally:
+        shell.close()
+        if stdin is not None:
+            stdin.close()
+    _, r = k.execute('echo "v=$v"')
+    assert kutil.stream_text(r["iopub"]) == "v=ada\n"
