@@ -247,7 +247,11 @@ static volatile sig_atomic_t sigint_count;
 static int ticker_on, ticker_shown;
 static double ticker_t0;
 static pthread_t ticker_thread;
-static volatile int ticker_stop;
+/* ticker_end() wakes the ticker at once (it used to sleep out its 200 ms
+ * tick: 200 ms added to every exec); both under ticker_lock */
+static pthread_mutex_t ticker_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ticker_cond;
+static int ticker_stop;
 static km_manager *run_mgr;
 static const char *run_session;
 /* `run`: the first of SIGTERM, SIGHUP, SIGPIPE (or SIGINT) received: the
@@ -267,9 +271,21 @@ static void *ticker_main(void *arg)
 {
     (void)arg;
     int interrupted = 0;
-    while (!ticker_stop) {
-        struct timespec ts = {0, 200 * 1000000L};
-        nanosleep(&ts, NULL);
+    for (;;) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&ticker_lock);
+        while (!ticker_stop && pthread_cond_timedwait(&ticker_cond, &ticker_lock, &ts) == 0) {
+        }
+        int stop = ticker_stop;
+        pthread_mutex_unlock(&ticker_lock);
+        if (stop)
+            break;
         if (sigint_count && !interrupted && run_mgr) {
             interrupted = 1;
             km_interrupt(run_mgr, run_session, NULL);
@@ -406,6 +422,15 @@ static void ticker_start(cli *c)
     ticker_on = isatty(2) && !c->json;
     ticker_t0 = kclient_now();
     ticker_stop = 0;
+    static int cond_ready;
+    if (!cond_ready) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&ticker_cond, &ca);
+        pthread_condattr_destroy(&ca);
+        cond_ready = 1;
+    }
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
@@ -414,7 +439,10 @@ static void ticker_start(cli *c)
 
 static void ticker_end(void)
 {
+    pthread_mutex_lock(&ticker_lock);
     ticker_stop = 1;
+    pthread_cond_signal(&ticker_cond);
+    pthread_mutex_unlock(&ticker_lock);
     pthread_join(ticker_thread, NULL);
     pthread_mutex_lock(&out_lock);
     clear_ticker_locked();
@@ -605,6 +633,9 @@ static int cmd_exec(cli *c)
     json_t *req = json_pack("{s:s s:s s:s s:s s:b s:b}", "op", "exec", "session", c->session,
                             "code", code, "lang", c->lang ? c->lang : "auto", "continue_on_error",
                             c->continue_on_error, "stream", 1);
+    /* stream text as bytes after each event line, not as a JSON string to
+     * parse (daemon.h): a long output runs at the kernel's rate */
+    json_object_set_new(req, "raw_text", json_true());
     free(code);
     if (c->timeout > 0)
         json_object_set_new(req, "timeout", json_real(c->timeout));

@@ -207,9 +207,9 @@ static json_t *nb_output(const char *type, json_t *fields)
  * output of the same stream (what nbconvert does), within the cap. */
 static void nb_stream(json_t *outs, const char *name, const char *text, size_t cap, size_t *kept)
 {
-    size_t len = strlen(text);
     if (*kept >= cap)
         return;
+    size_t len = strlen(text);
     if (*kept + len > cap)
         len = cap - *kept;
     *kept += len;
@@ -399,8 +399,10 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
                 if (text && cap[si]) {
                     outcap_add(cap[si], text, json_string_length(json_object_get(c, "text")));
                     nb_stream(out->nb_outputs, names[si], text, p->output_cap, &nb_kept[si]);
-                    emit(p, json_pack("{s:s s:i s:s s:s}", "event", "stream", "block", p->block,
-                                      "name", names[si], "text", text));
+                    /* the kernel's string itself (no copy), and only for a listener */
+                    if (p->fn)
+                        emit(p, json_pack("{s:s s:i s:s s:O}", "event", "stream", "block", p->block,
+                                          "name", names[si], "text", json_object_get(c, "text")));
                 }
             } else if (!strcmp(type, "execute_result")) {
                 json_t *data = json_object_get(c, "data");

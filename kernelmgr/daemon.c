@@ -108,27 +108,31 @@ int daemon_send_json(int fd, const json_t *o)
 typedef struct lreader {
     int fd;
     char *buf;
-    size_t len, cap;
+    size_t head, len, cap; /* unread bytes: buf[head, len) */
 } lreader;
 
-/* Returns a new NUL-terminated line (without '\n'), NULL at EOF / error /
- * too long. timeout_ms < 0 waits forever; *timed_out set on timeout. */
+/* Returns the next line (without '\n', NUL-terminated, in r's buffer:
+ * borrowed until the next call), NULL at EOF / error / too long.
+ * timeout_ms < 0 waits forever; *timed_out set on timeout. Lines are cut
+ * in place and the rest moves to the front only before a read, so a burst
+ * of events costs one pass (it was one malloc and one move of the whole
+ * rest per line). */
 static char *lreader_next(lreader *r, int timeout_ms, int *timed_out)
 {
     if (timed_out)
         *timed_out = 0;
     for (;;) {
-        char *nl = r->len ? memchr(r->buf, '\n', r->len) : NULL;
+        char *nl = r->len > r->head ? memchr(r->buf + r->head, '\n', r->len - r->head) : NULL;
         if (nl) {
-            size_t n = (size_t)(nl - r->buf);
-            char *line = malloc(n + 1);
-            if (!line)
-                return NULL;
-            memcpy(line, r->buf, n);
-            line[n] = 0;
-            memmove(r->buf, nl + 1, r->len - n - 1);
-            r->len -= n + 1;
+            char *line = r->buf + r->head;
+            *nl = 0;
+            r->head = (size_t)(nl - r->buf) + 1;
             return line;
+        }
+        if (r->head) {
+            memmove(r->buf, r->buf + r->head, r->len - r->head);
+            r->len -= r->head;
+            r->head = 0;
         }
         if (r->len >= DAEMON_MAX_LINE)
             return NULL;
@@ -162,6 +166,52 @@ static char *lreader_next(lreader *r, int timeout_ms, int *timed_out)
         if (n <= 0)
             return NULL;
         r->len += (size_t)n;
+    }
+}
+
+/* Returns the next n bytes (n <= DAEMON_MAX_LINE; borrowed until the next
+ * call), NULL at EOF / error, or on timeout with *timed_out set (call again:
+ * what arrived stays). */
+static char *lreader_bytes(lreader *r, size_t n, int timeout_ms, int *timed_out)
+{
+    *timed_out = 0;
+    if (n > DAEMON_MAX_LINE)
+        return NULL;
+    for (;;) {
+        if (r->len - r->head >= n) {
+            char *p = r->buf + r->head;
+            r->head += n;
+            return p;
+        }
+        if (r->head) {
+            memmove(r->buf, r->buf + r->head, r->len - r->head);
+            r->len -= r->head;
+            r->head = 0;
+        }
+        if (r->cap - r->len < 65536 || r->cap < n) {
+            size_t cap = r->cap ? r->cap * 2 : 131072;
+            while (cap < n + 65536)
+                cap *= 2;
+            char *b = realloc(r->buf, cap);
+            if (!b)
+                return NULL;
+            r->buf = b;
+            r->cap = cap;
+        }
+        struct pollfd p = {r->fd, POLLIN, 0};
+        int rc = poll(&p, 1, timeout_ms);
+        if (rc <= 0) {
+            if (rc < 0 && errno != EINTR)
+                return NULL;
+            *timed_out = 1;
+            return NULL;
+        }
+        ssize_t got = recv(r->fd, r->buf + r->len, r->cap - r->len, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return NULL;
+        r->len += (size_t)got;
     }
 }
 
@@ -399,6 +449,10 @@ out:;
         loop_wake();
 }
 
+/* Bytes this worker thread wrote to clients in its current request (see
+ * worker_thread: when to give memory back). */
+static __thread size_t job_bytes;
+
 static void conn_write_json(dconn *c, json_t *o, int is_event)
 {
     char *s = json_dumps(o, JSON_COMPACT);
@@ -415,6 +469,7 @@ static void conn_write_json(dconn *c, json_t *o, int is_event)
         return;
     }
     line[n] = '\n';
+    job_bytes += n + 1;
     conn_write(c, line, n + 1, is_event);
     free(line);
 }
@@ -423,6 +478,7 @@ typedef struct conn {
     dconn *dc;
     json_t *id;
     int dead; /* the client went away: keep running, stop writing */
+    int raw;  /* exec with "raw_text": stream text follows its event line as bytes */
 } conn;
 
 static int conn_dead(conn *c)
@@ -452,10 +508,52 @@ static void reply_ok(conn *c, json_t *o /* steals */)
     json_decref(o);
 }
 
+/* A stream event for a "raw_text" client: the event line without "text"
+ * but with "text_bytes": N, then the N bytes of the text (UTF-8, as the
+ * kernel sent them), in one write unit. JSON-escaping the text here and
+ * parsing it again in the client was most of the CPU of a long output
+ * (the text of `yes` is half escapes). 0, or -1: send it the usual way. */
+static int on_event_raw(conn *c, const json_t *ev)
+{
+    json_t *t = json_object_get(ev, "text");
+    json_t *block = json_object_get(ev, "block");
+    json_t *name = json_object_get(ev, "name");
+    if (!json_is_string(t) || !json_is_integer(block) || !json_is_string(name))
+        return -1;
+    size_t tn = json_string_length(t);
+    json_t *h = json_pack("{s:s s:O s:O s:O s:I}", "event", "stream", "block", block, "name", name,
+                          "id", c->id ? c->id : json_null(), "text_bytes", (json_int_t)tn);
+    char *hs = h ? json_dumps(h, JSON_COMPACT) : NULL;
+    json_decref(h);
+    if (!hs)
+        return -1;
+    size_t hn = strlen(hs);
+    char *unit = malloc(hn + 1 + tn);
+    if (!unit) {
+        free(hs);
+        return -1;
+    }
+    memcpy(unit, hs, hn);
+    unit[hn] = '\n';
+    memcpy(unit + hn + 1, json_string_value(t), tn);
+    free(hs);
+    pthread_mutex_lock(&c->dc->mu);
+    c->dc->last_block = json_integer_value(block);
+    pthread_mutex_unlock(&c->dc->mu);
+    job_bytes += hn + 1 + tn;
+    conn_write(c->dc, unit, hn + 1 + tn, 1);
+    free(unit);
+    return 0;
+}
+
 static void on_event(void *ud, const json_t *ev)
 {
     conn *c = ud;
     if (c->dead || (c->dead = conn_dead(c)))
+        return;
+    if (c->raw && json_is_string(json_object_get(ev, "text")) &&
+        !strcmp(json_string_value(json_object_get(ev, "event")) ?: "", "stream") &&
+        on_event_raw(c, ev) == 0)
         return;
     json_t *o = json_deep_copy(ev);
     if (!o)
@@ -521,6 +619,7 @@ static void handle(conn *c, const json_t *req)
         km_exec_opts eo = {sfield(req, "lang"), json_number_value(json_object_get(req, "timeout")),
                            json_is_true(json_object_get(req, "continue_on_error"))};
         int stream = json_is_true(json_object_get(req, "stream"));
+        c->raw = stream && json_is_true(json_object_get(req, "raw_text"));
         km_exec_set_client((int)c->dc->peer_pid);
         json_t *res = km_exec(m, name, &so, &eo, code, stream ? on_event : NULL, c, &err);
         if (!res)
@@ -616,21 +715,30 @@ static void *worker_thread(void *arg)
         D.running_long += (unsigned)lng;
         pthread_mutex_unlock(&D.mu);
 
-        conn c = {j->c, json_object_get(j->req, "id"), 0};
+        conn c = {j->c, json_object_get(j->req, "id"), 0, 0};
+        job_bytes = 0;
+        double t0 = mono_now();
         handle(&c, j->req);
         json_decref(j->req);
         j->req = NULL;
-        /* a large result (or a burst of them) was just freed: give the
-         * memory back to the system instead of keeping the high-water mark */
-        if (lng)
+        /* a large result (or a burst of output) was just freed: give the
+         * memory back to the system instead of keeping the high-water mark.
+         * Only after a request that could have left one: 1 MiB or more sent
+         * to the client, or 20 ms or more of work (a burst the client did
+         * not stream). malloc_trim walks every arena, ~0.1-0.3 ms: after
+         * every trivial exec it was a fifth of the daemon's CPU; here it
+         * costs at most ~1 % of the request it follows. */
+        if (lng && (job_bytes >= ((size_t)1 << 20) || mono_now() - t0 >= 0.020))
             malloc_trim(0);
 
         pthread_mutex_lock(&D.mu);
         D.running_long -= (unsigned)lng;
         j->next = D.done;
         D.done = j;
-        if (lng)
-            pthread_cond_broadcast(&D.cv);
+        /* no wake-up here: this worker looks at the queues again itself
+         * (below), and takes the long request the freed slot admits. A
+         * broadcast woke every idle worker (2 x cores + 32) after each exec
+         * only for them to sleep again: most of the daemon's CPU per exec. */
         pthread_mutex_unlock(&D.mu);
         loop_wake();
         pthread_mutex_lock(&D.mu);
@@ -660,10 +768,10 @@ static int submit(dconn *c, json_t *req)
         q->head = j;
     q->tail = j;
     D.queued++;
+    /* one idle worker: every waiter takes a short request (the short queue
+     * comes first), and a long one the cap does not admit now is taken by
+     * the worker whose long request ends (worker_thread) */
     pthread_cond_signal(&D.cv);
-    /* a short request may find only long-blocked waiters awake: wake all */
-    if (!j->is_long)
-        pthread_cond_broadcast(&D.cv);
     pthread_mutex_unlock(&D.mu);
     return 0;
 }
@@ -729,7 +837,7 @@ static void conn_service(dloop *L, dconn *c)
             json_t *req = json_loadb(c->rbuf, n, 0, &jerr);
             memmove(c->rbuf, nl + 1, c->rlen - n - 1);
             c->rlen -= n + 1;
-            conn cc = {c, NULL, 0};
+            conn cc = {c, NULL, 0, 0};
             if (!json_is_object(req)) {
                 char msg[300];
                 snprintf(msg, sizeof msg, "request is not a JSON object: %s", jerr.text);
@@ -1195,11 +1303,25 @@ int daemon_call(int fd, const json_t *req, void (*on_ev)(void *, const json_t *)
         snprintf(err->msg, sizeof err->msg, "cannot send to the daemon: %s", strerror(errno));
         return KM_EDAEMON;
     }
-    lreader r = {fd, NULL, 0, 0};
+    lreader r = {fd, NULL, 0, 0, 0};
     int cancelled = 0;
+    json_t *pending = NULL; /* a raw stream event waiting for its text */
+    size_t pending_n = 0;
     for (;;) {
         int to;
-        char *line = lreader_next(&r, 200, &to);
+        char *line = NULL, *text = NULL;
+        if (pending)
+            text = lreader_bytes(&r, pending_n, 200, &to);
+        else
+            line = lreader_next(&r, 200, &to);
+        if (text) {
+            json_object_set_new(pending, "text", json_stringn_nocheck(text, pending_n));
+            if (on_ev)
+                on_ev(ud, pending);
+            json_decref(pending);
+            pending = NULL;
+            continue;
+        }
         if (!line) {
             if (to) {
                 if (cancel && *cancel && !cancelled && on_cancel) {
@@ -1209,14 +1331,31 @@ int daemon_call(int fd, const json_t *req, void (*on_ev)(void *, const json_t *)
                 continue;
             }
             free(r.buf);
+            json_decref(pending);
             err->code = KM_EDAEMON;
             snprintf(err->msg, sizeof err->msg, "the daemon closed the connection");
             return KM_EDAEMON;
         }
         json_t *o = json_loads(line, 0, NULL);
-        free(line);
         if (!json_is_object(o)) {
             json_decref(o);
+            continue;
+        }
+        json_t *tb = json_object_get(o, "text_bytes");
+        if (json_object_get(o, "event") && json_is_integer(tb)) {
+            /* raw_text: the text's bytes follow (daemon.c on_event_raw) */
+            json_int_t n = json_integer_value(tb);
+            if (n < 0 || (unsigned long long)n > DAEMON_MAX_LINE) {
+                json_decref(o);
+                free(r.buf);
+                err->code = KM_EDAEMON;
+                snprintf(err->msg, sizeof err->msg,
+                         "the daemon sent a stream event of %lld bytes (at most %u)", (long long)n,
+                         DAEMON_MAX_LINE);
+                return KM_EDAEMON;
+            }
+            pending = o;
+            pending_n = (size_t)n;
             continue;
         }
         if (json_object_get(o, "event")) {

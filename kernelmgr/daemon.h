@@ -6,7 +6,12 @@
  * Protocol: one JSON object per line each way. A request names an "op"; an
  * optional "id" is echoed in every line answering it. The last line of an
  * answer has "ok": true/false; before it, an exec with "stream": true gets
- * event lines ({"event":"stream"|"result", ...}, see km.h). Errors:
+ * event lines ({"event":"stream"|"result", ...}, see km.h). An exec that
+ * also has "raw_text": true gets each stream event with its text as bytes:
+ * the event line carries "text_bytes": N instead of "text", and exactly N
+ * bytes of UTF-8 text follow its '\n' (no escaping; a long output costs
+ * neither side a JSON encode and parse of the text). Other events, and
+ * stream events of other clients, stay JSON lines. Errors:
  *   {"id":..,"ok":false,"error":{"code":N,"message":"..."}}   (code: KM_E*)
  * Ops: ping, exec, sessions, close, interrupt, restart, files, export,
  * connection_file, shutdown (fields documented in daemon.c and README).
@@ -48,7 +53,8 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
 int daemon_send_json(int fd, const json_t *o);
 
 /* Sends req (borrowed) and reads lines until the final one, which goes to
- * *reply (new). Event lines go to on_event. While waiting, when *cancel
+ * *reply (new). Event lines go to on_event (a "raw_text" stream event with
+ * its "text" filled in from the bytes that follow it). While waiting, when *cancel
  * becomes non-zero, on_cancel(ud) is called once (e.g. to send an
  * interrupt on another connection). 0, or KM_EDAEMON with err. */
 int daemon_call(int fd, const json_t *req, void (*on_event)(void *, const json_t *),

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -747,15 +748,59 @@ const char *klaunch_describe_exit(const kproc *kp, char *buf, size_t size)
     return buf;
 }
 
+void klaunch_stop_begin(kproc *kp)
+{
+    if (kp && !kp->term_sent && klaunch_alive(kp)) {
+        klaunch_signal(kp, SIGTERM);
+        kp->term_sent = 1;
+    }
+}
+
+int klaunch_wait_exit(kproc *kp, double timeout_s)
+{
+    if (!klaunch_alive(kp))
+        return 1;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* a pidfd is readable once the process has ended: no polling delay */
+#ifdef SYS_pidfd_open
+    int pfd = (int)syscall(SYS_pidfd_open, kp->pid, 0);
+#else
+    int pfd = -1;
+#endif
+    for (;;) {
+        if (!klaunch_alive(kp))
+            break;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double left =
+            timeout_s - ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9);
+        if (left <= 0)
+            break;
+        if (pfd >= 0) {
+            struct pollfd it = {pfd, POLLIN, 0};
+            int ms = (int)(left * 1000) + 1;
+            if (poll(&it, 1, ms) < 0 && errno != EINTR) {
+                close(pfd);
+                pfd = -1;
+            }
+        } else {
+            sleep_ms(left > 0.01 ? 10 : 1); /* no pidfd (Linux < 5.3): poll */
+        }
+    }
+    if (pfd >= 0)
+        close(pfd);
+    return !klaunch_alive(kp);
+}
+
 void klaunch_stop(kproc **p, double grace)
 {
     if (!p || !*p)
         return;
     kproc *kp = *p;
     if (klaunch_alive(kp)) {
-        klaunch_signal(kp, SIGTERM);
-        for (int i = 0; i < (int)(grace * 100) && klaunch_alive(kp); i++)
-            sleep_ms(10);
+        klaunch_stop_begin(kp);
+        klaunch_wait_exit(kp, grace);
         if (klaunch_alive(kp)) {
             klaunch_signal(kp, SIGKILL);
             int st;

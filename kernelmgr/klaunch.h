@@ -107,6 +107,7 @@ typedef struct kproc {
     char pid_path[PATH_MAX]; /* RUN_DIR/ID.pid (see klaunch_owner_hold) */
     jp_connection conn;
     int interrupt_signal;
+    int term_sent; /* klaunch_stop_begin sent SIGTERM */
 } kproc;
 
 /* Chooses where sockets and connection files of kernels live: home/run, or a
@@ -136,9 +137,19 @@ void klaunch_signal(kproc *kp, int sig);
  * into buf; returns buf. */
 const char *klaunch_describe_exit(const kproc *kp, char *buf, size_t size);
 
-/* Stops the kernel: SIGTERM, up to grace seconds, then SIGKILL of the group;
- * reaps it, removes its connection file, pid file and ipc sockets; frees
- * it. NULL-safe. */
+/* Sends SIGTERM to a live kernel's group without waiting, so that several
+ * kernels shut down at the same time; klaunch_stop then only waits (it does
+ * not signal again). NULL-safe. */
+void klaunch_stop_begin(kproc *kp);
+
+/* Waits up to timeout_s for the kernel process to end (woken at its exit
+ * through a pidfd, not by polling) and reaps it. 1 when it has ended, 0 on
+ * timeout. */
+int klaunch_wait_exit(kproc *kp, double timeout_s);
+
+/* Stops the kernel: SIGTERM (unless klaunch_stop_begin sent it), up to grace
+ * seconds, then SIGKILL of the group; reaps it, removes its connection file,
+ * pid file and ipc sockets; frees it. NULL-safe. */
 void klaunch_stop(kproc **kp, double grace);
 
 #endif

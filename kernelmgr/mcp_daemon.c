@@ -93,8 +93,12 @@ json_t *mcpd_request(json_t *req, mcpd_event_fn ev, mcpd_tick_fn tick, void *ud,
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    if (ev)
+    if (ev) {
         json_object_set_new(req, "stream", json_true());
+        /* stream text as bytes after each event line (daemon.h): no JSON
+         * escaping and parsing of a long output */
+        json_object_set_new(req, "raw_text", json_true());
+    }
     char session[128] = "";
     if (json_is_string(json_object_get(req, "session")))
         snprintf(session, sizeof session, "%s", json_string_value(json_object_get(req, "session")));
@@ -114,20 +118,52 @@ json_t *mcpd_request(json_t *req, mcpd_event_fn ev, mcpd_tick_fn tick, void *ud,
     char *buf = NULL;
     size_t len = 0, cap = 0;
     double start = now_s(), next_tick = start + 0.25;
-    int interrupted = 0;
+    int interrupted = 0, failed = 0;
     json_t *reply = NULL;
+    json_t *pending = NULL; /* a raw stream event waiting for its text */
+    size_t pending_n = 0;
     for (;;) {
-        /* Complete lines first. */
+        /* Complete lines first; the rest moves to the front once per read
+         * (moving it after every line was quadratic in a burst of events). */
         char *nl;
-        while (!reply && buf && (nl = memchr(buf, '\n', len)) != NULL) {
-            size_t ll = (size_t)(nl - buf);
+        size_t off = 0;
+        for (;;) {
+            if (reply || !buf)
+                break;
+            if (pending) {
+                /* a raw stream event: its text's bytes follow its line */
+                if (len - off < pending_n)
+                    break;
+                json_object_set_new(pending, "text", json_stringn_nocheck(buf + off, pending_n));
+                off += pending_n;
+                ev(ud, pending);
+                json_decref(pending);
+                pending = NULL;
+                continue;
+            }
+            if (!(nl = memchr(buf + off, '\n', len - off)))
+                break;
+            size_t ll = (size_t)(nl - (buf + off));
             json_error_t jerr;
-            json_t *msg = ll ? json_loadb(buf, ll, 0, &jerr) : NULL;
-            memmove(buf, nl + 1, len - ll - 1);
-            len -= ll + 1;
+            json_t *msg = ll ? json_loadb(buf + off, ll, 0, &jerr) : NULL;
+            off += ll + 1;
             if (!msg) {
                 if (ll)
                     mcp_log("daemon sent a line that is not JSON: %s", jerr.text);
+                continue;
+            }
+            json_t *tb = json_object_get(msg, "text_bytes");
+            if (ev && json_is_integer(tb) && json_object_get(msg, "event")) {
+                if (json_integer_value(tb) < 0 ||
+                    (unsigned long long)json_integer_value(tb) > MCPD_MAX_LINE) {
+                    json_decref(msg);
+                    snprintf(err, errlen, "the daemon sent a stream event of %lld bytes",
+                             (long long)json_integer_value(tb));
+                    failed = 1;
+                    break;
+                }
+                pending = msg;
+                pending_n = (size_t)json_integer_value(tb);
                 continue;
             }
             if (!json_object_get(msg, "ok")) {
@@ -138,7 +174,11 @@ json_t *mcpd_request(json_t *req, mcpd_event_fn ev, mcpd_tick_fn tick, void *ud,
                 reply = msg;
             }
         }
-        if (reply)
+        if (off) {
+            memmove(buf, buf + off, len - off);
+            len -= off;
+        }
+        if (reply || failed)
             break;
         double now = now_s();
         int wait_ms = tick ? (int)((next_tick - now) * 1000) : 1000;
@@ -160,7 +200,7 @@ json_t *mcpd_request(json_t *req, mcpd_event_fn ev, mcpd_tick_fn tick, void *ud,
         }
         if (pr <= 0)
             continue;
-        if (len + 65536 > cap) {
+        if (len + 65536 > cap || (pending && pending_n + 65536 > cap)) {
             if (cap > MCPD_MAX_LINE) {
                 snprintf(err, errlen, "the daemon's reply is too large");
                 break;
@@ -185,6 +225,7 @@ json_t *mcpd_request(json_t *req, mcpd_event_fn ev, mcpd_tick_fn tick, void *ud,
         len += (size_t)r;
     }
     free(buf);
+    json_decref(pending);
     close(fd);
     if (reply) {
         const char *e = reply_error(reply);

@@ -406,13 +406,17 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
     if (!reply)
         return tool_error("code_exec failed: %s", err);
     char ws[PATH_MAX] = "";
-    const char *wsp = NULL;
-    json_t *sess = find_session(session, err, sizeof err);
-    if (sess && json_string_value(json_object_get(sess, "workspace"))) {
-        snprintf(ws, sizeof ws, "%s", json_string_value(json_object_get(sess, "workspace")));
-        wsp = ws;
+    const char *wsp = json_string_value(json_object_get(reply, "workspace"));
+    if (!wsp) {
+        /* a daemon that does not name the workspace in its exec reply (one
+         * started by an older kernelmgr): ask for the sessions */
+        json_t *sess = find_session(session, err, sizeof err);
+        if (sess && json_string_value(json_object_get(sess, "workspace"))) {
+            snprintf(ws, sizeof ws, "%s", json_string_value(json_object_get(sess, "workspace")));
+            wsp = ws;
+        }
+        json_decref(sess);
     }
-    json_decref(sess);
     json_t *result = mcpr_exec_result(reply, session, wsp);
     json_decref(reply);
     return result ? result : tool_error("out of memory");

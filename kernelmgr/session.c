@@ -49,7 +49,8 @@
 typedef struct kslot {
     kproc *proc;
     kclient *client;
-    char pending[512]; /* why the next result must say "restarted, state lost" */
+    char pending[512];    /* why the next result must say "restarted, state lost" */
+    char start_err[1024]; /* slots_prestart's failure, for the block that needs it */
     double last_used;
 } kslot;
 
@@ -91,6 +92,12 @@ struct km_manager {
     session *list;
     session *pool;
     atomic_int live;
+    /* admission: signalled (with slot_gen bumped, under slot_mu, a leaf
+     * lock) whenever a kernel stops or a session stops running code, so a
+     * start waiting for a slot retries at once instead of at its next poll */
+    pthread_mutex_t slot_mu;
+    pthread_cond_t slot_cv;
+    unsigned long slot_gen;
     int lifeline[2]; /* klaunch_lifeline_open: kept for the manager's life */
     int owner_held;  /* klaunch_owner_hold(run_dir) succeeded */
 };
@@ -688,9 +695,23 @@ static char *python_resolved(const char *explicit_py, const char *workspace)
 
 static int evict_one(km_manager *m, session *self, int self_lang);
 
+/* Wakes a start waiting for a slot: a kernel stopped, or a session stopped
+ * running code (its kernels became evictable). One waiter per change (they
+ * are alike; waking all would have every one of them scan for a victim):
+ * the one that frees or takes a slot wakes the next through here, and a
+ * wake-up that finds nothing to do is covered by the KM_ADMIT_POLL_S poll. */
+static void slot_changed(km_manager *m)
+{
+    pthread_mutex_lock(&m->slot_mu);
+    m->slot_gen++;
+    pthread_cond_signal(&m->slot_cv);
+    pthread_mutex_unlock(&m->slot_mu);
+}
+
 static void cap_release(km_manager *m)
 {
     atomic_fetch_sub(&m->live, 1);
+    slot_changed(m);
 }
 
 /* Takes one unit of max_kernels for a start of slot l of s (caller holds
@@ -701,6 +722,9 @@ static int cap_reserve(km_manager *m, session *s, int l, char *err, size_t errle
     double deadline = t0 + (s->pool_entry ? 0 : m->cfg.admission_timeout);
     int evicted = 0;
     for (;;) {
+        pthread_mutex_lock(&m->slot_mu);
+        unsigned long gen = m->slot_gen;
+        pthread_mutex_unlock(&m->slot_mu);
         int cur = atomic_load(&m->live);
         if ((unsigned)cur < m->cfg.max_kernels) {
             if (atomic_compare_exchange_weak(&m->live, &cur, cur + 1))
@@ -719,8 +743,18 @@ static int cap_reserve(km_manager *m, session *s, int l, char *err, size_t errle
                      m->cfg.max_kernels, kclient_now() - t0, m->cfg.admission_timeout);
             return -1;
         }
-        struct timespec ts = {0, (long)(KM_ADMIT_POLL_S * 1e9)};
-        nanosleep(&ts, NULL);
+        /* until a slot may have freed (slot_changed), at most one poll */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)(KM_ADMIT_POLL_S * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&m->slot_mu);
+        while (m->slot_gen == gen && pthread_cond_timedwait(&m->slot_cv, &m->slot_mu, &ts) == 0)
+            ;
+        pthread_mutex_unlock(&m->slot_mu);
     }
     double waited = kclient_now() - t0;
     if (waited >= 0.5)
@@ -862,7 +896,19 @@ static void slot_stop(km_manager *m, kslot *k)
         }
         klaunch_stop(&k->proc, 2.0);
         atomic_fetch_sub(&m->live, 1);
+        slot_changed(m);
     }
+}
+
+/* Stops every kernel of s at once: all get SIGTERM first, then each is
+ * waited for, so a session's teardown costs one kernel shutdown, not one
+ * per language. Caller holds s->lock. */
+static void slots_stop_all(km_manager *m, session *s)
+{
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        klaunch_stop_begin(s->k[l].proc);
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        slot_stop(m, &s->k[l]);
 }
 
 /* Stops the kernels of one warm-pool entry (the pool refills later). Pool
@@ -878,8 +924,7 @@ static int evict_pool_entry(km_manager *m)
     if (!p)
         return -1;
     pthread_mutex_lock(&p->lock);
-    for (int l = 0; l < KMCFG_NLANG; l++)
-        slot_stop(m, &p->k[l]);
+    slots_stop_all(m, p);
     session_rmtree(p->pool_dir);
     pthread_mutex_unlock(&p->lock);
     session_free(p);
@@ -947,13 +992,32 @@ static int evict_one(km_manager *m, session *self, int self_lang)
     return rc;
 }
 
-/* Starts the kernel of slot l. Caller holds s->lock. */
-static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen)
+/* Takes a unit of max_kernels only when one is free now (no eviction, no
+ * wait). 0 when taken. */
+static int cap_try_reserve(km_manager *m)
+{
+    int cur = atomic_load(&m->live);
+    while ((unsigned)cur < m->cfg.max_kernels)
+        if (atomic_compare_exchange_weak(&m->live, &cur, cur + 1))
+            return 0;
+    return -1;
+}
+
+static void slot_log_path(const session *s, int l, char *log, size_t size)
+{
+    snprintf(log, size, "%.4000s/%s.log", s->dir, kmcfg_lang_name(l));
+}
+
+/* First half of a kernel start: takes the slot's unit of max_kernels
+ * (try_only: only a free one, else returns -2 with nothing done), launches
+ * the kernel and connects a client; slot_finish waits for it. Caller holds
+ * s->lock. 0, or -1 with err (nothing left behind). */
+static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err, size_t errlen)
 {
     kslot *k = &s->k[l];
     /* the kernel's unit of max_kernels, released by slot_stop */
-    if (cap_reserve(m, s, l, err, errlen))
-        return -1;
+    if (try_only ? cap_try_reserve(m) : cap_reserve(m, s, l, err, errlen))
+        return try_only ? -2 : -1;
     klaunch_cmd cmd;
     if (kernel_cmd(m, s, l, &cmd, err, errlen)) {
         cap_release(m);
@@ -963,7 +1027,7 @@ static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen
     char u[37];
     jp_uuid4(u);
     snprintf(id, sizeof id, "%.8s%.4s-%s", u, u + 9, l ? "bash" : "py");
-    snprintf(log, sizeof log, "%.4000s/%s.log", s->dir, kmcfg_lang_name(l));
+    slot_log_path(s, l, log, sizeof log);
     /* every kernel of the slot appends to one log; each stops writing at
      * kernel_log_max, and a log near it (within one line, at most 1200
      * bytes) is rotated once (to .1) here, so a slot's logs stay under
@@ -987,6 +1051,20 @@ static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen
         return -1;
     }
     k->client = kclient_new(&k->proc->conn, label, err, errlen);
+    if (!k->client) {
+        slot_stop(m, k);
+        return -1;
+    }
+    return 0;
+}
+
+/* Second half: waits until the launched kernel of slot l answers. Caller
+ * holds s->lock. 0, or -1 with err (the kernel stopped). */
+static int slot_finish(km_manager *m, session *s, int l, char *err, size_t errlen)
+{
+    kslot *k = &s->k[l];
+    char log[PATH_MAX];
+    slot_log_path(s, l, log, sizeof log);
     json_t *info = NULL;
     if (k->client) {
         char why[256];
@@ -1010,6 +1088,50 @@ static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen
     return 0;
 }
 
+/* Starts the kernel of slot l. Caller holds s->lock. */
+static int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen)
+{
+    if (slot_launch(m, s, l, 0, err, errlen))
+        return -1;
+    return slot_finish(m, s, l, err, errlen);
+}
+
+/* When the blocks need kernels of several languages that are not running,
+ * starts them at the same time (launch all, then wait for each) instead of
+ * one when its first block comes: a run of python and bash blocks pays one
+ * kernel start, not two. Only with units of max_kernels free now (never an
+ * eviction for a kernel that may not be needed yet); the rest start as
+ * before, in slot_ensure. A failed start is kept in start_err for the
+ * block that needs the kernel (one attempt, one error). Caller holds
+ * s->lock. */
+static void slots_prestart(km_manager *m, session *s, const cblock_list *blocks)
+{
+    int need[KMCFG_NLANG] = {0}, n = 0;
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        s->k[l].start_err[0] = 0; /* only ever about this execution */
+    for (size_t i = 0; i < blocks->n; i++) {
+        int l = blocks->v[i].lang;
+        if (l >= 0 && l < KMCFG_NLANG && m->cfg.allow[l] && !need[l] && !s->k[l].proc) {
+            need[l] = 1;
+            n++;
+        }
+    }
+    if (n < 2 || s->gone)
+        return;
+    int launched[KMCFG_NLANG] = {0};
+    for (int l = 0; l < KMCFG_NLANG; l++) {
+        if (!need[l])
+            continue;
+        int rc = slot_launch(m, s, l, 1, s->k[l].start_err, sizeof s->k[l].start_err);
+        launched[l] = rc == 0;
+        if (rc == -2)
+            s->k[l].start_err[0] = 0; /* no free unit: started when needed */
+    }
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        if (launched[l])
+            slot_finish(m, s, l, s->k[l].start_err, sizeof s->k[l].start_err);
+}
+
 /* Makes sure slot l has a live kernel. *restarted / reason say whether the
  * result must report a fresh kernel that replaced a lost one. */
 static int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *reason, size_t rsize,
@@ -1017,6 +1139,12 @@ static int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *r
 {
     kslot *k = &s->k[l];
     *restarted = 0;
+    if (!k->proc && k->start_err[0]) {
+        /* slots_prestart tried for this execution and failed */
+        snprintf(err, errlen, "%s", k->start_err);
+        k->start_err[0] = 0;
+        return -1;
+    }
     if (k->proc && !klaunch_alive(k->proc)) {
         char how[128];
         snprintf(k->pending, sizeof k->pending,
@@ -1252,6 +1380,12 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     m->cfg.env = cfg->env ? json_deep_copy(cfg->env) : NULL;
     m->lifeline[0] = m->lifeline[1] = -1;
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->slot_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->slot_cv, &ca);
+    pthread_condattr_destroy(&ca);
     snprintf(m->home, sizeof m->home, "%s", home);
     char p[PATH_MAX];
     if (kmfs_mkdirs(home, 0700)) {
@@ -1323,6 +1457,8 @@ fail:
         if (m->lifeline[i] >= 0)
             close(m->lifeline[i]);
     json_decref(m->cfg.env);
+    pthread_cond_destroy(&m->slot_cv);
+    pthread_mutex_destroy(&m->slot_mu);
     pthread_mutex_destroy(&m->lock);
     free(m);
     return NULL;
@@ -1346,8 +1482,7 @@ void km_manager_destroy(km_manager **pm)
             session *next = s->next;
             atomic_store(&s->interrupt_flag, 1);
             pthread_mutex_lock(&s->lock);
-            for (int l = 0; l < KMCFG_NLANG; l++)
-                slot_stop(m, &s->k[l]);
+            slots_stop_all(m, s);
             if (pass)
                 session_rmtree(s->pool_dir);
             pthread_mutex_unlock(&s->lock);
@@ -1362,6 +1497,8 @@ void km_manager_destroy(km_manager **pm)
         if (m->lifeline[i] >= 0)
             close(m->lifeline[i]);
     json_decref(m->cfg.env);
+    pthread_cond_destroy(&m->slot_cv);
+    pthread_mutex_destroy(&m->slot_mu);
     pthread_mutex_destroy(&m->lock);
     free(m);
     *pm = NULL;
@@ -1402,6 +1539,8 @@ static void session_put(km_manager *m, session *s)
     s->refs--;
     int free_it = s->gone && s->refs == 0;
     pthread_mutex_unlock(&m->lock);
+    /* an execution ends with this: its kernels may be evictable now */
+    slot_changed(m);
     if (free_it)
         session_free(s);
 }
@@ -1740,6 +1879,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     json_t *waited = session_lock_exec(m, s, fn, ud);
     atomic_store(&s->busy, 1);
     atomic_store(&s->interrupt_flag, 0);
+    slots_prestart(m, s, &blocks);
     json_t *results = json_array();
     int failed = 0;
     size_t ran = 0;
@@ -1854,12 +1994,15 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     pthread_mutex_lock(&m->lock);
     s->holding = 0;
     pthread_mutex_unlock(&m->lock);
+    /* the workspace too: MCP names files by it (saves it a "sessions" round
+     * trip); read before session_put, which may free s */
+    json_t *wsj = json_string(s->workspace);
     pthread_mutex_unlock(&s->lock);
     session_put(m, s);
     size_t skipped = blocks.n - ran;
     cblocks_free(&blocks);
-    json_t *ret = json_pack("{s:o s:b s:I}", "results", results, "failed", failed, "skipped",
-                            (json_int_t)skipped);
+    json_t *ret = json_pack("{s:o s:b s:I s:o*}", "results", results, "failed", failed, "skipped",
+                            (json_int_t)skipped, "workspace", wsj);
     if (ret && warnings)
         json_object_set(ret, "warnings", warnings);
     if (ret && waited)
@@ -1980,8 +2123,7 @@ int km_close(km_manager *m, const char *name, int flags, km_err *err)
     }
     atomic_store(&s->interrupt_flag, 1);
     pthread_mutex_lock(&s->lock);
-    for (int l = 0; l < KMCFG_NLANG; l++)
-        slot_stop(m, &s->k[l]);
+    slots_stop_all(m, s);
     pthread_mutex_lock(&m->lock);
     s->gone = 1;
     for (session **pp = &m->list; *pp; pp = &(*pp)->next)
