@@ -4,6 +4,7 @@
 #include "kernelmgr/codeblocks.h"
 #include "kernelmgr/config.h"
 #include "kernelmgr/outcap.h"
+#include "protocol/jp.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -298,41 +299,6 @@ int cblocks_guess_language(const char *code)
     return sh > py ? KMCFG_LANG_BASH : KMCFG_LANG_PYTHON;
 }
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), or 0. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-    unsigned c = p[0];
-    size_t len;
-    unsigned cp, min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        cp = c & 0x1F;
-        min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        cp = c & 0x0F;
-        min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        cp = c & 0x07;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
 int cblocks_check_code(const char *code, size_t len, uint64_t max, char *err, size_t errlen)
 {
     if (max && len > max) {
@@ -347,7 +313,7 @@ int cblocks_check_code(const char *code, size_t len, uint64_t max, char *err, si
             snprintf(err, errlen, "code contains a NUL byte (byte %zu)", i);
             return -1;
         }
-        size_t n = utf8_seq(p + i, len - i);
+        size_t n = jp_utf8_decode(p + i, len - i, NULL);
         if (!n) {
             snprintf(err, errlen, "code is not valid UTF-8 (byte %zu)", i);
             return -1;

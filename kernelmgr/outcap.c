@@ -92,24 +92,6 @@ const char *outcap_fmt_size(uint64_t n, char *buf, size_t len)
     return buf;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            if (w == 0)
-                errno = ENOSPC;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 static void spill_fail(outcap *oc, int err)
 {
     snprintf(oc->error, sizeof oc->error, "%s (%s)", strerror(err), oc->spill_path);
@@ -140,7 +122,7 @@ static int spill_write(outcap *oc, const char *d, size_t len)
         limit = oc->spill_bytes + room;
     }
     size_t n = len < room ? len : (size_t)room;
-    if (n && write_all(oc->spill_fd, d, n)) {
+    if (n && jp_write_all(oc->spill_fd, d, n)) {
         spill_fail(oc, errno);
         return -1;
     }

@@ -150,23 +150,6 @@ int session_rmtree(const char *path)
     return wsfile_rmtree(path, NULL, 0); /* fd-based, never follows; failures on stderr */
 }
 
-static int write_all_fd(int fd, const char *p, size_t len)
-{
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            if (w == 0)
-                errno = ENOSPC;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Rewrites path with its newest complete lines that fit in keep bytes
  * (temp + rename: the old file or the new one, never a mix). 0 or -1. */
 static int history_compact(const char *path, uint64_t keep)
@@ -212,7 +195,7 @@ static int history_compact(const char *path, uint64_t keep)
     if (rc == 0 && fd < 0)
         rc = -1;
     for (size_t i = from; rc == 0 && i < n; i++)
-        rc = write_all_fd(fd, lines[i], strlen(lines[i]));
+        rc = jp_write_all(fd, lines[i], strlen(lines[i]));
     int err = errno;
     if (fd >= 0 && close(fd) && rc == 0) {
         rc = -1;
@@ -327,7 +310,7 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
                 size = st.st_size;
         }
         if (fd >= 0) {
-            if (write_all_fd(fd, s, n) == 0) {
+            if (jp_write_all(fd, s, n) == 0) {
                 rc = 0;
             } else {
                 int e = errno;

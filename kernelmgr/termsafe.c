@@ -2,6 +2,7 @@
  * termsafe.c — the terminal escaper, see termsafe.h.
  */
 #include "kernelmgr/termsafe.h"
+#include "protocol/jp.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,41 +35,6 @@ static void put(obuf *b, const char *s, size_t n)
     memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
-}
-
-/* Length of the valid UTF-8 sequence at s[0..n) and its code point, or 0
- * when it is not one (overlong, surrogate, beyond U+10FFFF, truncated). */
-static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t v, min;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-        v = c & 0x1f;
-        min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        v = c & 0x0f;
-        min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        v = c & 0x07;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return len;
 }
 
 /* Length of an SGR sequence ESC [ [0-9;:]* m at s[0..n), or 0. */
@@ -142,7 +108,7 @@ char *termsafe_escape(const char *s, size_t len, int flags, size_t *outlen, int 
             continue;
         }
         uint32_t cp = 0;
-        size_t n = utf8_seq((const unsigned char *)s + i, len - i, &cp);
+        size_t n = jp_utf8_decode(s + i, len - i, &cp);
         if (!n) {
             snprintf(esc, sizeof esc, "\\x%02x", c);
             put(&b, esc, 4);

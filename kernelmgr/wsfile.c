@@ -231,21 +231,6 @@ int wsfile_open_regular(int rootfd, const char *rel, struct stat *st, char *err,
     return fd;
 }
 
-static int write_all(int fd, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 int wsfile_slurp(int rootfd, const char *rel, size_t max, char **data, size_t *len, char *err,
                  size_t errlen)
 {
@@ -298,7 +283,7 @@ int wsfile_replace(int rootfd, const char *rel, const void *data, size_t len, mo
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         seterr(err, errlen, "'%s': not a regular file", rel);
         errno = EINVAL;
-    } else if (ftruncate(fd, 0) < 0 || write_all(fd, data, len) < 0) {
+    } else if (ftruncate(fd, 0) < 0 || jp_write_all(fd, data, len) < 0) {
         seterr(err, errlen, "'%s': %s", rel, strerror(errno));
     } else {
         rc = 0;
@@ -728,7 +713,7 @@ json_t *wsfile_write(const char *root, const char *rel, const void *data, size_t
         close(fd);
         return NULL;
     }
-    if (write_all(fd, data, len) < 0) {
+    if (jp_write_all(fd, data, len) < 0) {
         seterr(err, errlen, "'%s': %s", norm, strerror(errno));
         close(fd);
         return NULL;

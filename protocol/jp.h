@@ -73,6 +73,15 @@ void jp_uuid4(char out[37]);
 /* Writes the current UTC time as "2026-12-01T00:32:36.123456Z" (27 chars + NUL). */
 void jp_now_iso8601(char out[32]);
 
+/* Writes all len bytes of buf to fd, retrying short writes and EINTR.
+ * 0, or -1 with errno set (ENOSPC for a write that made no progress). */
+int jp_write_all(int fd, const void *buf, size_t len);
+
+/* Length (1-4) of the valid UTF-8 sequence at buf (len bytes left), with
+ * its code point in *cp (may be NULL), or 0 when it is not one: overlong,
+ * surrogate, above U+10FFFF, a stray continuation byte or truncated. */
+size_t jp_utf8_decode(const void *buf, size_t len, uint32_t *cp);
+
 /* Returns 1 when buf[0..len) is valid UTF-8 (no overlongs, no surrogates,
  * <= U+10FFFF), else 0. NUL bytes are valid. */
 int jp_utf8_valid(const void *buf, size_t len);

@@ -4,6 +4,7 @@
  */
 #include "jp_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------- errors */
 
@@ -152,6 +154,24 @@ void jp_now_iso8601(char out[32])
     snprintf(out + 19, 32 - 19, ".%06uZ", us);
 }
 
+int jp_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = ENOSPC;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- UTF-8 */
 
 /* Length of the sequence that lead byte c starts (0 when c cannot start one),
@@ -201,6 +221,22 @@ static size_t utf8_match(const unsigned char *p, size_t len, int *need)
         got++;
     }
     return got;
+}
+
+size_t jp_utf8_decode(const void *buf, size_t len, uint32_t *cp)
+{
+    const unsigned char *p = buf;
+    int need;
+    if (!buf || !len)
+        return 0;
+    if (utf8_match(p, len, &need) != (size_t)need || need == 0)
+        return 0;
+    uint32_t v = need == 1 ? p[0] : (uint32_t)(p[0] & (0xff >> (need + 1)));
+    for (int i = 1; i < need; i++)
+        v = (v << 6) | (p[i] & 0x3f);
+    if (cp)
+        *cp = v;
+    return (size_t)need;
 }
 
 int jp_utf8_valid(const void *buf, size_t len)

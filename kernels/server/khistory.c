@@ -3,6 +3,8 @@
  */
 #include "kernels/server/khistory.h"
 
+#include "jp.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -181,23 +183,6 @@ static char *record(const khentry *e, size_t *len)
     return text;
 }
 
-static int write_all(int fd, const char *p, size_t len)
-{
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            if (w == 0)
-                errno = EIO;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 static void warn(khistory *h, const char *what, int err)
 {
     if (!h->warned)
@@ -238,7 +223,7 @@ static void compact(khistory *h, size_t pending)
     for (size_t i = 0; rc == 0 && i < written; i++) {
         size_t len = 0;
         char *rec = record(&h->v[i], &len);
-        rc = rec ? write_all(fd, rec, len) : -1;
+        rc = rec ? jp_write_all(fd, rec, len) : -1;
         size += len;
         free(rec);
     }
@@ -281,7 +266,7 @@ int khistory_add(khistory *h, int line, const char *input)
         compact(h, 1); /* the new entry is appended below */
     h->mem += len;
     if (h->fd >= 0) {
-        if (write_all(h->fd, text, len) < 0) {
+        if (jp_write_all(h->fd, text, len) < 0) {
             int err = errno;
             /* a full disk: take back the part that was written */
             if (ftruncate(h->fd, (off_t)h->size) < 0) {

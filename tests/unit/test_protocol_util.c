@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "jp.h"
 
@@ -165,6 +169,65 @@ static void test_utf8_complete_prefix(void **state)
     assert_int_equal(jp_utf8_complete_prefix("\x80", 1), 1);
 }
 
+static void test_utf8_decode(void **state)
+{
+    (void)state;
+    uint32_t cp = 0;
+    assert_int_equal(jp_utf8_decode("A", 1, &cp), 1);
+    assert_int_equal(cp, 'A');
+    assert_int_equal(jp_utf8_decode("\xc3\xa9x", 3, &cp), 2); /* U+00E9 */
+    assert_int_equal(cp, 0xe9);
+    assert_int_equal(jp_utf8_decode("\xe2\x82\xac", 3, &cp), 3); /* U+20AC */
+    assert_int_equal(cp, 0x20ac);
+    assert_int_equal(jp_utf8_decode("\xf0\x9f\x98\x80", 4, &cp), 4); /* U+1F600 */
+    assert_int_equal(cp, 0x1f600);
+    assert_int_equal(jp_utf8_decode("\xf4\x8f\xbf\xbf", 4, NULL), 4); /* U+10FFFF */
+    const char *bad[] = {"\xc0\x80",                                  /* overlong */
+                         "\xe0\x80\x80",                              /* overlong */
+                         "\xed\xa0\x80",                              /* surrogate */
+                         "\xf4\x90\x80\x80",                          /* above U+10FFFF */
+                         "\x80",                                      /* stray continuation */
+                         "\xe2\x82",                                  /* truncated */
+                         "\xff"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(jp_utf8_decode(bad[i], strlen(bad[i]), &cp), 0);
+    assert_int_equal(jp_utf8_decode("", 0, &cp), 0);
+}
+
+static void test_write_all(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    char buf[100000];
+    memset(buf, 'x', sizeof buf);
+    /* more than a pipe holds at once would block: write from a child */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        _exit(jp_write_all(fds[1], buf, sizeof buf) == 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t n;
+    char rd[8192];
+    while ((n = read(fds[0], rd, sizeof rd)) > 0)
+        got += (size_t)n;
+    close(fds[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(got, sizeof buf);
+    int devfull = open("/dev/full", O_WRONLY);
+    if (devfull >= 0) {
+        errno = 0;
+        assert_int_equal(jp_write_all(devfull, buf, 10), -1);
+        assert_int_equal(errno, ENOSPC);
+        close(devfull);
+    }
+}
+
 static void test_frames_free(void **state)
 {
     (void)state;
@@ -187,6 +250,8 @@ int main(void)
         cmocka_unit_test(test_utf8_valid),
         cmocka_unit_test(test_utf8_sanitize),
         cmocka_unit_test(test_utf8_complete_prefix),
+        cmocka_unit_test(test_utf8_decode),
+        cmocka_unit_test(test_write_all),
         cmocka_unit_test(test_frames_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
