@@ -1094,6 +1094,12 @@ static void slots_prestart(km_manager *m, session *s, const cblock_list *blocks)
         s->k[l].start_err[0] = 0; /* only ever about this execution */
     for (size_t i = 0; i < blocks->n; i++) {
         int l = blocks->v[i].lang;
+        /* A Python kernel picks its interpreter from the workspace when it
+         * starts (a .venv an earlier block creates applies): one first
+         * needed after a block of another language starts then, as
+         * before, not ahead of it. */
+        if (l == KMCFG_LANG_PYTHON && i > 0)
+            continue;
         if (l >= 0 && l < KMCFG_NLANG && m->cfg.allow[l] && !need[l] && !s->k[l].proc) {
             need[l] = 1;
             n++;
