@@ -3,6 +3,7 @@
 #   make deps    install missing Debian packages (root; apt-get update first)
 #   make         build/kernelmgr, build/kernel-python, build/kernel-bash
 #   make test    deps + build + every test, ends with one summary line
+#   make check   fast tier: build, unit tests (no valgrind) and a smoke e2e (< 1 min)
 #   make demo    deps + build + run examples/quickstart.md
 #   make fuzz    libFuzzer targets, FUZZ_SECONDS each (default 60)
 #   make bench   benchmarks against ipykernel (not a test)
@@ -35,7 +36,7 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \
   python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps
 
-.PHONY: all deps test unit unit-bins e2e demo fuzz bench format lint clean
+.PHONY: all deps test check unit unit-bins e2e demo fuzz bench format lint clean
 all: $(BINS) $(SHARE)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
@@ -78,6 +79,14 @@ unit-bins: $(UNIT_BIN)
 test: deps
 	@$(MAKE) --no-print-directory all $(UNIT_BIN)
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) tests/run.sh
+
+# The fast tier while developing; `make test` is what CI runs.
+SMOKE = tests/e2e/test_protocol_interop.py tests/e2e/test_kernel_start.py tests/e2e/test_mgr_oneshot.py
+check: all $(UNIT_BIN)
+	@for t in $(UNIT_BIN); do $$t >$(BUILD)/$$(basename $$t).check.log 2>&1 || \
+	    { echo "check: $$t FAILED (log: $(BUILD)/$$(basename $$t).check.log)"; exit 1; }; done
+	@echo "check: unit tests passed"
+	@BUILD=$(BUILD) KM_TEST_SANDBOX=$${KM_TEST_SANDBOX:-strict} $(PYTHON) -m pytest -q -p no:cacheprovider $(SMOKE)
 
 demo: deps
 	@$(MAKE) --no-print-directory all
