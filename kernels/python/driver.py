@@ -104,6 +104,8 @@ class _State:
     owed = 0  # announced interrupts whose SIGINT has not arrived yet
     wait_sigs = 0  # SIGINTs received during an input wait, not yet matched
     main_pid = 0  # the driver's pid: a forked child must not become a driver
+    main_tid = 0  # the thread that reads requests (only it waits for a sync)
+    sync_debt = 0  # syncs still to come for waits an interrupt cut short
     allow_stdin = False
     silent = False
     count = 0
@@ -171,7 +173,9 @@ def _take_interrupts():
                 if found:
                     _S.owed += 1  # two announcements, one signal so far
                 found = True
-            elif kind not in ("input_reply", "input_cancel", "sync"):
+            elif kind == "sync":
+                _stray_sync()
+            elif kind not in ("input_reply", "input_cancel"):
                 _log("driver: %s request during a cell ignored" % kind)
     except (OSError, EOFError, ValueError):
         pass
@@ -355,9 +359,64 @@ def _default(o):
     return repr(o)
 
 
+# Output events: the driver waits for the kernel's `sync` after each one, so
+# that nothing it writes later can be published before it (the kernel drains
+# the pipes after reading an event, which orders what came before).
+_ORDERED = ("display_data", "clear_output", "execute_result", "error", "stream")
+
+
+def _stray_sync():
+    if _S.sync_debt > 0:
+        _S.sync_debt -= 1
+
+
+def _wait_sync():
+    """Reads requests until the kernel's `sync` for the event just written.
+    An `interrupt` ends the wait (its sync still comes: owed, skipped later)
+    and raises KeyboardInterrupt in user code."""
+    _S.waiting = True
+    _S.wait_sigs = 0
+    interrupted = False
+    try:
+        while True:
+            kind, fields = _requests.request()
+            if kind == "sync":
+                if _S.sync_debt > 0:
+                    _S.sync_debt -= 1
+                    continue
+                return
+            if kind == "interrupt":
+                if _S.wait_sigs:
+                    _S.wait_sigs -= 1  # its signal came first
+                else:
+                    _S.owed += 1
+                _S.sync_debt += 1
+                interrupted = True
+                break
+            if kind not in ("input_reply", "input_cancel"):
+                _log("driver: %s request while waiting for sync ignored" % kind)
+    finally:
+        _S.waiting = False
+        _S.owed = max(0, _S.owed - _S.wait_sigs)
+        _S.wait_sigs = 0
+    if interrupted and _S.user:
+        raise KeyboardInterrupt
+
+
 def _emit(ev):
-    """Writes one event line; the output written before it is flushed first."""
+    """Writes one event line; the output written before it is flushed first.
+    An output event from the thread that reads requests waits for the
+    kernel's sync, so later output cannot overtake it."""
     _flush_std()
+    sync = (
+        ev["type"] in _ORDERED
+        and not _S.waiting
+        and not _S.answered
+        and os.getpid() == _S.main_pid
+        and _thread_ident() == _S.main_tid
+    )
+    if sync:
+        ev["sync"] = True
     if ev["type"] in _TERMINATING:
         _S.answered = True
     line = _j().dumps(ev, default=_default, ensure_ascii=False, allow_nan=False)
@@ -386,6 +445,17 @@ def _emit(ev):
     finally:
         if blocked:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if sync:
+        _wait_sync()
+
+
+def _thread_ident():
+    try:
+        import _thread
+
+        return _thread.get_ident()
+    except ImportError:
+        return 0
 
 
 def _log(message):
@@ -461,7 +531,9 @@ def _read_input(prompt, password):
                 else:
                     _S.owed += 1
                 raise KeyboardInterrupt
-            if kind != "sync":
+            if kind == "sync":
+                _stray_sync()
+            else:
                 _log("driver: %s request while waiting for input ignored" % kind)
     finally:
         _S.waiting = False
@@ -1487,6 +1559,7 @@ _FALLBACK = {
 def main():
     _setup()
     _S.main_pid = os.getpid()
+    _S.main_tid = _thread_ident()
     _os_write(_EVT_FD, ('{"type":"ready","features":%s}\n' % _j().dumps(_FEATURES)).encode())
     while True:
         try:
@@ -1494,6 +1567,9 @@ def main():
         except EOFError:
             break
         except KeyboardInterrupt:
+            continue
+        if kind == "sync":  # the late sync of a wait an interrupt cut short
+            _stray_sync()
             continue
         _S.answered = False
         try:

@@ -497,6 +497,11 @@ static void dispatch_event(kserver *ks, json_t *ev)
 void kexec_on_event(void *arg, json_t *ev)
 {
     kserver *ks = arg;
+    /* Everything the worker wrote to its pipes before this event was in
+     * them before the event line was: read it now, after the event was
+     * read (events come in batches, so a drain before the read of the
+     * batch is not enough), and publish it first. */
+    kexec_drain_output(ks);
     dispatch_event(ks, ev);
     /* The worker waits for this before it writes anything else, so its
      * later output cannot overtake the event (see WORKER_PROTOCOL.md). */

@@ -605,3 +605,141 @@ def test_workspace_modules_do_not_shadow_the_driver(kernel_factory, tmp_path):
     c, io = run(k, "import importlib; importlib.invalidate_caches()\nimport newmod\nnewmod.VALUE")
     assert results(io)[0]["data"]["text/plain"] == "'from the workspace'"
     assert "planted" not in k.log_text()
+
+
+# ------------------------------------------------------------------ output order (issue 15)
+# Streams, displays, clear_output, results and errors must reach IOPub in the
+# order the cell produced them (WORKER_PROTOCOL.md, "Ordering").
+
+def _sequence(iopub):
+    """The cell's output as a list: non-stream messages as tuples, the stream
+    text between two of them as ("stream", stdout text, stderr text)."""
+    seq, out, err = [], [], []
+
+    def cut():
+        if out or err:
+            seq.append(("stream", "".join(out), "".join(err)))
+            out.clear()
+            err.clear()
+
+    for m in iopub:
+        t, c = m["msg_type"], m["content"]
+        if t == "stream":
+            (out if c["name"] == "stdout" else err).append(c["text"])
+            continue
+        if t in ("status", "execute_input"):
+            continue
+        cut()
+        if t in ("display_data", "update_display_data", "execute_result"):
+            seq.append((t, c["data"].get("text/plain")))
+        elif t == "clear_output":
+            seq.append((t, c["wait"]))
+        elif t == "error":
+            seq.append((t, c["ename"], c["evalue"]))
+        else:
+            seq.append((t,))
+    cut()
+    return seq
+
+
+ORDER_N = 50
+
+ORDER_CELLS = {
+    "clear_loop": (
+        "for i in range(%d):\n    clear_output()\n    print('step', i)" % ORDER_N,
+        [x for i in range(ORDER_N)
+         for x in (("clear_output", False), ("stream", "step %d\n" % i, ""))]),
+    "display_print": (
+        "for i in range(%d):\n    display('d%%d' %% i)\n    print('p%%d' %% i)" % ORDER_N,
+        [x for i in range(ORDER_N)
+         for x in (("display_data", "'d%d'" % i), ("stream", "p%d\n" % i, ""))]),
+    "mixed": (
+        "import sys\n"
+        "for i in range(%d):\n"
+        "    print('a%%d' %% i)\n"
+        "    sys.stderr.write('e%%d\\n' %% i)\n"
+        "    display('d%%d' %% i, display_id='dd%%d' %% i)\n"
+        "    print('b%%d' %% i, end='')\n"
+        "    update_display('u%%d' %% i, display_id='dd%%d' %% i)\n"
+        "    clear_output(wait=True)\n"
+        "print('last')\n"
+        "raise ValueError('end')" % ORDER_N,
+        [x for i in range(ORDER_N)
+         for x in (("stream", "a%d\n" % i, "e%d\n" % i), ("display_data", "'d%d'" % i),
+                   ("stream", "b%d" % i, ""), ("update_display_data", "'u%d'" % i),
+                   ("clear_output", True))]
+        + [("stream", "last\n", ""), ("error", "ValueError", "end")]),
+}
+
+
+def _check_order(k, cells=20):
+    bad = []
+    for rnd in range(cells):
+        for name, (code, expect) in ORDER_CELLS.items():
+            _, iopub = run(k, code, timeout=120)
+            got = _sequence(iopub)
+            if got != expect:
+                first = next((i for i, (a, b) in enumerate(zip(got, expect)) if a != b),
+                             min(len(got), len(expect)))
+                bad.append((rnd, name, first, got[first:first + 3], expect[first:first + 3]))
+    assert not bad, f"{len(bad)} of {cells * len(ORDER_CELLS)} cells misordered: {bad[:5]}"
+
+
+def test_output_order_exact(py):
+    _check_order(py)
+    # the kernel still works, and an interrupt-free cell after them is plain
+    c, iopub = run(py, "print('ok')")
+    assert c["status"] == "ok" and stream_text(iopub) == "ok\n"
+
+
+def test_output_order_exact_under_load(py):
+    hogs = [subprocess.Popen([SYS_PY, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        _check_order(py)
+    finally:
+        for h in hogs:
+            h.kill()
+        for h in hogs:
+            h.wait(timeout=10)
+    c, iopub = run(py, "print('ok')")
+    assert c["status"] == "ok" and stream_text(iopub) == "ok\n"
+
+
+def test_output_order_threads_and_subprocess(py):
+    # fd-level writers that finished before an event come before it
+    code = ("import subprocess, os\n"
+            "for i in range(20):\n"
+            "    subprocess.run(['echo', 's%d' % i])\n"
+            "    os.write(1, b'w%d\\n' % i)\n"
+            "    clear_output()\n")
+    _, iopub = run(py, code, timeout=60)
+    expect = [x for i in range(20) for x in (("stream", "s%d\nw%d\n" % (i, i), ""),
+                                             ("clear_output", False))]
+    assert _sequence(iopub) == expect
+
+
+def test_nbclient_clear_output_keeps_last_step(tmp_path, monkeypatch):
+    import nbformat
+    nbclient = pytest.importorskip("nbclient")
+    import mgrutil
+    prefix = tmp_path / "prefix"
+    p = subprocess.run([mgrutil.KM, "kernelspec", "install", "--prefix", str(prefix),
+                        "--sandbox", KM_TEST_SANDBOX, "--python", SYS_PY, "--json"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+    for var, sub in (("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "rt"),
+                     ("JUPYTER_CONFIG_DIR", "cfg")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "kernelmgr-python", "display_name": "p",
+                                 "language": "python"}
+    loops = ["for i in range(5):\n    clear_output()\n    print('step', i)",
+             "for i in range(5):\n    clear_output(wait=True)\n    print('step', i)"]
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in loops for _ in range(5)]
+    client = nbclient.NotebookClient(nb, timeout=60, kernel_name="kernelmgr-python",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    for cell in nb.cells:
+        outs = [(o["output_type"], o.get("name"), o.get("text")) for o in cell.outputs]
+        assert outs == [("stream", "stdout", "step 4\n")], (cell.source, outs)
