@@ -1187,6 +1187,8 @@ static uint64_t outputs_used(const char *dir)
  * daemon: no session of an earlier manager is live; a `run` in progress
  * still has its session directory and connection files): package
  * directories, and kernel history files whose connection file is gone. */
+static int owned_by_live_manager(const km_manager *m, const char *name);
+
 static void prune_orphans(km_manager *m)
 {
     char *dir = NULL, *p = NULL;
@@ -1197,10 +1199,10 @@ static void prune_orphans(km_manager *m)
             /* Only a one-shot run's own packages: a name may get packages
              * before its session exists (installs first, then the first
              * exec), so other names are left alone; close removes them.
-             * A run's are pruned once that run (run-PID-TIME) has ended. */
-            unsigned long rpid = 0;
-            if (!km_name_valid(de->d_name) || sscanf(de->d_name, "run-%lu-", &rpid) != 1 ||
-                rpid == 0 || rpid > INT_MAX || kill((pid_t)rpid, 0) == 0 || errno != ESRCH)
+             * A run's are pruned once that run (run-PID-TIME) has ended:
+             * the same owner-lock test as reap_dead_runs (pid reuse proof). */
+            if (strncmp(de->d_name, "run-", 4) || !km_name_valid(de->d_name) ||
+                owned_by_live_manager(m, de->d_name))
                 continue;
             if (asprintf(&p, "%s/sessions/%s", m->home, de->d_name) < 0)
                 break;
@@ -1358,6 +1360,22 @@ static void reap_dead_runs(km_manager *m)
 
 /* ---------------------------------------------------------------- manager */
 
+/* Releases what km_manager_new set up once no kernel of m runs: the owner
+ * lock, the lifeline (its kernels see end-of-file), locks, m itself. */
+static void manager_free(km_manager *m)
+{
+    if (m->owner_held)
+        klaunch_owner_release(m->run_dir);
+    for (int i = 0; i < 2; i++)
+        if (m->lifeline[i] >= 0)
+            close(m->lifeline[i]);
+    json_decref(m->cfg.env);
+    pthread_cond_destroy(&m->slot_cv);
+    pthread_mutex_destroy(&m->slot_mu);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
 km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_err *err)
 {
     km_manager *m = calloc(1, sizeof *m);
@@ -1440,16 +1458,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
         prune_orphans(m);
     return m;
 fail:
-    if (m->owner_held)
-        klaunch_owner_release(m->run_dir);
-    for (int i = 0; i < 2; i++)
-        if (m->lifeline[i] >= 0)
-            close(m->lifeline[i]);
-    json_decref(m->cfg.env);
-    pthread_cond_destroy(&m->slot_cv);
-    pthread_mutex_destroy(&m->slot_mu);
-    pthread_mutex_destroy(&m->lock);
-    free(m);
+    manager_free(m);
     return NULL;
 }
 
@@ -1480,16 +1489,7 @@ void km_manager_destroy(km_manager **pm)
         }
     }
     /* every kernel is stopped: the lifeline and the owner lock go */
-    if (m->owner_held)
-        klaunch_owner_release(m->run_dir);
-    for (int i = 0; i < 2; i++)
-        if (m->lifeline[i] >= 0)
-            close(m->lifeline[i]);
-    json_decref(m->cfg.env);
-    pthread_cond_destroy(&m->slot_cv);
-    pthread_mutex_destroy(&m->slot_mu);
-    pthread_mutex_destroy(&m->lock);
-    free(m);
+    manager_free(m);
     *pm = NULL;
 }
 
