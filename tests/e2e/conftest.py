@@ -20,3 +20,20 @@ def kernel_factory(tmp_path):
     yield make
     for k in made:
         k.close()
+
+
+@pytest.fixture
+def make_mgr():
+    """make_mgr(config=None) -> mgrutil.Mgr (its own KERNELMGR_HOME); every
+    manager made is closed (daemon stopped, home removed) at teardown."""
+    import mgrutil
+    made = []
+
+    def make(config=None):
+        m = mgrutil.Mgr(config)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.close()

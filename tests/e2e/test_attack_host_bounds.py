@@ -7,7 +7,6 @@ Nothing here measures time: waits are polls with deadlines."""
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,27 +16,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mgrutil  # noqa: E402
-from mgrutil import Mgr  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not mgrutil.have_kernel("python"),
                                 reason="build/kernel-python not built")
 
 KiB = 1024
 MiB = 1024 * 1024
-
-
-@pytest.fixture
-def make_mgr():
-    made = []
-
-    def make(config=None):
-        m = Mgr(config)
-        made.append(m)
-        return m
-
-    yield make
-    for m in made:
-        m.close()
 
 
 def poll(cond, timeout=30, what="condition"):

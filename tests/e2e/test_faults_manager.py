@@ -17,27 +17,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mgrutil import KM, Mgr, have_kernel  # noqa: E402
+from mgrutil import KM, have_kernel  # noqa: E402
 import kutil  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (have_kernel("python") and have_kernel("bash")),
                                 reason="kernels not built")
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def make_mgr():
-    made = []
-
-    def make(config=None):
-        m = Mgr(config)
-        made.append(m)
-        return m
-
-    yield make
-    for m in made:
-        m.close()
 
 
 def poll(cond, timeout=60, what="condition"):

@@ -16,25 +16,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mgrutil  # noqa: E402
-from mgrutil import Mgr  # noqa: E402
 
 needs_kernels = pytest.mark.skipif(
     not (mgrutil.have_kernel("python") and mgrutil.have_kernel("bash")),
     reason="build/kernel-python and build/kernel-bash not built")
-
-
-@pytest.fixture
-def make_mgr():
-    made = []
-
-    def make(config=None):
-        m = Mgr(config)
-        made.append(m)
-        return m
-
-    yield make
-    for m in made:
-        m.close()
 
 
 def ask(mgr, req, timeout=30):
