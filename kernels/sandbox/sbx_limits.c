@@ -130,34 +130,35 @@ static void sbx_limits_collect_stale(const char *dir)
      * running sandbox of the host) on every start is wasted work. */
     static char done[4][SBX_CG_DIRLEN];
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    int seen = 0;
+    int seen = 0, recorded = 0;
+    /* held across the scan: no sandbox of ours is created here meanwhile */
     pthread_mutex_lock(&mu);
     for (size_t i = 0; i < 4 && !seen; i++)
         if (!strcmp(done[i], dir))
             seen = 1;
-    for (size_t i = 0; i < 4 && !seen; i++)
+    for (size_t i = 0; i < 4 && !seen && !recorded; i++)
         if (!done[i][0]) {
             snprintf(done[i], sizeof done[i], "%s", dir);
-            break;
+            recorded = 1;
         }
-    pthread_mutex_unlock(&mu);
-    if (seen)
-        return;
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
+    DIR *d = seen ? NULL : opendir(dir);
     struct dirent *de;
-    while ((de = readdir(d))) {
+    while (d && (de = readdir(d))) {
         int pid;
         if (sscanf(de->d_name, "kernelmgr-sandbox-%d-", &pid) != 1 || pid <= 0)
             continue;
-        if (kill(pid, 0) == 0 || errno != ESRCH)
+        /* One with our own pid, seen on our first scan of dir (before we
+         * created any there), is a dead earlier holder's of that pid: pids
+         * are reused, and its name would collide with ours. */
+        if (pid == (int)getpid() ? !recorded : (kill(pid, 0) == 0 || errno != ESRCH))
             continue;
         char p[SBX_CG_DIRLEN + 300];
         snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
         rmdir(p);
     }
-    closedir(d);
+    if (d)
+        closedir(d);
+    pthread_mutex_unlock(&mu);
 }
 
 /* Creates <controller root><own path>/<name>; "" in out on failure. */

@@ -340,30 +340,60 @@ def test_run_sigkill_mid_cell_lifeline_and_next_start(km, lang):
     assert home_processes(km.home) == []
 
 
+def _pidfd_getfd(pid, fd):
+    """A copy of process pid's descriptor fd (pidfd_getfd(2): ptrace access,
+    which the test has over its own child or as root)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        r = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd (x86_64, arm64, ...)
+        if r < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"pidfd_getfd({pid}, {fd}): {os.strerror(e)}")
+        return r
+    finally:
+        os.close(pidfd)
+
+
+def _owner_pipe_writers(run_pid, kernel_pid):
+    """The run's descriptors that are the write end of the kernel's owner
+    pipe (its --owner-fd N)."""
+    argv = Path(f"/proc/{kernel_pid}/cmdline").read_bytes().split(b"\0")
+    n = int(argv[argv.index(b"--owner-fd") + 1])
+    pipe = os.readlink(f"/proc/{kernel_pid}/fd/{n}")
+    return [int(fd.name) for fd in Path(f"/proc/{run_pid}/fd").iterdir()
+            if os.readlink(fd) == pipe]
+
+
 def test_orphan_kernel_without_lifeline_is_reaped_by_next_start(km):
     """A kernel whose owner died and that did not go by itself (a kernel that
     knows no lifeline, like a user's kernelspec) is killed by the next
-    manager's start-up scan, found by its pid file."""
+    manager's start-up scan, found by its pid file.
+
+    The lifeline is defeated by holding a copy of the owner pipe's write end,
+    so the kernel sees no end-of-file when its owner dies. (Not by stopping
+    the kernel: a stopped process group orphaned by its parent's death gets
+    SIGHUP and SIGCONT from the kernel, and the kernel server ends on SIGHUP
+    as it should.)"""
     p, procs, sdir = start_run_mid_cell(km, "bash")
-    # stop the kernel servers, so the lifeline cannot act before the owner is gone
-    # the kernel servers themselves, not transient forks of them (sandbox
-    # helpers keep their command line and may exit on their own)
-    ks = [x for x in procs if "/kernel-" in _cmdline(x).split(" ")[0]]
-    stopped = [x for x in ks if _ppid(x) not in ks]
-    for pid in stopped:
-        os.kill(pid, signal.SIGSTOP)
+    ks = kernel_servers(km.home)
+    assert len(ks) == 1, describe(ks)
+    writers = _owner_pipe_writers(p.pid, ks[0])
+    assert writers, f"no owner pipe of {describe(ks)} in the run {p.pid}"
+    held = [_pidfd_getfd(p.pid, fd) for fd in writers]
     try:
         p.kill()
         p.wait(30)
-        assert stopped and all(kutil.alive(x) for x in stopped), describe(procs)
-        assert_next_run_works(km)
+        assert all(kutil.alive(x) for x in ks), describe(procs)
+        rc, res, nxt = km.results("run", "--lang", "bash", "-c", "echo next-ok")
+        assert rc == 0 and res and "next-ok" in res[0]["stdout"], (nxt.stderr, res)
+        # killed by the scan, not gone by itself
+        assert f"killing kernel {ks[0]} " in nxt.stderr, nxt.stderr
         assert_all_gone(procs, "orphan after the next start")
     finally:
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except OSError:
-                pass
+        for fd in held:
+            os.close(fd)
     assert sdir not in session_dirs(km.home)
     assert session_dirs(km.home) == [] and run_files(km.home) == []
 

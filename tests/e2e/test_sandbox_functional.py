@@ -447,3 +447,51 @@ ls -d /sys/fs/cgroup/kernelmgr-sandbox-* 2>/dev/null && echo LEFTOVER || true
     # init and the worker at least, and the cgroup is removed at the end
     assert "PROCS" in r.stdout and int(r.stdout.split("PROCS")[1].split()[0]) >= 2, r
     assert "LEFTOVER" not in r.stdout, r
+
+
+def _memory_cgroup_dir(pid):
+    """The directory of pid's memory cgroup (cgroup v2 or v1), or None."""
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if v2 and ctrls == "":
+            return Path("/sys/fs/cgroup" + path)
+        if not v2 and "memory" in ctrls.split(","):
+            return Path("/sys/fs/cgroup/memory" + path)
+    return None
+
+
+def test_stale_cgroup_of_a_reused_pid_does_not_cost_the_limits(sbx):
+    """A kernel SIGKILLed without sandbox_destroy() leaves an empty cgroup
+    named after its pid; a later process given the same pid (pids are
+    reused) still gets its memory limit: the stale cgroup is collected, not
+    collided with."""
+    if not (sbxutil.IS_ROOT and sbx.user == "invoker"):
+        pytest.skip("memory cgroups are created by root's sandboxes")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the later holder of the pid: waits until the stale cgroup exists
+        os.close(w)
+        os.read(r, 1)
+        try:
+            out = os.open(str(sbx.base / "check.out"), os.O_WRONLY | os.O_CREAT, 0o644)
+            os.dup2(out, 1)
+            os.execv(sbx.tool, [sbx.tool, "--check"])
+        finally:
+            os._exit(127)
+    os.close(r)
+    stale = None
+    try:
+        d = _memory_cgroup_dir(pid)
+        if d is None or not os.access(d, os.W_OK):
+            pytest.skip(f"no writable memory cgroup for the test ({d})")
+        stale = d / f"kernelmgr-sandbox-{pid}-0"
+        stale.mkdir()
+        os.write(w, b"x")
+    finally:
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+    text = (sbx.base / "check.out").read_text()
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert '"cgroup-v1-memory"' in text or '"cgroup-v2-memory"' in text, text
+    assert not stale.exists(), f"{stale} was not collected"
