@@ -19,9 +19,9 @@ LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 
 # Every .c file except a directory's main.c goes into one static library, so
 # binaries and unit tests link exactly the objects they use.
-LIB_SRC  := $(filter-out %/main.c,$(wildcard protocol/*.c kernels/*/*.c kernelmgr/*.c))
+LIB_SRC  := $(filter-out %/main.c,$(wildcard common/*.c protocol/*.c kernels/*/*.c kernelmgr/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-HEADERS  := $(wildcard protocol/*.h kernels/*/*.h kernelmgr/*.h)
+HEADERS  := $(wildcard common/*.h protocol/*.h kernels/*/*.h kernelmgr/*.h)
 BINS     := $(BUILD)/kernelmgr $(BUILD)/kernel-python $(BUILD)/kernel-bash
 SHARE    := $(patsubst kernels/%,$(BUILD)/share/kernelmgr/%,$(wildcard kernels/python/*.py kernels/bash/*.sh))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -96,16 +96,16 @@ fuzz: deps
 	@$(MAKE) --no-print-directory $(FUZZ_BIN)
 	@BUILD=$(BUILD) FUZZ_SECONDS=$${FUZZ_SECONDS:-60} tests/fuzz/run.sh
 
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard protocol/*.c) $(HEADERS)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard common/*.c protocol/*.c) $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -I. -Iprotocol \
-	  $(shell pkg-config --cflags $(PKGS)) -o $@ $< $(wildcard protocol/*.c) $(LDLIBS)
+	  $(shell pkg-config --cflags $(PKGS)) -o $@ $< $(wildcard common/*.c protocol/*.c) $(LDLIBS)
 
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) tests/bench/bench.py
 
-FMT_FILES = $(wildcard protocol/*.[ch] kernels/*/*.[ch] kernelmgr/*.[ch] tests/unit/*.c tests/fuzz/*.c)
+FMT_FILES = $(wildcard common/*.[ch] protocol/*.[ch] kernels/*/*.[ch] kernelmgr/*.[ch] tests/unit/*.c tests/fuzz/*.c)
 format:
 	clang-format -i $(FMT_FILES)
 lint:

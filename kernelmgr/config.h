@@ -23,6 +23,8 @@ typedef struct kmcfg {
     double interrupt_grace;            /* "interrupt_grace": seconds after interrupt (default 5) */
     double start_timeout;              /* "start_timeout": kernel start (default 60) */
     uint64_t memory;                   /* "memory": bytes, 0 = kernel default */
+    double cpus;                       /* "cpus": CPU rate cap per sandbox, 0 = none */
+    double cpu_time;                   /* "cpu_time": CPU seconds per block, 0 = none */
     int network;                       /* "network": 0 off (default), 1 on */
     char python[4096];                 /* "python": interpreter path, "" = detected */
     char sandbox[16];                  /* "sandbox": "strict" (default) | "none" */

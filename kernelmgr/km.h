@@ -44,6 +44,8 @@ typedef struct km_err {
 typedef struct km_session_opts {
     int network;               /* -1, 0, 1 */
     unsigned long long memory; /* 0 = config */
+    double cpus;               /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
+    double cpu_time;           /* CPU-time budget per block in seconds; 0 = config */
     const char *python;        /* interpreter path */
     const char *workspace;     /* existing directory used instead of a fresh one */
     const char *sandbox;       /* "strict" | "none" */
