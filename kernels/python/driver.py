@@ -10,7 +10,8 @@ Constraints that shape this file:
   * start fast: the kernel is "ready" after importing little more than the
     interpreter itself does plus the driver's own standard-library modules
     (about 10 ms; asyncio and jedi load on first use), and matplotlib/pandas
-    are never imported unless user code did;
+    are never imported unless user code did; IPython (when importable) only
+    on the first cell that needs it (see "IPython (lazy)" below);
   * the workspace is sandbox-written: a json.py, re.py or types.py there
     shadows the standard library for user code (as in any Python started in
     that directory) but never for the driver, which imports its modules
@@ -108,6 +109,7 @@ class _State:
     sync_debt = 0  # syncs still to come for waits an interrupt cut short
     allow_stdin = False
     silent = False
+    store_history = True
     count = 0
     cell_serial = 0
     used_names = set()
@@ -583,11 +585,72 @@ def _encode_mime(mime, value):
     return value
 
 
-def _text_plain(obj):
+_REPR_TYPES = (int, str, bytes, bool, complex, type(None))
+
+
+def _pretty_is_repr(obj, depth=0):
+    """True when IPython's pretty printer would print obj exactly as
+    "\n".join(repr(obj).splitlines()), so IPython need not be loaded: plain
+    scalars, short lists/tuples/dicts of them, and objects whose class
+    defines __repr__ (before any class IPython has a printer for)."""
+    t = type(obj)
+    if t in _REPR_TYPES or (t is float and _IP.shell is None):
+        return True
+    if t in (list, tuple, dict):
+        if depth > 2 or len(obj) > 20:
+            return False
+        items = [x for kv in obj.items() for x in kv] if t is dict else obj
+        return all(_pretty_is_repr(x, depth + 1) for x in items)
     try:
-        r = repr(obj)
-    except Exception as e:
-        return "<%s object: repr() failed: %s: %s>" % (type(obj).__name__, type(e).__name__, e)
+        mro = t.__mro__
+    except AttributeError:
+        return False
+    for cls in mro:
+        d = getattr(cls, "__dict__", {})
+        if cls.__module__ in ("builtins", "collections", "re", "types", "datetime"):
+            return False  # IPython has its own printers there
+        if "_repr_pretty_" in d:
+            return False
+        if "__repr__" in d:
+            return callable(d["__repr__"])
+    return False
+
+
+def _native_pretty(obj):
+    """Without IPython: IPython's forms for classes, functions and
+    defaultdict, else repr() (pprint past 79 columns)."""
+    import types
+
+    if isinstance(obj, type):
+        mod, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", obj.__name__)
+        return name if mod in (None, "builtins", "exceptions") else "%s.%s" % (mod, name)
+    if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)):
+        import inspect
+
+        name = getattr(obj, "__qualname__", None) or obj.__name__
+        mod = getattr(obj, "__module__", None)
+        if mod and mod not in ("__builtin__", "builtins", "exceptions"):
+            name = "%s.%s" % (mod, name)
+        try:
+            name += str(inspect.signature(obj))
+        except (ValueError, TypeError):
+            pass
+        return "<function %s>" % name
+    coll = sys.modules.get("collections")
+    if coll is not None and type(obj) is coll.defaultdict:
+        return "defaultdict(%s, %s)" % (_native_pretty(obj.default_factory),
+                                        _native_pretty(dict(obj)))
+    if type(obj) in (list, tuple, dict) and len(obj) <= 100:
+        if type(obj) is dict:
+            parts = ["%s: %s" % (_native_pretty(k), _native_pretty(v)) for k, v in obj.items()]
+            text = "{%s}" % ", ".join(parts)
+        else:
+            parts = [_native_pretty(x) for x in obj]
+            tail = "," if type(obj) is tuple and len(parts) == 1 else ""
+            text = ("(%s%s)" if type(obj) is tuple else "[%s%s]") % (", ".join(parts), tail)
+        if len(text) <= 79 and "\n" not in text:
+            return text
+    r = repr(obj)
     if len(r) > 79 and type(obj) in (dict, list, tuple, set, frozenset):
         try:
             import pprint
@@ -598,12 +661,104 @@ def _text_plain(obj):
     return r
 
 
-def _figure_png(fig):
+def _text_plain(obj):
+    """text/plain as IPython's PlainTextFormatter makes it: IPython's pretty
+    printer (loaded on the first value that needs it), or the equivalent
+    without IPython."""
+    try:
+        if _pretty_is_repr(obj):
+            r = repr(obj)
+            if type(obj) not in (list, tuple, dict) or (len(r) <= 79 and "\n" not in r):
+                return "\n".join(r.splitlines())
+        if _IP.shell is not None:
+            r = _IP.shell.display_formatter.formatters["text/plain"](obj)
+            if isinstance(r, str):
+                return r
+        elif _IP.pretty is not None or _ipython_importable():
+            if _IP.pretty is None:
+                _IP.pretty = _ipython_import("IPython.lib.pretty")
+            return _IP.pretty.pretty(obj, max_width=79, max_seq_length=1000)
+        return _native_pretty(obj)
+    except Exception as e:
+        try:
+            return repr(obj)
+        except Exception:
+            return "<%s object: repr() failed: %s: %s>" % (type(obj).__name__,
+                                                          type(e).__name__, e)
+
+
+def _print_figure(fig, fmt, bbox_inches="tight", **kwargs):
+    """IPython's pylabtools.print_figure: bytes (str for svg), None for an
+    empty figure; the figure's own dpi (not savefig.dpi), doubled for
+    'retina'."""
     import io
 
+    if not fig.axes and not fig.lines:
+        return None
+    dpi = fig.dpi
+    if fmt == "retina":
+        dpi = dpi * 2
+        fmt = "png"
+    kw = {"format": fmt, "facecolor": fig.get_facecolor(), "edgecolor": fig.get_edgecolor(),
+          "dpi": dpi, "bbox_inches": bbox_inches}
+    kw.update(kwargs)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    return buf.getvalue()
+    if fig.canvas is None:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        FigureCanvasBase(fig)
+    fig.canvas.print_figure(buf, **kw)
+    data = buf.getvalue()
+    return data.decode("utf-8") if fmt == "svg" else data
+
+
+def _figure_bundle(fig):
+    """(data, metadata) of a figure in the InlineBackend's formats (png by
+    default; `%config InlineBackend.figure_format = 'retina'` gives a 2x PNG
+    with width/height metadata), as matplotlib_inline does. data is empty
+    for a figure without axes."""
+    import struct
+
+    ib = _IP.inline
+    formats = set(ib.figure_formats) if ib is not None else {"png"}
+    kw = dict(ib.print_figure_kwargs) if ib is not None else {"bbox_inches": "tight"}
+    data, md = {}, {}
+    if formats & {"retina", "png2x"}:
+        png = _print_figure(fig, "retina", **kw)
+        if png is not None:
+            i = png.index(b"IHDR")
+            w, h = struct.unpack(">ii", png[i + 4:i + 12])
+            data["image/png"] = _encode_mime("image/png", png)
+            md["image/png"] = {"width": w // 2, "height": h // 2}
+    elif "png" in formats:
+        png = _print_figure(fig, "png", **kw)
+        if png is not None:
+            data["image/png"] = _encode_mime("image/png", png)
+    for fmt, mime in (("jpeg", "image/jpeg"), ("jpg", "image/jpeg"), ("svg", "image/svg+xml"),
+                      ("pdf", "application/pdf")):
+        if fmt in formats and mime not in data:
+            v = _print_figure(fig, fmt, **kw)
+            if v is not None:
+                data[mime] = _encode_mime(mime, v)
+    return data, md
+
+
+def _figure_metadata(fig):
+    """matplotlib_inline's _fetch_figure_metadata: needs_background for a
+    transparent figure whose tick labels are all light or all dark."""
+    try:
+        from matplotlib import colors
+
+        if colors.to_rgba(fig.get_facecolor())[3] < 0.5:
+            labels = [lab.get_color() for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+                      for lab in axis.get_ticklabels()]
+            if labels:
+                light = colors.to_rgba_array(labels)[:, :3].dot((0.299, 0.587, 0.114)) > 0.5
+                if (light == light[0]).all():
+                    return {"needs_background": "dark" if light[0] else "light"}
+    except Exception:
+        pass
+    return {}
 
 
 def _is_mpl_figure(obj):
@@ -657,9 +812,15 @@ def _format(obj, include=None, exclude=None):
                 _formatter_failed(obj, name)
         if "image/png" not in data and want("image/png") and _is_mpl_figure(obj):
             try:
-                data["image/png"] = _encode_mime("image/png", _figure_png(obj))
+                fd, fmd = _figure_bundle(obj)
             except Exception:
                 _formatter_failed(obj, "savefig")
+            else:
+                for mime, value in fd.items():
+                    if want(mime) and mime not in data:
+                        data[mime] = value
+                        if mime in fmd:
+                            md[mime] = fmd[mime]
     if "text/plain" not in data:
         data["text/plain"] = _text_plain(obj)
     return data, md
@@ -688,6 +849,15 @@ class DisplayHandle:
 
 
 def publish_display_data(data, metadata=None, transient=None, update=False):
+    shell = _IP.shell
+    if shell is not None and shell.display_pub is not _IP.pub:
+        # swapped by IPython's capture_output (%%capture): it collects.
+        shell.display_pub.publish(data, metadata, transient=transient, update=update)
+        return
+    _publish(data, metadata, transient, update)
+
+
+def _publish(data, metadata=None, transient=None, update=False):
     ev = {
         "type": "display_data",
         "data": data,
@@ -742,6 +912,10 @@ def update_display(obj, *, display_id, **kwargs):
 
 def clear_output(wait=False):
     """Clears this cell's output (now, or when new output arrives if wait)."""
+    shell = _IP.shell
+    if shell is not None and shell.display_pub is not _IP.pub:
+        shell.display_pub.clear_output(wait)
+        return
     _emit({"type": "clear_output", "wait": bool(wait)})
 
 
@@ -761,13 +935,13 @@ def _flush_figures():
         for num in nums:
             fig = plt.figure(num)
             try:
-                png = _figure_png(fig)
+                data, md = _figure_bundle(fig)
             except Exception:
                 _formatter_failed(fig, "savefig")
                 continue
-            publish_display_data(
-                {"image/png": _encode_mime("image/png", png), "text/plain": _text_plain(fig)}
-            )
+            data["text/plain"] = _text_plain(fig)
+            md.update(_figure_metadata(fig))
+            publish_display_data(data, md)
     finally:
         try:
             plt.close("all")
@@ -796,7 +970,9 @@ def _patch_ipython_display(mod):
         ("update_display", update_display),
         ("publish_display_data", publish_display_data),
     ):
-        if hasattr(mod, name):
+        # vars(), not hasattr(): IPython.core.display answers these names
+        # through a module __getattr__ that warns (DeprecationWarning).
+        if name in vars(mod):
             setattr(mod, name, fn)
 
 
@@ -858,6 +1034,422 @@ class _PostImportFinder:
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
             spec.loader = _HookLoader(spec.loader, hook)
         return spec
+
+
+# ---------------------------------------------------------------- IPython (lazy)
+#
+# IPython is never imported at start, nor for a cell that is valid Python.
+# The first cell that needs it (a magic, `!`, `?`, get_ipython(), a value
+# whose text/plain form IPython's pretty printer decides) loads it: an
+# InteractiveShell whose user namespace is this driver's __main__, used for
+# its input transformer, magics, system/getoutput, inspector and
+# PlainTextFormatter. Cells still run, display and fail through this driver.
+# Without IPython, IPython-only constructs raise IPythonRequiredError.
+
+
+class IPythonRequiredError(Exception):
+    """An IPython-only construct was used and IPython is not importable in
+    this kernel's interpreter."""
+
+
+class _IP:
+    shell = None  # the InteractiveShell, once made
+    error = None  # why IPython could not be loaded, once tried
+    pretty = None  # IPython.lib.pretty, once imported
+    pub = None  # the shell's own display publisher (routed to ours)
+    inline = None  # the InlineBackend configurable (figure formats)
+    shell_error = False  # the shell showed a traceback during this cell
+    exit_requested = False  # exit()/quit() was called: end the worker after the cell
+
+
+def _no_ipython(what):
+    return IPythonRequiredError(
+        "%s needs IPython, which is not importable in this kernel's Python (%s: %s); "
+        "install it there (pip install ipython) or write the cell as plain Python"
+        % (what, sys.executable, _IP.error or "not installed"))
+
+
+def _ipython_import(name):
+    """Imports an IPython module for the driver (never from the workspace);
+    a failure is remembered and raised as ImportError from then on."""
+    if _IP.error is not None:
+        raise ImportError(_IP.error)
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _driver_import(name)
+    except Exception as e:
+        _IP.error = "%s: %s" % (type(e).__name__, e)
+        raise ImportError(_IP.error)
+
+
+def _ipython_importable():
+    if _IP.shell is not None or _IP.pretty is not None:
+        return True
+    try:
+        _ipython_import("IPython")
+        return True
+    except ImportError:
+        return False
+
+
+def _shell_get(what="this construct"):
+    """The driver's InteractiveShell (made on first use); raises
+    IPythonRequiredError naming `what` without IPython."""
+    if _IP.shell is not None:
+        return _IP.shell
+    try:
+        ish = _ipython_import("IPython.core.interactiveshell")
+        tconfig = _driver_import("traitlets.config")
+    except ImportError:
+        raise _no_ipython(what) from None
+    import builtins
+
+    cfg = tconfig.Config()
+    cfg.HistoryManager.enabled = False
+    cfg.HistoryManager.hist_file = ":memory:"
+    cfg.InteractiveShell.colors = "NoColor"
+    main = sys.modules["__main__"]
+    saved = {k: _ns[k] for k in ("In", "Out", "_ih", "_oh", "exit", "quit") if k in _ns}
+    saved_builtins = {k: getattr(builtins, k) for k in ("display", "exit", "quit")
+                      if hasattr(builtins, k)}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shell = ish.InteractiveShell.instance(config=cfg, user_module=main)
+    # Ours stay: display, the In/Out history already kept, exit().
+    for k, v in saved_builtins.items():
+        setattr(builtins, k, v)
+    hm = shell.history_manager
+    hm.input_hist_parsed[:] = saved.get("In", [""])
+    hm.input_hist_raw[:] = list(hm.input_hist_parsed)
+    hm.output_hist.clear()
+    hm.output_hist.update(saved.get("Out", {}))
+    for k in ("In", "_ih"):
+        _ns[k] = hm.input_hist_parsed
+    for k in ("Out", "_oh"):
+        _ns[k] = hm.output_hist
+    for k in ("exit", "quit"):
+        _ns[k] = _EXITER
+        shell.user_ns_hidden[k] = _EXITER
+    _H.In, _H.Out = hm.input_hist_parsed, hm.output_hist
+    shell.ask_exit = _ask_exit
+    # `!cmd` runs with the cell's own stdout/stderr (a pty-less sandbox has
+    # no pexpect), as IPython's system_raw does.
+    shell.system = shell.system_raw
+    shell.kernel = None  # a Jupyter kernel, as hasattr(ip, "kernel") asks
+    # Cells the shell runs itself (%%capture's body, run_cell()) show their
+    # result as execute_result, as in ipykernel, not as an "Out[N]:" line on
+    # stdout: sys.displayhook is ours from now on, and the shell's trap
+    # counts as entered (as during an ipykernel cell), so that it keeps
+    # whatever hook is set - %%capture's own, while it captures.
+    sys.displayhook = _displayhook
+    shell.display_trap.hook = _displayhook
+    shell.display_trap._nested_level = 1
+    shell._showtraceback = _shell_showtraceback
+    shell.set_hook("show_in_pager", _show_in_pager, 99)
+    pub = shell.display_pub
+    pub.publish = _shell_publish
+    pub.clear_output = clear_output
+    _IP.pub = pub
+    _IP.inline = _make_inline_backend(shell, tconfig)
+    shell.register_magic_function(_matplotlib_magic, "line", "matplotlib")
+    _IP.shell = shell
+    return shell
+
+
+def _shell_publish(data, metadata=None, source=None, *, transient=None, update=False, **kw):
+    _publish(data, metadata, transient, update)
+
+
+def _shell_showtraceback(etype, evalue, stb):
+    """A traceback the shell shows itself (%run, %timeit, event callbacks):
+    reported like any error of the cell, which then fails."""
+    _IP.shell_error = True
+    _report_error(etype, evalue, getattr(evalue, "__traceback__", None))
+
+
+def _show_in_pager(self, data, start=0, screen_lines=0, pager_cmd=None):
+    """`obj?` and other paged text: a display_data in the cell (ipykernel
+    sends it as a "page" payload, which notebooks show as output too)."""
+    if isinstance(data, dict):
+        bundle = dict(data)
+    else:
+        bundle = {"text/plain": str(data)}
+    bundle = {k: v for k, v in bundle.items() if k in ("text/plain", "text/html")}
+    publish_display_data(bundle)
+
+
+def _ask_exit():
+    _IP.exit_requested = True
+
+
+class _Exiter:
+    """exit() / quit(): like ipykernel, the cell finishes, then the kernel
+    ends (the server reports it and starts a fresh worker);
+    exit(keep_kernel=True) does nothing."""
+
+    def __repr__(self):
+        return "Type exit() to end this kernel (its namespace is lost)."
+
+    __str__ = __repr__
+
+    def __call__(self, keep_kernel=False):
+        if not keep_kernel:
+            _IP.exit_requested = True
+
+
+_EXITER = _Exiter()
+
+
+class _ShellProbe:
+    """What get_ipython() gives a library (not a cell) before IPython is
+    loaded: enough for the probes libraries make at import (pandas:
+    hasattr(ip, "kernel") -> "a Jupyter kernel", as with ipykernel), without
+    loading IPython; any other use loads the shell and goes to it."""
+
+    kernel = None
+
+    def __getattr__(self, name):
+        try:
+            shell = _shell_get("get_ipython()")
+        except IPythonRequiredError as e:
+            raise AttributeError("%s (%s)" % (name, e)) from None
+        return getattr(shell, name)
+
+    def __repr__(self):
+        return "<get_ipython() of kernelmgr: IPython not loaded yet>"
+
+
+def _get_ipython():
+    """get_ipython(): the driver's InteractiveShell, made on first call from
+    a cell; a library calling it first gets a _ShellProbe."""
+    if _IP.shell is None:
+        try:
+            caller = sys._getframe(1).f_code.co_filename
+        except (AttributeError, ValueError):
+            caller = ""
+        if not caller.startswith("<cell-"):
+            return _ShellProbe()
+    try:
+        return _shell_get("get_ipython()")
+    except IPythonRequiredError as e:
+        raise NameError("name 'get_ipython' is not defined (%s)" % e) from None
+
+
+_get_ipython.__name__ = "get_ipython"
+_get_ipython.__qualname__ = "get_ipython"
+
+
+def _make_inline_backend(shell, tconfig):
+    """An `InlineBackend` configurable, so that `%config InlineBackend.figure_format
+    = 'retina'` works as in ipykernel (without importing matplotlib_inline,
+    which imports matplotlib)."""
+    try:
+        traitlets = _driver_import("traitlets")
+
+        class InlineBackend(tconfig.SingletonConfigurable):
+            figure_formats = traitlets.Set({"png"}).tag(config=True)
+            figure_format = traitlets.Unicode().tag(config=True)
+            print_figure_kwargs = traitlets.Dict({"bbox_inches": "tight"}).tag(config=True)
+            close_figures = traitlets.Bool(True).tag(config=True)
+            rc = traitlets.Dict({}).tag(config=True)
+
+            @traitlets.observe("figure_format")
+            def _figure_format_changed(self, change):
+                if change["new"]:
+                    self.figure_formats = {change["new"]}
+
+        cfg = InlineBackend.instance(parent=shell)
+        shell.configurables.append(cfg)
+        return cfg
+    except Exception as e:
+        _log("driver: InlineBackend configurable unavailable: %r" % (e,))
+        return None
+
+
+def _matplotlib_magic(line=""):
+    """%matplotlib [inline]: figures are always sent inline; another backend
+    goes to IPython's magic."""
+    if line.strip() in ("", "inline"):
+        return None
+    magics = _IP.shell.magics_manager.registry.get("PylabMagics")
+    if magics is None:
+        raise IPythonRequiredError("%%matplotlib %s is not supported" % line.strip())
+    return magics.matplotlib(line)
+
+
+def _shell_events(event, *args):
+    shell = _IP.shell
+    if shell is None:
+        return
+    shell.events.trigger(event, *args)
+
+
+# ---------------------------------------------------------------- In / Out
+
+
+class _H:
+    In = None  # ['', cell 1, cell 2, ...] as in IPython (In[0] is '')
+    Out = None  # {count: value}
+
+
+def _store_input(count, raw, parsed):
+    if not _S.store_history or _H.In is None:
+        return
+    hist = _H.In
+    while len(hist) < count:
+        hist.append("")
+    if len(hist) == count:
+        hist.append(parsed)
+    else:
+        hist[count] = parsed
+    ns = _ns
+    ns["_iii"] = ns.get("_ii", "")
+    ns["_ii"] = ns.get("_i", "")
+    ns["_i"] = raw
+    ns["_i%d" % count] = raw
+    if _IP.shell is not None:
+        raw_hist = _IP.shell.history_manager.input_hist_raw
+        while len(raw_hist) < count:
+            raw_hist.append("")
+        if len(raw_hist) == count:
+            raw_hist.append(raw)
+        else:
+            raw_hist[count] = raw
+
+
+# ---------------------------------------------------------------- IPython syntax without IPython
+#
+# Without IPython, only what the driver always did natively works: `!cmd`
+# (without variable expansion) and %pip/%conda/%uv/%cd/%pwd/%matplotlib
+# inline. Everything else IPython-only raises IPythonRequiredError where it
+# stands. Lines are found by a scan that knows strings, comments, brackets
+# and continuations, so a `!`/`%` line inside a string is never touched.
+
+
+def _statement_lines(code):
+    """Indices of the physical lines of code that start a statement: not
+    inside a string, brackets or a backslash continuation."""
+    starts = []
+    depth = 0
+    in_str = None
+    cont = False
+    for i, line in enumerate(code.split("\n")):
+        if in_str is None and depth == 0 and not cont:
+            starts.append(i)
+            if line.lstrip()[:1] in ("!", "%", "?"):
+                continue  # not Python: the rest of the line is the magic's
+        cont = False
+        j, n = 0, len(line)
+        while j < n:
+            c = line[j]
+            if in_str is not None:
+                if c == "\\":
+                    j += 2
+                    continue
+                if line.startswith(in_str, j):
+                    j += len(in_str)
+                    in_str = None
+                    continue
+                j += 1
+                continue
+            if c == "#":
+                break
+            if c in "\"'":
+                q = line[j:j + 3] if line[j:j + 3] in ('"""', "'''") else c
+                in_str = q
+                j += len(q)
+                continue
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth = max(0, depth - 1)
+            elif c == "\\" and j == n - 1:
+                cont = True
+            j += 1
+        if in_str in ('"', "'"):
+            if line.endswith("\\"):
+                continue
+            in_str = None  # unterminated: a SyntaxError later, not our concern
+    return starts
+
+
+_NATIVE_MAGICS = ("pip", "conda", "uv", "cd", "pwd", "matplotlib")
+
+
+def _fallback_transform(code):
+    """Rewrites IPython syntax at statement starts into driver calls, one
+    line for one line (line numbers hold); None when there is none."""
+    import re
+
+    lines = code.split("\n")
+    changed = False
+    for i in _statement_lines(code):
+        line = lines[i]
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        call = None
+        m = re.match(r"^([A-Za-z_][\w.]*)\s*=\s*(!!?|%)(.*)$", stripped)
+        if stripped.startswith("!"):
+            call = "_shell(%r)" % stripped[1:].lstrip("!")
+        elif stripped.startswith("%") and not stripped.startswith("%%"):
+            call = "_magic(%r)" % stripped[1:]
+        elif m:
+            call = "_ipython_only(%r)" % ("`%s`" % stripped)
+        elif stripped.startswith("?") or (stripped.endswith("?") and "#" not in stripped):
+            call = "_ipython_only(%r)" % ("help syntax `%s`" % stripped)
+        if call is not None:
+            lines[i] = "%s__kernelmgr_driver__.%s" % (indent, call)
+            changed = True
+    return "\n".join(lines) if changed else None
+
+
+def _ipython_only(what):
+    raise _no_ipython(what)
+
+
+def _shell(cmd):
+    """`!cmd` without IPython: runs cmd with /bin/sh; output goes to the
+    cell's fds. Variable expansion ({x}, $x) needs IPython."""
+    import re
+
+    if re.search(r"\{[^}]", cmd) or any(
+            name in _ns for name in re.findall(r"\$([A-Za-z_]\w*)", cmd)):
+        raise _no_ipython("variable expansion in `!%s`" % cmd)
+    _flush_std()
+    status = os.system(cmd)
+    _ns["_exit_code"] = os.waitstatus_to_exitcode(status) if hasattr(
+        os, "waitstatus_to_exitcode") else status >> 8
+
+
+def _magic(line):
+    """The magics the driver runs without IPython."""
+    name, _, arg = line.partition(" ")
+    arg = arg.strip()
+    if name in ("pip", "conda", "uv"):
+        import shlex
+
+        if name == "pip":
+            cmd = "%s -m pip %s" % (shlex.quote(sys.executable), arg)
+        else:
+            cmd = "%s %s" % (name, arg)
+        _flush_std()
+        status = os.system(cmd)
+        _ns["_exit_code"] = status >> 8
+    elif name == "cd":
+        os.chdir(os.path.expanduser(arg or "~"))
+        print(os.getcwd())
+    elif name == "pwd":
+        return os.getcwd()
+    elif name == "matplotlib" and arg in ("", "inline"):
+        pass  # figures are always sent inline
+    else:
+        raise _no_ipython("line magic %%%s" % line.strip())
+    return None
 
 
 # ---------------------------------------------------------------- errors
@@ -966,60 +1558,11 @@ def _displayhook(value):
     ns["__"] = ns.get("_", "")
     ns["_"] = value
     builtins._ = value
+    if _H.Out is not None and _S.store_history:
+        _H.Out[_S.count] = value
+        ns["_%d" % _S.count] = value
     data, md = _format(value)
     _emit({"type": "execute_result", "data": data, "metadata": md})
-
-
-def _shell(cmd):
-    """`!cmd` in a cell: runs cmd with /bin/sh; output goes to the cell's fds."""
-    _flush_std()
-    status = os.system(cmd)
-    _ns["_exit_code"] = os.waitstatus_to_exitcode(status) if hasattr(
-        os, "waitstatus_to_exitcode") else status >> 8
-
-
-def _magic(line):
-    """The few IPython line magics agents commonly write, as plain calls."""
-    name, _, arg = line.partition(" ")
-    arg = arg.strip()
-    if name in ("pip", "conda", "uv"):
-        import shlex
-
-        if name == "pip":
-            cmd = "%s -m pip %s" % (shlex.quote(sys.executable), arg)
-        else:
-            cmd = "%s %s" % (name, arg)
-        _shell(cmd)
-    elif name == "cd":
-        os.chdir(os.path.expanduser(arg or "~"))
-        print(os.getcwd())
-    elif name == "pwd":
-        return os.getcwd()
-    elif name in ("matplotlib", "config", "load_ext", "reload_ext", "autoreload"):
-        pass  # figures are always sent inline; the rest has no meaning here
-    else:
-        raise NameError("line magic %%%s is not supported by this kernel (it is not IPython)"
-                        % name)
-    return None
-
-
-def _transform_magics(code):
-    """Rewrites lines starting with `!` or `%name` into calls, one line for one
-    line (so line numbers hold). Only used for code that is not valid Python
-    as it stands, so valid code is never changed."""
-    import re
-
-    out = []
-    changed = False
-    for line in code.split("\n"):
-        m = re.match(r"^(\s*)(!|%(?!%))(.*)$", line)
-        if m:
-            indent, kind, rest = m.groups()
-            fn = "_shell" if kind == "!" else "_magic"
-            line = "%s__kernelmgr_driver__.%s(%r)" % (indent, fn, rest)
-            changed = True
-        out.append(line)
-    return "\n".join(out) if changed else None
 
 
 class _ScriptError(Exception):
@@ -1076,36 +1619,65 @@ def _run_script_magic(name, options, body):
         raise e
 
 
+def _transform_ipython(code, magic, error):
+    """Python source for a cell with IPython syntax: IPython's own
+    TransformerManager (by tokens) when IPython is importable, else the
+    driver's fallback. Cells without IPython syntax re-raise `error`."""
+    looks = magic is not None or _fallback_transform(code) is not None
+    if not looks:
+        raise error
+    try:
+        shell = _shell_get("IPython syntax")
+    except IPythonRequiredError:
+        if magic is not None:
+            raise _no_ipython("cell magic %%%%%s" % magic[0]) from None
+        return _fallback_transform(code)
+    return shell.transform_cell(code)
+
+
 def _run_code(code, count):
     """Compiles and runs one cell; exceptions propagate to the caller."""
     import ast
 
+    raw = code
     filename = _cell_filename(count)
     _register_source(filename, code)
     magic = _cell_magic(code)
-    if magic is not None:
+    if magic is not None and magic[0] in _SCRIPT_MAGICS:
+        _store_input(count, raw, raw)
         name, options, body = magic
-        if name not in _SCRIPT_MAGICS:
-            raise _ScriptError("cell magic %%%%%s is not supported by this kernel (it is not "
-                               "IPython); supported: %%%%bash, %%%%sh" % name)
         _run_script_magic(name, options, body)
         return
     flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
-    try:
-        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
-    except SyntaxError:
-        alt = _transform_magics(code)
-        if alt is None:
-            raise
+    tree = None
+    if magic is None:
         try:
-            tree = compile(alt, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
-        except SyntaxError:
-            raise_original = True
-        else:
-            raise_original = False
-        if raise_original:
-            raise
-        code = alt
+            tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+        except SyntaxError as e:
+            error = e
+    else:
+        error = None
+    if tree is None:
+        code = _transform_ipython(code, magic, error)
+        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+    _store_input(count, raw, code)
+    info = None
+    if _IP.shell is not None:
+        ish = sys.modules["IPython.core.interactiveshell"]
+        info = ish.ExecutionInfo(raw, _S.store_history, _S.silent, True, None)
+        _shell_events("pre_execute")
+        _shell_events("pre_run_cell", info)
+    try:
+        _run_tree(tree, code, filename, flags)
+    finally:
+        if info is not None and _IP.shell is not None:
+            _shell_events("post_execute")
+            _shell_events("post_run_cell", ish.ExecutionResult(info))
+
+
+def _run_tree(tree, code, filename, flags):
+    import ast
+
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_with_semicolon(code):
         last = ast.Expression(tree.body.pop().value)
@@ -1178,6 +1750,8 @@ def _parse_options(options):
 def _execute(code, silent, store_history, allow_stdin, count, options=""):
     _S.silent = silent == "1"
     _S.allow_stdin = allow_stdin == "1"
+    _S.store_history = store_history == "1" and not _S.silent
+    _IP.shell_error = False
     opts = _parse_options(options)
     try:
         count = int(count)
@@ -1206,9 +1780,15 @@ def _execute(code, silent, store_history, allow_stdin, count, options=""):
     except BaseException as e:
         status, exit_code = "error", getattr(e, "__kernelmgr_exit_code__", 1)
         if os.getpid() == _S.main_pid:
-            _report_error(type(e), e, e.__traceback__)
+            if _is_usage_error(e):
+                # As IPython shows a UsageError: one line on stderr, no traceback.
+                sys.stderr.write("UsageError: %s\n" % (e,))
+            else:
+                _report_error(type(e), e, e.__traceback__)
     finally:
         _S.user = False
+    if _IP.shell_error and status == "ok":
+        status, exit_code = "error", 1
     if os.getpid() != _S.main_pid:
         # A child forked by the cell (os.fork() without exec) came back here:
         # it must not report the cell or read the parent's requests.
@@ -1223,7 +1803,19 @@ def _execute(code, silent, store_history, allow_stdin, count, options=""):
     if isinstance(exprs, dict) and exprs:
         # ipykernel evaluates them only after a successful cell.
         done["user_expressions"] = _user_expressions(exprs) if status == "ok" else {}
+    if _IP.exit_requested:
+        done["payload"] = [{"source": "ask_exit", "keepkernel": False}]
     _emit(done)
+    if _IP.exit_requested:
+        # exit()/quit(), as in ipykernel: the kernel ends after the cell; the
+        # server reports it and starts a fresh worker.
+        _flush_std()
+        os._exit(0)
+
+
+def _is_usage_error(e):
+    mod = sys.modules.get("IPython.core.error")
+    return mod is not None and isinstance(e, getattr(mod, "UsageError", ()))
 
 
 # ---------------------------------------------------------------- complete
@@ -1310,7 +1902,16 @@ def _complete(code, cursor):
     except ValueError:
         cursor = len(code)
     cursor = max(0, min(cursor, len(code)))
-    r = _complete_jedi(code, cursor)
+    end = cursor
+    r = None
+    if _wants_ipython_completer(code, cursor) and _ipython_importable():
+        try:
+            r, end = _complete_ipython(code, cursor)
+        except Exception as e:
+            _log("driver: IPython completion failed: %r" % (e,))
+            r, end = None, cursor
+    if r is None:
+        r = _complete_jedi(code, cursor)
     if r is None or not r[0]:
         r = _complete_rl(code, cursor)
     matches, start, md = r
@@ -1319,10 +1920,47 @@ def _complete(code, cursor):
             "type": "complete_reply",
             "matches": matches,
             "cursor_start": start,
-            "cursor_end": cursor,
+            "cursor_end": end,
             "metadata": md,
         }
     )
+
+
+def _wants_ipython_completer(code, cursor):
+    """IPython's completer once the shell exists (as ipykernel); before,
+    only where it knows more than jedi: magics (`%tim`) and dict/DataFrame
+    keys (`df['`)."""
+    import re
+
+    if _IP.shell is not None:
+        return True
+    before = code[:cursor]
+    line = before[before.rfind("\n") + 1:]
+    return bool(re.match(r"\s*%", line) or re.search(r"\[\s*['\"][^'\"\]]*$", line))
+
+
+def _complete_ipython(code, cursor):
+    """((matches, start, metadata), end) from IPython's completer, as
+    ipykernel's do_complete makes them."""
+    import re
+
+    shell = _shell_get("IPython completion")
+    completer_mod = sys.modules["IPython.core.completer"]
+    with completer_mod.provisionalcompleter():
+        comps = list(completer_mod.rectify_completions(
+            code, shell.Completer.completions(code, cursor)))
+    before = code[:cursor]
+    if re.search(r"\[\s*['\"][^'\"\]]*$", before[before.rfind("\n") + 1:]):
+        # Inside a subscript string only keys make sense (IPython 8 also
+        # offers every magic there).
+        comps = [c for c in comps if not c.text.startswith("%")] or comps
+    types = [{"start": c.start, "end": c.end, "text": c.text, "type": c.type,
+              "signature": c.signature} for c in comps]
+    if comps:
+        start, end = comps[0].start, comps[0].end
+    else:
+        start = end = cursor
+    return ([c.text for c in comps], start, {"_jupyter_types_experimental": types}), end
 
 
 # ---------------------------------------------------------------- inspect
@@ -1437,12 +2075,44 @@ def _inspect(code, cursor, detail):
 
 
 def _is_complete(code):
+    _emit(_is_complete_reply(code))
+
+
+def _is_complete_reply(code):
+    """is_complete for a cell: IPython syntax (%magic, !cmd, obj?) is judged
+    by IPython's TransformerManager when IPython is importable, else on the
+    driver's own rewrite of it; plain Python by codeop."""
+    ev = {"type": "is_complete_reply", "status": "complete"}
+    if not code.strip():
+        return ev
+    try:
+        compile(code, "<input>", "exec", dont_inherit=True)
+        return _is_complete_python(code)
+    except (SyntaxError, OverflowError, ValueError):
+        pass
+    if code.lstrip("\n").startswith("%%") or _fallback_transform(code) is not None:
+        if _ipython_importable():
+            try:
+                tm = _ipython_import("IPython.core.inputtransformer2")
+                status, indent = tm.TransformerManager().check_complete(code)
+                ev = {"type": "is_complete_reply", "status": status}
+                if status == "incomplete":
+                    ev["indent"] = " " * (indent or 0)
+                return ev
+            except Exception as e:
+                _log("driver: IPython check_complete failed: %r" % (e,))
+        if code.lstrip("\n").startswith("%%"):  # IPython's rule for cell magics
+            if code.split("\n")[-1].strip():
+                return {"type": "is_complete_reply", "status": "incomplete", "indent": ""}
+            return ev
+        code = _fallback_transform(code)
+    return _is_complete_python(code)
+
+
+def _is_complete_python(code):
     import codeop
 
     ev = {"type": "is_complete_reply", "status": "complete"}
-    if not code.strip():
-        _emit(ev)
-        return
     lines = code.split("\n")
     last_line = lines[-1]
     nonblank = [ln for ln in lines if ln.strip()]
@@ -1458,8 +2128,7 @@ def _is_complete(code):
         # empty line closes it.
         if last_line.strip() and last_line[:1] in (" ", "\t") and "\n" in code:
             ev = {"type": "is_complete_reply", "status": "incomplete", "indent": indent}
-        _emit(ev)
-        return
+        return ev
     try:
         import warnings
 
@@ -1473,7 +2142,7 @@ def _is_complete(code):
             if last_nonblank.rstrip().endswith(":"):
                 indent += "    "
             ev = {"type": "is_complete_reply", "status": "incomplete", "indent": indent}
-    _emit(ev)
+    return ev
 
 
 # ---------------------------------------------------------------- main
@@ -1501,6 +2170,7 @@ def _setup():
         uid = os.getuid()
         os.environ.setdefault("XDG_CACHE_HOME", os.path.join(tmp, "kernelmgr-cache-%d" % uid))
         os.environ.setdefault("MPLCONFIGDIR", os.path.join(tmp, "kernelmgr-mpl-%d" % uid))
+        os.environ.setdefault("IPYTHONDIR", os.path.join(tmp, "kernelmgr-ipython-%d" % uid))
     _setup_output()
     try:
         import _thread
@@ -1518,6 +2188,11 @@ def _setup():
     builtins.display = display
     builtins.clear_output = clear_output
     builtins.update_display = update_display
+    builtins.get_ipython = _get_ipython
+    builtins.exit = builtins.quit = _EXITER
+    _H.In, _H.Out = [""], {}
+    _ns["In"] = _ns["_ih"] = _H.In
+    _ns["Out"] = _ns["_oh"] = _H.Out
     sys.meta_path.insert(0, _PostImportFinder())
     for name, hook in _POST_IMPORT.items():
         if name in sys.modules:
