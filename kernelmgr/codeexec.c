@@ -2,6 +2,8 @@
  * codeexec.c — run one block on a kernel and build its result.
  */
 #include "kernelmgr/codeexec.h"
+#include "common/cm_clock.h"
+#include "common/cm_mime.h"
 #include "kernelmgr/fsdiff.h"
 #include "kernelmgr/outcap.h"
 #include "kernelmgr/result.h"
@@ -44,17 +46,10 @@ static void emit(const codeexec_params *p, json_t *ev)
     json_decref(ev);
 }
 
+/* The file extension of an image type the manager saves (cm_mime.h), or NULL. */
 static const char *image_ext(const char *mime)
 {
-    if (!strcmp(mime, "image/png"))
-        return "png";
-    if (!strcmp(mime, "image/jpeg"))
-        return "jpg";
-    if (!strcmp(mime, "image/gif"))
-        return "gif";
-    if (!strcmp(mime, "image/svg+xml"))
-        return "svg";
-    return NULL;
+    return cm_mime_is_image(mime) ? cm_mime_ext(mime) : NULL;
 }
 
 /* What the block's rich outputs were allowed to keep and what they lost. */
@@ -268,7 +263,7 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     json_t *r = result_new(p->session, p->language);
     if (!r)
         return NULL;
-    double t0 = kclient_now();
+    double t0 = cm_mono_s();
     fsdiff_snap *before = fsdiff_take(p->workspace, p->scan_max);
 
     static const char *names[2] = {"stdout", "stderr"};
@@ -305,7 +300,7 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     int user_interrupt_seen = 0;
 
     while (sent && !(idle && reply)) {
-        double now = kclient_now();
+        double now = cm_mono_s();
         if (p->interrupt_flag && *p->interrupt_flag && !user_interrupt_seen) {
             user_interrupt_seen = 1;
             interrupted = 1;
@@ -637,7 +632,7 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     fsdiff_destroy(&after);
     if (out->state_lost || out->need_restart)
         result_set_kernel(r, 0, 0, out->reason[0] ? out->reason : reason);
-    json_object_set_new(r, "duration_ms", json_real((kclient_now() - t0) * 1000.0));
+    json_object_set_new(r, "duration_ms", json_real((cm_mono_s() - t0) * 1000.0));
     json_decref(reply);
     return r;
 }

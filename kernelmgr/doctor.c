@@ -16,12 +16,6 @@
 #include <unistd.h>
 #include <zmq.h>
 
-/* klaunch_self_dir's caller-sized buffer is checked for overflow; gcc's
- * truncation guesses are noise here (clang has no such warning). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-
 /* The bash the bash kernel runs: the first bash on PATH, else /bin/bash.
  * new string, or NULL. */
 static char *doctor_find_bash(void)
@@ -91,6 +85,7 @@ static json_t *doctor_sandbox(const kmcfg *cfg)
         sc.level = lv ? SANDBOX_STRICT : SANDBOX_NONE;
         sc.workspace = "/tmp";
         sc.network = cfg->network;
+        sc.cpus = cfg->cpus; /* the rate cap is listed, or said unavailable */
         char why[512] = "";
         int ok = sandbox_check(&sc, why, sizeof why) == 0;
         json_t *prot = sandbox_protections(&sc);
@@ -120,10 +115,9 @@ json_t *doctor_report(const kmcfg *cfg, const char *home, const char *version)
     json_t *py = doctor_python(cfg);
 
     json_t *kernels = json_object();
-    char self[4096];
     const char *env = getenv("KERNELMGR_KERNEL_DIR");
-    int have_dir = env && *env ? (snprintf(self, sizeof self, "%s", env), 1)
-                               : klaunch_self_dir(self, sizeof self) == 0;
+    char *self = env && *env ? strdup(env) : klaunch_exe_dir();
+    int have_dir = self != NULL;
     for (int l = 0; l < KMCFG_NLANG; l++) {
         char *bin = NULL;
         if (asprintf(&bin, "%s/kernel-%s", have_dir ? self : "?", kmcfg_lang_name(l)) < 0)
@@ -135,6 +129,7 @@ json_t *doctor_report(const kmcfg *cfg, const char *home, const char *version)
                                       cfg->kernelspec[l][0] ? cfg->kernelspec[l] : NULL));
         free(bin);
     }
+    free(self);
     json_t *versions =
         json_pack("{s:s s:o s:s s:s s:o s:o}", "kernelmgr", version, "libzmq",
                   json_sprintf("%d.%d.%d", zmaj, zmin, zpat), "libsodium", sodium_version_string(),

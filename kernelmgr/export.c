@@ -2,6 +2,7 @@
  * export.c — history.jsonl to nbformat 4.5.
  */
 #include "kernelmgr/export.h"
+#include "common/cm_mime.h"
 #include "jp.h"
 
 #include <errno.h>
@@ -42,9 +43,8 @@ static json_t *fix_output(const json_t *o)
         void *tmp;
         json_object_foreach_safe(data, tmp, mime, v)
         {
-            if (json_is_string(v) && strncmp(mime, "image/", 6) != 0)
-                json_object_set_new(data, mime, export_lines(json_string_value(v)));
-            else if (json_is_string(v) && !strcmp(mime, "image/svg+xml"))
+            /* text is kept as lines, as Jupyter writes it; base64 images whole */
+            if (json_is_string(v) && (strncmp(mime, "image/", 6) != 0 || cm_mime_is_text(mime)))
                 json_object_set_new(data, mime, export_lines(json_string_value(v)));
         }
         if (!json_is_object(json_object_get(c, "metadata")))

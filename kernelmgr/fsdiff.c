@@ -2,6 +2,7 @@
  * fsdiff.c — bounded fd-based walks of a workspace and their comparison.
  */
 #include "kernelmgr/fsdiff.h"
+#include "common/cm_mime.h"
 #include "kernelmgr/wsfile.h"
 #include "jp.h"
 
@@ -135,55 +136,6 @@ int fsdiff_incomplete(const fsdiff_snap *s)
     return s->incomplete;
 }
 
-static const struct {
-    const char *ext, *mime;
-} mime_by_ext[] = {
-    {".png", "image/png"},
-    {".jpg", "image/jpeg"},
-    {".jpeg", "image/jpeg"},
-    {".gif", "image/gif"},
-    {".svg", "image/svg+xml"},
-    {".webp", "image/webp"},
-    {".pdf", "application/pdf"},
-    {".csv", "text/csv"},
-    {".tsv", "text/tab-separated-values"},
-    {".txt", "text/plain"},
-    {".md", "text/markdown"},
-    {".log", "text/plain"},
-    {".json", "application/json"},
-    {".jsonl", "application/jsonl"},
-    {".html", "text/html"},
-    {".htm", "text/html"},
-    {".xml", "application/xml"},
-    {".py", "text/x-python"},
-    {".sh", "text/x-shellscript"},
-    {".ipynb", "application/x-ipynb+json"},
-    {".zip", "application/zip"},
-    {".gz", "application/gzip"},
-    {".tar", "application/x-tar"},
-    {".parquet", "application/vnd.apache.parquet"},
-    {".yaml", "application/yaml"},
-    {".yml", "application/yaml"},
-    {".toml", "application/toml"},
-    {".c", "text/x-c"},
-    {".h", "text/x-c"},
-    {".js", "text/javascript"},
-    {".css", "text/css"},
-    {".npy", "application/octet-stream"},
-    {".pkl", "application/octet-stream"},
-};
-
-static const char *mime_by_name(const char *relpath)
-{
-    const char *dot = strrchr(relpath, '.');
-    const char *slash = strrchr(relpath, '/');
-    if (dot && (!slash || dot > slash))
-        for (size_t i = 0; i < sizeof mime_by_ext / sizeof *mime_by_ext; i++)
-            if (!strcasecmp(dot, mime_by_ext[i].ext))
-                return mime_by_ext[i].mime;
-    return NULL;
-}
-
 static const char *mime_by_type(unsigned mode)
 {
     if (S_ISLNK(mode))
@@ -232,7 +184,7 @@ static const char *sniff(int fd)
 
 const char *fsdiff_mime_fd(int fd, const char *relpath)
 {
-    const char *m = mime_by_name(relpath);
+    const char *m = cm_mime_by_name(relpath);
     return m ? m : sniff(fd);
 }
 
@@ -241,7 +193,7 @@ static const char *mime_at(int rootfd, const char *relpath, unsigned mode, uint6
 {
     const char *m = mime_by_type(mode);
     if (!m)
-        m = mime_by_name(relpath);
+        m = cm_mime_by_name(relpath);
     if (m)
         return m;
     if (!S_ISREG(mode) || rootfd < 0)

@@ -2,6 +2,7 @@
  * kclient.c — the manager's side of the Jupyter wire protocol.
  */
 #include "kernelmgr/kclient.h"
+#include "common/cm_clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -67,9 +68,7 @@ unsigned long kclient_discard_iopub(kclient *kc, unsigned long max)
 
 double kclient_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return cm_mono_s();
 }
 
 void kclient_destroy(kclient **p)
@@ -185,12 +184,12 @@ int kclient_send(kclient *kc, jp_channel ch, const char *msg_type, json_t *conte
 int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out)
 {
     static const jp_channel order[4] = {JP_IOPUB, JP_SHELL, JP_CONTROL, JP_STDIN};
-    double deadline = kclient_now() + timeout_ms / 1000.0;
+    double deadline = cm_mono_s() + timeout_ms / 1000.0;
     for (;;) {
         zmq_pollitem_t items[4];
         for (int i = 0; i < 4; i++)
             items[i] = (zmq_pollitem_t){kc->sock[order[i]], 0, ZMQ_POLLIN, 0};
-        double left = deadline - kclient_now();
+        double left = deadline - cm_mono_s();
         long ms = left > 0 ? (long)(left * 1000) : 0;
         int rc = zmq_poll(items, 4, ms);
         if (rc < 0) {
@@ -219,7 +218,7 @@ int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out)
                         jp_channel_name(order[i]), jerr.reason);
             }
         }
-        if (kclient_now() >= deadline)
+        if (cm_mono_s() >= deadline)
             return 0;
     }
 }
@@ -227,23 +226,23 @@ int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out)
 json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), void *ud, char *err,
                            size_t errlen)
 {
-    double deadline = kclient_now() + timeout_s;
+    double deadline = cm_mono_s() + timeout_s;
     double next_send = 0;
     json_t *reply = NULL;
     int iopub_seen = 0;
-    while (kclient_now() < deadline) {
+    while (cm_mono_s() < deadline) {
         if (alive && !alive(ud)) {
             snprintf(err, errlen, "kernel process ended during start");
             json_decref(reply);
             return NULL;
         }
-        if (kclient_now() >= next_send && !(reply && iopub_seen)) {
+        if (cm_mono_s() >= next_send && !(reply && iopub_seen)) {
             kclient_send(kc, JP_SHELL, "kernel_info_request", NULL, NULL, NULL);
-            next_send = kclient_now() + KCLIENT_READY_RESEND_S;
+            next_send = cm_mono_s() + KCLIENT_READY_RESEND_S;
         }
         jp_channel ch;
         jmsg *m = NULL;
-        int wait_ms = (int)((next_send - kclient_now()) * 1000) + 1;
+        int wait_ms = (int)((next_send - cm_mono_s()) * 1000) + 1;
         int rc = kclient_recv(kc, wait_ms < 1 ? 1 : wait_ms > 100 ? 100 : wait_ms, &ch, &m);
         if (rc < 0)
             break;

@@ -2,6 +2,10 @@
  * klaunch.c — kernel processes: connection files, fork/exec, stop.
  */
 #include "kernelmgr/klaunch.h"
+#include "common/cm_array.h"
+#include "common/cm_clock.h"
+#include "common/cm_io.h"
+#include "common/cm_path.h"
 
 #include "kernels/server/kenvpath.h"
 
@@ -43,80 +47,149 @@ int klaunch_cmd_add(klaunch_cmd *cmd, const char *arg)
     return cmd->argv[i] ? 0 : -1;
 }
 
+char *klaunch_exe_dir(void)
+{
+    for (size_t size = 256; size <= ((size_t)1 << 20); size *= 2) {
+        char *buf = malloc(size);
+        if (!buf)
+            return NULL;
+        ssize_t n = readlink("/proc/self/exe", buf, size);
+        if (n > 0 && (size_t)n < size) {
+            buf[n] = '\0';
+            char *slash = strrchr(buf, '/');
+            if (slash) {
+                *slash = '\0';
+                return buf;
+            }
+        }
+        free(buf);
+        if (n <= 0 || (size_t)n < size) {
+            errno = n <= 0 ? errno : ENOENT;
+            return NULL;
+        }
+    }
+    errno = ENAMETOOLONG;
+    return NULL;
+}
+
 int klaunch_self_dir(char *out, size_t size)
 {
-    char buf[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0)
+    char *dir = klaunch_exe_dir();
+    int rc = dir && strlen(dir) < size ? 0 : -1;
+    if (rc == 0)
+        memcpy(out, dir, strlen(dir) + 1);
+    free(dir);
+    return rc;
+}
+
+/* The kernelspec search path into dirs (which owns the strings): the first
+ * 4 entries of $JUPYTER_PATH, then the user's and the system's data
+ * directories. 0, or -1 when out of memory. */
+static int kernelspec_dirs(cm_array *dirs)
+{
+    const char *jp = getenv("JUPYTER_PATH");
+    if (jp) {
+        char *tmp = strdup(jp), *save = NULL;
+        if (!tmp)
+            return -1;
+        int n = 0, rc = 0;
+        for (char *t = strtok_r(tmp, ":", &save); t && n < 4 && !rc;
+             t = strtok_r(NULL, ":", &save), n++)
+            rc = cm_array_push_str(dirs, t);
+        free(tmp);
+        if (rc)
+            return -1;
+    }
+    const char *home = getenv("HOME");
+    if (home) {
+        char *h = cm_path_join(home, ".local/share/jupyter");
+        if (!h || cm_array_push(dirs, h)) {
+            free(h);
+            return -1;
+        }
+    }
+    return cm_array_push_str(dirs, "/usr/local/share/jupyter") ||
+                   cm_array_push_str(dirs, "/usr/share/jupyter")
+               ? -1
+               : 0;
+}
+
+/* Loads DIR/kernel.json into cmd: 0, 1 when there is none, -1 with err set
+ * when it is there but unusable. */
+static int load_kernelspec(klaunch_cmd *cmd, const char *name, const char *dir, char *err,
+                           size_t errlen)
+{
+    char *path = cm_path_join(dir, "kernel.json");
+    if (!path) {
+        snprintf(err, errlen, "out of memory");
         return -1;
-    buf[n] = 0;
-    char *slash = strrchr(buf, '/');
-    if (!slash)
-        return -1;
-    *slash = 0;
-    if ((size_t)snprintf(out, size, "%s", buf) >= size)
-        return -1;
-    return 0;
+    }
+    json_error_t jerr;
+    json_t *spec = json_load_file(path, 0, &jerr);
+    if (!spec) {
+        free(path);
+        return 1;
+    }
+    int rc = -1;
+    json_t *argv = json_object_get(spec, "argv");
+    if (!json_is_array(argv) || json_array_size(argv) == 0 ||
+        json_array_size(argv) > KLAUNCH_MAX_ARGS) {
+        snprintf(err, errlen, "kernelspec %s (%s): \"argv\" must be a non-empty array", name, path);
+        goto out;
+    }
+    if (strlen(dir) >= sizeof cmd->resource_dir) {
+        snprintf(err, errlen, "kernelspec %s: its directory's path is longer than %zu bytes", name,
+                 sizeof cmd->resource_dir - 1);
+        goto out;
+    }
+    klaunch_cmd_clear(cmd);
+    size_t k;
+    json_t *a;
+    json_array_foreach(argv, k, a)
+    {
+        if (!json_is_string(a) || klaunch_cmd_add(cmd, json_string_value(a))) {
+            snprintf(err, errlen, "kernelspec %s: argv[%zu] is not a string", name, k);
+            klaunch_cmd_clear(cmd);
+            goto out;
+        }
+    }
+    snprintf(cmd->resource_dir, sizeof cmd->resource_dir, "%s", dir);
+    const char *im = json_string_value(json_object_get(spec, "interrupt_mode"));
+    cmd->interrupt_signal = !(im && !strcmp(im, "message"));
+    const char *dn = json_string_value(json_object_get(spec, "display_name"));
+    snprintf(cmd->display_name, sizeof cmd->display_name, "%s", dn ? dn : name);
+    rc = 0;
+out:
+    json_decref(spec);
+    free(path);
+    return rc;
 }
 
 int klaunch_cmd_from_kernelspec(klaunch_cmd *cmd, const char *name, char *err, size_t errlen)
 {
-    char dirs[8][PATH_MAX];
-    int nd = 0;
-    const char *jp = getenv("JUPYTER_PATH");
-    char tmp[4096];
-    if (jp) {
-        snprintf(tmp, sizeof tmp, "%s", jp);
-        char *save = NULL;
-        for (char *t = strtok_r(tmp, ":", &save); t && nd < 4; t = strtok_r(NULL, ":", &save))
-            snprintf(dirs[nd++], PATH_MAX, "%.4000s", t);
-    }
-    const char *home = getenv("HOME");
-    if (home)
-        snprintf(dirs[nd++], PATH_MAX, "%.4000s/.local/share/jupyter", home);
-    snprintf(dirs[nd++], PATH_MAX, "/usr/local/share/jupyter");
-    snprintf(dirs[nd++], PATH_MAX, "/usr/share/jupyter");
-    for (int i = 0; i < nd; i++) {
-        char dir[PATH_MAX], path[PATH_MAX + 32];
-        snprintf(dir, sizeof dir, "%.3000s/kernels/%.200s", dirs[i], name);
-        snprintf(path, sizeof path, "%s/kernel.json", dir);
-        json_error_t jerr;
-        json_t *spec = json_load_file(path, 0, &jerr);
-        if (!spec)
-            continue;
-        json_t *argv = json_object_get(spec, "argv");
-        if (!json_is_array(argv) || json_array_size(argv) == 0 ||
-            json_array_size(argv) > KLAUNCH_MAX_ARGS) {
-            snprintf(err, errlen, "kernelspec %s (%s): \"argv\" must be a non-empty array", name,
-                     path);
-            json_decref(spec);
-            return -1;
+    cm_array dirs = CM_ARRAY_INIT;
+    int rc = kernelspec_dirs(&dirs) ? -1 : 1;
+    if (rc < 0)
+        snprintf(err, errlen, "out of memory");
+    for (size_t i = 0; rc > 0 && i < dirs.len; i++) {
+        char *dir = cm_path_fmt("%s/kernels/%s", (const char *)dirs.items[i], name);
+        if (!dir) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+            break;
         }
-        klaunch_cmd_clear(cmd);
-        size_t k;
-        json_t *a;
-        json_array_foreach(argv, k, a)
-        {
-            if (!json_is_string(a) || klaunch_cmd_add(cmd, json_string_value(a))) {
-                snprintf(err, errlen, "kernelspec %s: argv[%zu] is not a string", name, k);
-                klaunch_cmd_clear(cmd);
-                json_decref(spec);
-                return -1;
-            }
-        }
-        snprintf(cmd->resource_dir, sizeof cmd->resource_dir, "%s", dir);
-        const char *im = json_string_value(json_object_get(spec, "interrupt_mode"));
-        cmd->interrupt_signal = !(im && !strcmp(im, "message"));
-        const char *dn = json_string_value(json_object_get(spec, "display_name"));
-        snprintf(cmd->display_name, sizeof cmd->display_name, "%s", dn ? dn : name);
-        json_decref(spec);
-        return 0;
+        rc = load_kernelspec(cmd, name, dir, err, errlen);
+        free(dir);
     }
-    snprintf(err, errlen,
-             "no kernelspec named \"%s\" (looked in $JUPYTER_PATH, "
-             "~/.local/share/jupyter, /usr/local/share/jupyter, /usr/share/jupyter)",
-             name);
-    return -1;
+    cm_array_free(&dirs, free);
+    if (rc > 0) {
+        snprintf(err, errlen,
+                 "no kernelspec named \"%s\" (looked in $JUPYTER_PATH, "
+                 "~/.local/share/jupyter, /usr/local/share/jupyter, /usr/share/jupyter)",
+                 name);
+        rc = -1;
+    }
+    return rc;
 }
 
 int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t errlen)
@@ -166,7 +239,7 @@ unsigned long long klaunch_proc_start(pid_t pid)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+    ssize_t n = cm_read_full(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0)
         return 0;
@@ -360,7 +433,7 @@ static void add_children(pid_t pid, pid_t *tree, size_t *n)
         int fd = open(cpath, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             continue;
-        ssize_t len = read(fd, buf, sizeof buf - 1);
+        ssize_t len = cm_read_full(fd, buf, sizeof buf - 1);
         close(fd);
         if (len <= 0)
             continue;
@@ -422,7 +495,7 @@ static int read_pid_file(int dfd, const char *name, unsigned long long v[4])
     if (fd < 0)
         return -1;
     char buf[256];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+    ssize_t n = cm_read_full(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0)
         return -1;
@@ -606,8 +679,20 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
         free(kp);
         return NULL;
     }
-    char stem[PATH_MAX - 16];
-    snprintf(stem, sizeof stem, "%.3000s/%.64s", run_abs, id);
+    char *stem = cm_path_join(run_abs, id);
+    if (!stem || strlen(stem) + sizeof ".json" > sizeof kp->cf_path) {
+        if (stem)
+            snprintf(err, errlen,
+                     "run directory %s: the connection file's path would be longer "
+                     "than %zu bytes",
+                     run_abs, sizeof kp->cf_path - 1);
+        else
+            snprintf(err, errlen, "run directory %s: out of memory", run_abs);
+        free(stem);
+        free(run_abs);
+        free(kp);
+        return NULL;
+    }
     snprintf(kp->cf_path, sizeof kp->cf_path, "%s.json", stem);
     snprintf(kp->pid_path, sizeof kp->pid_path, "%s.pid", stem);
     jp_error jerr;
@@ -616,10 +701,12 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
             JP_OK ||
         jp_connection_write(kp->cf_path, &kp->conn, &jerr) != JP_OK) {
         snprintf(err, errlen, "connection file %s: %s", kp->cf_path, jerr.reason);
+        free(stem);
         free(run_abs);
         free(kp);
         return NULL;
     }
+    free(stem);
 
     /* everything the child needs is prepared before fork: after fork in a
      * threaded process only async-signal-safe calls are allowed. The
@@ -760,8 +847,7 @@ int klaunch_wait_exit(kproc *kp, double timeout_s)
 {
     if (!klaunch_alive(kp))
         return 1;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = cm_mono_s();
     /* a pidfd is readable once the process has ended: no polling delay */
 #ifdef SYS_pidfd_open
     int pfd = (int)syscall(SYS_pidfd_open, kp->pid, 0);
@@ -771,10 +857,7 @@ int klaunch_wait_exit(kproc *kp, double timeout_s)
     for (;;) {
         if (!klaunch_alive(kp))
             break;
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double left =
-            timeout_s - ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9);
+        double left = timeout_s - (cm_mono_s() - t0);
         if (left <= 0)
             break;
         if (pfd >= 0) {

@@ -2,6 +2,7 @@
  * kspecinstall.c — write kernelmgr-python / kernelmgr-bash kernelspecs.
  */
 #include "kernelmgr/kspecinstall.h"
+#include "common/cm_path.h"
 #include "kernelmgr/kmfs.h"
 #include "kernelmgr/config.h"
 
@@ -14,29 +15,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* kspecinst_dir's caller-sized buffer is checked for overflow; gcc's
- * truncation guesses are noise here (clang has no such warning). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-
-int kspecinst_dir(const kspecinst_opts *o, char *out, size_t size)
+char *kspecinst_dir(const kspecinst_opts *o)
 {
     const char *jd = getenv("JUPYTER_DATA_DIR");
     const char *xdg = getenv("XDG_DATA_HOME");
     const char *home = getenv("HOME");
-    int n;
     if (o->prefix)
-        n = snprintf(out, size, "%s/share/jupyter/kernels", o->prefix);
-    else if (jd && *jd)
-        n = snprintf(out, size, "%s/kernels", jd);
-    else if (xdg && *xdg)
-        n = snprintf(out, size, "%s/jupyter/kernels", xdg);
-    else if (home && *home)
-        n = snprintf(out, size, "%s/.local/share/jupyter/kernels", home);
-    else
-        return -1;
-    return n < 0 || (size_t)n >= size ? -1 : 0;
+        return cm_path_join(o->prefix, "share/jupyter/kernels");
+    if (jd && *jd)
+        return cm_path_join(jd, "kernels");
+    if (xdg && *xdg)
+        return cm_path_join(xdg, "jupyter/kernels");
+    if (home && *home)
+        return cm_path_join(home, ".local/share/jupyter/kernels");
+    errno = ENOENT;
+    return NULL;
 }
 
 static void kspecinst_opt(json_t *argv, const char *opt, const char *value)
@@ -129,13 +122,16 @@ done:
 
 json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen)
 {
-    char base[PATH_MAX]; /* kspecinst_dir's interface */
-    if (kspecinst_dir(o, base, sizeof base)) {
-        snprintf(err, errlen, "cannot tell where to install: set HOME, or use --prefix DIR");
-        return NULL;
-    }
     if (o->prefix && o->prefix[0] != '/') {
         snprintf(err, errlen, "--prefix %s: must be an absolute path", o->prefix);
+        return NULL;
+    }
+    char *base = kspecinst_dir(o);
+    if (!base) {
+        snprintf(err, errlen,
+                 errno == ENOMEM ? "out of memory"
+                                 : "cannot tell where to install: set HOME, or use "
+                                   "--prefix DIR");
         return NULL;
     }
     json_t *done = json_array();
@@ -143,9 +139,11 @@ json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen)
         json_t *one = kspecinst_one(o, base, l, err, errlen);
         if (!one) {
             json_decref(done);
-            return NULL;
+            done = NULL;
+            break;
         }
         json_array_append_new(done, one);
     }
+    free(base);
     return done;
 }

@@ -30,7 +30,8 @@ typedef struct kspecinst_opts {
  * [{"name","path","argv"}] or NULL with a reason in err. */
 json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen);
 
-/* The kernels directory chosen for o (see above) into out. 0 or -1. */
-int kspecinst_dir(const kspecinst_opts *o, char *out, size_t size);
+/* new (free()): the kernels directory chosen for o (see above), or NULL
+ * with errno (ENOENT: no prefix, JUPYTER_DATA_DIR, XDG_DATA_HOME or HOME). */
+char *kspecinst_dir(const kspecinst_opts *o);
 
 #endif

@@ -2,6 +2,8 @@
  * outcap.c — head + tail ring with a spill file.
  */
 #include "kernelmgr/outcap.h"
+#include "common/cm_io.h"
+#include "common/cm_size.h"
 #include "jp.h"
 
 #include <errno.h>
@@ -74,22 +76,7 @@ void outcap_set_limits(outcap *oc, uint64_t spill_max, uint64_t *budget, const c
 
 const char *outcap_fmt_size(uint64_t n, char *buf, size_t len)
 {
-    static const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
-    if (n < 1024) {
-        snprintf(buf, len, "%llu bytes", (unsigned long long)n);
-        return buf;
-    }
-    double v = (double)n;
-    int u = -1;
-    while (v >= 1024 && u < 3) {
-        v /= 1024;
-        u++;
-    }
-    if (v == (double)(uint64_t)v)
-        snprintf(buf, len, "%llu %s", (unsigned long long)v, units[u]);
-    else
-        snprintf(buf, len, "%.1f %s", v, units[u]);
-    return buf;
+    return cm_size_format(n, buf, len);
 }
 
 static void spill_fail(outcap *oc, int err)
@@ -122,7 +109,7 @@ static int spill_write(outcap *oc, const char *d, size_t len)
         limit = oc->spill_bytes + room;
     }
     size_t n = len < room ? len : (size_t)room;
-    if (n && jp_write_all(oc->spill_fd, d, n)) {
+    if (n && cm_write_all(oc->spill_fd, d, n)) {
         spill_fail(oc, errno);
         return -1;
     }

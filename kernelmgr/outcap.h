@@ -33,7 +33,8 @@ void outcap_destroy(outcap **oc);
  * "session_outputs_max"; borrowed, static). Call before the first add. */
 void outcap_set_limits(outcap *oc, uint64_t spill_max, uint64_t *budget, const char *budget_name);
 
-/* Writes n as "64 MiB", "1.5 KiB" or "100 bytes" into buf. Returns buf. */
+/* Writes n as "64 MiB", "1.5 KiB" or "100 bytes" into buf (cm_size_format).
+ * Returns buf. */
 const char *outcap_fmt_size(uint64_t n, char *buf, size_t len);
 
 /* Appends data. Returns 0, or -1 when the spill file cannot be written (the

@@ -24,6 +24,8 @@
  * every install refuse with that reason rather than run unconfined.
  */
 #include "kernelmgr/pkginstall.h"
+#include "common/cm_clock.h"
+#include "common/cm_path.h"
 #include "kernels/server/kenv.h"
 
 #include <errno.h>
@@ -51,62 +53,68 @@
 #define PKGINST_FILE_MAX ((size_t)64 << 20) /* package.json / lock read back */
 #define PKGINST_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 
-int pkginst_session_root(const char *home, const char *session, char *root)
+/* new: home/packages/SESSION, followed by "/" sub when sub is not NULL; NULL
+ * for a bad session name (errno EINVAL) or no memory. */
+static char *session_path(const char *home, const char *session, const char *sub)
 {
     /* Session names never start with "." (the manager's rule), so "." and
      * ".." and the manager's own hidden names are refused here too. */
-    if (!home || !session || !*session || strchr(session, '/') || session[0] == '.')
-        return -1;
-    if (snprintf(root, PATH_MAX, "%s/packages/%s", home, session) >= PATH_MAX)
-        return -1;
-    return 0;
+    if (!home || !session || !*session || strchr(session, '/') || session[0] == '.') {
+        errno = EINVAL;
+        return NULL;
+    }
+    return sub ? cm_path_fmt("%s/packages/%s/%s", home, session, sub)
+               : cm_path_fmt("%s/packages/%s", home, session);
 }
 
-int pkginst_session_dirs(const char *home, const char *session, char *pydir, char *npmdir)
+int pkginst_session_root(const char *home, const char *session, char *root)
 {
-    char root[PATH_MAX];
-    if (pkginst_session_root(home, session, root) < 0)
-        return -1;
-    if (snprintf(pydir, PATH_MAX, "%s/python", root) >= PATH_MAX ||
-        snprintf(npmdir, PATH_MAX, "%s/npm", root) >= PATH_MAX)
-        return -1;
-    return 0;
+    char *p = session_path(home, session, NULL);
+    int rc = p && strlen(p) < PATH_MAX ? 0 : -1;
+    if (rc == 0)
+        memcpy(root, p, strlen(p) + 1);
+    free(p);
+    return rc;
 }
 
 int pkginst_remove_session(const char *home, const char *session, char *err, size_t errlen)
 {
-    char root[PATH_MAX];
-    if (pkginst_session_root(home, session, root) < 0) {
+    char *root = session_path(home, session, NULL);
+    if (!root) {
         snprintf(err, errlen, "invalid session name '%.64s'", session ? session : "");
         return -1;
     }
     /* fd-based and never following a symlink, like every removal of a tree
      * sandboxed code could have written into (the installers write here) */
-    return wsfile_rmtree(root, err, errlen);
+    int rc = wsfile_rmtree(root, err, errlen);
+    free(root);
+    return rc;
 }
 
 char **pkginst_kernel_env(const char *root, const char *lang, char *ro)
 {
-    char py[PATH_MAX], npm[PATH_MAX];
-    if (!root || root[0] != '/' || !lang ||
-        snprintf(py, sizeof py, "%s/python", root) >= (int)sizeof py ||
-        snprintf(npm, sizeof npm, "%s/npm", root) >= (int)sizeof npm)
+    if (!root || root[0] != '/' || !lang)
         return NULL;
     int python = strcmp(lang, "python") == 0;
+    char *dir = cm_path_join(root, python ? "python" : "npm");
     /* Empty from the start: Python's path finder re-reads a directory whose
      * mtime changed, node resolves NODE_PATH on every require, and the
      * sandbox can only bind what exists. */
-    if (kmfs_mkdirs(python ? py : npm, 0755) < 0)
+    if (!dir || strlen(dir) >= PATH_MAX || kmfs_mkdirs(dir, 0755) < 0) {
+        free(dir);
         return NULL;
+    }
     char **env = calloc(3, sizeof *env);
-    if (!env)
+    if (!env) {
+        free(dir);
         return NULL;
+    }
+    memcpy(ro, dir, strlen(dir) + 1);
     if (python) {
-        snprintf(ro, PATH_MAX, "%s", py);
-        if (asprintf(&env[0], "PYTHONPATH=%s", py) < 0)
+        if (asprintf(&env[0], "PYTHONPATH=%s", dir) < 0)
             env[0] = NULL;
     } else {
-        snprintf(ro, PATH_MAX, "%s", npm);
+        const char *npm = dir;
         if (asprintf(&env[0], "NODE_PATH=%s/node_modules", npm) < 0)
             env[0] = NULL;
         /* the sandbox's fixed PATH (kenv.h), never the manager's */
@@ -117,6 +125,7 @@ char **pkginst_kernel_env(const char *root, const char *lang, char *ro)
             env[0] = NULL;
         }
     }
+    free(dir);
     if (!env[0])
         pkginst_env_free(&env);
     return env;
@@ -124,22 +133,24 @@ char **pkginst_kernel_env(const char *root, const char *lang, char *ro)
 
 int pkginst_adopt(const char *from_root, const char *home, const char *session)
 {
-    char root[PATH_MAX], parent[PATH_MAX];
-    if (!from_root || pkginst_session_root(home, session, root) < 0) {
+    char *root = from_root ? session_path(home, session, NULL) : NULL;
+    char *parent = root ? cm_path_join(home, "packages") : NULL;
+    int rc = -1;
+    if (!from_root)
         errno = EINVAL;
-        return -1;
-    }
-    snprintf(parent, sizeof parent, "%s/packages", home);
-    if (kmfs_mkdirs(parent, 0755) < 0)
-        return -1;
     /* An empty directory left by an earlier session of that name gives way;
      * one with packages in it does not (rename fails with ENOTEMPTY). */
-    if (rename(from_root, root) < 0)
-        return -1;
-    if (symlink(root, from_root) < 0) {
-        /* Only unsandboxed kernels need it; sandboxed ones bound the inode. */
+    if (parent && kmfs_mkdirs(parent, 0755) == 0 && rename(from_root, root) == 0) {
+        if (symlink(root, from_root) < 0) {
+            /* Only unsandboxed kernels need it; sandboxed ones bound the inode. */
+        }
+        rc = 0;
     }
-    return 0;
+    int e = errno;
+    free(parent);
+    free(root);
+    errno = e;
+    return rc;
 }
 
 void pkginst_env_free(char ***env)
@@ -176,13 +187,6 @@ static const char *const policy_text =
     "dependencies are resolved first; the install runs only when every resolved package is "
     "on the allowlist (nothing else is ever installed); pip: wheels only (no build scripts run); "
     "npm: --ignore-scripts";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* The proxy's targets: the index's host:port, then the manager's
  * allowed_hosts. */
@@ -300,12 +304,12 @@ static int run_sandboxed(const char *dir, const proxy_targets *targets, char *co
     size_t cap[2] = {65536, 65536}, len[2] = {0, 0};
     char *buf[2] = {malloc(cap[0]), malloc(cap[1])};
     int open_[2] = {1, 1}, fdv[2] = {o[0], e[0]};
-    double deadline = now_s() + PKGINST_TIMEOUT_S;
+    double deadline = cm_mono_s() + PKGINST_TIMEOUT_S;
     int timed_out = 0;
     while ((open_[0] || open_[1]) && buf[0] && buf[1]) {
         struct pollfd p[2] = {{.fd = open_[0] ? fdv[0] : -1, .events = POLLIN},
                               {.fd = open_[1] ? fdv[1] : -1, .events = POLLIN}};
-        int left = (int)((deadline - now_s()) * 1000);
+        int left = (int)((deadline - cm_mono_s()) * 1000);
         if (left <= 0) {
             timed_out = 1;
             break;
@@ -402,25 +406,30 @@ static void policy_refusal(char *err, size_t errlen, allowlist_mgr m, const char
 }
 
 /* What both managers need before the installer runs: the session's package
- * directory for m (created) in dir (PATH_MAX bytes), the proxy URL the
- * installer is pointed at in proxy (64 bytes) and the proxy's targets.
- * Returns the index URL (borrowed from al), or NULL with err. */
+ * directory for m (created) in *dir (new), the proxy URL the installer is
+ * pointed at in proxy (64 bytes) and the proxy's targets. Returns the index
+ * URL (borrowed from al), or NULL with err and *dir NULL. */
 static const char *install_prepare(const allowlist *al, allowlist_mgr m, const char *home,
-                                   const char *session, char *dir, char *proxy,
+                                   const char *session, char **dir, char *proxy,
                                    proxy_targets *targets, char *err, size_t errlen)
 {
-    char py[PATH_MAX], npm[PATH_MAX], host[256];
+    char host[256];
     unsigned port;
     int tls;
     const char *index = allowlist_index(al, m);
-    if (pkginst_session_dirs(home, session, py, npm) < 0 ||
-        kmfs_mkdirs(m == ALLOWLIST_PIP ? py : npm, 0755) < 0) {
-        snprintf(err, errlen, "cannot create the package directory for session %s", session);
+    *dir = session_path(home, session, m == ALLOWLIST_PIP ? "python" : "npm");
+    if (!*dir || kmfs_mkdirs(*dir, 0755) < 0) {
+        snprintf(err, errlen, "cannot create the package directory for session %s: %s", session,
+                 strerror(errno));
+        free(*dir);
+        *dir = NULL;
         return NULL;
     }
-    if (allowlist_parse_url(index, host, sizeof host, &port, &tls, err, errlen) < 0)
+    if (allowlist_parse_url(index, host, sizeof host, &port, &tls, err, errlen) < 0) {
+        free(*dir);
+        *dir = NULL;
         return NULL;
-    snprintf(dir, PATH_MAX, "%s", m == ALLOWLIST_PIP ? py : npm);
+    }
     snprintf(proxy, 64, "http://127.0.0.1:%d", PKGINST_PROXY_PORT);
     targets_init(targets, al, m, host, port);
     return index;
@@ -446,16 +455,12 @@ static int run_step(const char *dir, const proxy_targets *targets, char *const a
     return rc == 0 ? 0 : -1;
 }
 
-static json_t *install_pip(const allowlist *al, const char *home, const char *session,
+/* The pip install into py through the proxy (install_prepare's). */
+static json_t *install_pip(const allowlist *al, const char *py, const char *proxy,
+                           const proxy_targets *targets, const char *index,
                            char specs[][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2], size_t nspec,
                            char *err, size_t errlen)
 {
-    char py[PATH_MAX], proxy[64];
-    proxy_targets targets = {0};
-    const char *index =
-        install_prepare(al, ALLOWLIST_PIP, home, session, py, proxy, &targets, err, errlen);
-    if (!index)
-        return NULL;
     char *envb[8];
     char *const *envp = base_env(envb, NULL);
 
@@ -494,7 +499,7 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
         argv[a++] = specs[i];
     argv[a] = NULL;
     char *out;
-    if (run_step(py, &targets, argv, envp, "pip could not resolve the request", &out, err, errlen) <
+    if (run_step(py, targets, argv, envp, "pip could not resolve the request", &out, err, errlen) <
         0)
         return NULL;
     json_error_t jerr;
@@ -541,11 +546,11 @@ static json_t *install_pip(const allowlist *al, const char *home, const char *se
     argv[a++] = "--upgrade";
     argv[a++] = "--quiet";
     argv[a++] = "--target";
-    argv[a++] = py;
+    argv[a++] = (char *)py;
     for (size_t k = 0; k < npinned; k++)
         argv[a++] = pinned[k];
     argv[a] = NULL;
-    if (run_step(py, &targets, argv, envp, "pip failed", NULL, err, errlen) < 0) {
+    if (run_step(py, targets, argv, envp, "pip failed", NULL, err, errlen) < 0) {
         json_decref(installed);
         return NULL;
     }
@@ -656,16 +661,12 @@ static void saved_release(saved_file *f, size_t n, int restore)
     }
 }
 
-static json_t *install_npm(const allowlist *al, const char *home, const char *session,
+/* The npm install into the prefix npm through the proxy (install_prepare's). */
+static json_t *install_npm(const allowlist *al, const char *npm, const char *proxy,
+                           const proxy_targets *targets, const char *registry,
                            char specs[][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2], size_t nspec,
                            char *err, size_t errlen)
 {
-    char npm[PATH_MAX], proxy[64];
-    proxy_targets targets = {0};
-    const char *registry =
-        install_prepare(al, ALLOWLIST_NPM, home, session, npm, proxy, &targets, err, errlen);
-    if (!registry)
-        return NULL;
     char *envb[8];
     char *const *envp = base_env(envb, "npm_config_cache=/tmp/.npm");
     char *argv[60 + 100];
@@ -707,7 +708,7 @@ static json_t *install_npm(const allowlist *al, const char *home, const char *se
     save_file(&kept[0], npm, "package.json");
     save_file(&kept[1], npm, "package-lock.json");
     json_t *resolved = NULL;
-    if (run_step(npm, &targets, argv, envp, "npm could not resolve the request", NULL, err,
+    if (run_step(npm, targets, argv, envp, "npm could not resolve the request", NULL, err,
                  errlen) == 0)
         resolved = npm_lock_packages(npm, err, errlen);
     if (!resolved) {
@@ -736,7 +737,7 @@ static json_t *install_npm(const allowlist *al, const char *home, const char *se
     /* Install from the lock just checked: nothing is re-resolved. */
     a = a0;
     argv[a] = NULL;
-    if (run_step(npm, &targets, argv, envp, "npm failed", NULL, err, errlen) < 0) {
+    if (run_step(npm, targets, argv, envp, "npm failed", NULL, err, errlen) < 0) {
         json_decref(resolved);
         saved_release(kept, 2, 1);
         return NULL;
@@ -767,8 +768,15 @@ json_t *pkginst_install(const allowlist *al, allowlist_mgr m, const char *home, 
         snprintf(specs[i], sizeof specs[i], m == ALLOWLIST_NPM && spec[0] ? "%s@%s" : "%s%s", name,
                  spec);
     }
-    json_t *r = m == ALLOWLIST_PIP ? install_pip(al, home, session, specs, n, err, errlen)
-                                   : install_npm(al, home, session, specs, n, err, errlen);
+    char proxy[64], *dir = NULL;
+    proxy_targets targets = {0};
+    const char *index = install_prepare(al, m, home, session, &dir, proxy, &targets, err, errlen);
+    json_t *r = NULL;
+    if (index && m == ALLOWLIST_PIP)
+        r = install_pip(al, dir, proxy, &targets, index, specs, n, err, errlen);
+    else if (index)
+        r = install_npm(al, dir, proxy, &targets, index, specs, n, err, errlen);
+    free(dir);
     pthread_mutex_unlock(&one_at_a_time);
     return r;
 }

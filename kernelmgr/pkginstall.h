@@ -30,9 +30,6 @@
 
 #include "kernelmgr/allowlist.h"
 
-/* Writes the per-session package directories (PATH_MAX each). 0 or -1. */
-int pkginst_session_dirs(const char *home, const char *session, char *pydir, char *npmdir);
-
 /* Writes the session's package root, home/packages/SESSION (PATH_MAX), which
  * holds python/ and npm/. 0, or -1 for a bad session name. */
 int pkginst_session_root(const char *home, const char *session, char *root);

@@ -2,6 +2,7 @@
  * result.c — result JSON and its terminal rendering.
  */
 #include "kernelmgr/result.h"
+#include "common/cm_mime.h"
 #include "kernelmgr/termsafe.h"
 
 #include <stdio.h>
@@ -124,6 +125,20 @@ static char *field(const char *s)
     return e ? e : strdup("?");
 }
 
+/* 1 when a display bundle has an image the manager saves (and lists under
+ * "images"), which stands for its text/plain. */
+static int has_image(const json_t *bundle)
+{
+    const char *mime;
+    const json_t *v;
+    json_object_foreach((json_t *)bundle, mime, v)
+    {
+        if (cm_mime_is_image(mime))
+            return 1;
+    }
+    return 0;
+}
+
 void result_render(FILE *out, const json_t *r, int streamed)
 {
     const char *lang = json_string_value(json_object_get(r, "language"));
@@ -143,8 +158,7 @@ void result_render(FILE *out, const json_t *r, int streamed)
     json_array_foreach(json_object_get(r, "displays"), i, d)
     {
         const char *plain = json_string_value(json_object_get(d, "text/plain"));
-        if (plain && !json_object_get(d, "image/png") && !json_object_get(d, "image/jpeg") &&
-            !json_object_get(d, "image/svg+xml"))
+        if (plain && !has_image(d))
             print_text(out, NULL, plain);
     }
     json_t *img;

@@ -2,6 +2,7 @@
  * wsfile.c — the one way the host touches a workspace (see wsfile.h).
  */
 #include "kernelmgr/wsfile.h"
+#include "common/cm_io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -247,27 +248,16 @@ int wsfile_slurp(int rootfd, const char *rel, size_t max, char **data, size_t *l
         errno = EFBIG;
         return -1;
     }
-    char *buf = malloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    while (buf && got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    int e = errno;
+    int rc = cm_read_all(fd, max, data, len), e = errno;
     close(fd);
-    if (!buf) {
-        seterr(err, errlen, "'%s': out of memory", rel);
-        errno = ENOMEM;
+    if (rc < 0) {
+        if (e == EFBIG)
+            seterr(err, errlen, "'%s': grew past the %zu bytes read", rel, max);
+        else
+            seterr(err, errlen, "'%s': %s", rel, strerror(e));
+        errno = e;
         return -1;
     }
-    buf[got] = '\0';
-    *data = buf;
-    *len = got;
-    errno = e;
     return 0;
 }
 
@@ -283,7 +273,7 @@ int wsfile_replace(int rootfd, const char *rel, const void *data, size_t len, mo
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         seterr(err, errlen, "'%s': not a regular file", rel);
         errno = EINVAL;
-    } else if (ftruncate(fd, 0) < 0 || jp_write_all(fd, data, len) < 0) {
+    } else if (ftruncate(fd, 0) < 0 || cm_write_all(fd, data, len) < 0) {
         seterr(err, errlen, "'%s': %s", rel, strerror(errno));
     } else {
         rc = 0;
@@ -713,7 +703,7 @@ json_t *wsfile_write(const char *root, const char *rel, const void *data, size_t
         close(fd);
         return NULL;
     }
-    if (jp_write_all(fd, data, len) < 0) {
+    if (cm_write_all(fd, data, len) < 0) {
         seterr(err, errlen, "'%s': %s", norm, strerror(errno));
         close(fd);
         return NULL;

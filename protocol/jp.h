@@ -73,7 +73,8 @@ void jp_uuid4(char out[37]);
 /* Writes the current UTC time as "2026-12-01T00:32:36.123456Z" (27 chars + NUL). */
 void jp_now_iso8601(char out[32]);
 
-/* Writes all len bytes of buf to fd, retrying short writes and EINTR.
+/* cm_write_all (common/cm_io.h), kept for the callers that still use it:
+ * writes all len bytes of buf to fd, retrying short writes and EINTR.
  * 0, or -1 with errno set (ENOSPC for a write that made no progress). */
 int jp_write_all(int fd, const void *buf, size_t len);
 

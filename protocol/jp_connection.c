@@ -3,6 +3,7 @@
  * (with free tcp ports and a fresh key), and ZeroMQ endpoints.
  */
 #include "jp_internal.h"
+#include "common/cm_io.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -167,31 +168,17 @@ jp_status jp_connection_read(const char *path, jp_connection *out, jp_error *err
         close(fd);
         return jp_error_set(err, JP_ERR_IO, "%s: not a regular file", path);
     }
-    char *buf = malloc(JP_CONNFILE_MAX + 1);
-    if (!buf) {
-        close(fd);
-        return jp_error_set(err, JP_ERR_NOMEM, "out of memory reading %s", path);
-    }
+    char *buf = NULL;
     size_t len = 0;
-    /* Read one byte past the limit to tell "exactly 1 MiB" from "more". */
-    while (len <= JP_CONNFILE_MAX) {
-        ssize_t r = read(fd, buf + len, JP_CONNFILE_MAX + 1 - len);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            free(buf);
-            close(fd);
-            return jp_error_set(err, JP_ERR_IO, "%s: %s", path, strerror(e));
-        }
-        if (r == 0)
-            break;
-        len += (size_t)r;
-    }
+    int rc = cm_read_all(fd, JP_CONNFILE_MAX, &buf, &len), e = errno;
     close(fd);
     jp_status st;
-    if (len > JP_CONNFILE_MAX)
+    if (rc < 0 && e == EFBIG)
         st = jp_error_set(err, JP_ERR_TOO_LARGE, "%s: larger than %u bytes", path, JP_CONNFILE_MAX);
+    else if (rc < 0 && e == ENOMEM)
+        return jp_error_set(err, JP_ERR_NOMEM, "out of memory reading %s", path);
+    else if (rc < 0)
+        return jp_error_set(err, JP_ERR_IO, "%s: %s", path, strerror(e));
     else
         st = jp_connection_parse(buf, len, out, err);
     if (st != JP_OK && st != JP_ERR_TOO_LARGE && err) {

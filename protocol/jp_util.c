@@ -3,6 +3,7 @@
  * Jupyter wire-protocol library.
  */
 #include "jp_internal.h"
+#include "common/cm_io.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -156,20 +157,7 @@ void jp_now_iso8601(char out[32])
 
 int jp_write_all(int fd, const void *buf, size_t len)
 {
-    const char *p = buf;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            if (w == 0)
-                errno = ENOSPC;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
+    return cm_write_all(fd, buf, len);
 }
 
 /* ---------------------------------------------------------------- UTF-8 */

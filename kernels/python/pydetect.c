@@ -2,6 +2,8 @@
  * pydetect.c — find and describe the Python interpreter (see pydetect.h).
  */
 #include "kernels/python/pydetect.h"
+#include "common/cm_clock.h"
+#include "common/cm_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -420,13 +422,6 @@ out:
     return rc;
 }
 
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 /* Appends what fd has to buf (capped); returns 0 at end of file, 1 if more may
  * come, -1 on error. */
 static int slurp(int fd, char *buf, size_t *len, size_t cap)
@@ -477,10 +472,10 @@ static int run_capture(char *const argv[], char *const envp[], char *out, char *
 
     size_t olen = 0, elen = 0;
     int open_o = 1, open_e = 1;
-    long deadline = now_ms() + PYDETECT_PROBE_TIMEOUT_MS;
+    long deadline = (long)cm_mono_ms() + PYDETECT_PROBE_TIMEOUT_MS;
     while (open_o || open_e) {
         struct pollfd pfd[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
-        long left = deadline - now_ms();
+        long left = deadline - (long)cm_mono_ms();
         if (left <= 0)
             break;
         int n = poll(pfd, 2, (int)left);
@@ -585,17 +580,8 @@ static char *pyenv_shim_root(const char *path)
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
         return NULL;
-    size_t len = 0;
-    for (;;) {
-        ssize_t n = read(fd, buf + len, sizeof buf - 1 - len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-        if (len == sizeof buf - 1)
-            break;
-    }
+    ssize_t n = cm_read_full(fd, buf, sizeof buf - 1);
+    size_t len = n > 0 ? (size_t)n : 0;
     close(fd);
     buf[len] = '\0';
     if (len == sizeof buf - 1 || strncmp(buf, "#!", 2) != 0 || strlen(buf) != len)
@@ -929,29 +915,14 @@ static char *read_pyvenv_cfg(int ws_fd, const char *rel_venv, char *err, size_t 
         snprintf(err, errlen, "pyvenv.cfg is not a regular file");
         goto fail;
     }
-    buf = malloc(PYDETECT_PYVENV_MAX + 1);
-    if (!buf) {
-        snprintf(err, errlen, "out of memory");
+    size_t got = 0;
+    if (cm_read_all(fd, PYDETECT_PYVENV_MAX, &buf, &got) < 0) {
+        if (errno == EFBIG)
+            snprintf(err, errlen, "pyvenv.cfg is larger than %u bytes", PYDETECT_PYVENV_MAX);
+        else
+            snprintf(err, errlen, "pyvenv.cfg: %s", strerror(errno));
         goto fail;
     }
-    size_t got = 0;
-    for (;;) {
-        ssize_t n = read(fd, buf + got, PYDETECT_PYVENV_MAX + 1 - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            snprintf(err, errlen, "pyvenv.cfg: %s", strerror(errno));
-            goto fail;
-        }
-        if (n == 0)
-            break;
-        got += (size_t)n;
-        if (got > PYDETECT_PYVENV_MAX) {
-            snprintf(err, errlen, "pyvenv.cfg is larger than %u bytes", PYDETECT_PYVENV_MAX);
-            goto fail;
-        }
-    }
-    buf[got] = '\0';
     if (strlen(buf) != got) {
         snprintf(err, errlen, "pyvenv.cfg contains a NUL byte");
         goto fail;

@@ -2,6 +2,7 @@
  * kcache.c — see kcache.h.
  */
 #include "kernels/server/kcache.h"
+#include "common/cm_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -107,13 +108,9 @@ char *kcache_get(const char *kind, const char *key)
     buf = malloc((size_t)st.st_size + 1);
     if (!buf)
         goto miss;
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r <= 0)
-            goto miss;
-        got += (size_t)r;
-    }
+    size_t got = (size_t)st.st_size;
+    if (cm_read_full(fd, buf, got) != (ssize_t)got)
+        goto miss;
     buf[got] = '\0';
     if (memcmp(buf, key, klen) != 0 || buf[klen] != '\n' || strlen(buf) != got)
         goto miss;

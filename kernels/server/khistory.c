@@ -2,8 +2,7 @@
  * khistory.c — execution history, see khistory.h.
  */
 #include "kernels/server/khistory.h"
-
-#include "jp.h"
+#include "common/cm_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -223,7 +222,7 @@ static void compact(khistory *h, size_t pending)
     for (size_t i = 0; rc == 0 && i < written; i++) {
         size_t len = 0;
         char *rec = record(&h->v[i], &len);
-        rc = rec ? jp_write_all(fd, rec, len) : -1;
+        rc = rec ? cm_write_all(fd, rec, len) : -1;
         size += len;
         free(rec);
     }
@@ -266,7 +265,7 @@ int khistory_add(khistory *h, int line, const char *input)
         compact(h, 1); /* the new entry is appended below */
     h->mem += len;
     if (h->fd >= 0) {
-        if (jp_write_all(h->fd, text, len) < 0) {
+        if (cm_write_all(h->fd, text, len) < 0) {
             int err = errno;
             /* a full disk: take back the part that was written */
             if (ftruncate(h->fd, (off_t)h->size) < 0) {
