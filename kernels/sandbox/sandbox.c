@@ -521,6 +521,7 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *chosen, const
             break;
         if (w == slirp)
             slirp = 0; /* networking died; the sandbox goes on without it */
+        /* any other: the idmap's user-namespace creator (sbx_ns.c) */
     }
     /* init's rusage covers every process it reaped, and when PID 1 exits
      * the kernel reaps the rest of the namespace for it. */
@@ -644,6 +645,14 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
     if (!sb)
         return NULL;
     sb->lim = sbx_limits_new(cfg);
+    /* cgroup v1 (no clone3 into the cgroup): the monitor will attach init,
+     * and the first attach in a while waits for an RCU grace period; start
+     * it now, beside the monitor's namespace set-up (sbx_cgwarm.c). */
+    int cgfd = sbx_limits_clone_fd(sb->lim);
+    if (cgfd >= 0)
+        close(cgfd);
+    else if (sbx_limits_has_memory_cgroup(sb->lim) || sbx_limits_has_cpu_cgroup(sb->lim))
+        sbx_cgwarm_start();
     int rep[2], lsv[2] = {-1, -1}, stats[2];
     if (pipe2(stats, O_CLOEXEC | O_NONBLOCK) < 0) {
         sbx_util_fail(err, errlen, "pipe");
@@ -870,6 +879,13 @@ uint64_t sandbox_cpu_ns(sandbox *sb)
     return sb->cpu_ns;
 }
 
+int sandbox_cpu_capped(const sandbox *sb)
+{
+    if (!sb || !(sb->cfg.cpus > 0))
+        return -1;
+    return sb->cfg.level == SANDBOX_STRICT && sbx_limits_cpu_capped(sb->lim);
+}
+
 int sandbox_take_listen_fd(sandbox *sb)
 {
     if (!sb)
@@ -912,6 +928,9 @@ json_t *sandbox_protections(const sandbox_config *cfg)
         return a;
     if (cfg->level == SANDBOX_NONE) {
         json_array_append_new(a, json_string("none"));
+        /* a plain child has no cgroup of its own: a rate cap is not applied */
+        if (cfg->cpus > 0)
+            json_array_append_new(a, json_string("cpu-rate-cap-unavailable"));
         return a;
     }
     char err[256];

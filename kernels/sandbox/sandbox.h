@@ -56,6 +56,13 @@ typedef struct sandbox_config {
     unsigned max_procs;      /* default 256 */
     unsigned max_open_files; /* default 1024 */
     uint64_t max_file_bytes; /* default 1 GiB */
+    /* CPU rate cap of the whole sandbox, in CPUs (0.5: half of one CPU over
+     * every scheduling period; 2: two CPUs' worth): cgroup v2 cpu.max or v1
+     * cpu.cfs_quota_us / cpu.cfs_period_us (period 100 ms). 0: none
+     * (default). No rlimit can cap a rate: without a cpu cgroup it is not
+     * enforced, sandbox_cpu_capped() says so and sandbox_protections()
+     * lists "cpu-rate-cap-unavailable". */
+    double cpus;
     /* Strict and network off only (else sandbox_spawn() refuses): a TCP
      * socket listening on 127.0.0.1:port inside the sandbox's network
      * namespace, made by its init before any restriction applies and handed
@@ -136,6 +143,11 @@ long long sandbox_oom_kills(sandbox *sb);
  * reaped. Never decreases. Level none: the tree under the worker, while it
  * runs. */
 uint64_t sandbox_cpu_ns(sandbox *sb);
+
+/* 1 when cfg.cpus is enforced for this sandbox (its cpu cgroup has the
+ * quota), 0 when cfg.cpus is set but cannot be (no usable cpu cgroup, or
+ * level none), -1 when cfg.cpus is 0. */
+int sandbox_cpu_capped(const sandbox *sb);
 
 /* new fd (the caller closes it): the listening socket of
  * cfg.loopback_listen_port, once; -1 when there is none or it was taken.

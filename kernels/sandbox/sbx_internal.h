@@ -72,7 +72,10 @@ void sbx_ns_assign_host_ids(sbx_ids *ids);
  * ws_uid:ws_gid is host_uid:host_gid. new fd, O_CLOEXEC. When the filesystem
  * cannot be idmapped and the workspace's owner is not root, falls back to
  * running the sandbox as that owner (ids changed, idmap cleared, returns -2);
- * when root owns it, -1 with a reason naming the way out. */
+ * when root owns it, -1 with a reason naming the way out. Leaves the
+ * short-lived creator of the mapping's user namespace, a child that exits
+ * at once, to the caller's wait4(-1) loop to reap (not waited for: part of
+ * the cold start). */
 int sbx_ns_idmap_workspace(const char *workspace, sbx_ids *ids, char *err, size_t len);
 /* Monitor side, caller root, around the clone that creates the sandbox's
  * user namespace: switches the effective uid/gid to ids->host_uid/host_gid
@@ -157,6 +160,9 @@ long long sbx_limits_oom_kills(const sbx_limits *lim);
 const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status, char *buf,
                            size_t size);
 int sbx_limits_has_cpu_cgroup(const sbx_limits *lim);
+/* 1 when cfg->cpus was written to a cpu cgroup of the sandbox (a rate cap
+ * in force), else 0. */
+int sbx_limits_cpu_capped(const sbx_limits *lim);
 /* CPU ns of the sandbox's cgroup when lim has one; else of the live process
  * tree under root_pid, each process with the time of the children it reaped,
  * walked through /proc/PID/task/TID/children: O(processes of the tree). */
@@ -165,6 +171,15 @@ uint64_t sbx_limits_cpu_ns(sbx_limits *lim, pid_t root_pid);
 void sbx_limits_describe(const sandbox_config *cfg, json_t *list);
 /* Kills what is left in the cgroups and removes them. NULL-safe. */
 void sbx_limits_destroy(sbx_limits **lim);
+
+/* ---- sbx_cgwarm.c ------------------------------------------------------- */
+
+/* Parent side, once the sandbox's cgroups exist and its init will be
+ * attached to them (cgroup v1): starts, on a detached thread that moves
+ * only itself into the cgroup it is in, the RCU grace period the first
+ * cgroup attach in a while waits for, so that the monitor's attach shares
+ * it. Best effort, never fails. */
+void sbx_cgwarm_start(void);
 
 /* ---- sbx_quota.c -------------------------------------------------------- */
 

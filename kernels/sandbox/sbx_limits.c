@@ -1,6 +1,6 @@
 /*
  * sbx_limits.c — resource limits: cgroups where the host lets us create
- * them (cgroup v2 memory.max/pids.max, or v1 memory/pids/cpuacct
+ * them (cgroup v2 memory.max/pids.max/cpu.max, or v1 memory/pids/cpuacct/cpu
  * controllers), rlimits always.
  *
  * A sandbox's cgroups are children of the cgroup the caller runs in (that is
@@ -14,6 +14,9 @@
  *   cpu time  summed over the sandbox's process tree from /proc (walked
  *             from its init through the children files), and at the end
  *             the monitor's wait4() figure for init (sandbox.c)
+ *   cpu rate  nothing: no rlimit caps a rate (RLIMIT_CPU is a per-process
+ *             total), so cfg->cpus is then not enforced, and
+ *             sbx_limits_describe() says so ("cpu-rate-cap-unavailable")
  * RLIMIT_NOFILE, RLIMIT_FSIZE and RLIMIT_CORE=0 apply in every case.
  */
 #include "kernels/sandbox/sbx_internal.h"
@@ -44,11 +47,32 @@ struct sbx_limits {
     char mem[SBX_CG_DIRLEN]; /* "" when not available */
     char pids[SBX_CG_DIRLEN];
     char cpu[SBX_CG_DIRLEN]; /* v1 cpuacct dir, or the v2 dir */
-    uint64_t memory_bytes;   /* what was written */
+    /* where the CPU rate cap (cfg->cpus) was written: the v2 dir, the v1
+     * cpuacct dir when cpu and cpuacct share a hierarchy, else a v1 cpu
+     * dir of its own; "" when not capped */
+    char cpumax[SBX_CG_DIRLEN];
+    uint64_t memory_bytes; /* what was written */
     unsigned max_procs;
 };
 
 static atomic_uint sbx_limits_counter;
+
+/* The CFS period every cap uses, and the smallest quota the kernel takes. */
+#define SBX_CPU_PERIOD_US 100000LL
+#define SBX_CPU_MIN_QUOTA_US 1000LL
+
+/* cfg->cpus as a quota per SBX_CPU_PERIOD_US, at least the kernel's
+ * minimum; 0 when no cap is asked for. */
+static long long sbx_limits_cpu_quota_us(const sandbox_config *cfg)
+{
+    if (!(cfg->cpus > 0))
+        return 0;
+    double q = cfg->cpus * (double)SBX_CPU_PERIOD_US + 0.5;
+    if (q > 1e15)
+        q = 1e15;
+    long long us = (long long)q;
+    return us < SBX_CPU_MIN_QUOTA_US ? SBX_CPU_MIN_QUOTA_US : us;
+}
 
 /* The caller's cgroup path for a v1 controller (or "" for v2), from
  * /proc/self/cgroup. */
@@ -209,6 +233,12 @@ sbx_limits *sbx_limits_new(const sandbox_config *cfg)
             if (cfg->max_procs && sbx_limits_exists(dir, "pids.max") &&
                 sbx_limits_write(dir, "pids.max", val) == 0)
                 snprintf(lim->pids, sizeof lim->pids, "%s", dir);
+            /* cpu.max exists when the parent delegates the cpu controller */
+            long long quota = sbx_limits_cpu_quota_us(cfg);
+            snprintf(val, sizeof val, "%lld %lld", quota, SBX_CPU_PERIOD_US);
+            if (quota && sbx_limits_exists(dir, "cpu.max") &&
+                sbx_limits_write(dir, "cpu.max", val) == 0)
+                snprintf(lim->cpumax, sizeof lim->cpumax, "%s", dir);
         }
     } else {
         if (cfg->memory_bytes) {
@@ -231,7 +261,23 @@ sbx_limits *sbx_limits_new(const sandbox_config *cfg)
             }
         }
         sbx_limits_mkdir_v1("cpuacct", name, lim->cpu, sizeof lim->cpu);
-        if (lim->mem[0] || lim->pids[0] || lim->cpu[0])
+        long long quota = sbx_limits_cpu_quota_us(cfg);
+        if (quota) {
+            /* cpu and cpuacct are often mounted together (cpu,cpuacct) */
+            if (lim->cpu[0] && sbx_limits_exists(lim->cpu, "cpu.cfs_quota_us"))
+                snprintf(lim->cpumax, sizeof lim->cpumax, "%s", lim->cpu);
+            else
+                sbx_limits_mkdir_v1("cpu", name, lim->cpumax, sizeof lim->cpumax);
+            snprintf(val, sizeof val, "%lld", quota);
+            if (lim->cpumax[0] &&
+                (sbx_limits_write(lim->cpumax, "cpu.cfs_period_us", "100000") < 0 ||
+                 sbx_limits_write(lim->cpumax, "cpu.cfs_quota_us", val) < 0)) {
+                if (strcmp(lim->cpumax, lim->cpu))
+                    rmdir(lim->cpumax);
+                lim->cpumax[0] = 0;
+            }
+        }
+        if (lim->mem[0] || lim->pids[0] || lim->cpu[0] || lim->cpumax[0])
             lim->version = 1;
     }
     lim->memory_bytes = lim->mem[0] ? cfg->memory_bytes : 0;
@@ -243,10 +289,12 @@ int sbx_limits_attach(sbx_limits *lim, pid_t pid, char *err, size_t len)
 {
     char val[32];
     snprintf(val, sizeof val, "%d", (int)pid);
-    const char *dirs[] = {lim->mem, lim->pids, lim->cpu};
-    for (size_t i = 0; i < 3; i++) {
-        if (!dirs[i][0] || (i > 0 && !strcmp(dirs[i], dirs[0])) ||
-            (i == 2 && !strcmp(dirs[2], dirs[1])))
+    const char *dirs[] = {lim->mem, lim->pids, lim->cpu, lim->cpumax};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        int seen = 0;
+        for (size_t j = 0; j < i; j++)
+            seen |= !strcmp(dirs[i], dirs[j]);
+        if (!dirs[i][0] || seen)
             continue;
         if (sbx_limits_write(dirs[i], "cgroup.procs", val) < 0)
             return sbx_util_fail(err, len, "cgroup: move %d into %s", (int)pid, dirs[i]);
@@ -464,6 +512,11 @@ int sbx_limits_has_cpu_cgroup(const sbx_limits *lim)
     return lim && lim->cpu[0];
 }
 
+int sbx_limits_cpu_capped(const sbx_limits *lim)
+{
+    return lim && lim->cpumax[0];
+}
+
 uint64_t sbx_limits_cpu_ns(sbx_limits *lim, pid_t root_pid)
 {
     if (lim && lim->cpu[0]) {
@@ -496,6 +549,13 @@ void sbx_limits_describe(const sandbox_config *cfg, json_t *list)
     if (lim && lim->cpu[0]) {
         snprintf(name, sizeof name, "%s-cpu-accounting", v);
         json_array_append_new(list, json_string(name));
+    }
+    /* a rate cap asked for is either enforced or said not to be */
+    if (lim && lim->cpumax[0]) {
+        snprintf(name, sizeof name, "%s-cpu-max", v);
+        json_array_append_new(list, json_string(name));
+    } else if (cfg->cpus > 0) {
+        json_array_append_new(list, json_string("cpu-rate-cap-unavailable"));
     }
     json_array_append_new(list, json_string("rlimit-nofile"));
     json_array_append_new(list, json_string("rlimit-fsize"));
@@ -543,6 +603,9 @@ void sbx_limits_destroy(sbx_limits **plim)
         sbx_limits_remove(lim->pids);
     if (lim->cpu[0] && strcmp(lim->cpu, lim->mem) && strcmp(lim->cpu, lim->pids))
         sbx_limits_remove(lim->cpu);
+    if (lim->cpumax[0] && strcmp(lim->cpumax, lim->mem) && strcmp(lim->cpumax, lim->pids) &&
+        strcmp(lim->cpumax, lim->cpu))
+        sbx_limits_remove(lim->cpumax);
     free(lim);
     *plim = NULL;
 }

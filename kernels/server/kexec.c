@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,12 @@
 
 #define KEXEC_DRAIN_LIMIT (8u << 20)          /* output read after a death, at most */
 #define KEXEC_READY_TIMEOUT_NS 30000000000ull /* a worker must say "ready" within */
+/* --cpu-time: the sandbox's CPU time is read no sooner than the budget left
+ * could be used by every CPU at once, and at least this often: a cell is
+ * stopped within KEXEC_CPU_CHECK_MIN_NS of CPU time per CPU it keeps busy
+ * past its budget. */
+#define KEXEC_CPU_CHECK_MIN_NS 50000000ull  /* 50 ms */
+#define KEXEC_CPU_CHECK_MAX_NS 500000000ull /* 500 ms */
 
 /* new references: v itself when it has the right type, else an empty one
  * (worker events are untrusted input). For the "o" pack format. */
@@ -124,6 +131,9 @@ static void end_request(kserver *ks)
     ks->interrupt_deadline_ns = 0;
     ks->interrupt_resend_ns = 0;
     ks->sigint_after_flush = 0;
+    ks->cpu_check_ns = 0;
+    ks->cpu_hit = 0;
+    ks->cpu_hit_used_ns = 0;
 }
 
 static json_t *reply_metadata(kserver *ks, const char *status)
@@ -157,30 +167,100 @@ static const char *size_text(uint64_t n, char *buf, size_t size)
     return buf;
 }
 
-/* A memory limit hit by any process of the sandbox during the cell (a
- * child of a Bash cell, not only the worker): the memory cgroup's OOM-kill
- * counter grew. Adds "limits_hit" to md and says so on the cell's stderr. */
+/* "CPU time limit of 2 s per block reached": the limits_hit entry of an
+ * execution that used its --cpu-time budget. */
+static const char *cpu_limit_text(const kserver *ks, char *buf, size_t size)
+{
+    snprintf(buf, size, "CPU time limit of %g s per block reached", ks->opts.cpu_time);
+    return buf;
+}
+
+/* Limits the cell hit, in md's "limits_hit": a memory limit hit by any
+ * process of the sandbox during the cell (a child of a Bash cell, not only
+ * the worker: the memory cgroup's OOM-kill counter grew; also said on the
+ * cell's stderr), and its CPU-time budget (said when it was reached). */
 static void report_limits(kserver *ks, json_t *md)
 {
-    if (!ks->worker || ks->cur_oom_kills < 0)
+    json_t *hits = json_array();
+    char what[160];
+    long long now =
+        ks->worker && ks->cur_oom_kills >= 0 ? sandbox_oom_kills(kworker_sandbox(ks->worker)) : -1;
+    if (now > ks->cur_oom_kills && ks->cur_oom_kills >= 0) {
+        long long n = now - ks->cur_oom_kills;
+        char lim[32], text[240];
+        snprintf(what, sizeof what, "out of memory (limit %s): the kernel killed %lld process%s",
+                 size_text(ks->opts.sandbox.memory_bytes, lim, sizeof lim), n, n == 1 ? "" : "es");
+        json_array_append_new(hits, json_string(what));
+        snprintf(text, sizeof text, "[%s] %s in this cell\n", ks->backend->name, what);
+        kexec_flush_streams(ks, 1);
+        kserver_publish(ks, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text),
+                        ks->cur);
+        kserver_log("%s", what);
+    }
+    if (ks->cpu_hit)
+        json_array_append_new(hits, json_string(cpu_limit_text(ks, what, sizeof what)));
+    if (json_array_size(hits))
+        json_object_set_new(md, "limits_hit", hits);
+    else
+        json_decref(hits);
+}
+
+/* Wall time until the next reading of the sandbox's CPU time, when left ns
+ * of the budget remain: no sooner than every CPU the sandbox can use
+ * (online CPUs, or fewer under --cpus) could use them up. */
+static uint64_t cpu_check_delay(const kserver *ks, uint64_t left)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    double cpus = online > 0 ? (double)online : 1.0;
+    if (ks->opts.sandbox.cpus > 0 && ks->opts.sandbox.cpus < cpus)
+        cpus = ks->opts.sandbox.cpus;
+    double d = (double)left / cpus;
+    if (d < (double)KEXEC_CPU_CHECK_MIN_NS)
+        return KEXEC_CPU_CHECK_MIN_NS;
+    return d > (double)KEXEC_CPU_CHECK_MAX_NS ? KEXEC_CPU_CHECK_MAX_NS : (uint64_t)d;
+}
+
+/* --cpu-time: reads the sandbox's CPU time; once the execution used its
+ * budget, says so on its stderr and interrupts it (killed after the grace,
+ * like a timeout); otherwise schedules the next reading. */
+static void check_cpu_budget(kserver *ks, uint64_t now)
+{
+    ks->cpu_check_ns = 0;
+    if (!ks->worker || !ks->cur || ks->cur_kind != KREQ_EXECUTE || ks->cpu_hit ||
+        !(ks->opts.cpu_time > 0))
         return;
-    long long now = sandbox_oom_kills(kworker_sandbox(ks->worker));
-    if (now <= ks->cur_oom_kills)
+    uint64_t cpu = sandbox_cpu_ns(kworker_sandbox(ks->worker));
+    uint64_t used = cpu > ks->cpu_budget_base_ns ? cpu - ks->cpu_budget_base_ns : 0;
+    uint64_t budget = (uint64_t)(ks->opts.cpu_time * 1e9);
+    if (used < budget) {
+        ks->cpu_check_ns = now + cpu_check_delay(ks, budget - used);
         return;
-    long long n = now - ks->cur_oom_kills;
-    char lim[32], what[160], text[240];
-    snprintf(what, sizeof what, "out of memory (limit %s): the kernel killed %lld process%s",
-             size_text(ks->opts.sandbox.memory_bytes, lim, sizeof lim), n, n == 1 ? "" : "es");
-    json_object_set_new(md, "limits_hit", json_pack("[s]", what));
-    snprintf(text, sizeof text, "[%s] %s in this cell\n", ks->backend->name, what);
-    kexec_flush_streams(ks, 1);
+    }
+    ks->cpu_hit = 1;
+    ks->cpu_hit_used_ns = used;
+    char what[160], text[300];
+    cpu_limit_text(ks, what, sizeof what);
+    snprintf(text, sizeof text, "[%s] %s (%.2f s used): the block is interrupted\n",
+             ks->backend->name, what, (double)used / 1e9);
+    kexec_flush_streams(ks, 0);
     kserver_publish(ks, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text), ks->cur);
-    kserver_log("%s", what);
+    kserver_log("%s (%.2f s used): interrupting the execution", what, (double)used / 1e9);
+    kexec_interrupt(ks);
 }
 
 void kexec_cell_starts(kserver *ks)
 {
     ks->cur_oom_kills = ks->worker ? sandbox_oom_kills(kworker_sandbox(ks->worker)) : -1;
+    ks->cpu_hit = 0;
+    ks->cpu_hit_used_ns = 0;
+    ks->cpu_check_ns = 0;
+    if (ks->worker && ks->opts.cpu_time > 0) {
+        /* a reading of its own: the budget is this execution's alone (the
+         * end-of-cell mark also counts what ran between cells) */
+        ks->cpu_budget_base_ns = sandbox_cpu_ns(kworker_sandbox(ks->worker));
+        ks->cpu_check_ns =
+            kworker_now_ns() + cpu_check_delay(ks, (uint64_t)(ks->opts.cpu_time * 1e9));
+    }
     if (!ks->lost_reason || ks->cur_silent)
         return;
     char *text = NULL;
@@ -198,6 +278,23 @@ static void finish_execute(kserver *ks, const char *status, int exit_code, json_
                            json_t *payload, json_t *extra_md)
 {
     kexec_flush_streams(ks, 1);
+    /* Reached its CPU-time budget and stopped (the worker survived): an
+     * error naming the limit, whatever the interrupted code reported; its
+     * traceback (where the code was) is kept. */
+    if (ks->cpu_hit && !extra_md) {
+        char what[160], value[300];
+        cpu_limit_text(ks, what, sizeof what);
+        snprintf(value, sizeof value, "%s (%.2f s used); the block was interrupted", what,
+                 (double)ks->cpu_hit_used_ns / 1e9);
+        json_t *tb = json_object_get(ks->cur_error, "traceback");
+        tb = json_is_array(tb) ? json_deep_copy(tb) : json_array();
+        json_array_append_new(tb, json_sprintf("CPUTimeLimit: %s", value));
+        json_decref(ks->cur_error);
+        ks->cur_error =
+            json_pack("{s:s, s:s, s:o}", "ename", "CPUTimeLimit", "evalue", value, "traceback", tb);
+        kserver_publish(ks, "error", json_deep_copy(ks->cur_error), ks->cur);
+        status = "error";
+    }
     if (!strcmp(status, "error") && !ks->cur_error) {
         char ev[64];
         snprintf(ev, sizeof ev, "%d", exit_code);
@@ -321,7 +418,10 @@ static void on_error(kserver *ks, json_t *ev)
     if (!err)
         return;
     kexec_flush_streams(ks, 0);
-    kserver_publish(ks, "error", json_deep_copy(err), output_parent(ks));
+    /* The error of a cell stopped at its CPU-time budget (KeyboardInterrupt)
+     * is replaced by one naming the limit when it ends (finish_execute). */
+    if (!(ks->cpu_hit && ks->cur && ks->cur_kind == KREQ_EXECUTE))
+        kserver_publish(ks, "error", json_deep_copy(err), output_parent(ks));
     if (ks->cur && ks->cur_kind == KREQ_EXECUTE) {
         json_decref(ks->cur_error);
         ks->cur_error = err;
@@ -694,11 +794,19 @@ void kexec_timers(kserver *ks, uint64_t now)
         ks->sigint_after_flush = 0;
         kworker_signal(ks->worker, SIGINT);
     }
+    if (ks->worker && ks->cpu_check_ns && now >= ks->cpu_check_ns)
+        check_cpu_budget(ks, now);
     if (ks->worker && ks->interrupt_deadline_ns && now >= ks->interrupt_deadline_ns) {
-        static char reason[128];
-        snprintf(reason, sizeof reason,
-                 "did not stop within %g s after an interrupt and was killed",
-                 ks->opts.interrupt_grace);
+        static char reason[256];
+        if (ks->cpu_hit)
+            snprintf(reason, sizeof reason,
+                     "reached the CPU time limit of %g s per block and did not stop within %g s "
+                     "after the interrupt; it was killed",
+                     ks->opts.cpu_time, ks->opts.interrupt_grace);
+        else
+            snprintf(reason, sizeof reason,
+                     "did not stop within %g s after an interrupt and was killed",
+                     ks->opts.interrupt_grace);
         ks->kill_reason = reason;
         ks->interrupt_deadline_ns = 0;
         ks->interrupt_resend_ns = 0;

@@ -4,6 +4,7 @@
  * backend before they are rejected.
  */
 #include "kernels/server/kopts.h"
+#include "common/cm_size.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,49 +19,7 @@
 
 int kopts_parse_size(const char *s, uint64_t *out)
 {
-    char *end;
-    if (!s || !*s || *s == '-')
-        return -1;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0)
-        return -1;
-    uint64_t mult = 1;
-    if (*end) {
-        switch (*end) {
-        case 'k':
-        case 'K':
-            mult = 1ull << 10;
-            break;
-        case 'm':
-        case 'M':
-            mult = 1ull << 20;
-            break;
-        case 'g':
-        case 'G':
-            mult = 1ull << 30;
-            break;
-        case 't':
-        case 'T':
-            mult = 1ull << 40;
-            break;
-        case 'b':
-        case 'B':
-            break;
-        default:
-            return -1;
-        }
-        end++;
-        if (mult > 1 && (!strcasecmp(end, "ib") || !strcasecmp(end, "b")))
-            end += strlen(end);
-        if (*end)
-            return -1;
-    }
-    double bytes = v * (double)mult;
-    if (bytes >= 18446744073709551615.0)
-        return -1;
-    *out = (uint64_t)bytes;
-    return 0;
+    return cm_size_parse(s, out, NULL, 0);
 }
 
 static int parse_uint(const char *s, unsigned *out)
@@ -73,6 +32,20 @@ static int parse_uint(const char *s, unsigned *out)
     if (errno || *end || v > 1000000000ul)
         return -1;
     *out = (unsigned)v;
+    return 0;
+}
+
+/* A finite decimal number in [lo, hi]. */
+static int parse_seconds(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+        return -1;
+    *out = v;
     return 0;
 }
 
@@ -96,6 +69,14 @@ void kopts_usage(FILE *out, const kbackend *b)
             "  --open-files N           open file limit (default 1024)\n"
             "  --file-size SIZE         largest file the code may write (default 1G)\n"
             "  --network on|off         network access from the sandbox (default off)\n"
+            "  --cpus N                 CPU rate cap of the sandbox in CPUs, e.g. 0.5 or 2\n"
+            "                           (cgroup cpu.max / cfs quota; default: none). Not\n"
+            "                           enforceable without a cpu cgroup: kernel_info's\n"
+            "                           sandbox list then says cpu-rate-cap-unavailable\n"
+            "  --cpu-time SEC           CPU seconds a cell may use, every process of the\n"
+            "                           sandbox counted (default: none); past it the cell\n"
+            "                           is interrupted (killed after the grace) and its\n"
+            "                           reply says which limit was reached\n"
             "  --interrupt-grace SEC    after an interrupt, seconds to wait before the\n"
             "                           worker is killed and restarted (default 5)\n"
             "  --log-max SIZE           stop writing this kernel's log (stderr) once the\n"
@@ -131,12 +112,26 @@ void kopts_usage(FILE *out, const kbackend *b)
 /* Which of our options take a value; 0 when name is not ours. */
 static int takes_value(const char *name)
 {
-    static const char *const with_value[] = {"-f",         "--connection-file", "--workspace",
-                                             "--sandbox",  "--memory",          "--procs",
-                                             "--tmp-size", "--open-files",      "--file-size",
-                                             "--network",  "--interrupt-grace", "--env",
-                                             "--log-max",  "--history-max",     "--ro-path",
-                                             "--env-file", "--owner-fd",        NULL};
+    static const char *const with_value[] = {"-f",
+                                             "--connection-file",
+                                             "--workspace",
+                                             "--sandbox",
+                                             "--memory",
+                                             "--procs",
+                                             "--tmp-size",
+                                             "--open-files",
+                                             "--file-size",
+                                             "--network",
+                                             "--interrupt-grace",
+                                             "--env",
+                                             "--log-max",
+                                             "--history-max",
+                                             "--ro-path",
+                                             "--env-file",
+                                             "--owner-fd",
+                                             "--cpus",
+                                             "--cpu-time",
+                                             NULL};
     for (int i = 0; with_value[i]; i++)
         if (!strcmp(name, with_value[i]))
             return 1;
@@ -389,6 +384,22 @@ static int set_option(kopts *o, const char *name, const char *val, char *err, si
         if (errno || end == val || *end || !isfinite(g) || g < 0 || g > 3600)
             goto bad;
         o->interrupt_grace = g;
+    } else if (!strcmp(name, "--cpus")) {
+        if (parse_seconds(val, KOPTS_CPUS_MIN, KOPTS_CPUS_MAX, &c->cpus) < 0) {
+            snprintf(err, errlen,
+                     "invalid value for --cpus: '%s' (a number of CPUs from %g to %g, e.g. 0.5 "
+                     "or 2)",
+                     val, KOPTS_CPUS_MIN, KOPTS_CPUS_MAX);
+            return -1;
+        }
+    } else if (!strcmp(name, "--cpu-time")) {
+        if (parse_seconds(val, 0.001, KOPTS_CPU_TIME_MAX, &o->cpu_time) < 0) {
+            snprintf(err, errlen,
+                     "invalid value for --cpu-time: '%s' (seconds of CPU time per cell, more "
+                     "than 0 and at most %g)",
+                     val, KOPTS_CPU_TIME_MAX);
+            return -1;
+        }
     } else if (!strcmp(name, "--log-max")) {
         if (kopts_parse_size(val, &o->log_max) < 0 || o->log_max < 4096)
             goto bad;

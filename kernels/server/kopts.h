@@ -26,14 +26,21 @@
 #define KOPTS_MAX_RO 8                       /* --ro-path, repeatable */
 #define KOPTS_LOG_MAX_DEFAULT (1u << 20)     /* --log-max */
 #define KOPTS_HISTORY_MAX_DEFAULT (8u << 20) /* --history-max */
+#define KOPTS_CPUS_MIN 0.01                  /* --cpus: 1 ms per 100 ms period */
+#define KOPTS_CPUS_MAX 4096.0
+#define KOPTS_CPU_TIME_MAX (86400.0 * 365) /* --cpu-time, seconds */
 
 typedef struct kopts {
     const char *connection_file; /* borrowed from argv; NULL when not given */
     const char *workspace_arg;   /* borrowed from argv; NULL: the cwd */
     sandbox_config sandbox;      /* level and limits; workspace filled by the caller */
     double interrupt_grace;      /* seconds between SIGINT and kill+restart */
-    uint64_t log_max;            /* --log-max: the kernel log file's size cap (bytes) */
-    uint64_t history_max;        /* --history-max: the history file's size cap (bytes) */
+    /* --cpu-time S: CPU seconds (every process of the sandbox together) an
+     * execute request may use; past it the request is interrupted like a
+     * timeout (kill after interrupt_grace) and its reply says so. 0: none. */
+    double cpu_time;
+    uint64_t log_max;     /* --log-max: the kernel log file's size cap (bytes) */
+    uint64_t history_max; /* --history-max: the history file's size cap (bytes) */
     /* --env NAME=VALUE (borrowed from argv) and the entries of --env-file
      * (pointing into env_file_data), in command-line order, and --ro-path
      * DIR (borrowed from argv), NULL-terminated; applied to the worker spec

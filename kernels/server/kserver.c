@@ -273,6 +273,20 @@ json_t *kserver_kernel_info(kserver *ks)
     json_t *km = json_pack("{s:O, s:s, s:s, s:I}", "sandbox", ks->protections, "level",
                            ks->opts.sandbox.level == SANDBOX_NONE ? "none" : "strict", "workspace",
                            ks->workspace, "worker_generation", (json_int_t)ks->worker_gen);
+    /* the limits in force, as given (null: none); whether the CPU rate cap
+     * is enforced here is in "sandbox" (cgroup-v*-cpu-max or
+     * cpu-rate-cap-unavailable) */
+    const sandbox_config *sc = &ks->opts.sandbox;
+    json_t *lim = json_pack("{s:I, s:i, s:i, s:I, s:I, s:o, s:o}", "memory_bytes",
+                            (json_int_t)sc->memory_bytes, "procs", (int)sc->max_procs, "open_files",
+                            (int)sc->max_open_files, "file_size_bytes",
+                            (json_int_t)sc->max_file_bytes, "tmp_bytes", (json_int_t)sc->tmp_bytes,
+                            "cpus", sc->cpus > 0 ? json_real(sc->cpus) : json_null(), "cpu_time",
+                            ks->opts.cpu_time > 0 ? json_real(ks->opts.cpu_time) : json_null());
+    if (km && lim)
+        json_object_set_new(km, "limits", lim);
+    else
+        json_decref(lim);
     if (km)
         json_object_set_new(info, "kernelmgr", km);
     return info;
@@ -545,6 +559,7 @@ static void run_loop(kserver *ks)
         due = min_deadline(due, kstream_deadline(&ks->err));
         due = min_deadline(due, ks->interrupt_deadline_ns);
         due = min_deadline(due, ks->interrupt_resend_ns);
+        due = min_deadline(due, ks->cpu_check_ns);
         due = min_deadline(due, ks->restart_at_ns);
         due = min_deadline(due, ks->kill_at_ns);
         if (ks->worker && !ks->worker_ready)
@@ -728,9 +743,6 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
         fprintf(stderr, "%s: %s\n", prefix, err);
         goto out;
     }
-    ks->protections = sandbox_protections(&ks->opts.sandbox);
-    if (!ks->protections)
-        ks->protections = json_array();
     ks->session =
         jp_session_new(ks->conn.key, strlen(ks->conn.key), ks->conn.signature_scheme, &jerr);
     if (!ks->session) {
@@ -758,6 +770,12 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
                 ks->opts.sandbox.level == SANDBOX_NONE ? "none" : "strict");
     kserver_status(ks, "starting", NULL);
     kexec_start_worker(ks);
+    /* Only kernel_info replies need the list, and making it (a throwaway
+     * cgroup set, made and removed) takes ~0.5 ms: done while the worker
+     * boots, not before it starts. */
+    ks->protections = sandbox_protections(&ks->opts.sandbox);
+    if (!ks->protections)
+        ks->protections = json_array();
     run_loop(ks);
     status = 0;
 out:

@@ -105,6 +105,14 @@ typedef struct kserver {
                                        be lost in a fork before exec) */
     const char *kill_reason;        /* static: why we killed the worker, or NULL */
     long long cur_oom_kills;        /* sandbox_oom_kills() when it started (-1: unknown) */
+    /* --cpu-time: the execution's CPU budget (kexec.c). While an execute
+     * runs with a budget, the sandbox's CPU time is read at cpu_check_ns
+     * (0: no check pending); once the budget is used, cpu_hit is set and
+     * the execution is interrupted like a timeout. */
+    uint64_t cpu_budget_base_ns; /* sandbox CPU time when the execution started */
+    uint64_t cpu_check_ns;       /* next reading, monotonic ns; 0: none */
+    uint64_t cpu_hit_used_ns;    /* CPU time used when the budget was found spent */
+    int cpu_hit;                 /* this execution reached its budget */
 
     /* State loss. Every worker started gets the next generation number
      * (1 for the first); replies and kernel_info show it. A worker that

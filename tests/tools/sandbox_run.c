@@ -11,6 +11,7 @@
  *                           SIZE takes k/m/g suffixes (powers of 1024)
  *     --inotify N  --inotify-watches N  --sigpending N  --msgqueue SIZE
  *     --memlock SIZE        per-user kernel quota ceilings (sandbox.h)
+ *     --cpus N              CPU rate cap in CPUs, e.g. 0.5 (sandbox.h)
  *     --timeout SECONDS     SIGKILL the whole sandbox after this long
  *     --loopback-listen PORT  a listener on the sandbox's 127.0.0.1:PORT,
  *                           served from outside: every connection gets
@@ -21,7 +22,8 @@
  * and SIGHUP received by sandbox-run are forwarded with sandbox_signal().
  * On exit it prints, on stderr, "sandbox-run: limit: <reason>" when a limit
  * killed the worker, "sandbox-run: timeout" on timeout and
- * "sandbox-run: cpu_ns=N". Exit status: the worker's code, 128+signal, or
+ * "sandbox-run: cpu_ns=N", and "sandbox-run: cpu-capped=0|1" when --cpus
+ * was given. Exit status: the worker's code, 128+signal, or
  * 125 when the sandbox could not be set up (reason on stderr).
  *
  * Build: gcc -std=gnu11 -D_GNU_SOURCE -I. tests/tools/sandbox_run.c
@@ -114,7 +116,8 @@ static void usage(void)
     fprintf(stderr, "usage: sandbox-run [--level strict|none] [--workspace DIR] [--ro PATH]... "
                     "[--network] [--memory SIZE] [--procs N] [--tmp SIZE] [--nofile N] "
                     "[--fsize SIZE] [--inotify N] [--inotify-watches N] [--sigpending N] "
-                    "[--msgqueue SIZE] [--memlock SIZE] [--timeout S] [--loopback-listen PORT] "
+                    "[--msgqueue SIZE] [--memlock SIZE] [--cpus N] [--timeout S] "
+                    "[--loopback-listen PORT] "
                     "[--check] [--] CMD [ARGS...]\n");
 }
 
@@ -169,6 +172,14 @@ int main(int argc, char **argv)
             ro[nro++] = v;
         } else if (!strcmp(o, "--timeout")) {
             timeout = atof(v);
+        } else if (!strcmp(o, "--cpus")) {
+            char *end;
+            errno = 0;
+            cfg.cpus = strtod(v, &end);
+            if (errno || end == v || *end || !(cfg.cpus > 0)) {
+                fprintf(stderr, "sandbox-run: bad value for --cpus: %s\n", v);
+                return 125;
+            }
         } else if (!strcmp(o, "--loopback-listen")) {
             cfg.loopback_listen_port = (unsigned short)atoi(v);
         } else if (parse_size(v, &n) < 0) {
@@ -239,6 +250,8 @@ int main(int argc, char **argv)
     }
     if (lfd >= 0)
         server = serve_listener(lfd);
+    if (cfg.cpus > 0)
+        fprintf(stderr, "sandbox-run: cpu-capped=%d\n", sandbox_cpu_capped(sb));
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     int st = 0, timed_out = 0;
