@@ -11,7 +11,7 @@
 
 BUILD    ?= build
 CC       ?= gcc
-PKGS      = libzmq libsodium jansson libseccomp
+PKGS      = libzmq libsodium jansson libseccomp libwebsockets
 CFLAGS   ?= -O2 -g
 WARN      = -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
 ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -I. -Iprotocol $(shell pkg-config --cflags $(PKGS))
@@ -34,7 +34,8 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   libzmq3-dev libsodium-dev libjansson-dev libseccomp-dev uthash-dev libcmocka-dev \
   libclang-rt-14-dev python3 python3-pytest python3-jupyter-client jupyter-console \
   python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \
-  python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps
+  python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps \
+  libwebsockets-dev python3-websocket python3-jupyter-server openssl
 
 .PHONY: all deps test check unit unit-bins e2e demo fuzz bench format lint clean
 all: $(BINS) $(SHARE)
@@ -109,6 +110,7 @@ FMT_FILES = $(wildcard common/*.[ch] protocol/*.[ch] kernels/*/*.[ch] kernelmgr/
 format:
 	clang-format -i $(FMT_FILES)
 lint:
+	tests/tools/layers.sh
 	clang-format --dry-run --Werror $(FMT_FILES)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
 	  --suppress=missingIncludeSystem -I protocol -I . $(FMT_FILES)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A minimal agent-side client of the kernelmgr daemon (stdlib only).
 
-The daemon speaks one JSON object per line over $KERNELMGR_HOME/kernelmgr.sock.
+The daemon speaks JSON-RPC 2.0, one message per line, over
+$KERNELMGR_HOME/kernelmgr.sock (docs/API.md).
 Start it with `kernelmgr serve` (or let any `kernelmgr exec` start it), then:
 
     python3 examples/agent_loop.py            # runs a scripted "agent"
@@ -27,20 +28,22 @@ class Kernelmgr:
         self.f = self.sock.makefile("rw", encoding="utf-8")
         self.next_id = 0
 
-    def call(self, op, on_event=None, **fields):
-        """Sends one request; returns the final reply (events go to on_event)."""
+    def call(self, method, on_event=None, **params):
+        """Sends one request; returns its result (event notifications go to
+        on_event)."""
         self.next_id += 1
-        self.f.write(json.dumps({"op": op, "id": self.next_id, **fields}) + "\n")
+        self.f.write(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method,
+                                 "params": params}) + "\n")
         self.f.flush()
         for line in self.f:
             msg = json.loads(line)
-            if "event" in msg:
+            if "method" in msg:
                 if on_event:
-                    on_event(msg)
+                    on_event(msg["params"])
                 continue
-            if not msg["ok"]:
+            if "error" in msg:
                 raise RuntimeError(msg["error"]["message"])
-            return msg
+            return msg["result"]
         raise ConnectionError("daemon closed the connection")
 
     def code_exec(self, session, code, **opts):
@@ -77,7 +80,7 @@ def main():
     for step in steps:
         for r in km.code_exec("agent-demo", step, timeout=30):
             print(json.dumps(show(r)))
-    print(json.dumps(km.call("files", session="agent-demo")["files"]))
+    print(json.dumps(km.call("files.list", session="agent-demo")["files"]))
     km.call("close", session="agent-demo")
 
 

@@ -9,6 +9,7 @@
 #include "kernelmgr/codeblocks.h"
 #include "kernelmgr/daemon.h"
 #include "kernelmgr/doctor.h"
+#include "kernelmgr/gateway.h"
 #include "kernelmgr/kclient.h"
 #include "kernelmgr/klaunch.h"
 #include "kernelmgr/kspecinstall.h"
@@ -52,7 +53,11 @@ static const char usage_text[] =
     "  files NAME                             list the session's workspace\n"
     "  export NAME [-o FILE] [--kernel NAME]  the session's history as a Jupyter notebook\n"
     "  connection-file NAME [--lang L]        connection file for `jupyter console --existing`\n"
+    "  install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...\n"
+    "                                         install allowlisted packages for a session\n"
     "  serve [--pool N] [--stop]              run the daemon in the foreground (or stop it)\n"
+    "        [--http [ADDR:]PORT] [--tls-cert F --tls-key F] [--insecure]\n"
+    "                                         also serve Jupyter frontends over HTTP (README)\n"
     "  mcp                                    MCP server on stdio\n"
     "  doctor                                 sandbox capabilities, Python, versions\n"
     "                                         (exit 1: configured sandbox unavailable)\n"
@@ -66,6 +71,8 @@ static const char usage_text[] =
     "  --timeout SECONDS         per block (default 60): interrupt, grace, then kill+restart\n"
     "  --network on|off          network inside the sandbox (new sessions; default off)\n"
     "  --memory SIZE             memory limit of each kernel, e.g. 1G (new sessions)\n"
+    "  --cpus N                  CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)\n"
+    "  --cpu-time SECONDS        CPU-time budget per block (new sessions)\n"
     "  --workspace DIR           use DIR as the workspace (new sessions)\n"
     "  --python PATH             Python interpreter of the python kernel (new sessions)\n"
     "  --sandbox strict|none     sandbox level of the kernels (new sessions; default strict)\n"
@@ -87,16 +94,19 @@ static const char usage_text[] =
 typedef struct cli {
     const char *cmd;
     const char *lang, *code, *file, *session, *workspace, *python, *sandbox, *config;
-    const char *output, *kernel_name, *prefix, *memory_s;
+    const char *output, *kernel_name, *prefix, *memory_s, *manager, *allowlist;
+    const char *http, *tls_cert, *tls_key; /* serve --http ... */
+    int insecure;
     json_t *env; /* --env: {NAME: "value"}, NULL when none was given */
     kenv_budget env_budget;
     double timeout;
-    int network; /* -1 unset */
+    double cpus, cpu_time; /* 0 unset */
+    int network;           /* -1 unset */
     uint64_t memory;
     int json, continue_on_error, keep, user, stop, pool;
     size_t code_len; /* bytes of the code read from FILE or stdin */
     int npos;
-    char *pos[8];
+    char *pos[64];
     char home[2048];
     kmcfg cfg;
 } cli;
@@ -458,6 +468,8 @@ static void fill_session_opts(cli *c, km_session_opts *so)
     km_session_opts_init(so);
     so->network = c->network;
     so->memory = c->memory;
+    so->cpus = c->cpus;
+    so->cpu_time = c->cpu_time;
     so->python = c->python;
     so->workspace = c->workspace;
     so->sandbox = c->sandbox;
@@ -549,10 +561,9 @@ static void send_interrupt(void *ud)
     int fd = connect_daemon(cancel_cli, 0, &err);
     if (fd < 0)
         return;
-    json_t *req = json_pack("{s:s s:s}", "op", "interrupt", "session", cancel_cli->session);
     json_t *rep = NULL;
-    daemon_call(fd, req, NULL, NULL, NULL, NULL, &rep, &err);
-    json_decref(req);
+    daemon_call(fd, "interrupt", json_pack("{s:s}", "session", cancel_cli->session), NULL, &rep,
+                &err);
     json_decref(rep);
     close(fd);
 }
@@ -566,38 +577,36 @@ static void output_failed(void)
         send_interrupt(NULL);
 }
 
-/* One request to the daemon; returns the exit status, *reply (new) on ok. */
-static int call(cli *c, json_t *req, int autostart, void (*ev)(void *, const json_t *), void *ud,
-                json_t **reply)
+static int tick_sigint(void *ud)
+{
+    (void)ud;
+    return sigint_count != 0;
+}
+
+/* One API request (method, params stolen) to the daemon; returns the exit
+ * status, *reply (new: the result) on success. With --json a failure is
+ * also printed as {"error":{"code","message"}} (code: the exit status). */
+static int call(cli *c, const char *method, json_t *params, int autostart,
+                void (*ev)(void *, const json_t *), void *ud, json_t **reply)
 {
     km_err err = {0, ""};
     *reply = NULL;
     int fd = connect_daemon(c, autostart, &err);
     if (fd < 0) {
-        json_decref(req);
+        json_decref(params);
         return fail(err.code ? err.code : KM_EDAEMON, err.msg);
     }
     cancel_cli = c;
-    int rc = daemon_call(fd, req, ev, send_interrupt, ud, &sigint_count, reply, &err);
+    daemon_callbacks cb = {ev, tick_sigint, send_interrupt, ud};
+    int rc = daemon_call(fd, method, params, &cb, reply, &err);
     close(fd);
-    json_decref(req);
-    if (rc)
-        return fail(err.code, err.msg);
-    if (!json_is_true(json_object_get(*reply, "ok"))) {
-        json_t *e = json_object_get(*reply, "error");
-        int code = (int)json_integer_value(json_object_get(e, "code"));
-        const char *msg = json_string_value(json_object_get(e, "message"));
-        if (c->json) {
-            char *s = json_dumps(*reply, JSON_COMPACT);
-            if (s)
-                puts(s);
-            free(s);
+    if (rc) {
+        if (c->json && rc != KM_EDAEMON) {
+            json_t *e = json_pack("{s:{s:i s:s}}", "error", "code", rc, "message", err.msg);
+            print_json(e);
+            json_decref(e);
         }
-        char copy[1024];
-        snprintf(copy, sizeof copy, "%s", msg ? msg : "request failed");
-        json_decref(*reply);
-        *reply = NULL;
-        return fail(code ? code : KM_EINTERNAL, copy);
+        return fail(rc, err.msg);
     }
     return 0;
 }
@@ -612,6 +621,27 @@ static void print_warnings(const json_t *rep)
     {
         put_msg("kernelmgr: warning: ", json_string_value(w));
     }
+}
+
+/* The session options given on the command line, as API params. */
+static void add_session_opts(const cli *c, json_t *req, const char *ws)
+{
+    if (c->network >= 0)
+        json_object_set_new(req, "network", json_string(c->network ? "on" : "off"));
+    if (c->memory_s)
+        json_object_set_new(req, "memory", json_string(c->memory_s));
+    if (c->cpus > 0)
+        json_object_set_new(req, "cpus", json_real(c->cpus));
+    if (c->cpu_time > 0)
+        json_object_set_new(req, "cpu_time", json_real(c->cpu_time));
+    if (c->python)
+        json_object_set_new(req, "python", json_string(c->python));
+    if (ws)
+        json_object_set_new(req, "workspace", json_string(ws));
+    if (c->sandbox)
+        json_object_set_new(req, "sandbox", json_string(c->sandbox));
+    if (c->env)
+        json_object_set(req, "env", c->env);
 }
 
 static int cmd_exec(cli *c)
@@ -630,32 +660,21 @@ static int cmd_exec(cli *c)
         free(code);
         return usage_error("--workspace %s: %s", c->workspace, strerror(errno));
     }
-    json_t *req = json_pack("{s:s s:s s:s s:s s:b s:b}", "op", "exec", "session", c->session,
-                            "code", code, "lang", c->lang ? c->lang : "auto", "continue_on_error",
-                            c->continue_on_error, "stream", 1);
+    json_t *req = json_pack("{s:s s:s s:s s:b s:b}", "session", c->session, "code", code, "lang",
+                            c->lang ? c->lang : "auto", "continue_on_error", c->continue_on_error,
+                            "stream", 1);
     /* stream text as bytes after each event line, not as a JSON string to
      * parse (daemon.h): a long output runs at the kernel's rate */
     json_object_set_new(req, "raw_text", json_true());
     free(code);
     if (c->timeout > 0)
         json_object_set_new(req, "timeout", json_real(c->timeout));
-    if (c->network >= 0)
-        json_object_set_new(req, "network", json_string(c->network ? "on" : "off"));
-    if (c->memory_s)
-        json_object_set_new(req, "memory", json_string(c->memory_s));
-    if (c->python)
-        json_object_set_new(req, "python", json_string(c->python));
-    if (ws)
-        json_object_set_new(req, "workspace", json_string(ws));
+    add_session_opts(c, req, ws);
     free(ws);
-    if (c->sandbox)
-        json_object_set_new(req, "sandbox", json_string(c->sandbox));
-    if (c->env)
-        json_object_set(req, "env", c->env);
     render_ctx rc = {c, 0, {0, 0}};
     ticker_start(c);
     json_t *rep;
-    int st = call(c, req, 1, on_event, &rc, &rep);
+    int st = call(c, "exec", req, 1, on_event, &rc, &rep);
     ticker_end();
     if (st)
         return st;
@@ -682,7 +701,11 @@ static int cmd_simple(cli *c, const char *op)
     const char *name = c->npos ? c->pos[0] : c->session;
     if (strcmp(op, "sessions") && !name)
         return usage_error("%s needs a session NAME", c->cmd);
-    json_t *req = json_pack("{s:s}", "op", op);
+    /* the API's method for each command */
+    const char *method = !strcmp(op, "sessions") ? "sessions.list"
+                         : !strcmp(op, "files")  ? "files.list"
+                                                 : op;
+    json_t *req = json_object();
     if (name)
         json_object_set_new(req, "session", json_string(name));
     if (!strcmp(op, "close") && c->keep)
@@ -707,11 +730,9 @@ static int cmd_simple(cli *c, const char *op)
         }
         close(fd);
     }
-    int st = call(c, req, autostart, NULL, NULL, &rep);
+    int st = call(c, method, req, autostart, NULL, NULL, &rep);
     if (st)
         return st;
-    json_object_del(rep, "id");
-    json_object_del(rep, "ok");
     if (!strcmp(op, "sessions")) {
         json_t *ss = json_object_get(rep, "sessions");
         if (c->json) {
@@ -822,6 +843,53 @@ static int cmd_simple(cli *c, const char *op)
     return 0;
 }
 
+/* `kernelmgr install`: the API's packages.install, as MCP's install_packages. */
+static int cmd_install(cli *c)
+{
+    if (!c->session)
+        return usage_error("install needs --session NAME");
+    if (!km_name_valid(c->session))
+        return usage_error("invalid session name \"%s\"", c->session);
+    const char *manager = c->manager ? c->manager : "pip";
+    if (strcmp(manager, "pip") && strcmp(manager, "npm"))
+        return usage_error("--manager must be pip or npm (got \"%s\")", manager);
+    if (!c->npos || c->npos > 50)
+        return usage_error("install needs 1 to 50 package names");
+    json_t *pk = json_array();
+    for (int i = 0; i < c->npos; i++)
+        json_array_append_new(pk, json_string(c->pos[i]));
+    json_t *req =
+        json_pack("{s:s s:s s:o}", "session", c->session, "manager", manager, "packages", pk);
+    if (c->allowlist) {
+        char *real = realpath(c->allowlist, NULL);
+        if (!real) {
+            json_decref(req);
+            return usage_error("--allowlist %s: %s", c->allowlist, strerror(errno));
+        }
+        json_object_set_new(req, "allowlist", json_string(real));
+        free(real);
+    }
+    json_t *rep;
+    int st = call(c, "packages.install", req, 1, NULL, NULL, &rep);
+    if (st)
+        return st;
+    if (c->json) {
+        print_json(rep);
+    } else {
+        size_t i;
+        json_t *inst;
+        printf("installed for session %s (%s):", c->session, manager);
+        json_array_foreach(json_object_get(rep, "installed"), i, inst)
+        {
+            printf("%s %s %s", i ? "," : "", json_string_value(json_object_get(inst, "name")),
+                   json_string_value(json_object_get(inst, "version")) ?: "?");
+        }
+        putchar('\n');
+    }
+    json_decref(rep);
+    return 0;
+}
+
 static int cmd_serve(cli *c)
 {
     if (c->stop) {
@@ -833,7 +901,7 @@ static int cmd_serve(cli *c)
         }
         close(fd);
         json_t *rep;
-        int st = call(c, json_pack("{s:s}", "op", "shutdown"), 0, NULL, NULL, &rep);
+        int st = call(c, "shutdown", NULL, 0, NULL, NULL, &rep);
         json_decref(rep);
         /* wait until the socket is gone: kernels are stopped by then */
         char sock[256];
@@ -846,6 +914,22 @@ static int cmd_serve(cli *c)
     }
     if (c->pool >= 0)
         c->cfg.pool = (unsigned)c->pool;
+    if (c->http)
+        snprintf(c->cfg.http, sizeof c->cfg.http, "%s", c->http);
+    if (c->tls_cert)
+        snprintf(c->cfg.http_tls_cert, sizeof c->cfg.http_tls_cert, "%s", c->tls_cert);
+    if (c->tls_key)
+        snprintf(c->cfg.http_tls_key, sizeof c->cfg.http_tls_key, "%s", c->tls_key);
+    if (c->insecure)
+        c->cfg.http_insecure = 1;
+    if (c->cfg.http[0]) {
+        char why[512];
+        if (gateway_listen_valid(c->cfg.http, c->cfg.http_tls_cert[0] != 0, c->cfg.http_insecure,
+                                 why, sizeof why))
+            return fail(KM_EUSAGE, why);
+        if ((c->cfg.http_tls_cert[0] != 0) != (c->cfg.http_tls_key[0] != 0))
+            return fail(KM_EUSAGE, "TLS needs both --tls-cert and --tls-key");
+    }
     km_err err = {0, ""};
     int st = daemon_serve(c->home, &c->cfg, &err);
     if (st)
@@ -921,6 +1005,10 @@ enum {
     OPT_TIMEOUT,
     OPT_NETWORK,
     OPT_MEMORY,
+    OPT_HTTP,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_INSECURE,
     OPT_WORKSPACE,
     OPT_PYTHON,
     OPT_SANDBOX,
@@ -937,6 +1025,10 @@ enum {
     OPT_HELP,
     OPT_VERSION,
     OPT_ENV,
+    OPT_CPUS,
+    OPT_CPU_TIME,
+    OPT_MANAGER,
+    OPT_ALLOWLIST,
 };
 
 static int cli_dispatch(int argc, char **argv);
@@ -976,6 +1068,10 @@ static int cli_dispatch(int argc, char **argv)
         {"timeout", required_argument, 0, OPT_TIMEOUT},
         {"network", required_argument, 0, OPT_NETWORK},
         {"memory", required_argument, 0, OPT_MEMORY},
+        {"http", required_argument, 0, OPT_HTTP},
+        {"tls-cert", required_argument, 0, OPT_TLS_CERT},
+        {"tls-key", required_argument, 0, OPT_TLS_KEY},
+        {"insecure", no_argument, 0, OPT_INSECURE},
         {"workspace", required_argument, 0, OPT_WORKSPACE},
         {"python", required_argument, 0, OPT_PYTHON},
         {"sandbox", required_argument, 0, OPT_SANDBOX},
@@ -993,6 +1089,10 @@ static int cli_dispatch(int argc, char **argv)
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {"env", required_argument, 0, OPT_ENV},
+        {"cpus", required_argument, 0, OPT_CPUS},
+        {"cpu-time", required_argument, 0, OPT_CPU_TIME},
+        {"manager", required_argument, 0, OPT_MANAGER},
+        {"allowlist", required_argument, 0, OPT_ALLOWLIST},
         {0, 0, 0, 0},
     };
     cli c;
@@ -1014,9 +1114,9 @@ static int cli_dispatch(int argc, char **argv)
         return mcp_main(argc - 1, argv + 1);
     }
     static const char *cmds[] = {
-        "run",     "exec",       "sessions", "close",           "interrupt",
-        "restart", "files",      "export",   "connection-file", "serve",
-        "doctor",  "kernelspec", NULL};
+        "run",     "exec",   "sessions",        "close", "interrupt", "restart",
+        "files",   "export", "connection-file", "serve", "doctor",    "kernelspec",
+        "install", NULL};
     int known = 0;
     for (int i = 0; cmds[i]; i++)
         if (!strcmp(cmds[i], c.cmd))
@@ -1058,6 +1158,27 @@ static int cli_dispatch(int argc, char **argv)
                                    "(got \"%s\")",
                                    optarg);
             c.memory_s = optarg;
+            break;
+        case OPT_CPUS:
+            c.cpus = strtod(optarg, &end);
+            if (*end || end == optarg || !(c.cpus >= 0.01) || c.cpus > 4096)
+                return usage_error("--cpus must be a number of CPUs from 0.01 to 4096, like 1 or "
+                                   "0.5 "
+                                   "(got \"%s\")",
+                                   optarg);
+            break;
+        case OPT_CPU_TIME:
+            c.cpu_time = strtod(optarg, &end);
+            if (*end || end == optarg || !(c.cpu_time >= 0.001) || c.cpu_time > 86400.0 * 365)
+                return usage_error("--cpu-time must be a number of seconds from 0.001 to "
+                                   "31536000 (got \"%s\")",
+                                   optarg);
+            break;
+        case OPT_MANAGER:
+            c.manager = optarg;
+            break;
+        case OPT_ALLOWLIST:
+            c.allowlist = optarg;
             break;
         case OPT_WORKSPACE:
             c.workspace = optarg;
@@ -1104,6 +1225,22 @@ static int cli_dispatch(int argc, char **argv)
         case OPT_STOP:
             c.stop = 1;
             break;
+        case OPT_HTTP:
+            c.http = optarg;
+            break;
+        case OPT_TLS_CERT:
+        case OPT_TLS_KEY:
+            if (optarg[0] != '/')
+                return usage_error("--%s must be an absolute path",
+                                   opt == OPT_TLS_CERT ? "tls-cert" : "tls-key");
+            if (opt == OPT_TLS_CERT)
+                c.tls_cert = optarg;
+            else
+                c.tls_key = optarg;
+            break;
+        case OPT_INSECURE:
+            c.insecure = 1;
+            break;
         case OPT_HELP:
             fputs(usage_text, stdout);
             return 0;
@@ -1140,7 +1277,7 @@ static int cli_dispatch(int argc, char **argv)
         }
     }
     for (int i = optind; i < argc; i++) {
-        if (c.npos >= 8)
+        if (c.npos >= 64)
             return usage_error("too many arguments");
         c.pos[c.npos++] = argv[i];
     }
@@ -1167,6 +1304,10 @@ static int cli_dispatch(int argc, char **argv)
         c.cfg.network = c.network;
     if (c.memory)
         c.cfg.memory = c.memory;
+    if (c.cpus > 0)
+        c.cfg.cpus = c.cpus;
+    if (c.cpu_time > 0)
+        c.cfg.cpu_time = c.cpu_time;
     if (c.python)
         snprintf(c.cfg.python, sizeof c.cfg.python, "%s", c.python);
     if (c.sandbox)
@@ -1203,5 +1344,7 @@ static int cli_dispatch(int argc, char **argv)
         return cmd_doctor(&c);
     if (!strcmp(c.cmd, "kernelspec"))
         return cmd_kernelspec(&c);
+    if (!strcmp(c.cmd, "install"))
+        return cmd_install(&c);
     return usage_error("unknown command \"%s\"", c.cmd);
 }

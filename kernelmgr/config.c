@@ -2,6 +2,7 @@
  * config.c — defaults, JSON configuration and its validation.
  */
 #include "kernelmgr/config.h"
+#include "common/cm_size.h"
 #include "kernels/server/kenv.h"
 
 #include <ctype.h>
@@ -54,6 +55,11 @@ void kmcfg_defaults(kmcfg *cfg)
     cfg->daemon_queue = 4096;
     cfg->client_buffer = 8ull << 20;
     cfg->client_timeout = 10;
+    cfg->http_max_body = 1u << 20;
+    cfg->http_max_message = 64u << 20;
+    cfg->http_max_pending = 64u << 20;
+    cfg->http_max_connections = 64;
+    cfg->http_rate = 500;
     cfg->admission_timeout = 300;
     cfg->output_cap = 64 * 1024;
     cfg->files_max = 100;
@@ -94,55 +100,7 @@ const char *kmcfg_lang_name(int idx)
 
 int kmcfg_parse_size(const char *s, uint64_t *out)
 {
-    if (!s || !*s)
-        return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0 || !isfinite(v))
-        return -1;
-    while (*end == ' ')
-        end++;
-    double mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 0:
-        break;
-    case 'B':
-        end++;
-        break;
-    case 'K':
-        mul = 1024.0;
-        end++;
-        break;
-    case 'M':
-        mul = 1024.0 * 1024;
-        end++;
-        break;
-    case 'G':
-        mul = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    case 'T':
-        mul = 1024.0 * 1024 * 1024 * 1024;
-        end++;
-        break;
-    default:
-        return -1;
-    }
-    if (mul > 1) {
-        /* accept K, KB, KiB */
-        if (*end == 'i' || *end == 'I')
-            end++;
-        if (*end == 'b' || *end == 'B')
-            end++;
-    }
-    if (*end)
-        return -1;
-    double bytes = v * mul;
-    if (bytes > 9.0e18)
-        return -1;
-    *out = (uint64_t)bytes;
-    return 0;
+    return cm_size_parse(s, out, NULL, 0);
 }
 
 static int fail(char *err, size_t errlen, const char *key, const char *fmt, ...)
@@ -286,6 +244,25 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             }
             if (cfg->memory && cfg->memory < 16u << 20)
                 return fail(err, errlen, key, "must be at least 16M");
+        } else if (!strcmp(key, "cpus")) {
+            /* 0 or null: no rate cap; else the kernels' --cpus range */
+            if (json_is_null(v))
+                cfg->cpus = 0;
+            else if (get_number(v, key, 0, 4096, &cfg->cpus, err, errlen))
+                return -1;
+            else if (cfg->cpus > 0 && cfg->cpus < 0.01)
+                return fail(err, errlen, key, "must be 0 (no cap) or at least 0.01 CPUs (got %g)",
+                            cfg->cpus);
+        } else if (!strcmp(key, "cpu_time")) {
+            /* 0 or null: no CPU-time budget per block */
+            if (json_is_null(v))
+                cfg->cpu_time = 0;
+            else if (get_number(v, key, 0, 86400.0 * 365, &cfg->cpu_time, err, errlen))
+                return -1;
+            else if (cfg->cpu_time > 0 && cfg->cpu_time < 0.001)
+                return fail(err, errlen, key,
+                            "must be 0 (no budget) or at least 0.001 seconds (got %g)",
+                            cfg->cpu_time);
         } else if (!strcmp(key, "network")) {
             if (json_is_boolean(v)) {
                 cfg->network = json_is_true(v);
@@ -378,6 +355,51 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
                 return -1;
         } else if (!strcmp(key, "code_max")) {
             if (get_size(v, key, 1024, 32ull << 20, &cfg->code_max, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "http") || !strcmp(key, "http_token") ||
+                   !strcmp(key, "http_tls_cert") || !strcmp(key, "http_tls_key") ||
+                   !strcmp(key, "http_origin")) {
+            char *dst = !strcmp(key, "http")            ? cfg->http
+                        : !strcmp(key, "http_token")    ? cfg->http_token
+                        : !strcmp(key, "http_tls_cert") ? cfg->http_tls_cert
+                        : !strcmp(key, "http_tls_key")  ? cfg->http_tls_key
+                                                        : cfg->http_origin;
+            size_t cap = !strcmp(key, "http")            ? sizeof cfg->http
+                         : !strcmp(key, "http_token")    ? sizeof cfg->http_token
+                         : !strcmp(key, "http_tls_cert") ? sizeof cfg->http_tls_cert
+                         : !strcmp(key, "http_tls_key")  ? sizeof cfg->http_tls_key
+                                                         : sizeof cfg->http_origin;
+            if (json_is_null(v)) {
+                dst[0] = 0;
+            } else if (!json_is_string(v) || json_string_length(v) >= cap ||
+                       strlen(json_string_value(v)) != json_string_length(v)) {
+                return fail(err, errlen, key, "must be a string of at most %zu bytes", cap - 1);
+            } else {
+                snprintf(dst, cap, "%s", json_string_value(v));
+            }
+            if (!strcmp(key, "http_token") && dst[0] && strlen(dst) < 16)
+                return fail(err, errlen, key, "must be at least 16 characters");
+            if ((!strcmp(key, "http_tls_cert") || !strcmp(key, "http_tls_key")) && dst[0] &&
+                dst[0] != '/')
+                return fail(err, errlen, key, "must be an absolute path");
+        } else if (!strcmp(key, "http_insecure")) {
+            if (!json_is_boolean(v))
+                return fail(err, errlen, key, "must be true or false");
+            cfg->http_insecure = json_is_true(v);
+        } else if (!strcmp(key, "http_max_body")) {
+            if (get_size(v, key, 1024, 1ull << 30, &cfg->http_max_body, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "http_max_message")) {
+            if (get_size(v, key, 4096, 1ull << 31, &cfg->http_max_message, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "http_max_pending")) {
+            if (get_size(v, key, 65536, 1ull << 34, &cfg->http_max_pending, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "http_max_connections")) {
+            if (get_count(v, key, 1, 65536, &cfg->http_max_connections, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "http_rate")) {
+            if (get_number(v, key, 1, 1e6, &cfg->http_rate, err, errlen))
                 return -1;
         } else if (!strcmp(key, "env")) {
             if (get_env(v, &cfg->env, err, errlen))
@@ -487,6 +509,22 @@ json_t *kmcfg_to_json(const kmcfg *cfg)
         json_object_set_new(o, "client_timeout", json_real(cfg->client_timeout));
         json_object_set_new(o, "admission_timeout", json_real(cfg->admission_timeout));
         json_object_set_new(o, "code_max", json_integer((json_int_t)cfg->code_max));
+        json_object_set_new(o, "http", cfg->http[0] ? json_string(cfg->http) : json_null());
+        json_object_set_new(o, "http_tls_cert",
+                            cfg->http_tls_cert[0] ? json_string(cfg->http_tls_cert) : json_null());
+        json_object_set_new(o, "http_tls_key",
+                            cfg->http_tls_key[0] ? json_string(cfg->http_tls_key) : json_null());
+        json_object_set_new(o, "http_origin",
+                            cfg->http_origin[0] ? json_string(cfg->http_origin) : json_null());
+        json_object_set_new(o, "http_insecure", json_boolean(cfg->http_insecure));
+        json_object_set_new(o, "http_max_body", json_integer((json_int_t)cfg->http_max_body));
+        json_object_set_new(o, "http_max_message", json_integer((json_int_t)cfg->http_max_message));
+        json_object_set_new(o, "http_max_pending", json_integer((json_int_t)cfg->http_max_pending));
+        json_object_set_new(o, "http_max_connections", json_integer(cfg->http_max_connections));
+        json_object_set_new(o, "http_rate", json_real(cfg->http_rate));
+        json_object_set_new(o, "cpus", cfg->cpus > 0 ? json_real(cfg->cpus) : json_null());
+        json_object_set_new(o, "cpu_time",
+                            cfg->cpu_time > 0 ? json_real(cfg->cpu_time) : json_null());
     }
     return o;
 }

@@ -57,6 +57,18 @@ typedef struct kmcfg {
                                  slot under max_kernels (300) */
     int max_kernels_auto;     /* max_kernels not set: derived from memory (config.c) */
     uint64_t code_max;        /* "code_max": bytes of code per request (16M) */
+    /* The HTTP gateway (gateway.h); "http" "" = not served */
+    char http[128];                /* "http": "[ADDR:]PORT" */
+    char http_token[256];          /* "http_token": "" = generated in HOME/http-token */
+    char http_tls_cert[1024];      /* "http_tls_cert": PEM file, with http_tls_key */
+    char http_tls_key[1024];       /* "http_tls_key": PEM file */
+    char http_origin[512];         /* "http_origin": another allowed WebSocket Origin */
+    int http_insecure;             /* "http_insecure": non-loopback without TLS */
+    uint64_t http_max_body;        /* "http_max_body": request body bytes (1M) */
+    uint64_t http_max_message;     /* "http_max_message": WebSocket message bytes (64M) */
+    uint64_t http_max_pending;     /* "http_max_pending": bytes a client may leave unread (64M) */
+    unsigned http_max_connections; /* "http_max_connections": WebSockets at once (64) */
+    double http_rate;              /* "http_rate": messages per second per connection (500) */
 } kmcfg;
 
 /* The default max_kernels: min(32, MemTotal / (memory + 256 MiB)), at least

@@ -1,24 +1,20 @@
 /*
- * daemon.c — the unix-socket server and its client.
+ * daemon.c — the kernelmgr API server (`kernelmgr serve`) and its client.
  *
- * Request fields (all optional unless noted):
- *   ping                                   -> {"ok","pid","home","pool"}
- *   exec     session*, code*, lang, timeout, continue_on_error, stream,
- *            network ("on"/"off"), memory ("2G"), python, workspace, sandbox,
- *            env ({NAME: "value"}, kernels/server/kenv.h rules)
- *                                          -> {"ok","results","failed","skipped"}
- *   sessions                               -> {"ok","sessions":[...],"pool":{...}}
- *            (exec replies and results may carry "warnings", see km.h)
- *   close    session*, keep                -> {"ok"}
- *   interrupt / restart  session*          -> {"ok"}
- *   files    session*                      -> {"ok","session","workspace","files",...}
- *   export   session*, kernel_name         -> {"ok","notebook":{...}}
- *   connection_file session*, lang         -> {"ok","connection_file":PATH}
- *   shutdown                               -> {"ok"} then the daemon exits
+ * The API — versioned JSON-RPC 2.0 over the unix socket, one message per
+ * line, its methods, params, results, events and error codes — is
+ * documented in docs/API.md; the framing and validation are rpc.c's (the
+ * MCP server uses the same). Methods are the table dmethods below; each
+ * validates its params once (rpc_unpack: json_unpack_ex, JSON_STRICT).
  */
 #include "kernelmgr/daemon.h"
+#include "kernelmgr/gateway.h"
 #include "kernelmgr/klaunch.h"
+#include "kernelmgr/rpc.h"
+#include "kernelmgr/wsfile.h"
 #include "kernels/server/kenv.h"
+
+#include <sodium.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -270,7 +266,8 @@ typedef struct dconn {
 
 typedef struct djob {
     dconn *c;
-    json_t *req;
+    json_t *req; /* the whole request */
+    const struct dmethod *meth;
     int is_long;
     struct djob *next;
 } djob;
@@ -481,6 +478,15 @@ typedef struct conn {
     int raw;  /* exec with "raw_text": stream text follows its event line as bytes */
 } conn;
 
+/* One API method: its handler gets the validated request's params. */
+struct dmethod {
+    const char *name;
+    void (*fn)(conn *c, const char *method, const json_t *params);
+    int is_long;
+};
+
+static json_t *hello(km_manager *m);
+
 static int conn_dead(conn *c)
 {
     pthread_mutex_lock(&c->dc->mu);
@@ -489,26 +495,35 @@ static int conn_dead(conn *c)
     return d;
 }
 
-static void reply_err(conn *c, int code, const char *msg)
+/* An error of the operation (a KM_E* code, see rpc.h). */
+static void reply_err(conn *c, int km_code, const char *msg)
 {
-    json_t *o = json_pack("{s:O s:b s:{s:i s:s}}", "id", c->id ? c->id : json_null(), "ok", 0,
-                          "error", "code", code, "message", msg);
+    json_t *o = rpc_error_km(c->id, km_code, msg);
     if (o)
         conn_write_json(c->dc, o, 0);
     json_decref(o);
 }
 
-static void reply_ok(conn *c, json_t *o /* steals */)
+/* A request the API refuses before doing anything (invalid params). */
+static void reply_invalid(conn *c, const char *method, const char *why)
 {
-    if (!o)
-        o = json_object();
-    json_object_set(o, "id", c->id ? c->id : json_null());
-    json_object_set_new(o, "ok", json_true());
-    conn_write_json(c->dc, o, 0);
+    char msg[1200];
+    snprintf(msg, sizeof msg, "%s: %s", method, why);
+    json_t *o = rpc_error(c->id, RPC_INVALID_PARAMS, msg, json_pack("{s:i}", "km_code", KM_EUSAGE));
+    if (o)
+        conn_write_json(c->dc, o, 0);
     json_decref(o);
 }
 
-/* A stream event for a "raw_text" client: the event line without "text"
+static void reply_ok(conn *c, json_t *result /* steals */)
+{
+    json_t *o = rpc_result(c->id, result);
+    if (o)
+        conn_write_json(c->dc, o, 0);
+    json_decref(o);
+}
+
+/* A stream event for a "raw_text" client: the notification without "text"
  * but with "text_bytes": N, then the N bytes of the text (UTF-8, as the
  * kernel sent them), in one write unit. JSON-escaping the text here and
  * parsing it again in the client was most of the CPU of a long output
@@ -521,8 +536,10 @@ static int on_event_raw(conn *c, const json_t *ev)
     if (!json_is_string(t) || !json_is_integer(block) || !json_is_string(name))
         return -1;
     size_t tn = json_string_length(t);
-    json_t *h = json_pack("{s:s s:O s:O s:O s:I}", "event", "stream", "block", block, "name", name,
-                          "id", c->id ? c->id : json_null(), "text_bytes", (json_int_t)tn);
+    json_t *h =
+        rpc_notification(DAEMON_EVENT_METHOD,
+                         json_pack("{s:O s:s s:O s:O s:I}", "request_id", c->id, "event", "stream",
+                                   "block", block, "name", name, "text_bytes", (json_int_t)tn));
     char *hs = h ? json_dumps(h, JSON_COMPACT) : NULL;
     json_decref(h);
     if (!hs)
@@ -546,6 +563,8 @@ static int on_event_raw(conn *c, const json_t *ev)
     return 0;
 }
 
+/* An exec event as a notification {"method":"event","params":{"request_id",
+ * "event",...}}. */
 static void on_event(void *ud, const json_t *ev)
 {
     conn *c = ud;
@@ -555,111 +574,400 @@ static void on_event(void *ud, const json_t *ev)
         !strcmp(json_string_value(json_object_get(ev, "event")) ?: "", "stream") &&
         on_event_raw(c, ev) == 0)
         return;
-    json_t *o = json_deep_copy(ev);
-    if (!o)
+    json_t *params = json_deep_copy(ev);
+    if (!params)
         return;
-    json_object_set(o, "id", c->id ? c->id : json_null());
-    json_t *b = json_object_get(o, "block");
+    json_object_set(params, "request_id", c->id);
+    json_t *b = json_object_get(params, "block");
     if (json_is_integer(b)) {
         pthread_mutex_lock(&c->dc->mu);
         c->dc->last_block = json_integer_value(b);
         pthread_mutex_unlock(&c->dc->mu);
     }
-    conn_write_json(c->dc, o, 1);
+    json_t *o = rpc_notification(DAEMON_EVENT_METHOD, params);
+    if (o)
+        conn_write_json(c->dc, o, 1);
     json_decref(o);
 }
 
-static const char *sfield(const json_t *req, const char *k)
+/* ------------------------------------------------------------ the methods
+ *
+ * Each method validates its params once, with rpc_unpack (json_unpack_ex,
+ * JSON_STRICT): an unknown, missing or mistyped field is refused naming it,
+ * before anything is done. docs/API.md is the reference. */
+
+/* The session options every method that may create a session takes. */
+typedef struct sopts_raw {
+    const char *network, *python, *workspace, *sandbox;
+    json_t *memory, *env;
+    double cpus, cpu_time;
+} sopts_raw;
+
+#define SOPTS_FMT "s?s s?o s?F s?F s?s s?s s?s s?o"
+#define SOPTS_ARGS(r)                                                                              \
+    "network", &(r).network, "memory", &(r).memory, "cpus", &(r).cpus, "cpu_time", &(r).cpu_time,  \
+        "python", &(r).python, "workspace", &(r).workspace, "sandbox", &(r).sandbox, "env",        \
+        &(r).env
+
+/* Checks the values of the session options and fills so (borrowing from
+ * r). 0, or -1 with the reason naming the field. */
+static int sopts_fill(const sopts_raw *r, km_session_opts *so, char *why, size_t n)
 {
-    return json_string_value(json_object_get(req, k));
+    km_session_opts_init(so);
+    if (r->network) {
+        if (strcmp(r->network, "on") && strcmp(r->network, "off")) {
+            snprintf(why, n, "field \"network\": must be \"on\" or \"off\" (got \"%.40s\")",
+                     r->network);
+            return -1;
+        }
+        so->network = !strcmp(r->network, "on");
+    }
+    if (r->memory) {
+        uint64_t bytes = 0;
+        if (json_is_integer(r->memory) && json_integer_value(r->memory) > 0)
+            bytes = (uint64_t)json_integer_value(r->memory);
+        else if (!json_is_string(r->memory) ||
+                 kmcfg_parse_size(json_string_value(r->memory), &bytes))
+            bytes = 0;
+        if (bytes < (16u << 20)) {
+            snprintf(why, n,
+                     "field \"memory\": must be a size of at least 16M, like \"512M\" or "
+                     "\"2G\" (or a number of bytes)");
+            return -1;
+        }
+        so->memory = bytes;
+    }
+    /* the ranges of the configuration's "cpus" and "cpu_time" (config.c)
+     * and of the kernels' --cpus / --cpu-time */
+    if (r->cpus != 0 && !(r->cpus >= 0.01 && r->cpus <= 4096)) {
+        snprintf(why, n, "field \"cpus\": must be a number of CPUs from 0.01 to 4096");
+        return -1;
+    }
+    so->cpus = r->cpus;
+    if (r->cpu_time != 0 && !(r->cpu_time >= 0.001 && r->cpu_time <= 86400.0 * 365)) {
+        snprintf(why, n, "field \"cpu_time\": must be a number of seconds from 0.001 to 31536000");
+        return -1;
+    }
+    so->cpu_time = r->cpu_time;
+    if (r->python && r->python[0] != '/') {
+        snprintf(why, n, "field \"python\": must be an absolute path");
+        return -1;
+    }
+    so->python = r->python;
+    if (r->workspace && r->workspace[0] != '/') {
+        snprintf(why, n, "field \"workspace\": must be an absolute path");
+        return -1;
+    }
+    so->workspace = r->workspace;
+    if (r->sandbox && strcmp(r->sandbox, "strict") && strcmp(r->sandbox, "none")) {
+        snprintf(why, n, "field \"sandbox\": must be \"strict\" or \"none\"");
+        return -1;
+    }
+    so->sandbox = r->sandbox;
+    if (r->env) {
+        if (kenv_check_object(NULL, "field \"env\"", r->env, why, n))
+            return -1;
+        so->env = r->env;
+    }
+    return 0;
 }
 
-static void handle(conn *c, const json_t *req)
+static void m_ping(conn *c, const char *method, const json_t *p)
 {
-    km_manager *m = daemon_mgr;
-    const char *op = sfield(req, "op");
-    const char *name = sfield(req, "session");
-    km_err err = {0, ""};
-    if (!op)
-        return reply_err(c, KM_EUSAGE, "request has no \"op\"");
-    int needs_session = strcmp(op, "ping") && strcmp(op, "sessions") && strcmp(op, "shutdown");
-    if (needs_session && !name)
-        return reply_err(c, KM_EUSAGE, "request needs a \"session\"");
-    if (!strcmp(op, "ping")) {
-        reply_ok(c, json_pack("{s:i s:s s:o}", "pid", (int)getpid(), "home", km_manager_home(m),
-                              "pool", km_pool_status(m)));
-    } else if (!strcmp(op, "exec")) {
-        const char *code = sfield(req, "code");
-        if (!code)
-            return reply_err(c, KM_EUSAGE, "exec needs \"code\" (a string)");
-        km_session_opts so;
-        km_session_opts_init(&so);
-        const char *net = sfield(req, "network");
-        if (net && strcmp(net, "on") && strcmp(net, "off"))
-            return reply_err(c, KM_EUSAGE, "network must be \"on\" or \"off\"");
-        if (net)
-            so.network = !strcmp(net, "on");
-        const char *mem = sfield(req, "memory");
-        uint64_t bytes = 0;
-        if (mem && kmcfg_parse_size(mem, &bytes))
-            return reply_err(c, KM_EUSAGE, "memory must be a size like \"512M\"");
-        so.memory = bytes;
-        so.python = sfield(req, "python");
-        so.workspace = sfield(req, "workspace");
-        so.sandbox = sfield(req, "sandbox");
-        if (so.sandbox && strcmp(so.sandbox, "strict") && strcmp(so.sandbox, "none"))
-            return reply_err(c, KM_EUSAGE, "sandbox must be \"strict\" or \"none\"");
-        json_t *env = json_object_get(req, "env");
-        if (env && !json_is_null(env)) {
-            char why[512];
-            if (kenv_check_object(NULL, "env", env, why, sizeof why))
-                return reply_err(c, KM_EUSAGE, why);
-            so.env = env;
-        }
-        km_exec_opts eo = {sfield(req, "lang"), json_number_value(json_object_get(req, "timeout")),
-                           json_is_true(json_object_get(req, "continue_on_error"))};
-        int stream = json_is_true(json_object_get(req, "stream"));
-        c->raw = stream && json_is_true(json_object_get(req, "raw_text"));
-        km_exec_set_client((int)c->dc->peer_pid);
-        json_t *res = km_exec(m, name, &so, &eo, code, stream ? on_event : NULL, c, &err);
-        if (!res)
-            return reply_err(c, err.code, err.msg);
-        reply_ok(c, res);
-    } else if (!strcmp(op, "sessions")) {
-        reply_ok(c, json_pack("{s:o s:o}", "sessions", km_sessions(m), "pool", km_pool_status(m)));
-    } else if (!strcmp(op, "close")) {
-        if (km_close(m, name, json_is_true(json_object_get(req, "keep")) ? KM_KEEP : 0, &err))
-            return reply_err(c, err.code, err.msg);
-        reply_ok(c, NULL);
-    } else if (!strcmp(op, "interrupt") || !strcmp(op, "restart")) {
-        int rc = !strcmp(op, "interrupt") ? km_interrupt(m, name, &err) : km_restart(m, name, &err);
-        if (rc)
-            return reply_err(c, err.code, err.msg);
-        reply_ok(c, NULL);
-    } else if (!strcmp(op, "files")) {
-        json_t *f = km_files(m, name, &err);
-        if (!f)
-            return reply_err(c, err.code, err.msg);
-        reply_ok(c, f);
-    } else if (!strcmp(op, "export")) {
-        json_t *nb = km_export(m, name, sfield(req, "kernel_name"), &err);
-        if (!nb)
-            return reply_err(c, err.code, err.msg);
-        reply_ok(c, json_pack("{s:o}", "notebook", nb));
-    } else if (!strcmp(op, "connection_file")) {
-        char path[4096];
-        if (km_connection_file(m, name, sfield(req, "lang"), path, sizeof path, &err))
-            return reply_err(c, err.code, err.msg);
-        reply_ok(c, json_pack("{s:s}", "connection_file", path));
-    } else if (!strcmp(op, "shutdown")) {
-        reply_ok(c, NULL);
-        daemon_stop = 1;
-        loop_wake();
-    } else {
-        char msg[128];
-        snprintf(msg, sizeof msg, "unknown op \"%.60s\"", op);
-        reply_err(c, KM_EUSAGE, msg);
+    char why[600];
+    if (rpc_unpack(p, why, sizeof why, "{}"))
+        return reply_invalid(c, method, why);
+    reply_ok(c, hello(daemon_mgr));
+}
+
+static void m_initialize(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    json_int_t want = DAEMON_API_VERSION;
+    const char *client = NULL;
+    if (rpc_unpack(p, why, sizeof why, "{s?I s?s}", "api_version", &want, "client", &client))
+        return reply_invalid(c, method, why);
+    if (want != DAEMON_API_VERSION) {
+        snprintf(why, sizeof why,
+                 "api_version %lld is not served here: this daemon speaks api_version %d",
+                 (long long)want, DAEMON_API_VERSION);
+        return reply_invalid(c, method, why);
     }
+    reply_ok(c, hello(daemon_mgr));
+}
+
+static void m_session_create(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name;
+    sopts_raw r = {0};
+    km_session_opts so;
+    if (rpc_unpack(p, why, sizeof why, "{s:s " SOPTS_FMT "}", "session", &name, SOPTS_ARGS(r)) ||
+        sopts_fill(&r, &so, why, sizeof why))
+        return reply_invalid(c, method, why);
+    km_err err = {0, ""};
+    json_t *res = km_session_create(daemon_mgr, name, &so, &err);
+    if (!res)
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, res);
+}
+
+static void m_exec(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name, *code, *lang = NULL;
+    double timeout = 0;
+    int coe = 0, stream = 0, raw = 0;
+    sopts_raw r = {0};
+    km_session_opts so;
+    if (rpc_unpack(p, why, sizeof why, "{s:s s:s s?s s?F s?b s?b s?b " SOPTS_FMT "}", "session",
+                   &name, "code", &code, "lang", &lang, "timeout", &timeout, "continue_on_error",
+                   &coe, "stream", &stream, "raw_text", &raw, SOPTS_ARGS(r)) ||
+        sopts_fill(&r, &so, why, sizeof why))
+        return reply_invalid(c, method, why);
+    if (lang && strcmp(lang, "auto") && kmcfg_lang_index(lang) < 0) {
+        snprintf(why, sizeof why, "field \"lang\": must be \"python\", \"bash\" or \"auto\"");
+        return reply_invalid(c, method, why);
+    }
+    if (json_object_get(p, "timeout") && !(timeout > 0 && timeout <= 604800)) {
+        snprintf(why, sizeof why, "field \"timeout\": must be a number of seconds in (0, 604800]");
+        return reply_invalid(c, method, why);
+    }
+    km_exec_opts eo = {lang, timeout, coe};
+    c->raw = stream && raw;
+    km_exec_set_client((int)c->dc->peer_pid);
+    km_err err = {0, ""};
+    json_t *res = km_exec(daemon_mgr, name, &so, &eo, code, stream ? on_event : NULL, c, &err);
+    if (!res)
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, res);
+}
+
+static void m_sessions_list(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    if (rpc_unpack(p, why, sizeof why, "{}"))
+        return reply_invalid(c, method, why);
+    reply_ok(c, json_pack("{s:o s:o}", "sessions", km_sessions(daemon_mgr), "pool",
+                          km_pool_status(daemon_mgr)));
+}
+
+static void m_close(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name;
+    int keep = 0;
+    if (rpc_unpack(p, why, sizeof why, "{s:s s?b}", "session", &name, "keep", &keep))
+        return reply_invalid(c, method, why);
+    km_err err = {0, ""};
+    if (km_close(daemon_mgr, name, keep ? KM_KEEP : 0, &err))
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, json_pack("{s:s s:b}", "session", name, "kept", keep));
+}
+
+static void m_interrupt_restart(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name;
+    if (rpc_unpack(p, why, sizeof why, "{s:s}", "session", &name))
+        return reply_invalid(c, method, why);
+    km_err err = {0, ""};
+    int rc = !strcmp(method, "interrupt") ? km_interrupt(daemon_mgr, name, &err)
+                                          : km_restart(daemon_mgr, name, &err);
+    if (rc)
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, json_pack("{s:s}", "session", name));
+}
+
+static void m_files_list(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name, *path = NULL;
+    if (rpc_unpack(p, why, sizeof why, "{s:s s?s}", "session", &name, "path", &path))
+        return reply_invalid(c, method, why);
+    char sub[WSFILE_PATH_MAX + 1];
+    if (wsfile_normalize(path ? path : "", 1, sub, why, sizeof why) < 0)
+        return reply_invalid(c, method, why);
+    km_err err = {0, ""};
+    json_t *f = km_files(daemon_mgr, name, &err);
+    if (!f)
+        return reply_err(c, err.code, err.msg);
+    if (strcmp(sub, ".")) {
+        /* below a sub-directory: the walk never follows a link (fsdiff), so
+         * filtering the whole listing by prefix cannot leave the workspace */
+        json_t *all = json_object_get(f, "files"), *keep = json_array();
+        size_t i, plen = strlen(sub);
+        json_t *fe;
+        json_array_foreach(all, i, fe)
+        {
+            const char *fp = json_string_value(json_object_get(fe, "path"));
+            if (fp && !strncmp(fp, sub, plen) && fp[plen] == '/')
+                json_array_append(keep, fe);
+        }
+        json_object_set_new(f, "files", keep);
+        json_object_set_new(f, "path", json_string(sub));
+    }
+    reply_ok(c, f);
+}
+
+static void m_files_read(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name, *path, *enc = "auto";
+    json_int_t off = 0, len = 0;
+    if (rpc_unpack(p, why, sizeof why, "{s:s s:s s?I s?I s?s}", "session", &name, "path", &path,
+                   "offset", &off, "length", &len, "encoding", &enc))
+        return reply_invalid(c, method, why);
+    if (off < 0 || (json_object_get(p, "length") && len < 1))
+        return reply_invalid(c, method, "field \"offset\" must be >= 0 and field \"length\" >= 1");
+    if (strcmp(enc, "auto") && strcmp(enc, "text") && strcmp(enc, "base64"))
+        return reply_invalid(c, method,
+                             "field \"encoding\": must be \"auto\", \"text\" or \"base64\"");
+    km_err err = {0, ""};
+    json_t *r = km_file_read(daemon_mgr, name, path, (uint64_t)off, (uint64_t)len, enc, &err);
+    if (!r)
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, r);
+}
+
+static void m_files_write(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name, *path, *content, *enc = "text";
+    int append = 0, create = 0;
+    sopts_raw r = {0};
+    km_session_opts so;
+    if (rpc_unpack(p, why, sizeof why, "{s:s s:s s:s s?s s?b s?b " SOPTS_FMT "}", "session", &name,
+                   "path", &path, "content", &content, "encoding", &enc, "append", &append,
+                   "create", &create, SOPTS_ARGS(r)) ||
+        sopts_fill(&r, &so, why, sizeof why))
+        return reply_invalid(c, method, why);
+    if (strcmp(enc, "text") && strcmp(enc, "base64"))
+        return reply_invalid(c, method, "field \"encoding\": must be \"text\" or \"base64\"");
+    char norm[WSFILE_PATH_MAX + 1];
+    /* a bad path is refused before a session is created for it */
+    if (wsfile_normalize(path, 0, norm, why, sizeof why) < 0)
+        return reply_invalid(c, method, why);
+    size_t len = json_string_length(json_object_get(p, "content"));
+    unsigned char *bin = NULL;
+    const void *data = content;
+    if (!strcmp(enc, "base64")) {
+        size_t binlen = 0;
+        bin = malloc(len / 4 * 3 + 3);
+        if (!bin || sodium_base642bin(bin, len / 4 * 3 + 3, content, len, " \t\r\n", &binlen, NULL,
+                                      sodium_base64_VARIANT_ORIGINAL) != 0) {
+            free(bin);
+            return reply_invalid(c, method, "field \"content\": not valid base64");
+        }
+        data = bin;
+        len = binlen;
+    }
+    km_err err = {0, ""};
+    json_t *created = NULL;
+    if (create && !(created = km_session_create(daemon_mgr, name, &so, &err))) {
+        free(bin);
+        return reply_err(c, err.code, err.msg);
+    }
+    json_t *res = km_file_write(daemon_mgr, name, path, data, len, append, &err);
+    free(bin);
+    if (res && json_is_array(json_object_get(created, "warnings")))
+        json_object_set(res, "warnings", json_object_get(created, "warnings"));
+    json_decref(created);
+    if (!res)
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, res);
+}
+
+static void m_packages_install(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name, *manager, *allow = NULL;
+    json_t *pkgs;
+    if (rpc_unpack(p, why, sizeof why, "{s:s s:s s:o s?s}", "session", &name, "manager", &manager,
+                   "packages", &pkgs, "allowlist", &allow))
+        return reply_invalid(c, method, why);
+    if (!json_is_array(pkgs))
+        return reply_invalid(c, method, "field \"packages\": expected an array of strings");
+    km_err err = {0, ""};
+    json_t *r = km_packages_install(daemon_mgr, name, allow, manager, pkgs, &err);
+    if (!r)
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, r);
+}
+
+static void m_export(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name, *kname = NULL;
+    if (rpc_unpack(p, why, sizeof why, "{s:s s?s}", "session", &name, "kernel_name", &kname))
+        return reply_invalid(c, method, why);
+    km_err err = {0, ""};
+    json_t *nb = km_export(daemon_mgr, name, kname, &err);
+    if (!nb)
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, json_pack("{s:o}", "notebook", nb));
+}
+
+static void m_connection_file(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name, *lang = NULL;
+    if (rpc_unpack(p, why, sizeof why, "{s:s s?s}", "session", &name, "lang", &lang))
+        return reply_invalid(c, method, why);
+    km_err err = {0, ""};
+    char path[4096];
+    if (km_connection_file(daemon_mgr, name, lang, path, sizeof path, &err))
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, json_pack("{s:s}", "connection_file", path));
+}
+
+static void m_shutdown(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    if (rpc_unpack(p, why, sizeof why, "{}"))
+        return reply_invalid(c, method, why);
+    reply_ok(c, NULL);
+    daemon_stop = 1;
+    loop_wake();
+}
+
+/* is_long: may run code, start kernels or wait for a session's running
+ * cell; at most all workers but DAEMON_RESERVED run these. */
+static const struct dmethod dmethods[] = {
+    {"initialize", m_initialize, 0},
+    {"ping", m_ping, 0},
+    {"session.create", m_session_create, 0},
+    {"exec", m_exec, 1},
+    {"interrupt", m_interrupt_restart, 0},
+    {"restart", m_interrupt_restart, 1},
+    {"close", m_close, 0},
+    {"sessions.list", m_sessions_list, 0},
+    {"files.list", m_files_list, 0},
+    {"files.read", m_files_read, 0},
+    {"files.write", m_files_write, 1},
+    {"export", m_export, 0},
+    {"packages.install", m_packages_install, 1},
+    {"connection_file", m_connection_file, 1},
+    {"shutdown", m_shutdown, 0},
+    {NULL, NULL, 0},
+};
+
+static json_t *hello(km_manager *m)
+{
+    json_t *methods = json_array();
+    for (const struct dmethod *d = dmethods; d->name; d++)
+        json_array_append_new(methods, json_string(d->name));
+    return json_pack("{s:i s:s s:s s:i s:s s:o s:o}", "api_version", DAEMON_API_VERSION, "server",
+                     "kernelmgr", "version", DAEMON_VERSION, "pid", (int)getpid(), "home",
+                     km_manager_home(m), "pool", km_pool_status(m), "methods", methods);
+}
+
+static const struct dmethod *dmethod_find(const char *name)
+{
+    for (const struct dmethod *d = dmethods; d->name; d++)
+        if (!strcmp(d->name, name))
+            return d;
+    return NULL;
 }
 
 static void *tick_thread(void *arg)
@@ -683,12 +991,6 @@ static void on_signal(int sig)
 }
 
 /* ------------------------------------------------ workers and event loop */
-
-static int op_is_long(const json_t *req)
-{
-    const char *op = sfield(req, "op");
-    return op && (!strcmp(op, "exec") || !strcmp(op, "restart") || !strcmp(op, "connection_file"));
-}
 
 static void *worker_thread(void *arg)
 {
@@ -718,7 +1020,7 @@ static void *worker_thread(void *arg)
         conn c = {j->c, json_object_get(j->req, "id"), 0, 0};
         job_bytes = 0;
         double t0 = mono_now();
-        handle(&c, j->req);
+        j->meth->fn(&c, j->meth->name, json_object_get(j->req, "params"));
         json_decref(j->req);
         j->req = NULL;
         /* a large result (or a burst of output) was just freed: give the
@@ -746,15 +1048,17 @@ static void *worker_thread(void *arg)
     return NULL;
 }
 
-/* Queues req (steals) of c; 0, or -1 when the queue is full. */
-static int submit(dconn *c, json_t *req)
+/* Queues req (steals; a valid request for method d) of c; 0, or -1 when
+ * the queue is full. */
+static int submit(dconn *c, json_t *req, const struct dmethod *d)
 {
     djob *j = calloc(1, sizeof *j);
     if (!j)
         return -1;
     j->c = c;
     j->req = req;
-    j->is_long = op_is_long(req);
+    j->meth = d;
+    j->is_long = d->is_long;
     pthread_mutex_lock(&D.mu);
     if (D.queued >= D.queue_max) {
         pthread_mutex_unlock(&D.mu);
@@ -833,30 +1137,51 @@ static void conn_service(dloop *L, dconn *c)
             if (!nl)
                 break;
             size_t n = (size_t)(nl - c->rbuf);
-            json_error_t jerr;
-            json_t *req = json_loadb(c->rbuf, n, 0, &jerr);
+            rpc_msg msg;
+            char why[300];
+            int kind = rpc_parse(c->rbuf, n, &msg, why, sizeof why);
             memmove(c->rbuf, nl + 1, c->rlen - n - 1);
             c->rlen -= n + 1;
-            conn cc = {c, NULL, 0, 0};
-            if (!json_is_object(req)) {
-                char msg[300];
-                snprintf(msg, sizeof msg, "request is not a JSON object: %s", jerr.text);
-                reply_err(&cc, KM_EUSAGE, msg);
-                json_decref(req);
+            conn cc = {c, msg.id, 0, 0};
+            if (kind < 0) {
+                if (!msg.silent) {
+                    json_t *o = rpc_error(msg.id, kind, why, NULL);
+                    if (o)
+                        conn_write_json(c, o, 0);
+                    json_decref(o);
+                }
+                rpc_msg_clear(&msg);
                 continue;
             }
+            /* the API defines no client notifications, and sends no
+             * requests whose responses could come back: both are ignored */
+            const struct dmethod *d = kind == RPC_REQUEST ? dmethod_find(msg.method) : NULL;
+            if (kind == RPC_REQUEST && !d) {
+                char m2[200];
+                snprintf(m2, sizeof m2, "Method not found: %.100s", msg.method);
+                json_t *o = rpc_error(msg.id, RPC_METHOD_NOT_FOUND, m2, NULL);
+                if (o)
+                    conn_write_json(c, o, 0);
+                json_decref(o);
+            }
+            if (!d) {
+                rpc_msg_clear(&msg);
+                continue;
+            }
+            json_t *req = json_incref(msg.root);
+            rpc_msg_clear(&msg);
+            cc.id = json_object_get(req, "id");
             c->refs++;
             c->busy = 1;
-            if (submit(c, req)) {
+            if (submit(c, req, d)) {
                 c->refs--;
                 c->busy = 0;
-                cc.id = json_object_get(req, "id");
-                char msg[200];
-                snprintf(msg, sizeof msg,
+                char m2[200];
+                snprintf(m2, sizeof m2,
                          "the daemon is busy: %u requests already wait for a worker "
                          "(daemon_queue); retry later",
                          D.queue_max);
-                reply_err(&cc, KM_EDAEMON, msg);
+                reply_err(&cc, KM_EDAEMON, m2);
                 json_decref(req);
             }
         }
@@ -1153,6 +1478,36 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
     }
     if (started < D.long_max + 1)
         D.long_max = started > 1 ? started - 1 : 1;
+    /* Jupyter frontends over HTTP (gateway.h), when configured */
+    gateway *gw = NULL;
+    if (cfg->http[0]) {
+        gateway_opts go = {
+            .listen = cfg->http,
+            .token = cfg->http_token,
+            .tls_cert = cfg->http_tls_cert,
+            .tls_key = cfg->http_tls_key,
+            .insecure = cfg->http_insecure,
+            .origin = cfg->http_origin,
+            .max_body = (size_t)cfg->http_max_body,
+            .max_message = (size_t)cfg->http_max_message,
+            .max_pending = (size_t)cfg->http_max_pending,
+            .max_connections = cfg->http_max_connections,
+            .rate = cfg->http_rate,
+        };
+        char why[512];
+        gw = gateway_start(daemon_mgr, &go, why, sizeof why);
+        if (!gw) {
+            err->code = KM_EUSAGE;
+            snprintf(err->msg, sizeof err->msg, "cannot serve HTTP: %s", why);
+            close(L.lfd);
+            unlink(sock);
+            km_manager_destroy(&daemon_mgr);
+            close(lockfd);
+            return KM_EUSAGE;
+        }
+        fprintf(stderr, "kernelmgr: Jupyter gateway at %s (token in %s/http-token)\n",
+                gateway_url(gw), home);
+    }
     snprintf(path, sizeof path, "%s/daemon.pid", home);
     FILE *pf = fopen(path, "w");
     if (pf) {
@@ -1189,6 +1544,7 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
         }
     }
     fprintf(stderr, "kernelmgr: daemon stopping\n");
+    gateway_stop(&gw);
     close(L.lfd);
     unlink(sock);
     if (have_ticker)
@@ -1293,79 +1649,140 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
     return -1;
 }
 
-int daemon_call(int fd, const json_t *req, void (*on_ev)(void *, const json_t *),
-                void (*on_cancel)(void *), void *ud, volatile sig_atomic_t *cancel, json_t **reply,
-                km_err *err)
+/* Fills err from a JSON-RPC error object; returns the KM_E* code. */
+static int error_from(const json_t *e, km_err *err)
 {
-    *reply = NULL;
-    if (daemon_send_json(fd, req)) {
+    json_t *kc = json_object_get(json_object_get(e, "data"), "km_code");
+    int code = json_is_integer(kc) && json_integer_value(kc) > 0 && json_integer_value(kc) < 100
+                   ? (int)json_integer_value(kc)
+                   : rpc_code_to_km((int)json_integer_value(json_object_get(e, "code")));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    err->code = code;
+    snprintf(err->msg, sizeof err->msg, "%s", msg ? msg : "the daemon reported an error");
+    return code;
+}
+
+static atomic_llong call_seq;
+
+int daemon_call(int fd, const char *method, json_t *params, const daemon_callbacks *cb,
+                json_t **result, km_err *err)
+{
+    static const daemon_callbacks none = {0};
+    if (!cb)
+        cb = &none;
+    *result = NULL;
+    json_t *id = json_integer((json_int_t)atomic_fetch_add(&call_seq, 1) + 1);
+    json_t *req = rpc_request(id, method, params);
+    int sent = req ? daemon_send_json(fd, req) : -1;
+    json_decref(req);
+    if (sent) {
+        json_decref(id);
         err->code = KM_EDAEMON;
         snprintf(err->msg, sizeof err->msg, "cannot send to the daemon: %s", strerror(errno));
         return KM_EDAEMON;
     }
     lreader r = {fd, NULL, 0, 0, 0};
-    int cancelled = 0;
+    int cancelled = 0, rc = KM_EDAEMON;
     json_t *pending = NULL; /* a raw stream event waiting for its text */
     size_t pending_n = 0;
+    double next_tick = mono_now() + 0.2;
     for (;;) {
         int to;
         char *line = NULL, *text = NULL;
+        /* ticks by the clock: a request streaming output without pause
+         * still gets them (progress, cancellation) */
+        if (cb->on_tick && mono_now() >= next_tick) {
+            next_tick = mono_now() + 0.2;
+            if (cb->on_tick(cb->ud) && !cancelled) {
+                cancelled = 1;
+                if (cb->on_cancel)
+                    cb->on_cancel(cb->ud);
+            }
+        }
         if (pending)
             text = lreader_bytes(&r, pending_n, 200, &to);
         else
             line = lreader_next(&r, 200, &to);
         if (text) {
             json_object_set_new(pending, "text", json_stringn_nocheck(text, pending_n));
-            if (on_ev)
-                on_ev(ud, pending);
+            if (cb->on_event)
+                cb->on_event(cb->ud, pending);
             json_decref(pending);
             pending = NULL;
             continue;
         }
         if (!line) {
-            if (to) {
-                if (cancel && *cancel && !cancelled && on_cancel) {
-                    cancelled = 1;
-                    on_cancel(ud);
-                }
+            if (to)
                 continue;
-            }
-            free(r.buf);
-            json_decref(pending);
             err->code = KM_EDAEMON;
-            snprintf(err->msg, sizeof err->msg, "the daemon closed the connection");
-            return KM_EDAEMON;
+            snprintf(err->msg, sizeof err->msg,
+                     "the daemon closed the connection without a response (did it stop? see "
+                     "daemon.log)");
+            break;
         }
         json_t *o = json_loads(line, 0, NULL);
         if (!json_is_object(o)) {
             json_decref(o);
             continue;
         }
-        json_t *tb = json_object_get(o, "text_bytes");
-        if (json_object_get(o, "event") && json_is_integer(tb)) {
-            /* raw_text: the text's bytes follow (daemon.c on_event_raw) */
-            json_int_t n = json_integer_value(tb);
-            if (n < 0 || (unsigned long long)n > DAEMON_MAX_LINE) {
-                json_decref(o);
-                free(r.buf);
-                err->code = KM_EDAEMON;
-                snprintf(err->msg, sizeof err->msg,
-                         "the daemon sent a stream event of %lld bytes (at most %u)", (long long)n,
-                         DAEMON_MAX_LINE);
-                return KM_EDAEMON;
+        json_t *m = json_object_get(o, "method");
+        if (json_is_string(m)) {
+            /* a notification: an event of our request */
+            json_t *ps = json_object_get(o, "params");
+            json_t *tb = json_object_get(ps, "text_bytes");
+            if (json_is_integer(tb)) {
+                /* raw_text: the text's bytes follow (on_event_raw) */
+                json_int_t n = json_integer_value(tb);
+                if (n < 0 || (unsigned long long)n > DAEMON_MAX_LINE) {
+                    json_decref(o);
+                    err->code = KM_EDAEMON;
+                    snprintf(err->msg, sizeof err->msg,
+                             "the daemon sent a stream event of %lld bytes (at most %u)",
+                             (long long)n, DAEMON_MAX_LINE);
+                    break;
+                }
+                pending = json_incref(ps);
+                pending_n = (size_t)n;
+            } else if (json_is_object(ps) && cb->on_event &&
+                       !strcmp(json_string_value(m), DAEMON_EVENT_METHOD)) {
+                cb->on_event(cb->ud, ps);
             }
-            pending = o;
-            pending_n = (size_t)n;
-            continue;
-        }
-        if (json_object_get(o, "event")) {
-            if (on_ev)
-                on_ev(ud, o);
             json_decref(o);
             continue;
         }
-        free(r.buf);
-        *reply = o;
-        return 0;
+        if (!json_equal(json_object_get(o, "id"), id) && !json_is_null(json_object_get(o, "id"))) {
+            json_decref(o);
+            continue;
+        }
+        json_t *e = json_object_get(o, "error");
+        if (e) {
+            rc = error_from(e, err);
+        } else if (json_object_get(o, "result")) {
+            *result = json_incref(json_object_get(o, "result"));
+            rc = 0;
+        } else {
+            err->code = KM_EDAEMON;
+            snprintf(err->msg, sizeof err->msg, "the daemon sent a response without a result");
+        }
+        json_decref(o);
+        break;
     }
+    free(r.buf);
+    json_decref(pending);
+    json_decref(id);
+    return rc;
+}
+
+int daemon_request(const char *home, char *const argv_extra[], const char *method, json_t *params,
+                   const daemon_callbacks *cb, json_t **result, km_err *err)
+{
+    *result = NULL;
+    int fd = daemon_connect(home, 1, argv_extra, err);
+    if (fd < 0) {
+        json_decref(params);
+        return err->code ? err->code : KM_EDAEMON;
+    }
+    int rc = daemon_call(fd, method, params, cb, result, err);
+    close(fd);
+    return rc;
 }

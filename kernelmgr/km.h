@@ -120,6 +120,31 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
 int km_connection_file(km_manager *m, const char *name, const char *lang, char *out, size_t size,
                        km_err *err);
 
+/* new: creates session `name` with sopts when it does not exist (no kernel
+ * is started; a warm-pool entry is taken as by km_exec). Returns
+ * {"session","workspace","created":bool,"from_pool":bool} plus "warnings"
+ * (as km_exec) when it existed with other options; NULL with err. */
+json_t *km_session_create(km_manager *m, const char *name, const km_session_opts *sopts,
+                          km_err *err);
+/* new: wsfile_read (wsfile.h) of rel in the session's workspace, plus
+ * "session". NULL with err (KM_ENOSESSION, KM_EUSAGE for a refused path). */
+json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t offset,
+                     uint64_t length, const char *encoding, km_err *err);
+/* new: wsfile_write (missing directories created) of data[0..len) to rel in
+ * the session's workspace, under the session's lock (a running cell of the
+ * session finishes first; close waits for the write). {"path","size",
+ * "created","session"} or NULL with err. */
+json_t *km_file_write(km_manager *m, const char *name, const char *rel, const void *data,
+                      size_t len, int append, km_err *err);
+/* new: installs allowlisted packages (pkginstall.h) for session `name`:
+ * manager "pip" | "npm", packages an array of 1..50 strings (borrowed).
+ * allowlist_path NULL: $KERNELMGR_ALLOWLIST, else home/allowlist.json. A
+ * live session's install holds its lock (close waits for it); a name
+ * without a session gets the packages for when it is created. The
+ * pkginst_install result plus "session", or NULL with err. */
+json_t *km_packages_install(km_manager *m, const char *name, const char *allowlist_path,
+                            const char *manager, const json_t *packages, km_err *err);
+
 /* new: the warm pool: {"size": configured entries, "ready": started entries,
  * "live_kernels": N, "entries": [{"python": pid|null, "bash": pid|null}]}.
  * A new session created with default options takes a ready entry (its

@@ -1,6 +1,7 @@
 /*
  * mcp.c — the MCP server core: JSON-RPC 2.0 over stdio, both protocol eras,
- * request dispatch, progress and cancellation. Tools live in mcp_tools.c.
+ * request dispatch, progress and cancellation. Tools live in mcp_tools.c;
+ * the JSON-RPC framing and checks are rpc.c's, the same as the daemon API's.
  *
  * What we follow, and where it is written:
  *  - JSON-RPC 2.0 (jsonrpc.org/specification): error codes -32700 parse
@@ -52,6 +53,7 @@
 
 #include "kernelmgr/mcp_int.h"
 #include "kernelmgr/mcp_tools.h"
+#include "kernelmgr/rpc.h"
 
 #define MCP_SERVER_NAME "kernelmgr"
 #define MCP_SERVER_VERSION "0.1.0"
@@ -64,14 +66,9 @@
 #define META_VERSION "io.modelcontextprotocol/protocolVersion"
 #define META_CAPS "io.modelcontextprotocol/clientCapabilities"
 
-enum {
-    RPC_PARSE_ERROR = -32700,
-    RPC_INVALID_REQUEST = -32600,
-    RPC_METHOD_NOT_FOUND = -32601,
-    RPC_INVALID_PARAMS = -32602,
-    RPC_INTERNAL_ERROR = -32603,
-    RPC_UNSUPPORTED_VERSION = -32022,
-};
+/* UnsupportedProtocolVersionError of the 2026-07-28 schema (the standard
+ * codes are rpc.h's) */
+#define RPC_UNSUPPORTED_VERSION (-32022)
 
 static const char *const legacy_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                               "2024-11-05", NULL};
@@ -110,15 +107,15 @@ void mcp_send(mcp_server *srv, json_t *msg)
 {
     if (!msg)
         return;
-    char *line = json_dumps(msg, JSON_COMPACT);
+    size_t len;
+    char *line = rpc_line(msg, &len);
     json_decref(msg);
     if (!line) {
         mcp_log("cannot serialise a message (out of memory?)");
         return;
     }
     pthread_mutex_lock(&srv->out_lock);
-    fputs(line, stdout);
-    fputc('\n', stdout);
+    fwrite(line, 1, len, stdout);
     fflush(stdout);
     pthread_mutex_unlock(&srv->out_lock);
     free(line);
@@ -147,19 +144,14 @@ void mcp_call_progress(mcp_call *call, double progress, const char *message)
         return;
     if (message)
         json_object_set_new(params, "message", json_string(message));
-    mcp_send(call->srv, json_pack("{s:s,s:s,s:o}", "jsonrpc", "2.0", "method",
-                                  "notifications/progress", "params", params));
+    mcp_send(call->srv, rpc_notification("notifications/progress", params));
 }
 
 /* ---------------------------------------------------------------- replies */
 
 static void send_error(mcp_server *srv, json_t *id, int code, const char *message, json_t *data)
 {
-    json_t *err = json_pack("{s:i,s:s}", "code", code, "message", message);
-    if (data)
-        json_object_set_new(err, "data", data);
-    mcp_send(srv, json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error",
-                            err));
+    mcp_send(srv, rpc_error(id, code, message, data));
 }
 
 /* Steals result. Modern-era results carry resultType. */
@@ -169,7 +161,7 @@ static void send_result(mcp_server *srv, json_t *id, json_t *result, int modern)
         result = json_object();
     if (modern && !json_object_get(result, "resultType"))
         json_object_set_new(result, "resultType", json_string("complete"));
-    mcp_send(srv, json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+    mcp_send(srv, rpc_result(id, result));
 }
 
 static json_t *supported_versions(void)
@@ -419,89 +411,47 @@ static void handle_notification(mcp_server *srv, const char *method, json_t *par
     /* Anything else (progress, roots/list_changed...) needs nothing from us. */
 }
 
-/* One line of input. Never exits: a malformed message gets an error reply. */
+/* One line of input. Never exits: a malformed message gets an error reply
+ * (rpc_parse: the checks the daemon API makes too). */
 static void handle_line(mcp_server *srv, const char *line, size_t len)
 {
-    json_error_t jerr;
-    json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-    if (!msg) {
-        char reason[200];
-        snprintf(reason, sizeof reason, "Parse error: %s (line %d, column %d)", jerr.text,
-                 jerr.line, jerr.column);
-        send_error(srv, NULL, RPC_PARSE_ERROR, reason, NULL);
-        return;
+    rpc_msg m;
+    char why[300];
+    int kind = rpc_parse(line, len, &m, why, sizeof why);
+    if (kind < 0) {
+        if (!m.silent)
+            send_error(srv, m.id, kind, why, NULL);
+    } else if (kind == RPC_REQUEST) {
+        handle_request(srv, m.root, m.id, m.method, m.params);
+    } else if (kind == RPC_NOTIFICATION) {
+        handle_notification(srv, m.method, m.params);
     }
-    if (!json_is_object(msg)) {
-        send_error(srv, NULL, RPC_INVALID_REQUEST,
-                   json_is_array(msg) ? "Invalid Request: batches are not supported"
-                                      : "Invalid Request: a message must be a JSON object",
-                   NULL);
-        json_decref(msg);
-        return;
-    }
-    json_t *id = json_object_get(msg, "id");
-    json_t *jmethod = json_object_get(msg, "method");
-    json_t *params = json_object_get(msg, "params");
-    /* MCP: ids are strings or integers, never null. A bad id is answered
-     * with id null, since we cannot echo it. */
-    if (id && !json_is_string(id) && !json_is_integer(id)) {
-        send_error(srv, NULL, RPC_INVALID_REQUEST,
-                   "Invalid Request: id must be a string or an "
-                   "integer",
-                   NULL);
-        goto out;
-    }
-    if (!json_is_string(json_object_get(msg, "jsonrpc")) ||
-        strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") != 0) {
-        send_error(srv, id, RPC_INVALID_REQUEST, "Invalid Request: jsonrpc must be \"2.0\"", NULL);
-        goto out;
-    }
-    if (!jmethod) {
-        /* A response to a request of ours: we send none, so it is ignored. */
-        if (id && (json_object_get(msg, "result") || json_object_get(msg, "error")))
-            goto out;
-        send_error(srv, id, RPC_INVALID_REQUEST, "Invalid Request: method is missing", NULL);
-        goto out;
-    }
-    if (!json_is_string(jmethod)) {
-        send_error(srv, id, RPC_INVALID_REQUEST, "Invalid Request: method must be a string", NULL);
-        goto out;
-    }
-    if (params && !json_is_object(params)) {
-        if (id)
-            send_error(srv, id, RPC_INVALID_PARAMS, "Invalid params: params must be an object",
-                       NULL);
-        goto out;
-    }
-    if (!params) {
-        json_object_set_new(msg, "params", json_object());
-        params = json_object_get(msg, "params");
-    }
-    if (id)
-        handle_request(srv, msg, id, json_string_value(jmethod), params);
-    else
-        handle_notification(srv, json_string_value(jmethod), params);
-out:
-    json_decref(msg);
+    /* RPC_RESPONSE: to a request of ours; we send none, so it is ignored */
+    rpc_msg_clear(&m);
 }
 
 static void usage(FILE *f)
 {
-    fputs("usage: kernelmgr mcp [--allowlist FILE]\n"
+    fputs("usage: kernelmgr mcp [--allowlist FILE] [--allow-unsafe-session-options]\n"
           "  Model Context Protocol server on stdin/stdout (JSON-RPC, one message per line).\n"
           "  Sessions live in the kernelmgr daemon (started when none runs), under\n"
           "  $KERNELMGR_HOME.\n"
           "  --allowlist FILE  packages install_packages may install (JSON; default\n"
           "                    $KERNELMGR_ALLOWLIST, else $KERNELMGR_HOME/allowlist.json;\n"
-          "                    none: nothing is installable)\n",
+          "                    none: nothing is installable)\n"
+          "  --allow-unsafe-session-options\n"
+          "                    let tools ask for network \"on\", sandbox \"none\" or a python\n"
+          "                    of their choice for the sessions they create (default: refused)\n",
           f);
 }
 
 int mcp_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"allowlist", required_argument, NULL, 'a'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"allowlist", required_argument, NULL, 'a'},
+        {"allow-unsafe-session-options", no_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
     mcp_server srv;
     memset(&srv, 0, sizeof srv);
     optind = 1;
@@ -511,6 +461,9 @@ int mcp_main(int argc, char **argv)
         case 'a':
             free(srv.opts.allowlist_path);
             srv.opts.allowlist_path = strdup(optarg);
+            break;
+        case 'u':
+            srv.opts.allow_unsafe_session_options = 1;
             break;
         case 'h':
             usage(stdout);

@@ -12,10 +12,11 @@
  *   modern  — the stateless revision 2026-07-28 (`server/discover`, the
  *             protocol version in every request's `_meta`, `resultType`).
  *
- * Internal pieces: mcp_tools.c (tool schemas and handlers), mcp_render.c
- * (code_exec result -> MCP content), mcp_daemon.c (daemon bridge),
- * wsfile.c (workspace-confined file access), allowlist.c / pkginstall.c
- * (package installs).
+ * Internal pieces: mcp_tools.c (tool schemas and handlers: each tool is one
+ * request of the daemon's API, docs/API.md), mcp_render.c (code_exec result
+ * -> MCP content), mcp_daemon.c (daemon bridge), rpc.c (JSON-RPC framing,
+ * shared with the daemon). Workspace files and package installs are the
+ * daemon's (files.*, packages.install), done under the session's lock.
  */
 #ifndef KERNELMGR_MCP_H
 #define KERNELMGR_MCP_H

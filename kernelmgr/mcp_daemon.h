@@ -1,11 +1,11 @@
 /*
  * mcp_daemon.h — the MCP server's link to the kernelmgr daemon.
  *
- * Every tool that touches a session is one daemon request; the daemon is
- * started when none runs (as `kernelmgr exec` does), so sessions live there
- * and outlive this MCP process. Requests and replies are the daemon's own
- * JSON objects (see the daemon's header); this file only adds what an MCP
- * call needs around them: live events, a heartbeat for progress
+ * Every tool is one request of the daemon's API (docs/API.md), made with
+ * the daemon's own client (daemon_call); the daemon is started when none
+ * runs (as `kernelmgr exec` does), so sessions, workspaces and packages
+ * live there and outlive this MCP process. This file only adds what an MCP
+ * call needs around a request: live events, a heartbeat for progress
  * notifications, and cancellation.
  */
 #ifndef KERNELMGR_MCP_DAEMON_H
@@ -16,17 +16,18 @@
 
 /* A live event of a running request (borrowed), e.g. streamed output. */
 typedef void (*mcpd_event_fn)(void *ud, const json_t *event);
-/* Called about four times a second while a request runs. Returning 1 asks for the
- * running execution to be interrupted (sent once). */
+/* Called about five times a second while a request runs. Returning 1 asks
+ * for the running execution to be interrupted (sent once). */
 typedef int (*mcpd_tick_fn)(void *ud, double elapsed_s);
 
-/* new: the daemon's reply to req (stolen), or NULL with a reason in err when
- * the daemon cannot be reached or started, or answered with an error (then
- * err holds the daemon's message). ev and tick may be NULL. When tick asks
- * for an interrupt, an interrupt request for the same session goes to the
- * daemon on a second connection, and the wait goes on for the reply, which
- * then reports the interrupted execution. */
-json_t *mcpd_request(json_t *req, mcpd_event_fn ev, mcpd_tick_fn tick, void *ud, char *err,
-                     size_t errlen);
+/* new: the result of API method `method` with params (stolen), or NULL with
+ * a reason in err when the daemon cannot be reached or started, or answered
+ * with an error (then err holds the daemon's message). ev and tick may be
+ * NULL; with ev the request streams (exec). When tick asks for an
+ * interrupt, an interrupt of params.session goes to the daemon on a second
+ * connection, and the wait goes on for the response, which then reports the
+ * interrupted execution. */
+json_t *mcpd_request(const char *method, json_t *params, mcpd_event_fn ev, mcpd_tick_fn tick,
+                     void *ud, char *err, size_t errlen);
 
 #endif

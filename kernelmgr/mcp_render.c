@@ -183,6 +183,14 @@ json_t *mcpr_exec_result(const json_t *exec_reply, const char *session, const ch
         json_string_value(json_object_get(json_object_get(exec_reply, "waited"), "message"));
     if (waited)
         fprintf(f, "note: %s\n", waited);
+    /* session options given to an existing session are not applied */
+    size_t wi;
+    json_t *w;
+    json_array_foreach(json_object_get(exec_reply, "warnings"), wi, w)
+    {
+        if (json_is_string(w))
+            fprintf(f, "warning: %s\n", json_string_value(w));
+    }
 
     for (size_t b = 0; b < nblocks; b++) {
         const json_t *r = json_array_get(results, b);

@@ -1,9 +1,11 @@
 /*
  * mcp_tools.c — the tools of `kernelmgr mcp`: schemas, descriptions and
- * handlers. Every session operation is a daemon request (mcp_daemon.h); file
- * tools resolve the session's workspace through the daemon and then access
- * it directly, confined by wsfile.c; installs go through allowlist.c and
- * pkginstall.c.
+ * handlers. Each tool is a thin translation into one request of the
+ * daemon's API (docs/API.md, through mcp_daemon.h): the daemon owns the
+ * sessions, their workspace files (read and written confined by wsfile.c)
+ * and package installs, under each session's lock, and validates every
+ * request; a tool only renames arguments and renders the result for a
+ * model.
  */
 #include "kernelmgr/mcp_tools.h"
 
@@ -11,20 +13,14 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <limits.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "kernelmgr/allowlist.h"
-#include "kernelmgr/config.h"
-#include "kernelmgr/fsdiff.h"
 #include "kernelmgr/mcp_daemon.h"
 #include "kernelmgr/mcp_render.h"
-#include "kernelmgr/pkginstall.h"
 #include "kernelmgr/wsfile.h"
-#include "kernels/server/kenv.h"
 
 #define DEFAULT_SESSION "default"
 #define LIST_MAX 2000
@@ -57,6 +53,22 @@ static const char *const tools_json =
     "\"timeout_s\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"
     "\"description\":\"Time limit of each block in seconds (default: the server's, usually "
     "60).\"},"
+    "\"network\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"],\"description\":\"Network "
+    "inside the sandbox (default off; \\\"on\\\" only when the server allows it). Applied when "
+    "this call creates the session.\"},"
+    "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each kernel, "
+    "e.g. \\\"1G\\\" (at least 16M). Applied when this call creates the session.\"},"
+    "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"
+    "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "
+    "session.\"},"
+    "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "
+    "of each block in seconds. Applied when this call creates the session.\"},"
+    "\"python\":{\"type\":\"string\",\"description\":\"Absolute path of the Python interpreter "
+    "of the Python kernel (only when the server allows it). Applied when this call creates the "
+    "session.\"},"
+    "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "
+    "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "
+    "session.\"},"
     "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
     "\"maxProperties\":64,\"description\":\"Environment variables for the code, "
     "{NAME: value}; applied when this call creates the session (a session keeps the variables "
@@ -104,7 +116,23 @@ static const char *const tools_json =
     "\"content\":{\"type\":\"string\",\"description\":\"The file's content.\"},"
     "\"encoding\":{\"type\":\"string\",\"enum\":[\"text\",\"base64\"],\"default\":\"text\"},"
     "\"append\":{\"type\":\"boolean\",\"default\":false,\"description\":\"Append instead of "
-    "overwriting.\"}},"
+    "overwriting.\"},"
+    "\"network\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"],\"description\":\"Network "
+    "inside the sandbox (default off; \\\"on\\\" only when the server allows it). Applied when "
+    "this call creates the session.\"},"
+    "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each kernel, "
+    "e.g. \\\"1G\\\" (at least 16M). Applied when this call creates the session.\"},"
+    "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"
+    "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "
+    "session.\"},"
+    "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "
+    "of each block in seconds. Applied when this call creates the session.\"},"
+    "\"python\":{\"type\":\"string\",\"description\":\"Absolute path of the Python interpreter "
+    "of the Python kernel (only when the server allows it). Applied when this call creates the "
+    "session.\"},"
+    "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "
+    "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "
+    "session.\"}},"
     "\"required\":[\"session\",\"path\",\"content\"],\"additionalProperties\":false},"
     "\"annotations\":{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}},"
 
@@ -225,75 +253,37 @@ static json_t *check_keys(json_t *args, const char *const *allowed)
     return NULL;
 }
 
-/* new: the daemon's list of sessions (its reply's "sessions", or the reply
- * itself when it is not wrapped), or NULL with err. */
-static json_t *daemon_sessions(char *err, size_t errlen)
+/* new: the result of an API request without events, or NULL with err. */
+static json_t *api(const char *method, json_t *params, char *err, size_t errlen)
 {
-    json_t *reply =
-        mcpd_request(json_pack("{s:s}", "op", "sessions"), NULL, NULL, NULL, err, errlen);
-    if (!reply)
-        return NULL;
-    json_t *list = json_object_get(reply, "sessions");
-    if (!json_is_array(list))
-        return reply;
-    json_incref(list);
-    json_decref(reply);
-    return list;
+    return mcpd_request(method, params, NULL, NULL, NULL, err, errlen);
 }
 
-/* new: the daemon's session entry for name, or NULL (absent or error). */
-static json_t *find_session(const char *name, char *err, size_t errlen)
+/* The session options a tool that may create a session accepts, copied to
+ * the API request as they are (the daemon validates them). Those that
+ * relax the sandbox (network on, sandbox none, an interpreter of the
+ * caller's choice) need the operator's --allow-unsafe-session-options.
+ * NULL, or a tool error. */
+static json_t *copy_session_opts(mcp_call *call, json_t *args, json_t *req)
 {
-    json_t *list = daemon_sessions(err, errlen);
-    if (!list)
-        return NULL;
-    size_t i;
-    json_t *s;
-    json_array_foreach(list, i, s)
-    {
-        if (json_is_string(json_object_get(s, "name")) &&
-            strcmp(json_string_value(json_object_get(s, "name")), name) == 0) {
-            json_incref(s);
-            json_decref(list);
-            return s;
-        }
+    static const char *const names[] = {"network", "memory",  "cpus", "cpu_time",
+                                        "python",  "sandbox", "env",  NULL};
+    int unsafe_ok = mcp_server_options(call->srv)->allow_unsafe_session_options;
+    for (int i = 0; names[i]; i++) {
+        json_t *v = json_object_get(args, names[i]);
+        if (!v)
+            continue;
+        const char *sv = json_string_value(v);
+        int unsafe = (!strcmp(names[i], "network") && sv && !strcmp(sv, "on")) ||
+                     (!strcmp(names[i], "sandbox") && sv && !strcmp(sv, "none")) ||
+                     !strcmp(names[i], "python");
+        if (unsafe && !unsafe_ok)
+            return tool_error("`%s` %s%s%s is not allowed by this server (its operator can allow "
+                              "it with `kernelmgr mcp --allow-unsafe-session-options`)",
+                              names[i], sv ? "\"" : "", sv ? sv : "", sv ? "\"" : "");
+        json_object_set(req, names[i], v);
     }
-    json_decref(list);
-    snprintf(err, errlen,
-             "no session named '%s' (sessions are created by code_exec or "
-             "write_file)",
-             name);
     return NULL;
-}
-
-/* Writes the session's workspace path; creates the session when create.
- * 0, or -1 with err. */
-static int session_workspace(const char *name, int create, char *ws, size_t wslen, char *err,
-                             size_t errlen)
-{
-    json_t *s = find_session(name, err, errlen);
-    if (!s && create) {
-        /* The manager creates a session on its first execution. */
-        json_t *r = mcpd_request(json_pack("{s:s,s:s,s:s,s:s}", "op", "exec", "session", name,
-                                           "lang", "bash", "code", ":"),
-                                 NULL, NULL, NULL, err, errlen);
-        if (!r)
-            return -1;
-        json_decref(r);
-        s = find_session(name, err, errlen);
-    }
-    if (!s)
-        return -1;
-    const char *w = json_string_value(json_object_get(s, "workspace"));
-    if (!w) {
-        snprintf(err, errlen, "the daemon did not say where session '%s' keeps its workspace",
-                 name);
-        json_decref(s);
-        return -1;
-    }
-    snprintf(ws, wslen, "%s", w);
-    json_decref(s);
-    return 0;
 }
 
 /* ---------------------------------------------------------------- code_exec */
@@ -360,7 +350,9 @@ static int exec_tick(void *ud, double elapsed)
 
 static json_t *tool_code_exec(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"code", "language", "session", "timeout_s", "env", NULL};
+    static const char *const keys[] = {"code",     "language", "session", "timeout_s",
+                                       "env",      "network",  "memory",  "cpus",
+                                       "cpu_time", "python",   "sandbox", NULL};
     json_t *res = check_keys(args, keys);
     if (res)
         return res;
@@ -377,8 +369,7 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
         if (!l || (strcmp(l, "python") && strcmp(l, "bash") && strcmp(l, "auto")))
             return tool_error("`language` must be \"python\", \"bash\" or \"auto\"");
     }
-    json_t *req =
-        json_pack("{s:s,s:s,s:s,s:s}", "op", "exec", "session", session, "code", code, "lang", l);
+    json_t *req = json_pack("{s:s,s:s,s:s}", "session", session, "code", code, "lang", l);
     json_t *t = json_object_get(args, "timeout_s");
     if (t) {
         if (!json_is_number(t) || json_number_value(t) <= 0 || json_number_value(t) > 86400) {
@@ -387,14 +378,9 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
         }
         json_object_set_new(req, "timeout", json_real(json_number_value(t)));
     }
-    json_t *env = json_object_get(args, "env");
-    if (env) {
-        char why[512];
-        if (kenv_check_object(NULL, "`env`", env, why, sizeof why)) {
-            json_decref(req);
-            return tool_error("%s", why);
-        }
-        json_object_set(req, "env", env);
+    if ((res = copy_session_opts(call, args, req))) {
+        json_decref(req);
+        return res;
     }
     exec_ctx x;
     memset(&x, 0, sizeof x);
@@ -402,21 +388,10 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
     snprintf(x.session, sizeof x.session, "%s", session);
     mcp_call_progress(call, 0, "started");
     char err[1024] = "";
-    json_t *reply = mcpd_request(req, exec_event, exec_tick, &x, err, sizeof err);
+    json_t *reply = mcpd_request("exec", req, exec_event, exec_tick, &x, err, sizeof err);
     if (!reply)
         return tool_error("code_exec failed: %s", err);
-    char ws[PATH_MAX] = "";
     const char *wsp = json_string_value(json_object_get(reply, "workspace"));
-    if (!wsp) {
-        /* a daemon that does not name the workspace in its exec reply (one
-         * started by an older kernelmgr): ask for the sessions */
-        json_t *sess = find_session(session, err, sizeof err);
-        if (sess && json_string_value(json_object_get(sess, "workspace"))) {
-            snprintf(ws, sizeof ws, "%s", json_string_value(json_object_get(sess, "workspace")));
-            wsp = ws;
-        }
-        json_decref(sess);
-    }
     json_t *result = mcpr_exec_result(reply, session, wsp);
     json_decref(reply);
     return result ? result : tool_error("out of memory");
@@ -433,41 +408,33 @@ static json_t *tool_list_files(json_t *args)
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
-    char sub[WSFILE_PATH_MAX + 1], err[1024];
+    char err[1024];
     json_t *p = json_object_get(args, "path");
     if (p && !json_is_string(p))
         return tool_error("`path` must be a string");
-    if (wsfile_normalize(p ? json_string_value(p) : "", 1, sub, err, sizeof err) < 0)
+    json_t *req = json_pack("{s:s}", "session", session);
+    if (p)
+        json_object_set(req, "path", p);
+    json_t *listing = api("files.list", req, err, sizeof err);
+    if (!listing)
         return tool_error("%s", err);
-    char ws[PATH_MAX];
-    if (session_workspace(session, 0, ws, sizeof ws, err, sizeof err) < 0)
-        return tool_error("%s", err);
-    /* The walk goes through directory fds and never follows a symlink
-     * (fsdiff, wsfile.h), so listing the whole workspace and filtering by
-     * prefix cannot leave it. */
-    fsdiff_snap *snap = fsdiff_take(ws, 50000);
-    if (!snap)
-        return tool_error("out of memory");
-    json_t *all = fsdiff_list(snap, 50000);
-    int incomplete = fsdiff_incomplete(snap);
-    fsdiff_destroy(&snap);
+    const char *sub = json_string_value(json_object_get(listing, "path"));
+    if (!sub)
+        sub = ".";
+    const char *ws = json_string_value(json_object_get(listing, "workspace"));
+    json_t *all = json_object_get(listing, "files");
+    int incomplete = json_is_true(json_object_get(listing, "incomplete"));
     json_t *files = json_array();
-    size_t i, omitted = 0, plen = strlen(sub);
+    size_t i, omitted = 0;
     json_t *fe;
     json_array_foreach(all, i, fe)
     {
-        const char *path = json_string_value(json_object_get(fe, "path"));
-        if (!path)
-            continue;
-        if (strcmp(sub, ".") != 0 && !(strncmp(path, sub, plen) == 0 && path[plen] == '/'))
-            continue;
         if (json_array_size(files) >= LIST_MAX) {
             omitted++;
             continue;
         }
         json_array_append(files, fe);
     }
-    json_decref(all);
     char *text = NULL;
     size_t tlen = 0;
     FILE *f = open_memstream(&text, &tlen);
@@ -489,8 +456,10 @@ static json_t *tool_list_files(json_t *args)
             fprintf(f, "(list incomplete: %zu more not shown)\n", omitted);
         fclose(f);
     }
-    json_t *obj = json_pack("{s:s,s:s,s:o,s:I,s:b}", "session", session, "workspace", ws, "files",
-                            files, "omitted", (json_int_t)omitted, "incomplete", incomplete);
+    json_t *obj =
+        json_pack("{s:s,s:s,s:o,s:I,s:b}", "session", session, "workspace", ws ? ws : "", "files",
+                  files, "omitted", (json_int_t)omitted, "incomplete", incomplete);
+    json_decref(listing);
     json_t *r = mcpr_json_result(obj, text ? text : "", 0);
     free(text);
     return r;
@@ -515,15 +484,17 @@ static json_t *tool_read_file(json_t *args)
     json_t *e = json_object_get(args, "encoding");
     if (e && !json_is_string(e))
         return tool_error("`encoding` must be \"auto\", \"text\" or \"base64\"");
-    char ws[PATH_MAX], err[1024];
-    if (session_workspace(session, 0, ws, sizeof ws, err, sizeof err) < 0)
-        return tool_error("%s", err);
-    json_t *r = wsfile_read(ws, path, o ? (uint64_t)json_integer_value(o) : 0,
-                            l ? (uint64_t)json_integer_value(l) : 0,
-                            e ? json_string_value(e) : "auto", err, sizeof err);
+    char err[1024];
+    json_t *req = json_pack("{s:s,s:s}", "session", session, "path", path);
+    if (o)
+        json_object_set(req, "offset", o);
+    if (l)
+        json_object_set(req, "length", l);
+    if (e)
+        json_object_set(req, "encoding", e);
+    json_t *r = api("files.read", req, err, sizeof err);
     if (!r)
         return tool_error("read_file: %s", err);
-    json_object_set_new(r, "session", json_string(session));
     int is_text = strcmp(json_string_value(json_object_get(r, "encoding")), "utf-8") == 0;
     json_t *content = json_object_get(r, "content");
     char head[400];
@@ -544,9 +515,11 @@ static json_t *tool_read_file(json_t *args)
     return result;
 }
 
-static json_t *tool_write_file(json_t *args)
+static json_t *tool_write_file(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "path", "content", "encoding", "append", NULL};
+    static const char *const keys[] = {"session", "path",   "content", "encoding", "append",
+                                       "network", "memory", "cpus",    "cpu_time", "python",
+                                       "sandbox", "env",    NULL};
     json_t *res = check_keys(args, keys);
     if (res)
         return res;
@@ -564,34 +537,18 @@ static json_t *tool_write_file(json_t *args)
     json_t *app = json_object_get(args, "append");
     if (app && !json_is_boolean(app))
         return tool_error("`append` must be a boolean");
-    char norm[WSFILE_PATH_MAX + 1], err[1024];
-    /* Refuse a bad path before creating a session for it. */
-    if (wsfile_normalize(path, 0, norm, err, sizeof err) < 0)
-        return tool_error("write_file: %s", err);
-    const char *data = json_string_value(content);
-    size_t len = json_string_length(content);
-    unsigned char *bin = NULL;
-    if (enc && strcmp(enc, "base64") == 0) {
-        bin = malloc(len / 4 * 3 + 3);
-        size_t binlen = 0;
-        if (!bin || sodium_base642bin(bin, len / 4 * 3 + 3, data, len, " \t\r\n", &binlen, NULL,
-                                      sodium_base64_VARIANT_ORIGINAL) != 0) {
-            free(bin);
-            return tool_error("write_file: `content` is not valid base64");
-        }
-        data = (const char *)bin;
-        len = binlen;
+    /* the session is created when absent, with the options given */
+    json_t *req =
+        json_pack("{s:s,s:s,s:O,s:s,s:b,s:b}", "session", session, "path", path, "content", content,
+                  "encoding", enc ? enc : "text", "append", json_is_true(app), "create", 1);
+    if ((res = copy_session_opts(call, args, req))) {
+        json_decref(req);
+        return res;
     }
-    char ws[PATH_MAX];
-    if (session_workspace(session, 1, ws, sizeof ws, err, sizeof err) < 0) {
-        free(bin);
-        return tool_error("%s", err);
-    }
-    json_t *r = wsfile_write(ws, path, data, len, json_is_true(app), 1, err, sizeof err);
-    free(bin);
+    char err[1024];
+    json_t *r = api("files.write", req, err, sizeof err);
     if (!r)
         return tool_error("write_file: %s", err);
-    json_object_set_new(r, "session", json_string(session));
     char text[WSFILE_PATH_MAX + 200];
     snprintf(text, sizeof text, "%s %s (%lld bytes) in the workspace of session %s",
              json_is_true(json_object_get(r, "created")) ? "created" : "wrote",
@@ -609,10 +566,14 @@ static json_t *tool_list_sessions(json_t *args)
     if (res)
         return res;
     char err[1024];
-    json_t *list = daemon_sessions(err, sizeof err);
-    if (!list)
+    json_t *reply = api("sessions.list", json_object(), err, sizeof err);
+    if (!reply)
         return tool_error("list_sessions failed: %s", err);
-    json_t *obj = json_pack("{s:o}", "sessions", list);
+    json_t *obj = json_pack("{s:O}", "sessions", json_object_get(reply, "sessions"));
+    json_decref(reply);
+    if (!obj)
+        return tool_error("list_sessions failed: the daemon sent no session list");
+    json_t *list;
     char *text = NULL;
     size_t tlen = 0;
     FILE *f = open_memstream(&text, &tlen);
@@ -653,17 +614,11 @@ static json_t *simple_session_op(json_t *args, const char *op, const char *done)
     if (!session)
         return res;
     char err[1024];
-    json_t *reply = mcpd_request(json_pack("{s:s,s:s}", "op", op, "session", session), NULL, NULL,
-                                 NULL, err, sizeof err);
+    /* close removes the session's packages too (the daemon's km_close) */
+    json_t *reply = api(op, json_pack("{s:s}", "session", session), err, sizeof err);
     if (!reply)
         return tool_error("%s %s: %s", op, session, err);
     json_decref(reply);
-    if (strcmp(op, "close") == 0) {
-        char home[PATH_MAX];
-        char why[512];
-        if (pkginst_remove_session(kmcfg_home(home, sizeof home), session, why, sizeof why) < 0)
-            mcp_log("close %s: cannot remove its packages: %s", session, why);
-    }
     char text[200];
     snprintf(text, sizeof text, "session %s %s", session, done);
     return mcpr_json_result(json_pack("{s:s,s:b}", "session", session, "ok", 1), text, 0);
@@ -671,7 +626,7 @@ static json_t *simple_session_op(json_t *args, const char *op, const char *done)
 
 /* ---------------------------------------------------------------- packages */
 
-static json_t *tool_install(json_t *args)
+static json_t *do_install(mcp_call *call, json_t *args)
 {
     static const char *const keys[] = {"session", "manager", "packages", NULL};
     json_t *res = check_keys(args, keys);
@@ -680,69 +635,33 @@ static json_t *tool_install(json_t *args)
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
-    int m = allowlist_mgr_from_name(json_string_value(json_object_get(args, "manager")));
-    if (m < 0)
+    const char *mgr = json_string_value(json_object_get(args, "manager"));
+    if (!mgr || (strcmp(mgr, "pip") && strcmp(mgr, "npm")))
         return tool_error("`manager` must be \"pip\" or \"npm\"");
     json_t *pk = json_object_get(args, "packages");
-    if (!json_is_array(pk) || json_array_size(pk) == 0 || json_array_size(pk) > 50)
+    if (!json_is_array(pk))
         return tool_error("`packages` must be a list of 1 to 50 package names");
-    size_t i;
-    json_t *p;
-    json_array_foreach(pk, i, p)
-    {
-        if (!json_is_string(p))
-            return tool_error("`packages` must contain strings only");
-    }
-    return NULL; /* the caller goes on with the allowlist (needs the server) */
-}
-
-/* ---------------------------------------------------------------- dispatch */
-
-static json_t *do_install(mcp_call *call, json_t *args)
-{
-    json_t *res = tool_install(args);
-    if (res)
-        return res;
-    const char *session = json_string_value(json_object_get(args, "session"));
-    allowlist_mgr m =
-        (allowlist_mgr)allowlist_mgr_from_name(json_string_value(json_object_get(args, "manager")));
-    char home[PATH_MAX], path[PATH_MAX + 32], err[1024];
-    kmcfg_home(home, sizeof home);
+    json_t *req = json_pack("{s:s,s:s,s:O}", "session", session, "manager", mgr, "packages", pk);
+    /* the operator's allowlist of this server: --allowlist, else the
+     * environment's; neither: the daemon's default (home/allowlist.json) */
     const mcp_options *o = mcp_server_options(call->srv);
     const char *env = getenv("KERNELMGR_ALLOWLIST");
-    if (o->allowlist_path)
-        snprintf(path, sizeof path, "%s", o->allowlist_path);
-    else if (env && *env)
-        snprintf(path, sizeof path, "%s", env);
-    else
-        snprintf(path, sizeof path, "%s/allowlist.json", home);
-    /* Read on every call: the operator may edit the list while agents run. */
-    allowlist *al = allowlist_load(path, 0, err, sizeof err);
-    if (!al)
-        return tool_error("the package allowlist cannot be read, so nothing is installable: %s",
-                          err);
-    json_t *pk = json_object_get(args, "packages");
-    /* Every request is checked before anything runs. */
-    size_t i;
-    json_t *p;
-    char name[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1];
-    json_array_foreach(pk, i, p)
-    {
-        if (allowlist_check(al, m, json_string_value(p), name, spec, err, sizeof err) < 0) {
-            allowlist_destroy(&al);
-            return tool_error("install refused, nothing was installed: %s", err);
-        }
+    const char *al = o->allowlist_path ? o->allowlist_path : env && *env ? env : NULL;
+    if (al) {
+        char *real = realpath(al, NULL);
+        json_object_set_new(req, "allowlist", json_string(real ? real : al));
+        free(real);
     }
     mcp_call_progress(call, 0, "installing");
-    json_t *r = pkginst_install(al, m, home, session, pk, err, sizeof err);
-    allowlist_destroy(&al);
+    char err[1024];
+    json_t *r = api("packages.install", req, err, sizeof err);
     if (!r)
-        return tool_error("install failed, nothing was installed: %s", err);
+        return tool_error("%s", err);
     char *text = NULL;
-    size_t tlen = 0;
+    size_t tlen = 0, i;
     FILE *f = open_memstream(&text, &tlen);
     if (f) {
-        fprintf(f, "installed for session %s (%s):", session, allowlist_mgr_name(m));
+        fprintf(f, "installed for session %s (%s):", session, mgr);
         json_t *inst;
         json_array_foreach(json_object_get(r, "installed"), i, inst)
         {
@@ -750,12 +669,11 @@ static json_t *do_install(mcp_call *call, json_t *args)
                     json_string_value(json_object_get(inst, "version")) ?: "?");
         }
         fprintf(f, "\n%s",
-                m == ALLOWLIST_PIP ? "import it in the session's Python kernel"
-                                   : "use it from the session's Bash kernel (node "
-                                     "finds it through NODE_PATH)");
+                !strcmp(mgr, "pip") ? "import it in the session's Python kernel"
+                                    : "use it from the session's Bash kernel (node "
+                                      "finds it through NODE_PATH)");
         fclose(f);
     }
-    json_object_set_new(r, "session", json_string(session));
     json_t *result = mcpr_json_result(r, text ? text : "", 0);
     free(text);
     return result;
@@ -771,7 +689,7 @@ json_t *mcpt_call(mcp_call *call, const char *name, json_t *args, int *rpc_code,
     if (strcmp(name, "read_file") == 0)
         return tool_read_file(args);
     if (strcmp(name, "write_file") == 0)
-        return tool_write_file(args);
+        return tool_write_file(call, args);
     if (strcmp(name, "list_sessions") == 0)
         return tool_list_sessions(args);
     if (strcmp(name, "restart_session") == 0)

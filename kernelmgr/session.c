@@ -63,6 +63,8 @@ typedef struct session {
     int own_workspace;
     int network;
     unsigned long long memory;
+    double cpus;     /* --cpus of its kernels; 0 = the configuration's */
+    double cpu_time; /* --cpu-time of its kernels; 0 = the configuration's */
     char python[1024];
     char sandbox[16];
     json_t *env; /* owned: the session's own {NAME: "value"} (on top of the
@@ -352,6 +354,10 @@ static int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
      * alone: 0700 and 0600), so a restarted manager gives them back */
     if (o && s->env)
         json_object_set(json_object_get(o, "options"), "env", s->env);
+    if (o && s->cpus > 0)
+        json_object_set_new(json_object_get(o, "options"), "cpus", json_real(s->cpus));
+    if (o && s->cpu_time > 0)
+        json_object_set_new(json_object_get(o, "options"), "cpu_time", json_real(s->cpu_time));
     char path[PATH_MAX], tmp[PATH_MAX + 8];
     snprintf(path, sizeof path, "%.4000s/session.json", s->dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -449,6 +455,11 @@ static session *session_load(km_manager *m, const char *name)
                      ? json_is_true(json_object_get(opt, "network"))
                      : m->cfg.network;
     s->memory = (unsigned long long)json_integer_value(json_object_get(opt, "memory"));
+    /* absent, or not a positive number: the configuration's */
+    double cpus = json_number_value(json_object_get(opt, "cpus"));
+    double cpu_time = json_number_value(json_object_get(opt, "cpu_time"));
+    s->cpus = cpus >= 0.01 && cpus <= 4096 ? cpus : 0;
+    s->cpu_time = cpu_time >= 0.001 && cpu_time <= 86400.0 * 365 ? cpu_time : 0;
     const char *py = json_string_value(json_object_get(opt, "python"));
     snprintf(s->python, sizeof s->python, "%s", py ? py : "");
     const char *sb = json_string_value(json_object_get(opt, "sandbox"));
@@ -786,6 +797,16 @@ static int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, cha
     if (mem) {
         snprintf(num, sizeof num, "%llu", mem);
         rc |= klaunch_cmd_add(cmd, "--memory") | klaunch_cmd_add(cmd, num);
+    }
+    double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
+    if (cpus > 0) {
+        snprintf(num, sizeof num, "%.6g", cpus);
+        rc |= klaunch_cmd_add(cmd, "--cpus") | klaunch_cmd_add(cmd, num);
+    }
+    double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
+    if (cpu_time > 0) {
+        snprintf(num, sizeof num, "%.6g", cpu_time);
+        rc |= klaunch_cmd_add(cmd, "--cpu-time") | klaunch_cmd_add(cmd, num);
     }
     const char *py = s->python[0] ? s->python : m->cfg.python;
     /* resolved once for all kernels of sessions that chose none */
@@ -1536,9 +1557,10 @@ static void session_put(km_manager *m, session *s)
 
 static int opts_default(const km_manager *m, const km_session_opts *o)
 {
-    return !o || ((o->network < 0 || o->network == m->cfg.network) && !o->memory && !o->python &&
-                  !o->workspace && (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) &&
-                  !json_object_size(o->env));
+    return !o ||
+           ((o->network < 0 || o->network == m->cfg.network) && !o->memory && !(o->cpus > 0) &&
+            !(o->cpu_time > 0) && !o->python && !o->workspace &&
+            (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) && !json_object_size(o->env));
 }
 
 /* Creates (or reopens a kept) session. Caller holds m->lock. */
@@ -1625,6 +1647,8 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     } else {
         s->network = o && o->network >= 0 ? o->network : m->cfg.network;
         s->memory = o && o->memory ? o->memory : 0;
+        s->cpus = o && o->cpus > 0 ? o->cpus : 0;
+        s->cpu_time = o && o->cpu_time > 0 ? o->cpu_time : 0;
         snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
         snprintf(s->sandbox, sizeof s->sandbox, "%s",
                  o && o->sandbox ? o->sandbox : m->cfg.sandbox);
@@ -1710,6 +1734,24 @@ static json_t *ignored_options(km_manager *m, session *s, const km_session_opts 
         else
             snprintf(b, sizeof b, "the kernel's default memory limit");
         warn_ignored(arr, s->name, "--memory", a, b);
+    }
+    double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
+    if (o->cpus > 0 && o->cpus != cpus) {
+        snprintf(a, sizeof a, "%g", o->cpus);
+        if (cpus > 0)
+            snprintf(b, sizeof b, "cpus %g", cpus);
+        else
+            snprintf(b, sizeof b, "no CPU rate cap");
+        warn_ignored(arr, s->name, "--cpus", a, b);
+    }
+    double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
+    if (o->cpu_time > 0 && o->cpu_time != cpu_time) {
+        snprintf(a, sizeof a, "%g", o->cpu_time);
+        if (cpu_time > 0)
+            snprintf(b, sizeof b, "cpu_time %g s per block", cpu_time);
+        else
+            snprintf(b, sizeof b, "no CPU-time limit per block");
+        warn_ignored(arr, s->name, "--cpu-time", a, b);
     }
     const char *py = s->python[0] ? s->python : m->cfg.python;
     if (o->python && strcmp(o->python, py)) {
@@ -2395,4 +2437,196 @@ void km_tick(km_manager *m)
         cull_idle(m);
     if (m->cfg.pool)
         pool_fill(m);
+}
+
+/* ------------------------------------------------ the daemon API's own calls
+ *
+ * Session creation without code, workspace files and package installs: the
+ * daemon is their only caller (docs/API.md), so one process owns a
+ * session's state. Writes and installs hold the session's lock, so a close
+ * waits for them (and they see a closed session as gone) instead of
+ * deleting directories under them. */
+
+json_t *km_session_create(km_manager *m, const char *name, const km_session_opts *sopts,
+                          km_err *err)
+{
+    if (!km_name_valid(name)) {
+        kerr(err, KM_EUSAGE,
+             "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
+             "at most %d, not starting with '.')",
+             name ? name : "", KM_NAME_MAX);
+        return NULL;
+    }
+    pthread_mutex_lock(&m->lock);
+    int existed = 1;
+    session *s = find_locked(m, name);
+    if (!s)
+        s = create_locked(m, name, sopts, &existed, err);
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&m->lock);
+    if (!s)
+        return NULL;
+    json_t *warnings = existed ? ignored_options(m, s, sopts) : NULL;
+    json_t *o = json_pack("{s:s s:s s:b s:b}", "session", s->name, "workspace", s->workspace,
+                          "created", !existed, "from_pool", s->from_pool);
+    if (o && warnings)
+        json_object_set(o, "warnings", warnings);
+    json_decref(warnings);
+    session_put(m, s);
+    if (!o)
+        kerr(err, KM_EINTERNAL, "out of memory");
+    return o;
+}
+
+json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t offset,
+                     uint64_t length, const char *encoding, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return NULL;
+    }
+    /* reading needs no lock: like km_files, a snapshot of what is there */
+    char why[1024];
+    json_t *r = wsfile_read(s->workspace, rel, offset, length, encoding ? encoding : "auto", why,
+                            sizeof why);
+    if (r)
+        json_object_set_new(r, "session", json_string(s->name));
+    else
+        kerr(err, KM_EUSAGE, "%s", why);
+    session_put(m, s);
+    return r;
+}
+
+/* Takes the session's lock for an operation that must not overlap close;
+ * NULL (err filled) when there is no such session or it was closed while
+ * we waited. Release with session_unlock_op. */
+static session *session_lock_op(km_manager *m, const char *name, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->gone) {
+        pthread_mutex_unlock(&s->lock);
+        session_put(m, s);
+        kerr(err, KM_ENOSESSION, "session \"%s\" was closed", name);
+        return NULL;
+    }
+    return s;
+}
+
+static void session_unlock_op(km_manager *m, session *s)
+{
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+}
+
+json_t *km_file_write(km_manager *m, const char *name, const char *rel, const void *data,
+                      size_t len, int append, km_err *err)
+{
+    session *s = session_lock_op(m, name, err);
+    if (!s)
+        return NULL;
+    char why[1024];
+    json_t *r = wsfile_write(s->workspace, rel, data, len, append, 1, why, sizeof why);
+    if (r)
+        json_object_set_new(r, "session", json_string(s->name));
+    else
+        kerr(err, KM_EUSAGE, "%s", why);
+    session_unlock_op(m, s);
+    return r;
+}
+
+json_t *km_packages_install(km_manager *m, const char *name, const char *allowlist_path,
+                            const char *manager, const json_t *packages, km_err *err)
+{
+    if (!km_name_valid(name)) {
+        kerr(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
+        return NULL;
+    }
+    int mgr = allowlist_mgr_from_name(manager);
+    if (mgr < 0) {
+        kerr(err, KM_EUSAGE, "manager must be \"pip\" or \"npm\" (got \"%s\")",
+             manager ? manager : "");
+        return NULL;
+    }
+    size_t n = json_array_size(packages), i;
+    if (!json_is_array(packages) || n == 0 || n > 50) {
+        kerr(err, KM_EUSAGE, "packages must be a list of 1 to 50 package names");
+        return NULL;
+    }
+    json_t *p;
+    json_array_foreach(packages, i, p)
+    {
+        if (!json_is_string(p)) {
+            kerr(err, KM_EUSAGE, "packages must contain strings only");
+            return NULL;
+        }
+    }
+    char *path = NULL;
+    const char *env = getenv("KERNELMGR_ALLOWLIST");
+    if (allowlist_path && *allowlist_path)
+        path = strdup(allowlist_path);
+    else if (env && *env)
+        path = strdup(env);
+    else if (asprintf(&path, "%s/allowlist.json", m->home) < 0)
+        path = NULL;
+    if (!path) {
+        kerr(err, KM_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    char why[1024];
+    /* read on every call: the operator may edit the list while agents run */
+    allowlist *al = allowlist_load(path, 0, why, sizeof why);
+    free(path);
+    if (!al) {
+        kerr(err, KM_EUSAGE, "the package allowlist cannot be read, so nothing is installable: %s",
+             why);
+        return NULL;
+    }
+    /* every request is checked before anything runs */
+    char pname[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1];
+    json_array_foreach(packages, i, p)
+    {
+        if (allowlist_check(al, (allowlist_mgr)mgr, json_string_value(p), pname, spec, why,
+                            sizeof why) < 0) {
+            allowlist_destroy(&al);
+            kerr(err, KM_EUSAGE, "install refused, nothing was installed: %s", why);
+            return NULL;
+        }
+    }
+    /* A live session: under its lock, so close (which removes the package
+     * directory) waits for the install. A name without a session installs
+     * for the name: the session created later sees the packages (and takes
+     * no warm-pool entry, see create_locked). */
+    session *s = session_get(m, name);
+    if (s) {
+        session_put(m, s);
+        if (!(s = session_lock_op(m, name, err))) {
+            allowlist_destroy(&al);
+            return NULL;
+        }
+    }
+    json_t *r = pkginst_install(al, (allowlist_mgr)mgr, m->home, name, packages, why, sizeof why);
+    if (s)
+        session_unlock_op(m, s);
+    allowlist_destroy(&al);
+    char root[PATH_MAX];
+    if (!r && !s && pkginst_session_root(m->home, name, root) == 0 && access(root, F_OK) != 0) {
+        /* a close of the name was finishing (it removes the package
+         * directory after the session left the list): the install lost */
+        kerr(err, KM_ENOSESSION,
+             "session \"%s\" was closed while the install ran; nothing was installed", name);
+        return NULL;
+    }
+    if (!r) {
+        kerr(err, KM_EINTERNAL, "install failed, nothing was installed: %s", why);
+        return NULL;
+    }
+    json_object_set_new(r, "session", json_string(name));
+    return r;
 }

@@ -10,7 +10,8 @@ Environment:
   BENCH_QUICK=1        few iterations (for working on the harness)
   BENCH_ONLY=1,3,6     run only these sections (9: start via jupyter_client,
                        10: one-shot `kernelmgr run`, 11: warm-session entry
-                       points: CLI exec, daemon socket, MCP, long output)
+                       points: CLI exec, daemon socket, MCP, long output;
+                       12: the notebook corpus through nbclient)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -20,6 +21,7 @@ Run with Debian's /usr/bin/python3 (jupyter_client, ipykernel).
 """
 import atexit
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -70,6 +72,7 @@ N = {
     "run": (3, 20),
     "entry": (30, 300),
     "entry_out": (1, 3),
+    "corpus": (1, 3),
 }
 
 
@@ -898,7 +901,7 @@ class Daemon:
                                    f"{self.log_tail()}")
             try:
                 c = DaemonConn(self.sock)
-                r = c.call({"op": "ping"}, timeout=5)
+                r = c.call(rpc("ping"), timeout=5)
                 c.close()
                 if r.get("ok"):
                     break
@@ -918,7 +921,7 @@ class Daemon:
     def close(self):
         try:
             c = DaemonConn(self.sock)
-            c.call({"op": "shutdown"}, timeout=30)
+            c.call(rpc("shutdown"), timeout=30)
             c.close()
             self.proc.wait(30)
         except Exception:  # noqa: BLE001
@@ -928,8 +931,25 @@ class Daemon:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
+_rpc_ids = itertools.count(1)
+
+
+def rpc(method, params=None):
+    """A request of the daemon's API (JSON-RPC 2.0, docs/API.md)."""
+    return {"jsonrpc": "2.0", "id": next(_rpc_ids), "method": method,
+            "params": {} if params is None else params}
+
+
+def rpc_reply(o):
+    """A response as the measurements read it: {"ok": True, **result} or
+    {"ok": False, "error": ...}."""
+    if "result" in o:
+        return dict(o["result"], ok=True)
+    return {"ok": False, "error": o.get("error")}
+
+
 class DaemonConn:
-    """One blocking connection to the daemon (JSON lines)."""
+    """One blocking connection to the daemon (JSON-RPC lines)."""
 
     def __init__(self, path):
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -948,8 +968,8 @@ class DaemonConn:
                 self.buf += chunk
             line, self.buf = self.buf.split(b"\n", 1)
             o = json.loads(line)
-            if "ok" in o:
-                return o
+            if "method" not in o:
+                return rpc_reply(o)
 
     def close(self):
         self.s.close()
@@ -995,10 +1015,8 @@ def load_loop(sock_path, sessions, code, seconds, interval=0.0, timeout=CELL_TIM
         conns.append(st)
         sel.register(s, selectors.EVENT_READ, st)
     lat, errors = [], []
-    req = {"op": "exec", "code": code, "lang": "python"}
-
     def send(st):
-        r = dict(req, session=st["name"])
+        r = rpc("exec", {"code": code, "lang": "python", "session": st["name"]})
         st["t0"] = time.perf_counter()
         st["due"] = None
         st["sock"].setblocking(True)
@@ -1047,8 +1065,9 @@ def load_loop(sock_path, sessions, code, seconds, interval=0.0, timeout=CELL_TIM
             while b"\n" in st["buf"]:
                 line, st["buf"] = st["buf"].split(b"\n", 1)
                 o = json.loads(line)
-                if "ok" not in o:
+                if "method" in o:
                     continue
+                o = rpc_reply(o)
                 now = time.perf_counter()
                 lat.append(now - st["t0"])
                 outstanding -= 1
@@ -1082,7 +1101,7 @@ def bench_concurrency(num):
             c = DaemonConn(d.sock)
             try:
                 t0 = time.perf_counter()
-                r = c.call({"op": "exec", "session": name, "code": "x = 0", "lang": "python"})
+                r = c.call(rpc("exec", {"session": name, "code": "x = 0", "lang": "python"}))
                 return time.perf_counter() - t0, exec_ok(r)
             finally:
                 c.close()
@@ -1247,7 +1266,7 @@ def wait_pool(d, want, timeout=90):
     try:
         deadline = time.time() + timeout
         while time.time() < deadline:
-            r = c.call({"op": "ping"}, timeout=10)
+            r = c.call(rpc("ping"), timeout=10)
             pool = r.get("pool")
             if pool is None:
                 raise Skip("the daemon reports no warm pool (ping has no \"pool\")")
@@ -1279,15 +1298,15 @@ def bench_pool(num):
                 try:
                     name = f"w{i}"
                     t0 = time.perf_counter()
-                    r = c.call({"op": "exec", "session": name, "code": "1", "lang": "python"})
+                    r = c.call(rpc("exec", {"session": name, "code": "1", "lang": "python"}))
                     first[tag].append(time.perf_counter() - t0)
                     e = exec_ok(r)
                     if e:
                         raise RuntimeError(f"{tag}: {e}")
                     t0 = time.perf_counter()
-                    r = c.call({"op": "exec", "session": name, "code": "1", "lang": "python"})
+                    r = c.call(rpc("exec", {"session": name, "code": "1", "lang": "python"}))
                     second[tag].append(time.perf_counter() - t0)
-                    c.call({"op": "close", "session": name})
+                    c.call(rpc("close", {"session": name}))
                 finally:
                     c.close()
             wait_pool(dp, size)  # each new session meets a full pool
@@ -1336,8 +1355,8 @@ def bench_load(num):
             c = DaemonConn(d.sock)
             try:
                 t0 = time.perf_counter()
-                r = c.call({"op": "exec", "session": f"l{i}", "code": code, "lang": lang,
-                            "timeout": 600}, timeout=600)
+                r = c.call(rpc("exec", {"session": f"l{i}", "code": code, "lang": lang,
+                            "timeout": 600}), timeout=600)
                 return time.perf_counter() - t0, exec_ok(r)
             finally:
                 c.close()
@@ -1554,7 +1573,7 @@ def bench_entry(num):
         # the reference: the daemon socket itself, a connection per exec as
         # the CLI makes it, and one kept open (what a long-lived client does)
         c = DaemonConn(d.sock)
-        req = {"op": "exec", "session": sess, "code": code, "lang": "python"}
+        req = rpc("exec", {"session": sess, "code": code, "lang": "python"})
         for _ in range(20):
             c.call(req)
         kept, fresh, cli, mcp_l = [], [], [], []
@@ -1658,6 +1677,44 @@ def bench_entry(num):
         d.close()
 
 
+# ---------------------------------------------------------------- 12. notebook corpus
+
+
+def bench_corpus(num):
+    """tests/notebooks/*.ipynb through nbclient (kernel start to shutdown, every
+    cell), on our kernel (strict sandbox, /usr/bin/python3) and on ipykernel;
+    each round runs every notebook on both, interleaved. The identical-cell
+    share is the test's (tests/e2e/test_nb_corpus.py), shown for context."""
+    path = ROOT / "tests" / "notebooks" / "corpus.py"
+    if not binary("kernel-python"):
+        raise Skip("build/kernel-python not built")
+    if importlib.util.find_spec("ipykernel") is None or \
+            importlib.util.find_spec("nbclient") is None:
+        raise Skip("ipykernel or nbclient not installed (Debian python3-ipykernel, "
+                   "python3-nbclient)")
+    spec = importlib.util.spec_from_file_location("km_corpus", path)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    totals = {"ours": [], "ipykernel": []}
+    pct, failed = [], []
+    for _ in range(n_of("corpus")):
+        c = corpus.Corpus(workdir("corpus"), sandbox="strict")
+        totals["ours"].append(sum(o.seconds for o, _ in c.runs.values()))
+        totals["ipykernel"].append(sum(r.seconds for _, r in c.runs.values()))
+        pct.append(c.percent())
+        failed += ["%s on %s: %s" % (n, who, run.failure[:200]) for n, (o, r) in c.runs.items()
+                   for who, run in (("ours", o), ("ipykernel", r)) if run.failure]
+    cells = len(c.all_cells())
+    o, r = statistics.median(totals["ours"]), statistics.median(totals["ipykernel"])
+    DATA["corpus"] = {"seconds": totals, "identical_percent": pct, "notebooks": len(c.runs),
+                      "code_cells": cells, "failed": failed}
+    row(num, f"notebook corpus ({len(c.runs)} notebooks, {cells} code cells) through nbclient, "
+        f"total (median of {len(pct)})", f"{o:.1f} s", f"{r:.1f} s", fx(r / o), "(info)")
+    row(num, "notebook corpus: code cells identical to ipykernel",
+        " / ".join(f"{p:.1f} %" for p in pct) + (f"; failed: {failed}" if failed else ""),
+        "", "", ">= 98 %", verdict(min(pct) >= 98))
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -1720,6 +1777,7 @@ def main():
             bench_jc_start)
     section(10, "one-shot `kernelmgr run` (cold) vs bubblewrap + python", bench_run)
     section(11, "entry points on a warm session: CLI, daemon socket, MCP", bench_entry)
+    section(12, "notebook corpus through nbclient vs ipykernel", bench_corpus)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+import apiutil
 import kutil
 import mgrutil
 import sbxutil
@@ -266,9 +267,9 @@ def test_config_env_and_limits(km):
     for env, want in [({"1X": "a"}, "invalid variable name"), ({"A": 1}, "must be a string"),
                       ([], "must be an object"),
                       ({f"V{i}": "1" for i in range(65)}, "limit 64")]:
-        rep = daemon_exec(km, {"op": "exec", "session": "lim", "code": "echo hi",
-                               "lang": "bash", "env": env})
-        assert rep["ok"] is False and want in rep["error"]["message"], (env, rep)
+        rep = daemon_exec(km, apiutil.request("exec", {"session": "lim", "code": "echo hi",
+                                                       "lang": "bash", "env": env}))
+        assert "error" in rep and want in rep["error"]["message"], (env, rep)
     # an invalid config env is refused with the key
     for bad, want in [({"env": {"A B": "x"}}, "env: invalid variable name"),
                       ({"env": {"A": ["x"]}}, "must be a string"),

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import apiutil  # noqa: E402
 import mgrutil  # noqa: E402
 from mgrutil import Mgr  # noqa: E402
 
@@ -27,8 +28,10 @@ def mgr():
 
 
 def daemon_exec(mgr, req, timeout=120):
-    """One request on a fresh daemon connection. Returns (events, reply):
-    events as dicts; a raw_text stream event gets its bytes as "raw"."""
+    """One API request on a fresh daemon connection. Returns (events, reply):
+    events as dicts (the notifications' params); a raw_text stream event gets
+    its bytes as "raw"; reply is the response's result (or the error
+    response)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     s.connect(str(mgr.home / "kernelmgr.sock"))
@@ -51,8 +54,10 @@ def daemon_exec(mgr, req, timeout=120):
                 buf += chunk
             line, buf = buf.split(b"\n", 1)
             o = json.loads(line)
-            if "ok" in o:
-                return events, o
+            if apiutil.is_response(o):
+                return events, apiutil.unwrap(o)
+            assert o["method"] == "event", o
+            o = o["params"]
             if "text_bytes" in o:
                 n = o["text_bytes"]
                 assert "text" not in o
@@ -81,12 +86,11 @@ def test_raw_text_framing_carries_exact_bytes(mgr):
             "    sys.stdout.write(str(i) + ' ' + T)\n"
             "sys.stderr.write('to stderr\\n')\n")
     expected = "".join(f"{i} {TRICKY}" for i in range(2000))
-    events, reply = daemon_exec(mgr, {"op": "exec", "session": "s", "code": code,
-                                      "lang": "python", "stream": True, "raw_text": True,
-                                      "id": 7})
-    assert reply["ok"] is True, reply
+    events, reply = daemon_exec(mgr, apiutil.request("exec", {
+        "session": "s", "code": code, "lang": "python", "stream": True, "raw_text": True}, id=7))
+    assert "results" in reply, reply
     streams = [e for e in events if e["event"] == "stream"]
-    assert streams and all("raw" in e and e["id"] == 7 for e in streams)
+    assert streams and all("raw" in e and e["request_id"] == 7 for e in streams)
     out = b"".join(e["raw"] for e in streams if e["name"] == "stdout").decode("utf-8")
     err = b"".join(e["raw"] for e in streams if e["name"] == "stderr").decode("utf-8")
     assert out == expected
@@ -99,16 +103,16 @@ def test_raw_text_framing_carries_exact_bytes(mgr):
     assert Path(reply["workspace"]).is_dir()
 
     # a client that did not ask for raw_text gets JSON lines as before
-    events, reply = daemon_exec(mgr, {"op": "exec", "session": "s", "code": code,
-                                      "lang": "python", "stream": True})
-    assert reply["ok"] is True
+    events, reply = daemon_exec(mgr, apiutil.request("exec", {
+        "session": "s", "code": code, "lang": "python", "stream": True}))
+    assert "results" in reply, reply
     streams = [e for e in events if e["event"] == "stream"]
     assert streams and not any("text_bytes" in e or "raw" in e for e in streams)
     assert "".join(e["text"] for e in streams if e["name"] == "stdout") == expected
     # raw_text without stream: no events at all
-    events, reply = daemon_exec(mgr, {"op": "exec", "session": "s", "code": "print(1)",
-                                      "lang": "python", "raw_text": True})
-    assert events == [] and reply["ok"] is True
+    events, reply = daemon_exec(mgr, apiutil.request("exec", {
+        "session": "s", "code": "print(1)", "lang": "python", "raw_text": True}))
+    assert events == [] and "results" in reply, reply
     assert reply["results"][0]["stdout"] == "1\n"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import apiutil  # noqa: E402
 import mgrutil  # noqa: E402
 
 
@@ -61,7 +62,8 @@ class Daemon:
         return s
 
     def ask(self, req, timeout=120):
-        """One request; returns (final line, event lines)."""
+        """One API request; returns (its result, or the error response; the
+        events' params)."""
         s = self.connect(timeout)
         try:
             f = s.makefile("rw")
@@ -72,10 +74,10 @@ class Daemon:
                 line = f.readline()
                 assert line, "the daemon closed the connection"
                 o = json.loads(line)
-                if "event" in o:
-                    events.append(o)
+                if not apiutil.is_response(o):
+                    events.append(o["params"])
                     continue
-                return o, events
+                return apiutil.unwrap(o), events
         finally:
             s.close()
 
@@ -109,7 +111,7 @@ class Daemon:
 
     def close(self):
         try:
-            self.ask({"op": "shutdown"}, timeout=30)
+            self.ask(apiutil.request("shutdown"), timeout=30)
         except (OSError, AssertionError):
             pass
         try:
@@ -165,7 +167,7 @@ def concurrent_execs(d, reqs, timeout=300):
         try:
             rep, _ = d.ask(reqs[i], timeout=timeout)
         except Exception as e:  # noqa: BLE001 - reported by the assertion
-            rep = {"ok": False, "error": {"message": repr(e)}}
+            rep = {"error": {"message": repr(e)}}
         out[i] = (rep, time.monotonic() - t0)
 
     ts = [threading.Thread(target=one, args=(i,)) for i in range(len(reqs))]
@@ -178,7 +180,7 @@ def concurrent_execs(d, reqs, timeout=300):
 
 def assert_all_ok(out):
     bad = [(i, r) for i, (r, _) in enumerate(out)
-           if not r.get("ok") or r.get("failed")
+           if "error" in r or r.get("failed")
            or any(b.get("status") != "ok" for b in r.get("results", []))]
     assert not bad, f"{len(bad)} of {len(out)} failed, e.g. {json.dumps(bad[:3])[:3000]}"
 
@@ -193,11 +195,11 @@ def test_100_concurrent_sessions_all_succeed(daemon_factory):
     reqs = []
     for i in range(100):
         if i % 2:
-            reqs.append({"op": "exec", "session": f"b{i}", "lang": "bash",
-                         "code": f"echo bash-{i}", "timeout": 300})
+            reqs.append(apiutil.request("exec", {"session": f"b{i}", "lang": "bash",
+                         "code": f"echo bash-{i}", "timeout": 300}))
         else:
-            reqs.append({"op": "exec", "session": f"p{i}", "lang": "python",
-                         "code": f"print('py-%d' % {i})", "timeout": 300})
+            reqs.append(apiutil.request("exec", {"session": f"p{i}", "lang": "python",
+                         "code": f"print('py-%d' % {i})", "timeout": 300}))
     out = concurrent_execs(d, reqs)
     assert_all_ok(out)
     for i, (r, _) in enumerate(out):
@@ -206,11 +208,11 @@ def test_100_concurrent_sessions_all_succeed(daemon_factory):
     times = sorted(t for _, t in out)
     print(f"100 sessions: p50 {times[49]:.1f} s, max {times[-1]:.1f} s")
     # never more kernels than the cap, and the daemon still answers
-    rep, _ = d.ask({"op": "ping"})
-    assert rep["ok"] and rep["pool"]["live_kernels"] <= auto_max_kernels(), rep
+    rep, _ = d.ask(apiutil.request("ping"))
+    assert "error" not in rep and rep["pool"]["live_kernels"] <= auto_max_kernels(), rep
     assert d.kernels() <= auto_max_kernels()
-    rep, _ = d.ask({"op": "exec", "session": "p0", "lang": "python", "code": "print(6*7)"})
-    assert rep["ok"] and "42" in json.dumps(rep["results"]), rep
+    rep, _ = d.ask(apiutil.request("exec", {"session": "p0", "lang": "python", "code": "print(6*7)"}))
+    assert "error" not in rep and "42" in json.dumps(rep["results"]), rep
 
 
 def test_kernel_cap_holds_under_40_concurrent_starts(daemon_factory):
@@ -226,8 +228,8 @@ def test_kernel_cap_holds_under_40_concurrent_starts(daemon_factory):
     w = threading.Thread(target=watch)
     w.start()
     try:
-        reqs = [{"op": "exec", "session": f"c{i}", "lang": "bash",
-                 "code": "sleep 0.3; echo done", "timeout": 300} for i in range(40)]
+        reqs = [apiutil.request("exec", {"session": f"c{i}", "lang": "bash",
+                 "code": "sleep 0.3; echo done", "timeout": 300}) for i in range(40)]
         out = concurrent_execs(d, reqs)
     finally:
         stop.set()
@@ -235,7 +237,7 @@ def test_kernel_cap_holds_under_40_concurrent_starts(daemon_factory):
     assert_all_ok(out)
     assert 0 < peak[0] <= 8, f"{peak[0]} kernels ran at once with max_kernels=8"
     assert d.kernels() <= 8
-    rep, _ = d.ask({"op": "ping"})
+    rep, _ = d.ask(apiutil.request("ping"))
     assert rep["pool"]["live_kernels"] <= 8, rep
 
 
@@ -244,24 +246,24 @@ def test_kernel_cap_holds_under_40_concurrent_starts(daemon_factory):
 def test_3000_idle_connections_cost_no_threads(daemon_factory):
     raise_nofile(8192)
     d = daemon_factory()
-    rep, _ = d.ask({"op": "exec", "session": "w", "lang": "bash", "code": "echo warm"})
-    assert rep["ok"], rep
+    rep, _ = d.ask(apiutil.request("exec", {"session": "w", "lang": "bash", "code": "echo warm"}))
+    assert "error" not in rep, rep
     base = d.status("Threads")
     conns = []
     try:
         for _ in range(3000):
             conns.append(d.connect())
         # the daemon has accepted them all: a request behind them is answered
-        rep, _ = d.ask({"op": "exec", "session": "w", "lang": "bash", "code": "echo still-here"})
-        assert rep["ok"] and "still-here" in json.dumps(rep["results"]), rep
+        rep, _ = d.ask(apiutil.request("exec", {"session": "w", "lang": "bash", "code": "echo still-here"}))
+        assert "error" not in rep and "still-here" in json.dumps(rep["results"]), rep
         threads = d.status("Threads")
         assert threads <= base + 4 and threads < 100, (base, threads)
         # an idle connection still works
         f = conns[1234].makefile("rw")
-        f.write(json.dumps({"op": "ping", "id": 7}) + "\n")
+        f.write(json.dumps(apiutil.request("ping", None, id=7)) + "\n")
         f.flush()
         o = json.loads(f.readline())
-        assert o["ok"] and o["id"] == 7
+        assert "result" in o and o["id"] == 7
     finally:
         for s in conns:
             s.close()
@@ -286,7 +288,7 @@ def test_burst_of_1000_connects_is_not_refused(daemon_factory):
         for i, s in enumerate(socks):
             s.setblocking(True)
             s.settimeout(60)
-            s.sendall(json.dumps({"op": "ping", "id": i}).encode() + b"\n")
+            s.sendall(json.dumps(apiutil.request("ping", None, id=i)).encode() + b"\n")
         for i, s in enumerate(socks):
             buf = b""
             while not buf.endswith(b"\n"):
@@ -294,7 +296,7 @@ def test_burst_of_1000_connects_is_not_refused(daemon_factory):
                 assert chunk, f"connection {i} closed"
                 buf += chunk
             o = json.loads(buf)
-            assert o["ok"] and o["id"] == i
+            assert "result" in o and o["id"] == i
     finally:
         for s in socks:
             s.close()
@@ -324,10 +326,10 @@ def reap(cli):
 
 def test_stopped_client_is_dropped_and_its_cell_completes(daemon_factory):
     d = daemon_factory(config={"client_timeout": 3})
-    rep, _ = d.ask({"op": "exec", "session": "slow", "lang": "bash", "code": "echo up"})
-    assert rep["ok"], rep
+    rep, _ = d.ask(apiutil.request("exec", {"session": "slow", "lang": "bash", "code": "echo up"}))
+    assert "error" not in rep, rep
     ws = Path(rep["results"][0].get("workspace") or
-              next(s["workspace"] for s in d.ask({"op": "sessions"})[0]["sessions"]
+              next(s["workspace"] for s in d.ask(apiutil.request("sessions.list"))[0]["sessions"]
                    if s["name"] == "slow"))
     cli = stopped_streaming_client(d, "slow", "200M")
     try:
@@ -335,37 +337,37 @@ def test_stopped_client_is_dropped_and_its_cell_completes(daemon_factory):
         poll(lambda: "dropped a client connection" in d.log_text(), 40, "the drop log line")
         # the cell was not cancelled: it ran to its end
         poll(lambda: (ws / "finished.txt").exists(), 60, "the cell to complete")
-        rep, _ = d.ask({"op": "exec", "session": "slow", "lang": "bash",
-                        "code": "cat finished.txt"}, timeout=60)
-        assert rep["ok"] and "end" in json.dumps(rep["results"]), rep
+        rep, _ = d.ask(apiutil.request("exec", {"session": "slow", "lang": "bash",
+                        "code": "cat finished.txt"}), timeout=60)
+        assert "error" not in rep and "end" in json.dumps(rep["results"]), rep
     finally:
         reap(cli)
 
 
 def test_stopped_client_does_not_hold_its_session(daemon_factory):
     d = daemon_factory()
-    rep, _ = d.ask({"op": "exec", "session": "slow", "lang": "bash", "code": "X=kept; echo up"})
-    assert rep["ok"], rep
+    rep, _ = d.ask(apiutil.request("exec", {"session": "slow", "lang": "bash", "code": "X=kept; echo up"}))
+    assert "error" not in rep, rep
     cli = stopped_streaming_client(d, "slow", "4G")
     try:
         t0 = time.monotonic()
         # interrupt, another client's exec and close on that session go through
-        rep, _ = d.ask({"op": "interrupt", "session": "slow"}, timeout=20)
-        assert rep["ok"], rep
+        rep, _ = d.ask(apiutil.request("interrupt", {"session": "slow"}), timeout=20)
+        assert "error" not in rep, rep
         assert time.monotonic() - t0 < 10
-        rep, _ = d.ask({"op": "exec", "session": "slow", "lang": "bash",
-                        "code": "echo again-$X"}, timeout=60)
-        assert rep["ok"] and "again-kept" in json.dumps(rep["results"]), rep
+        rep, _ = d.ask(apiutil.request("exec", {"session": "slow", "lang": "bash",
+                        "code": "echo again-$X"}), timeout=60)
+        assert "error" not in rep and "again-kept" in json.dumps(rep["results"]), rep
         # other sessions were never affected
-        rep, _ = d.ask({"op": "exec", "session": "other", "lang": "bash", "code": "echo free"},
+        rep, _ = d.ask(apiutil.request("exec", {"session": "other", "lang": "bash", "code": "echo free"}),
                        timeout=60)
-        assert rep["ok"] and "free" in json.dumps(rep["results"]), rep
-        rep, _ = d.ask({"op": "close", "session": "slow"}, timeout=30)
-        assert rep["ok"], rep
+        assert "error" not in rep and "free" in json.dumps(rep["results"]), rep
+        rep, _ = d.ask(apiutil.request("close", {"session": "slow"}), timeout=30)
+        assert "error" not in rep, rep
         assert time.monotonic() - t0 < 60
     finally:
         reap(cli)
-    rep, _ = d.ask({"op": "sessions"})
+    rep, _ = d.ask(apiutil.request("sessions.list"))
     assert "slow" not in [s["name"] for s in rep["sessions"]]
 
 
@@ -379,8 +381,8 @@ BURST = os.environ.get("KM_TEST_BURST", "512M")
 
 def test_rss_returns_after_big_output(daemon_factory, tmp_path):
     d = daemon_factory()
-    rep, _ = d.ask({"op": "exec", "session": "big", "lang": "bash", "code": "echo warm"})
-    assert rep["ok"], rep
+    rep, _ = d.ask(apiutil.request("exec", {"session": "big", "lang": "bash", "code": "echo warm"}))
+    assert "error" not in rep, rep
     before = d.status("VmRSS")
     peak = [before]
     stop = threading.Event()
@@ -417,5 +419,5 @@ def test_rss_returns_after_big_output(daemon_factory, tmp_path):
     print(f"daemon RSS before {before} kB, peak {peak[0]} kB, after {d.status('VmRSS')} kB")
     # the peak itself is bounded too (the IOPub queue and client buffers are)
     assert peak[0] - before < 256 * 1024, (before, peak[0])
-    rep, _ = d.ask({"op": "exec", "session": "big", "lang": "bash", "code": "echo after"})
-    assert rep["ok"] and "after" in json.dumps(rep["results"]), rep
+    rep, _ = d.ask(apiutil.request("exec", {"session": "big", "lang": "bash", "code": "echo after"}))
+    assert "error" not in rep and "after" in json.dumps(rep["results"]), rep

@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mgrutil import KM, have_kernel  # noqa: E402
+import apiutil  # noqa: E402
 import kutil  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (have_kernel("python") and have_kernel("bash")),
@@ -178,17 +179,18 @@ def test_invalid_utf8_and_nul_are_refused_before_the_kernel(make_mgr, tmp_path):
     assert not leftovers(mgr)
 
 
-def daemon_ask(mgr, req):
+def daemon_ask(mgr, method, params):
+    """One API request; its response (result or error)."""
     s = socket.socket(socket.AF_UNIX)
     s.connect(str(mgr.home / "kernelmgr.sock"))
     f = s.makefile("rw")
-    f.write(json.dumps(req) + "\n")
+    f.write(apiutil.line(method, params))
     f.flush()
     while True:
         line = f.readline()
         assert line, "the daemon closed the connection"
         o = json.loads(line)
-        if "ok" in o:
+        if apiutil.is_response(o):
             s.close()
             return o
 
@@ -204,8 +206,9 @@ def test_code_max_is_one_check_for_run_exec_and_the_daemon(make_mgr, tmp_path):
     p = mgr.run("exec", "--session", "s", str(tmp_path / "big.py"))
     assert p.returncode == 2 and "code is 5007 bytes, more than code_max (4 KiB)" in p.stderr
     # a client that skips the CLI's check meets the daemon's (MCP goes this way too)
-    rep = daemon_ask(mgr, {"op": "exec", "session": "s", "code": code})
-    assert rep["ok"] is False and rep["error"]["code"] == 2, rep
+    rep = daemon_ask(mgr, "exec", {"session": "s", "code": code})
+    # KM_EUSAGE (2) in the server range: -32002, data.km_code 2
+    assert rep["error"]["code"] == -32002 and rep["error"]["data"]["km_code"] == 2, rep
     assert "more than code_max (4 KiB)" in rep["error"]["message"]
     assert_state(mgr, "s", "x", 41)
 

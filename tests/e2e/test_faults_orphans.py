@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import apiutil  # noqa: E402
 import kutil  # noqa: E402
 import mgrutil  # noqa: E402
 import sbxutil  # noqa: E402
@@ -62,9 +63,9 @@ s = socket.socket(socket.AF_UNIX)
 s.settimeout(60)
 s.connect(sys.argv[1])
 f = s.makefile("rw")
-f.write(json.dumps({"op": "ping"}) + "\n")
+f.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}) + "\n")
 f.flush()
-print(f.readline())
+print(json.dumps(json.loads(f.readline())["result"]))
 """
 
 
@@ -115,22 +116,23 @@ class KM:
         assert p.poll() is None, p.stderr.read()
         return p
 
-    def ask(self, req, timeout=60):
-        """One request on the daemon's socket (as root: any uid may not
-        connect, so nobody's daemon is asked through the CLI instead)."""
+    def ask(self, method, params=None, timeout=60):
+        """One API request on the daemon's socket; its result (or the error
+        response). As root: any uid may not connect, so nobody's daemon is
+        asked through a helper running as nobody instead."""
         s = socket.socket(socket.AF_UNIX)
         s.settimeout(timeout)
         try:
             s.connect(str(self.home / "kernelmgr.sock"))
             f = s.makefile("rw")
-            f.write(json.dumps(req) + "\n")
+            f.write(apiutil.line(method, params))
             f.flush()
             while True:
                 line = f.readline()
                 assert line, "daemon closed the connection"
                 o = json.loads(line)
-                if "event" not in o:
-                    return o
+                if apiutil.is_response(o):
+                    return apiutil.unwrap(o)
         finally:
             s.close()
 
@@ -146,7 +148,7 @@ class KM:
             except (ValueError, KeyError):
                 return 0
         try:
-            return self.ask({"op": "ping"})["pool"]["ready"]
+            return self.ask("ping")["pool"]["ready"]
         except (OSError, AssertionError, KeyError):
             return 0
 

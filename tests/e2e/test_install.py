@@ -364,7 +364,7 @@ def test_warm_pool_sessions_see_their_packages(mgr, index):
     al = allowlist_file(mgr, index)
     daemon = start_daemon(mgr, "--pool", "1")
     try:
-        poll(lambda: ask(mgr, {"op": "ping"})["pool"], lambda p: p["ready"] == 1, 120)
+        poll(lambda: ask(mgr, "ping")["pool"], lambda p: p["ready"] == 1, 120)
         out = sdk(mgr, [
             call("code_exec", {"code": "before = 1", "language": "python", "session": "pooled"}),
             install("pooled", "pip", ["tinypkg"]),
@@ -375,7 +375,7 @@ def test_warm_pool_sessions_see_their_packages(mgr, index):
         assert ok_result(out["steps"][1])["isError"] is False, text_of(ok_result(out["steps"][1]))
         assert "value 42 1" in text_of(ok_result(out["steps"][2])), out["steps"][2]
 
-        poll(lambda: ask(mgr, {"op": "ping"})["pool"], lambda p: p["ready"] == 1, 120)
+        poll(lambda: ask(mgr, "ping")["pool"], lambda p: p["ready"] == 1, 120)
         out = sdk(mgr, [
             install("early", "pip", ["tinypkg"]),
             call("code_exec", {"code": "import tinypkg\nprint('value', tinypkg.VALUE)",
@@ -387,3 +387,31 @@ def test_warm_pool_sessions_see_their_packages(mgr, index):
     finally:
         mgr.run("serve", "--stop", timeout=30)
         daemon.wait(timeout=30)
+
+
+def test_cli_install(mgr, index, tmp_path):
+    """`kernelmgr install` is the same API call as install_packages: the
+    same refusals, and packages the session's running kernel imports."""
+    need_kernel("python")
+    p = mgr.run("install", "--session", "cli", "tinypkg")
+    assert p.returncode == 2 and "nothing was installed" in p.stderr, p.stderr
+    p = mgr.run("install", "--session", "cli", "--manager", "cargo", "x")
+    assert p.returncode == 2 and "--manager" in p.stderr, p.stderr
+    p = mgr.run("install", "--session", "cli")
+    assert p.returncode == 2 and "package" in p.stderr, p.stderr
+    al = allowlist_file(mgr, index)
+    rc, res, p = mgr.exec("cli", "before = 1", "--lang", "python")
+    assert rc == 0, p.stderr
+    p = mgr.run("install", "--session", "cli", "--allowlist", al, "notlisted")
+    assert p.returncode == 2 and "notlisted" in p.stderr and "nothing was installed" in p.stderr, \
+        p.stderr
+    p = mgr.run("install", "--session", "cli", "--allowlist", al, "--json", "tinypkg",
+                timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert {"name": "tinypkg", "version": "1.0"} in json.loads(p.stdout)["installed"]
+    rc, res, p = mgr.exec("cli", "import tinypkg\nprint('value', tinypkg.VALUE, before)",
+                          "--lang", "python")
+    assert rc == 0 and res[0]["stdout"] == "value 42 1\n", (p.stderr, res)
+    # close takes the packages with the session
+    assert mgr.run("close", "cli").returncode == 0
+    assert not (mgr.home / "packages" / "cli").exists()

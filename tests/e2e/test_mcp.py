@@ -80,7 +80,10 @@ def test_initialize_and_list_tools(mgr):
     ce = tools["code_exec"]["inputSchema"]
     assert ce["required"] == ["code"]
     assert ce["properties"]["language"]["enum"] == ["python", "bash", "auto"]
-    assert set(ce["properties"]) == {"code", "language", "session", "timeout_s", "env"}
+    # the session options (applied when the call creates the session)
+    assert set(ce["properties"]) == {"code", "language", "session", "timeout_s", "env",
+                                     "network", "memory", "cpus", "cpu_time", "python",
+                                     "sandbox"}
     assert ce["properties"]["env"]["additionalProperties"] == {"type": "string"}
     assert tools["install_packages"]["inputSchema"]["properties"]["manager"]["enum"] == \
         ["pip", "npm"]
@@ -501,3 +504,49 @@ def test_session_tools(mgr):
     assert ok_result(s[8])["isError"] is True
     r = ok_result(s[9])
     assert r["isError"] is True and "invalid session name" in text_of(r)
+
+
+def test_session_options_through_mcp(mgr):
+    """code_exec and write_file take the session options where they create
+    the session (the daemon applies and validates them); those that relax
+    the sandbox need the operator's --allow-unsafe-session-options."""
+    need_kernel("bash")
+    out = sdk(mgr, [
+        call("code_exec", {"code": "echo made", "language": "bash", "session": "opt",
+                           "memory": "256M", "env": {"OPT": "1"}}),
+        call("code_exec", {"code": "echo again", "language": "bash", "session": "opt",
+                           "memory": "512M"}),
+        call("write_file", {"session": "wopt", "path": "a.txt", "content": "x",
+                            "memory": "300M"}),
+        call("code_exec", {"code": "echo no", "language": "bash", "session": "net",
+                           "network": "on"}),
+        call("code_exec", {"code": "echo no", "language": "bash", "session": "nos",
+                           "sandbox": "none"}),
+        call("code_exec", {"code": "echo no", "language": "bash", "session": "bad",
+                           "memory": "1K"}),
+        call("list_sessions", {}),
+    ])
+    s = out["steps"]
+    assert ok_result(s[0])["isError"] is False, text_of(s[0]["result"])
+    # an existing session keeps its options, and says so
+    r = ok_result(s[1])
+    assert r["isError"] is False and "memory" in text_of(r) and "ignored" in text_of(r), \
+        text_of(r)
+    assert ok_result(s[2])["isError"] is False, text_of(s[2]["result"])
+    for i in (3, 4):
+        r = ok_result(s[i])
+        assert r["isError"] is True and "--allow-unsafe-session-options" in text_of(r), \
+            text_of(r)
+    r = ok_result(s[5])
+    assert r["isError"] is True and 'field "memory"' in text_of(r), text_of(r)
+    names = {x["name"] for x in ok_result(s[6])["structuredContent"]["sessions"]}
+    assert {"opt", "wopt"} <= names and not names & {"net", "nos", "bad"}, names
+    # the session's own record has the memory it was created with
+    saved = json.loads((mgr.home / "sessions" / "opt" / "session.json").read_text())
+    assert saved["options"]["memory"] == 256 << 20, saved
+    # the operator may allow the relaxing ones
+    out = sdk(mgr, [call("code_exec", {"code": "echo yes", "language": "bash",
+                                       "session": "net", "network": "on"})],
+              server_args=["--allow-unsafe-session-options"])
+    r = ok_result(out["steps"][0])
+    assert r["isError"] is False and "yes" in text_of(r), text_of(r)

@@ -450,14 +450,18 @@ def test_daemon_protocol_errors(mgr):
             f.flush()
             return json.loads(f.readline())
 
-        assert ask("not json")["ok"] is False
-        assert ask('{"op": "nope"}')["error"]["code"] == 2
-        assert ask('{"op": "exec", "session": "x"}')["error"]["code"] == 2
-        assert ask('{"op": "close", "session": "ghost", "id": 7}') == {
-            "id": 7, "ok": False,
-            "error": {"code": 3, "message": 'no session named "ghost"'}}
-        r = ask('{"op": "ping", "id": "p"}')
-        assert r["ok"] is True and r["id"] == "p"
+        # JSON-RPC 2.0 (docs/API.md): standard errors, then the server range
+        assert ask("not json")["error"]["code"] == -32700
+        assert ask('{"jsonrpc": "2.0", "id": 1, "method": "nope"}')["error"]["code"] == -32601
+        r = ask('{"jsonrpc": "2.0", "id": 2, "method": "exec", "params": {"session": "x"}}')
+        assert r["error"]["code"] == -32602 and 'missing field "code"' in r["error"]["message"]
+        assert ask('{"jsonrpc": "2.0", "id": 7, "method": "close", '
+                   '"params": {"session": "ghost"}}') == {
+            "jsonrpc": "2.0", "id": 7,
+            "error": {"code": -32003, "message": 'no session named "ghost"',
+                      "data": {"km_code": 3}}}
+        r = ask('{"jsonrpc": "2.0", "method": "ping", "id": "p"}')
+        assert r["id"] == "p" and r["result"]["api_version"] == 1
         s.close()
     finally:
         p.terminate()

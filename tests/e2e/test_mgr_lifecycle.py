@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import apiutil  # noqa: E402
 import mgrutil  # noqa: E402
 
 needs_kernels = pytest.mark.skipif(
@@ -22,21 +23,22 @@ needs_kernels = pytest.mark.skipif(
     reason="build/kernel-python and build/kernel-bash not built")
 
 
-def ask(mgr, req, timeout=30):
-    """One request on the daemon's socket; returns the final reply line."""
+def ask(mgr, method, params=None, timeout=30):
+    """One API request on the daemon's socket; returns its result (or the
+    error response)."""
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(timeout)
     try:
         s.connect(str(mgr.home / "kernelmgr.sock"))
         f = s.makefile("rw")
-        f.write(json.dumps(req) + "\n")
+        f.write(apiutil.line(method, params))
         f.flush()
         while True:
             line = f.readline()
             assert line, "daemon closed the connection"
             o = json.loads(line)
-            if "event" not in o:
-                return o
+            if apiutil.is_response(o):
+                return apiutil.unwrap(o)
     finally:
         s.close()
 
@@ -76,7 +78,7 @@ def kernel_pid(mgr, name, lang):
 def test_warm_pool_serves_first_execution_and_refills(make_mgr):
     mgr = make_mgr()
     start_daemon(mgr, "--pool", "1")
-    pool = poll(lambda: ask(mgr, {"op": "ping"})["pool"], lambda p: p["ready"] == 1)
+    pool = poll(lambda: ask(mgr, "ping")["pool"], lambda p: p["ready"] == 1)
     assert pool["size"] == 1
     (entry,) = pool["entries"]
     assert entry["python"] and entry["bash"]
@@ -95,7 +97,7 @@ def test_warm_pool_serves_first_execution_and_refills(make_mgr):
     assert kernel_pid(mgr, "w1", "bash") == entry["bash"]
 
     # the pool refills with new kernels, and the next session gets those
-    pool = poll(lambda: ask(mgr, {"op": "ping"})["pool"],
+    pool = poll(lambda: ask(mgr, "ping")["pool"],
                 lambda p: p["ready"] == 1 and p["entries"][0]["python"] != entry["python"])
     (entry2,) = pool["entries"]
     rc, res, _ = mgr.exec("w2", "'v' in globals()")
@@ -301,16 +303,16 @@ def test_doctor_reports_sandbox_python_and_versions(make_mgr):
 def test_warm_pool_yields_to_sessions_under_max_kernels(make_mgr):
     mgr = make_mgr({"max_kernels": 2})
     start_daemon(mgr, "--pool", "1")
-    poll(lambda: ask(mgr, {"op": "ping"})["pool"], lambda p: p["ready"] == 1)
+    poll(lambda: ask(mgr, "ping")["pool"], lambda p: p["ready"] == 1)
     # a session that cannot use the pool (other options) needs room: the
     # pool's kernels go first, and that costs the session nothing
     rc, res, p = mgr.exec("own", "1 + 1", "--memory", "512M")
     assert rc == 0, p.stderr
     assert res[0]["kernel"]["restarted"] is False
-    pool = ask(mgr, {"op": "ping"})["pool"]
+    pool = ask(mgr, "ping")["pool"]
     assert pool["ready"] == 0 and pool["live_kernels"] <= 2
     # and the pool does not refill past the cap (nor push the session out)
     time.sleep(1.5)  # a few refill rounds; nothing timed is asserted
-    pool = ask(mgr, {"op": "ping"})["pool"]
+    pool = ask(mgr, "ping")["pool"]
     assert pool["ready"] == 0 and pool["live_kernels"] == 1
     assert kernel_pid(mgr, "own", "python")

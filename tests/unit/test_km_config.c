@@ -94,12 +94,56 @@ static void sizes(void **state)
     assert_int_equal(kmcfg_load_file(&(kmcfg){0}, "/nonexistent/x.json", 0, (char[64]){0}, 64), 0);
 }
 
+/* "cpus" and "cpu_time": off by default, numbers in range, null or 0 for
+ * none, kept by the JSON round trip; anything else refused with a reason. */
+static void cpu_limits(void **state)
+{
+    (void)state;
+    kmcfg c;
+    kmcfg_defaults(&c);
+    assert_true(c.cpus == 0 && c.cpu_time == 0);
+    char err[256] = "";
+    assert_int_equal(apply(&c, "{\"cpus\": 0.5, \"cpu_time\": 2}", err, sizeof err), 0);
+    assert_true(c.cpus == 0.5 && c.cpu_time == 2);
+    json_t *j = kmcfg_to_json(&c);
+    assert_true(json_real_value(json_object_get(j, "cpus")) == 0.5);
+    kmcfg d;
+    kmcfg_defaults(&d);
+    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0);
+    json_decref(j);
+    assert_true(d.cpus == 0.5 && d.cpu_time == 2);
+    assert_int_equal(apply(&d, "{\"cpus\": null, \"cpu_time\": 0}", err, sizeof err), 0);
+    assert_true(d.cpus == 0 && d.cpu_time == 0);
+    j = kmcfg_to_json(&d);
+    assert_true(json_is_null(json_object_get(j, "cpus")));
+    assert_true(json_is_null(json_object_get(j, "cpu_time")));
+    json_decref(j);
+    static const struct {
+        const char *json, *expect;
+    } bad[] = {
+        {"{\"cpus\": -1}", "cpus: must be between 0 and 4096"},
+        {"{\"cpus\": 0.001}", "cpus: must be 0 (no cap) or at least 0.01 CPUs"},
+        {"{\"cpus\": \"2\"}", "cpus: must be a number"},
+        {"{\"cpu_time\": -3}", "cpu_time: must be between"},
+        {"{\"cpu_time\": 0.0001}", "cpu_time: must be 0 (no budget) or at least 0.001 seconds"},
+        {"{\"cpu_time\": true}", "cpu_time: must be a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        kmcfg_defaults(&c);
+        err[0] = 0;
+        assert_int_equal(apply(&c, bad[i].json, err, sizeof err), -1);
+        if (!strstr(err, bad[i].expect))
+            fail_msg("%s: got \"%s\", want \"%s\"", bad[i].json, err, bad[i].expect);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults_and_valid),
         cmocka_unit_test(invalid_names_key_and_reason),
         cmocka_unit_test(sizes),
+        cmocka_unit_test(cpu_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
