@@ -386,6 +386,10 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             if (!json_is_boolean(v))
                 return fail(err, errlen, key, "must be true or false");
             cfg->http_insecure = json_is_true(v);
+        } else if (!strcmp(key, "http_allow_unsafe_session_options")) {
+            if (!json_is_boolean(v))
+                return fail(err, errlen, key, "must be true or false");
+            cfg->http_allow_unsafe = json_is_true(v);
         } else if (!strcmp(key, "http_max_body")) {
             if (get_size(v, key, 1024, 1ull << 30, &cfg->http_max_body, err, errlen))
                 return -1;
@@ -517,6 +521,8 @@ json_t *kmcfg_to_json(const kmcfg *cfg)
         json_object_set_new(o, "http_origin",
                             cfg->http_origin[0] ? json_string(cfg->http_origin) : json_null());
         json_object_set_new(o, "http_insecure", json_boolean(cfg->http_insecure));
+        json_object_set_new(o, "http_allow_unsafe_session_options",
+                            json_boolean(cfg->http_allow_unsafe));
         json_object_set_new(o, "http_max_body", json_integer((json_int_t)cfg->http_max_body));
         json_object_set_new(o, "http_max_message", json_integer((json_int_t)cfg->http_max_message));
         json_object_set_new(o, "http_max_pending", json_integer((json_int_t)cfg->http_max_pending));

@@ -64,6 +64,8 @@ typedef struct kmcfg {
     char http_tls_key[1024];       /* "http_tls_key": PEM file */
     char http_origin[512];         /* "http_origin": another allowed WebSocket Origin */
     int http_insecure;             /* "http_insecure": non-loopback without TLS */
+    int http_allow_unsafe;         /* "http_allow_unsafe_session_options": the API over HTTP
+                                      may relax the sandbox (gwapi.h) */
     uint64_t http_max_body;        /* "http_max_body": request body bytes (1M) */
     uint64_t http_max_message;     /* "http_max_message": WebSocket message bytes (64M) */
     uint64_t http_max_pending;     /* "http_max_pending": bytes a client may leave unread (64M) */

@@ -1493,6 +1493,7 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
             .max_pending = (size_t)cfg->http_max_pending,
             .max_connections = cfg->http_max_connections,
             .rate = cfg->http_rate,
+            .allow_unsafe = cfg->http_allow_unsafe,
         };
         char why[512];
         gw = gateway_start(daemon_mgr, &go, why, sizeof why);

@@ -9,6 +9,7 @@
  * a relay (gwrelay.c) with its own thread and ZeroMQ sockets.
  */
 #include "kernelmgr/gateway.h"
+#include "kernelmgr/gwapi.h"
 #include "kernelmgr/gwrelay.h"
 #include "kernelmgr/gwwire.h"
 
@@ -58,6 +59,7 @@ typedef struct gw_conn {
     char kernel_id[40];
     char *cf; /* the connection file the relay was made from */
     gwrelay *relay;
+    gwapi_conn *api; /* instead of relay: /api/kernelmgr/ws, the kernelmgr API */
     unsigned char *rx;
     size_t rx_len, rx_cap;
     int rx_too_big;
@@ -531,6 +533,26 @@ static void route(gw_job *j, char *segs[5], int n)
         respond(j, 404, error_body("Not Found", "no such kernelspec resource"));
         return;
     }
+    if (!strcmp(segs[1], "kernelmgr") && n == 2) {
+        if (!post) {
+            respond(j, 405,
+                    error_body("Method Not Allowed", "POST a JSON-RPC 2.0 request here "
+                                                     "(docs/API.md)"));
+            return;
+        }
+        json_error_t je;
+        json_t *req = json_loadb((const char *)j->body, j->body_len, 0, &je);
+        if (!req) {
+            respond(j, 200,
+                    json_text(json_pack("{s:s s:n s:{s:i s:s}}", "jsonrpc", "2.0", "id", "error",
+                                        "code", -32700, "message", "parse error")));
+            return;
+        }
+        json_t *refused = gwapi_check(req, g->o.allow_unsafe);
+        respond(j, 200, json_text(refused ? refused : gwapi_call(g->home, req, g->o.max_pending)));
+        json_decref(req);
+        return;
+    }
     if (strcmp(segs[1], "kernels")) {
         respond(j, 404, error_body("Not Found", "no such resource: %s", j->path));
         return;
@@ -831,6 +853,9 @@ static void relay_wake(void *ud)
 }
 
 /* The kernel id of ".../api/kernels/ID/channels", or -1. */
+#define GW_API_PATH "/api/kernelmgr"
+#define GW_API_WS_PATH "/api/kernelmgr/ws"
+
 static int channels_path(const char *uri, char id[40])
 {
     const char *pre = "/api/kernels/";
@@ -849,7 +874,8 @@ static int channels_path(const char *uri, char id[40])
 static int confirm_upgrade(struct lws *wsi, gateway *g)
 {
     char uri[1024], id[40], why[512];
-    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || channels_path(uri, id)) {
+    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 ||
+        (channels_path(uri, id) && strcmp(uri, GW_API_WS_PATH))) {
         lws_return_http_status(wsi, 404, "no WebSocket here: use /api/kernels/ID/channels");
         return 1;
     }
@@ -922,8 +948,24 @@ static int ws_established(struct lws *wsi, gw_conn *c, gateway *g)
     c->is_ws = 1;
     const struct lws_protocols *pr = lws_get_protocol(wsi);
     c->form = pr && pr->name && !strcmp(pr->name, GW_SUBPROTOCOL_V1) ? GW_FORM_V1 : GW_FORM_JSON;
-    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 ||
-        channels_path(uri, c->kernel_id))
+    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0)
+        return -1;
+    if (!strcmp(uri, GW_API_WS_PATH)) {
+        char why[300];
+        snprintf(c->kernel_id, sizeof c->kernel_id, "api");
+        c->api = gwapi_open(g->home, g->o.max_pending, g->o.allow_unsafe, relay_wake, g, why,
+                            sizeof why);
+        if (!c->api) {
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, (unsigned char *)why,
+                             strlen(why) > 120 ? 120 : strlen(why));
+            return -1;
+        }
+        c->next = g->ws;
+        g->ws = c;
+        g->n_ws++;
+        return 0;
+    }
+    if (channels_path(uri, c->kernel_id))
         return -1;
     gw_kernel gk = {0};
     char why[600] = "";
@@ -958,7 +1000,7 @@ static int ws_established(struct lws *wsi, gw_conn *c, gateway *g)
 static int ws_receive(struct lws *wsi, gw_conn *c, const void *in, size_t len)
 {
     gateway *g = c->g;
-    if (!c->relay)
+    if (!c->relay && !c->api)
         return -1;
     if (lws_is_first_fragment(wsi)) {
         c->rx_len = 0;
@@ -1006,6 +1048,15 @@ static int ws_receive(struct lws *wsi, gw_conn *c, const void *in, size_t len)
         lws_callback_on_writable(wsi);
         return 0;
     }
+    if (c->api) {
+        if (gwapi_send(c->api, (const char *)c->rx, c->rx_len)) {
+            gwapi_failed(c->api, why, sizeof why);
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why,
+                             strlen(why) > 120 ? 120 : strlen(why));
+            return -1;
+        }
+        return 0;
+    }
     jp_channel ch;
     jmsg *m = NULL;
     char err[300];
@@ -1036,9 +1087,36 @@ static int ws_writeable(struct lws *wsi, gw_conn *c)
         lws_close_reason(wsi, c->close_status, (unsigned char *)c->close_why, strlen(c->close_why));
         return -1;
     }
+    char why[256];
+    if (c->api) {
+        char *line;
+        size_t n;
+        if (gwapi_pop(c->api, &line, &n)) {
+            if (LWS_PRE + n > c->tx_cap) {
+                unsigned char *nb = realloc(c->tx, LWS_PRE + n);
+                if (!nb) {
+                    free(line);
+                    return -1;
+                }
+                c->tx = nb;
+                c->tx_cap = LWS_PRE + n;
+            }
+            memcpy(c->tx + LWS_PRE, line, n);
+            free(line);
+            if (lws_write(wsi, c->tx + LWS_PRE, n, LWS_WRITE_TEXT) < (int)n)
+                return -1;
+            lws_callback_on_writable(wsi);
+            return 0;
+        }
+        if (gwapi_failed(c->api, why, sizeof why)) {
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)why,
+                             strlen(why) > 120 ? 120 : strlen(why));
+            return -1;
+        }
+        return 0;
+    }
     if (!c->relay)
         return -1;
-    char why[256];
     unsigned char *data;
     size_t len;
     int binary;
@@ -1074,6 +1152,7 @@ static void ws_closed(gw_conn *c)
         return;
     ws_unlink(c->g, c);
     gwrelay_destroy(&c->relay);
+    gwapi_close(&c->api);
     free(c->rx);
     free(c->tx);
     free(c->cf);
@@ -1175,7 +1254,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_SERVER_WRITEABLE:
         return ws_writeable(wsi, c);
     case LWS_CALLBACK_TIMER:
-        if (c && c->is_ws && g) {
+        if (c && c->is_ws && g && !c->api) {
             gw_kernel gk = {0};
             if (find_kernel(g, c->kernel_id, &gk) == 0)
                 ws_follow(g, c, gk.session, gk.lang);

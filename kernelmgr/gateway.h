@@ -22,6 +22,10 @@
  *                                       409 for an agent's session
  *   POST   /api/kernels/ID/interrupt    204
  *   POST   /api/kernels/ID/restart      200 model
+ *   POST   /api/kernelmgr               one JSON-RPC 2.0 request of the kernelmgr API
+ *                                       (docs/API.md) -> its response (gwapi.h)
+ *   GET    /api/kernelmgr/ws            WebSocket: JSON-RPC requests, responses and
+ *                                       streamed exec events, one per text message
  *   GET    /api/kernels/ID/channels     WebSocket (JSON form, or the
  *                                       v1.kernel.websocket.jupyter.org
  *                                       subprotocol): relayed to the kernel
@@ -56,6 +60,7 @@ typedef struct gateway_opts {
     unsigned max_connections; /* WebSocket connections at once (0 = 64) */
     double rate;              /* messages + requests per second per connection (0 = 500;
                                  bursts of twice that) */
+    int allow_unsafe;         /* the kernelmgr API may relax the sandbox (gwapi.h) */
 } gateway_opts;
 
 typedef struct gateway gateway;

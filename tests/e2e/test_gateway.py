@@ -522,3 +522,73 @@ def test_jupyter_server_gateway_client(gw, jupyter_server):
     # closing the notebook on the agent's kernel leaves the agent's state
     call("DELETE", f"/api/sessions/{s['id']}")
     agent_works(gw)
+
+
+# ------------------------------------------------------------------ the kernelmgr API over HTTP
+
+def rpc(method, params=None, id=1):
+    return {"jsonrpc": "2.0", "id": id, "method": method, "params": params or {}}
+
+
+def test_api_over_http_post(gw):
+    st, r = gw.req("POST", "/api/kernelmgr", rpc("exec", {"session": "agent",
+                                                          "code": "print(x + 1)"}))
+    assert st == 200 and r["id"] == 1, r
+    assert "42" in r["result"]["results"][0]["stdout"], r
+    st, r = gw.req("POST", "/api/kernelmgr", rpc("files.write", {
+        "session": "remote", "path": "a.txt", "content": "hello", "create": True}, id="w"))
+    assert st == 200 and r["id"] == "w" and "result" in r, r
+    st, r = gw.req("POST", "/api/kernelmgr", rpc("files.read", {"session": "remote",
+                                                                "path": "a.txt"}))
+    assert r["result"]["content"] == "hello", r
+    # the daemon's own validation answers, unchanged
+    st, r = gw.req("POST", "/api/kernelmgr", rpc("close", {"session": "remote", "kep": True}))
+    assert r["error"]["code"] == -32602 and "kep" in r["error"]["message"], r
+    assert gw.req("POST", "/api/kernelmgr", token=None, body=rpc("ping"))[0] == 401
+    assert gw.req("GET", "/api/kernelmgr")[0] == 405
+    st, r = gw.req("POST", "/api/kernelmgr", raw=b"{not json")
+    assert r["error"]["code"] == -32700, r
+
+
+@pytest.mark.parametrize("method,params,why", [
+    ("shutdown", {}, "operator"),
+    ("connection_file", {"session": "agent"}, "host path"),
+    ("exec", {"session": "s2", "code": "1", "sandbox": "none"}, "sandbox"),
+    ("session.create", {"session": "s3", "network": "on"}, "network"),
+    ("session.create", {"session": "s4", "workspace": "/etc"}, "workspace"),
+    ("session.create", {"session": "s5", "python": "/usr/bin/python3"}, "python"),
+    ("exec", {"session": "agent", "code": "1", "raw_text": True}, "raw_text"),
+])
+def test_api_over_http_refuses_what_relaxes_the_host(gw, method, params, why):
+    st, r = gw.req("POST", "/api/kernelmgr", rpc(method, params))
+    assert st == 200 and r["error"]["code"] == -32602 and why in r["error"]["message"], r
+    # nothing happened: the daemon serves, no such session was made
+    listed = json.loads(gw.m.run("sessions", "--json").stdout or "[]")
+    names = [s["name"] for s in (listed if isinstance(listed, list) else listed.get("sessions", []))]
+    assert not {"s2", "s3", "s4", "s5"} & set(names), names
+    agent_works(gw)
+
+
+def test_api_over_websocket_streams_exec_events(gw):
+    ws = websocket.create_connection(gw.url.replace("http", "ws", 1) + "/api/kernelmgr/ws",
+                                     header=[f"Authorization: token {gw.token}"], timeout=60)
+    try:
+        ws.send(json.dumps(rpc("exec", {"session": "agent", "stream": True,
+                                        "code": "for i in range(3): print('line', i, flush=True)"},
+                               id=7)))
+        events, resp = [], None
+        while resp is None:
+            m = json.loads(ws.recv())
+            if m.get("method") == "event":
+                events.append(m["params"])
+            elif m.get("id") == 7:
+                resp = m
+        assert resp["result"]["results"][0]["stdout"] == "line 0\nline 1\nline 2\n", resp
+        text = "".join(e.get("text", "") for e in events if e["event"] == "stream")
+        assert "line 2" in text and all(e["request_id"] == 7 for e in events), events
+        ws.send(json.dumps(rpc("shutdown", id=8)))
+        m = json.loads(ws.recv())
+        assert m["id"] == 8 and m["error"]["code"] == -32602, m
+    finally:
+        ws.close()
+    agent_works(gw)

@@ -1,0 +1,49 @@
+/*
+ * gwapi.h — the kernelmgr API (docs/API.md) for remote agents, through the
+ * gateway: each JSON-RPC request from an HTTP client is checked here and
+ * passed to the daemon's own unix socket, so HTTP clients get exactly the
+ * API local clients get, from the same code.
+ *
+ * What HTTP clients may not do (refused with JSON-RPC error -32602 and a
+ * reason): "shutdown" (the daemon is the operator's), the "raw_text" byte
+ * framing (WebSocket messages are JSON), and the session options that relax
+ * the sandbox or name host paths — "sandbox": "none", "network": "on",
+ * "python", "workspace" — unless the operator allows them
+ * (http_allow_unsafe_session_options), as for MCP.
+ */
+#ifndef KERNELMGR_GWAPI_H
+#define KERNELMGR_GWAPI_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* Checks one request (borrowed). NULL when it may go to the daemon, else a
+ * JSON-RPC error response for it (new). */
+json_t *gwapi_check(const json_t *req, int allow_unsafe);
+
+/* One call: sends req (borrowed, already checked) to the daemon of home and
+ * returns the daemon's JSON-RPC response (new); notifications before it are
+ * dropped. On a failure to talk to the daemon, a JSON-RPC error response. */
+json_t *gwapi_call(const char *home, const json_t *req, size_t max_line);
+
+/* A streaming connection: lines both ways between a WebSocket client and
+ * the daemon, on a thread of its own (wake(ud) when lines wait). */
+typedef struct gwapi_conn gwapi_conn;
+
+/* new: connected to the daemon of home; NULL with a reason in err. */
+gwapi_conn *gwapi_open(const char *home, size_t max_pending, int allow_unsafe, void (*wake)(void *),
+                       void *ud, char *err, size_t errlen);
+void gwapi_close(gwapi_conn **c);
+
+/* Takes one client message (text, len bytes): a JSON-RPC request is checked
+ * and passed on; a refused or malformed one is answered on the connection.
+ * 0, or -1 when the connection has failed (gwapi_failed says why). */
+int gwapi_send(gwapi_conn *c, const char *text, size_t len);
+
+/* The next line for the client: 1 with *line new (free()), 0 none. */
+int gwapi_pop(gwapi_conn *c, char **line, size_t *len);
+
+/* 1 with why when the connection failed (daemon gone, client too slow). */
+int gwapi_failed(gwapi_conn *c, char *why, size_t len);
+
+#endif
