@@ -1077,6 +1077,27 @@ static int ws_receive(struct lws *wsi, gw_conn *c, const void *in, size_t len)
     return 0;
 }
 
+/* Writes one frame (data stolen) behind LWS_PRE bytes of headroom and asks
+ * for the next writeable callback (more may wait). 0 or -1 (close). */
+static int ws_write_frame(struct lws *wsi, gw_conn *c, unsigned char *data, size_t len, int binary)
+{
+    if (LWS_PRE + len > c->tx_cap) {
+        unsigned char *nb = realloc(c->tx, LWS_PRE + len);
+        if (!nb) {
+            free(data);
+            return -1;
+        }
+        c->tx = nb;
+        c->tx_cap = LWS_PRE + len;
+    }
+    memcpy(c->tx + LWS_PRE, data, len);
+    free(data);
+    if (lws_write(wsi, c->tx + LWS_PRE, len, binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT) < (int)len)
+        return -1;
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
 static int ws_writeable(struct lws *wsi, gw_conn *c)
 {
     if (c->closing) {
@@ -1091,23 +1112,8 @@ static int ws_writeable(struct lws *wsi, gw_conn *c)
     if (c->api) {
         char *line;
         size_t n;
-        if (gwapi_pop(c->api, &line, &n)) {
-            if (LWS_PRE + n > c->tx_cap) {
-                unsigned char *nb = realloc(c->tx, LWS_PRE + n);
-                if (!nb) {
-                    free(line);
-                    return -1;
-                }
-                c->tx = nb;
-                c->tx_cap = LWS_PRE + n;
-            }
-            memcpy(c->tx + LWS_PRE, line, n);
-            free(line);
-            if (lws_write(wsi, c->tx + LWS_PRE, n, LWS_WRITE_TEXT) < (int)n)
-                return -1;
-            lws_callback_on_writable(wsi);
-            return 0;
-        }
+        if (gwapi_pop(c->api, &line, &n))
+            return ws_write_frame(wsi, c, (unsigned char *)line, n, 0);
         if (gwapi_failed(c->api, why, sizeof why)) {
             lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)why,
                              strlen(why) > 120 ? 120 : strlen(why));
@@ -1120,24 +1126,8 @@ static int ws_writeable(struct lws *wsi, gw_conn *c)
     unsigned char *data;
     size_t len;
     int binary;
-    if (gwrelay_pop(c->relay, &data, &len, &binary)) {
-        if (LWS_PRE + len > c->tx_cap) {
-            unsigned char *nb = realloc(c->tx, LWS_PRE + len);
-            if (!nb) {
-                free(data);
-                return -1;
-            }
-            c->tx = nb;
-            c->tx_cap = LWS_PRE + len;
-        }
-        memcpy(c->tx + LWS_PRE, data, len);
-        free(data);
-        if (lws_write(wsi, c->tx + LWS_PRE, len, binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT) <
-            (int)len)
-            return -1;
-        lws_callback_on_writable(wsi); /* more may wait */
-        return 0;
-    }
+    if (gwrelay_pop(c->relay, &data, &len, &binary))
+        return ws_write_frame(wsi, c, data, len, binary);
     if (gwrelay_failed(c->relay, why, sizeof why)) {
         lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why,
                          strlen(why) > 120 ? 120 : strlen(why));
