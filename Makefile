@@ -17,10 +17,20 @@ WARN      = -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
 ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -I. -Iprotocol $(shell pkg-config --cflags $(PKGS))
 LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 
-# Every .c file except a directory's main.c goes into one static library, so
-# binaries and unit tests link exactly the objects they use.
-LIB_SRC  := $(filter-out %/main.c,$(wildcard common/*.c protocol/*.c kernels/*/*.c kernelmgr/*.c))
+# One static library per layer (every .c file but a directory's main.c), so
+# binaries and unit tests link exactly the objects they use, and the link
+# order (higher layers first) enforces the dependency direction: a lower
+# layer that used a higher one's symbol would not link. The kernels do not
+# link the manager at all.
+LAYER_SRC = $(filter-out %/main.c,$(wildcard $(1)))
+LIB_SRC  := $(call LAYER_SRC,common/*.c protocol/*.c kernels/*/*.c kernelmgr/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_COMMON := $(BUILD)/libcommon.a
+LIB_PROTO  := $(BUILD)/libprotocol.a
+LIB_KERN   := $(BUILD)/libkernels.a
+LIB_MGR    := $(BUILD)/libkm.a
+KERNEL_LIBS := $(LIB_KERN) $(LIB_PROTO) $(LIB_COMMON)
+ALL_LIBS    := $(LIB_MGR) $(KERNEL_LIBS)
 HEADERS  := $(wildcard common/*.h protocol/*.h kernels/*/*.h kernelmgr/*.h)
 BINS     := $(BUILD)/kernelmgr $(BUILD)/kernel-python $(BUILD)/kernel-bash
 SHARE    := $(patsubst kernels/%,$(BUILD)/share/kernelmgr/%,$(wildcard kernels/python/*.py kernels/bash/*.sh))
@@ -35,7 +45,8 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   libclang-rt-14-dev python3 python3-pytest python3-jupyter-client jupyter-console \
   python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \
   python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps \
-  libwebsockets-dev python3-websocket python3-jupyter-server openssl
+  libwebsockets-dev python3-websocket python3-jupyter-server openssl \
+  jupyter-notebook python3-notebook chromium chromium-driver python3-selenium
 
 .PHONY: all deps test check unit unit-bins e2e demo fuzz bench format lint clean
 all: $(BINS) $(SHARE)
@@ -44,24 +55,28 @@ $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/libkm.a: $(LIB_OBJ)
+$(LIB_COMMON): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,common/*.c))
+$(LIB_PROTO): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,protocol/*.c))
+$(LIB_KERN): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,kernels/*/*.c))
+$(LIB_MGR): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,kernelmgr/*.c))
+$(ALL_LIBS):
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/kernelmgr: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/libkm.a
+$(BUILD)/kernelmgr: $(BUILD)/obj/kernelmgr/main.o $(ALL_LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/kernel-python: $(BUILD)/obj/kernels/python/main.o $(BUILD)/libkm.a
+$(BUILD)/kernel-python: $(BUILD)/obj/kernels/python/main.o $(KERNEL_LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/kernel-bash: $(BUILD)/obj/kernels/bash/main.o $(BUILD)/libkm.a
+$(BUILD)/kernel-bash: $(BUILD)/obj/kernels/bash/main.o $(KERNEL_LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/share/kernelmgr/%: kernels/%
 	@mkdir -p $(dir $@)
 	cp $< $@
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkm.a $(HEADERS)
+$(BUILD)/tests/%: tests/unit/%.c $(ALL_LIBS) $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libkm.a -lcmocka $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(ALL_LIBS) -lcmocka $(LDLIBS)
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
