@@ -238,10 +238,20 @@ static json_t *kernel_model(const char *id, const char *session, const char *lan
     char when[40];
     iso8601(json_real_value(json_object_get(sess, "last_used")), when);
     const char *state = json_is_true(json_object_get(sess, "busy")) ? "busy" : "idle";
-    return json_pack("{s:s s:s s:s s:s s:i s:{s:s s:s s:o}}", "id", id, "name", spec_name(lang),
-                     "last_activity", when, "execution_state", k ? state : "dead", "connections", 0,
-                     "kernelmgr", "session", session, "language", lang, "pid",
-                     k ? json_incref(json_object_get(k, "pid")) : json_null());
+    /* A session the gateway did not create is named by its own kernelspec,
+     * so a frontend that saves the kernelspec into the notebook reopens it
+     * on that session, not on a new one. */
+    char *name = NULL;
+    if (strncmp(session, GW_SESSION_PREFIX, strlen(GW_SESSION_PREFIX)) &&
+        asprintf(&name, "%s" GW_SPEC_SEP "%s", spec_name(lang), session) < 0)
+        name = NULL;
+    json_t *m =
+        json_pack("{s:s s:s s:s s:s s:i s:{s:s s:s s:o}}", "id", id, "name",
+                  name ? name : spec_name(lang), "last_activity", when, "execution_state",
+                  k ? state : "dead", "connections", 0, "kernelmgr", "session", session, "language",
+                  lang, "pid", k ? json_incref(json_object_get(k, "pid")) : json_null());
+    free(name);
+    return m;
 }
 
 /* Every kernel of every session: live ones only unless all. new array. */

@@ -11,7 +11,8 @@ Environment:
   BENCH_ONLY=1,3,6     run only these sections (9: start via jupyter_client,
                        10: one-shot `kernelmgr run`, 11: warm-session entry
                        points: CLI exec, daemon socket, MCP, long output;
-                       12: the notebook corpus through nbclient)
+                       12: the notebook corpus through nbclient;
+                       13: `x = 1` through the gateway's kernel WebSocket)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -73,6 +74,7 @@ N = {
     "entry": (30, 300),
     "entry_out": (1, 3),
     "corpus": (1, 3),
+    "gw_rtt": (30, 500),
 }
 
 
@@ -1715,6 +1717,254 @@ def bench_corpus(num):
         "", "", ">= 98 %", verdict(min(pct) >= 98))
 
 
+# ---------------------------------------------------------------- 13. gateway WebSocket
+
+
+def _p90(xs):
+    xs = sorted(xs)
+    return xs[max(0, math.ceil(0.9 * len(xs)) - 1)]
+
+
+def _fmt_p90(xs):
+    return f"{statistics.median(xs):.2f} ms (p90 {_p90(xs):.2f})"
+
+
+class KernelWS:
+    """One kernel WebSocket (the JSON message form, or the v1 binary
+    subprotocol) and the execute round trip a frontend sees."""
+
+    def __init__(self, websocket, url, header=(), v1=False):
+        kw = {"subprotocols": ["v1.kernel.websocket.jupyter.org"]} if v1 else {}
+        self.ws = websocket.create_connection(url, header=list(header), timeout=CELL_TIMEOUT,
+                                              **kw)
+        self.v1 = v1
+        self.timeout_exc = websocket.WebSocketTimeoutException
+
+    def _msg(self, msg_type, content):
+        import uuid
+        return {"header": {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "session": "bench",
+                           "username": "bench", "date": "2026-01-01T00:00:00Z",
+                           "version": "5.3"},
+                "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"}
+
+    def send(self, m):
+        if not self.v1:
+            self.ws.send(json.dumps(m))
+            return
+        parts = [json.dumps(m[k]).encode() for k in ("header", "parent_header", "metadata",
+                                                     "content")]
+        ch = m["channel"].encode()
+        offs = [8 * (len(parts) + 3)]
+        for p in [ch] + parts:
+            offs.append(offs[-1] + len(p))
+        self.ws.send_binary(b"".join([len(offs).to_bytes(8, "little")]
+                                     + [o.to_bytes(8, "little") for o in offs] + [ch] + parts))
+
+    def recv(self):
+        raw = self.ws.recv()
+        if not self.v1 or isinstance(raw, str):
+            return json.loads(raw)
+        n = int.from_bytes(raw[:8], "little")
+        offs = [int.from_bytes(raw[8 * (i + 1):8 * (i + 2)], "little") for i in range(n)]
+        out = {k: json.loads(raw[offs[i + 1]:offs[i + 2]])
+               for i, k in enumerate(("header", "parent_header", "metadata", "content"))}
+        out["channel"] = raw[offs[0]:offs[1]].decode()
+        return out
+
+    def ready(self, deadline=60):
+        """kernel_info_request every 0.5 s until one is answered."""
+        end = time.monotonic() + deadline
+        self.ws.settimeout(0.5)
+        try:
+            while time.monotonic() < end:
+                self.send(self._msg("kernel_info_request", {}))
+                try:
+                    while self.recv()["header"]["msg_type"] != "kernel_info_reply":
+                        pass
+                    return
+                except self.timeout_exc:
+                    pass
+        finally:
+            self.ws.settimeout(CELL_TIMEOUT)
+        raise RuntimeError("no kernel_info_reply over the WebSocket")
+
+    def cell(self, code):
+        """execute_request -> execute_reply and status idle; seconds."""
+        m = self._msg("execute_request", {"code": code, "silent": False,
+                                          "store_history": True, "user_expressions": {},
+                                          "allow_stdin": False, "stop_on_error": True})
+        mid = m["header"]["msg_id"]
+        t0 = time.perf_counter()
+        self.send(m)
+        reply = idle = False
+        while not (reply and idle):
+            r = self.recv()
+            if r["parent_header"].get("msg_id") != mid:
+                continue
+            t = r["header"]["msg_type"]
+            if t == "execute_reply":
+                if r["content"].get("status") != "ok":
+                    raise RuntimeError(f"{code!r} failed: {r['content']}")
+                reply = True
+            elif t == "status" and r["content"].get("execution_state") == "idle":
+                idle = True
+        return time.perf_counter() - t0
+
+    def close(self):
+        self.ws.close()
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _http_json(method, url, headers, body=None, timeout=60):
+    import urllib.request
+    r = urllib.request.Request(url, method=method, headers=headers,
+                               data=None if body is None else json.dumps(body).encode())
+    with urllib.request.urlopen(r, timeout=timeout) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def _wait_file_json(path, deadline=30):
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    raise RuntimeError(f"{path} never written")
+
+
+NODELAY_CONFIG = """
+# bench: TCP_NODELAY on the kernel WebSocket of jupyter_server (not its default)
+from jupyter_server.services.kernels.handlers import ZMQChannelsHandler
+_open = ZMQChannelsHandler.open
+
+
+def open_nodelay(self, *args, **kwargs):
+    self.set_nodelay(True)
+    return _open(self, *args, **kwargs)
+
+
+ZMQChannelsHandler.open = open_nodelay
+"""
+
+
+def _jupyter_server_kernel_ws(websocket, nodelay):
+    """A `jupyter server` (no gateway) with one ipykernel (Debian's
+    /usr/bin/python3) and a KernelWS on its kernel WebSocket: (proc, ws)."""
+    wd = workdir("jsrv")
+    spec = wd / "data" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [REF_PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (ipykernel)", "language": "python"}))
+    (wd / "cfg").mkdir()
+    if nodelay:
+        (wd / "cfg" / "jupyter_server_config.py").write_text(NODELAY_CONFIG)
+    port = _free_port()
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(wd / "cfg"),
+               JUPYTER_DATA_DIR=str(wd / "data"), JUPYTER_RUNTIME_DIR=str(wd / "rt"),
+               HOME=str(wd))
+    srv = subprocess.Popen([REF_PYTHON, "-m", "jupyter_server", "--no-browser",
+                            f"--port={port}", "--port-retries=0", "--ip=127.0.0.1",
+                            "--ServerApp.token=benchtok", "--allow-root",
+                            f"--ServerApp.root_dir={wd}"],
+                           env=env, stdout=open(wd / "server.log", "w"),
+                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    _live.append(srv)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        sh = {"Authorization": "token benchtok"}
+        end = time.monotonic() + 90
+        while True:
+            try:
+                _http_json("GET", base + "/api", sh, timeout=5)
+                break
+            except OSError:
+                if srv.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError("jupyter server did not come up: "
+                                       + (wd / "server.log").read_text()[-300:])
+                time.sleep(0.05)
+        k = _http_json("POST", base + "/api/kernels", sh, {"name": "python3"})
+        return srv, KernelWS(websocket, f"ws://127.0.0.1:{port}/api/kernels/{k['id']}"
+                                        f"/channels?token=benchtok")
+    except BaseException:
+        stop_tree(srv)
+        raise
+
+
+def bench_gateway(num):
+    try:
+        import websocket
+    except ImportError:
+        raise Skip("python3-websocket not installed")
+    if importlib.util.find_spec("jupyter_server") is None:
+        raise Skip("jupyter_server not installed (Debian python3-jupyter-server)")
+    if not binary("kernel-python"):
+        raise Skip("build/kernel-python not built")
+    n = n_of("gw_rtt")
+    d = Daemon(daemon_config(http="127.0.0.1:0"))
+    servers = []
+    conns = {}
+    try:
+        c = DaemonConn(d.sock)
+        e = exec_ok(c.call(rpc("exec", {"session": "bench", "code": "x = 0", "lang": "python"})))
+        c.close()
+        if e:
+            raise RuntimeError(e)
+        url = _wait_file_json(d.home / "http.json")["url"].rstrip("/")
+        tok = (d.home / "http-token").read_text().strip()
+        auth = {"Authorization": f"token {tok}"}
+        kid = next(k["id"] for k in _http_json("GET", url + "/api/kernels", auth)
+                   if k["kernelmgr"]["session"] == "bench")
+        ws_url = url.replace("http", "ws", 1) + f"/api/kernels/{kid}/channels"
+        gw_json, gw_v1 = "kernelmgr gateway (JSON)", "kernelmgr gateway (v1)"
+        for name, v1 in ((gw_json, False), (gw_v1, True)):
+            conns[name] = KernelWS(websocket, ws_url, [f"Authorization: token {tok}"], v1)
+
+        # the reference: a plain `jupyter server` (no gateway) and its own
+        # kernel WebSocket on ipykernel; stock, and with TCP_NODELAY on that
+        # WebSocket (stock jupyter_server leaves Nagle on: with the client's
+        # delayed ACK, ~40 ms of every round trip is waiting, not work)
+        ref, ref_nd = "jupyter_server + ipykernel", "jupyter_server (TCP_NODELAY) + ipykernel"
+        for name, nodelay in ((ref, False), (ref_nd, True)):
+            srv, conns[name] = _jupyter_server_kernel_ws(websocket, nodelay)
+            servers.append(srv)
+
+        lat = {name: [] for name in conns}
+        for c in conns.values():
+            c.ready()
+            for _ in range(20):  # warm up
+                c.cell("x = 1")
+        for _ in range(n):  # interleaved, one cell each per round
+            for name in random.sample(list(conns), len(conns)):
+                lat[name].append(conns[name].cell("x = 1") * 1000)
+        DATA["gateway_ws_rtt_ms"] = {
+            name: dict(stats(v), p90=_p90(v)) for name, v in lat.items()}
+        for ours_, ref_ in ((gw_json, ref), (gw_json, ref_nd), (gw_v1, ref_nd)):
+            o, r = lat[ours_], lat[ref_]
+            row(num, f"`x = 1` round trip (reply + idle) through {ours_} vs {ref_} (JSON); n={n}",
+                _fmt_p90(o), _fmt_p90(r), fx(statistics.median(r) / statistics.median(o)),
+                "(info)")
+        row(num, "Jupyter Kernel Gateway as the reference", "skipped: not packaged in Debian; "
+            "jupyter_server's own kernel WebSocket instead")
+    finally:
+        for c in conns.values():
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001
+                pass
+        for srv in servers:
+            stop_tree(srv)
+        d.close()
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -1778,6 +2028,8 @@ def main():
     section(10, "one-shot `kernelmgr run` (cold) vs bubblewrap + python", bench_run)
     section(11, "entry points on a warm session: CLI, daemon socket, MCP", bench_entry)
     section(12, "notebook corpus through nbclient vs ipykernel", bench_corpus)
+    section(13, "`x = 1` through the gateway's kernel WebSocket vs jupyter_server + ipykernel",
+            bench_gateway)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

@@ -222,7 +222,9 @@ def test_kernelspecs_and_the_agents_kernel_listed(gw):
     assert st == 200 and one["name"] == "kernelmgr-python"
     assert gw.req("GET", "/api/kernelspecs/nope")[0] == 404
     k = gw.kernel_of("agent")
-    assert k and k["name"] == "kernelmgr-python" and k["execution_state"] in ("idle", "busy")
+    # named by the session's own kernelspec: a saved notebook reopens on it
+    assert k and k["name"] == "kernelmgr-python--agent" and k["execution_state"] in ("idle",
+                                                                                    "busy")
     assert isinstance(k["kernelmgr"]["pid"], int)
     uuid.UUID(k["id"])
     st, same = gw.req("GET", f"/api/kernels/{k['id']}")
