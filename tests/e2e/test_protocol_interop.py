@@ -28,8 +28,9 @@ def jp_tool(tmp_path_factory):
     flags = subprocess.run(
         ["pkg-config", "--cflags", "--libs", "libzmq", "libsodium", "jansson"],
         check=True, capture_output=True, text=True).stdout.split()
-    sources = sorted(str(p) for p in (ROOT / "protocol").glob("*.c"))
-    subprocess.run([cc, "-std=gnu11", "-D_GNU_SOURCE", "-O1", "-g", "-I", str(ROOT / "protocol"),
+    # protocol/ and the one layer below it (common/)
+    sources = sorted(str(p) for d in ("common", "protocol") for p in (ROOT / d).glob("*.c"))
+    subprocess.run([cc, "-std=gnu11", "-D_GNU_SOURCE", "-O1", "-g", "-I", str(ROOT), "-I", str(ROOT / "protocol"),
                     "-o", str(out), str(ROOT / "tests/tools/jp_tool.c"), *sources, *flags],
                    check=True, timeout=180)
     return str(out)
