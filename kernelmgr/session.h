@@ -1,6 +1,7 @@
 /*
- * session.h — internals shared by session.c (which implements km.h) and
- * export.c: where a session keeps its files.
+ * session.h — internals shared by the manager's files (session.c, which
+ * implements km.h, session_store.c, export.c): where a session keeps its
+ * files. The manager's shared state is in session_int.h.
  *
  *   $KERNELMGR_HOME/sessions/NAME/session.json   options, kernels (pids)
  *   $KERNELMGR_HOME/sessions/NAME/history.jsonl  one executed block per line
