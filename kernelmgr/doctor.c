@@ -4,7 +4,7 @@
 #include "kernelmgr/doctor.h"
 #include "kernelmgr/klaunch.h"
 #include "kernels/python/pydetect.h"
-#include "kernels/sandbox/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #include <seccomp.h>
 #include <sodium.h>

@@ -3,7 +3,7 @@
  *
  * The report answers the questions one asks before trusting a sandbox: which
  * protections the strict level gets here (sandbox_check/sandbox_protections
- * of kernels/sandbox), which Python the python kernel would run (the same
+ * of sandbox), which Python the python kernel would run (the same
  * detection as the kernel, kernels/python/pydetect), which bash, and the
  * versions of the libraries linked in.
  */

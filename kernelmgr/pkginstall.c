@@ -14,7 +14,7 @@
  *      --ignore-scripts` from the lock of step 2;
  *   5. report name and version of everything installed.
  *
- * The sandbox (kernels/sandbox/sandbox.h) runs the installer with the
+ * The sandbox (sandbox/sandbox.h) runs the installer with the
  * network off and a loopback listener: a socket listening on
  * 127.0.0.1:PKGINST_PROXY_PORT inside the sandbox's empty network namespace,
  * handed to us (sandbox_take_listen_fd()) and served by pkgproxy, which
@@ -42,7 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/sandbox/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "kernelmgr/kmfs.h"
 #include "kernelmgr/pkgproxy.h"
 #include "kernelmgr/wsfile.h"
@@ -176,7 +176,7 @@ json_t *pkginst_install(const allowlist *al, allowlist_mgr m, const char *home, 
     snprintf(err, errlen,
              "installs are disabled in this build: the install sandbox needs a loopback listener "
              "inside the sandbox's network namespace (SANDBOX_HAS_LOOPBACK_LISTEN in "
-             "kernels/sandbox/sandbox.h), which this sandbox does not provide yet; kernelmgr "
+             "sandbox/sandbox.h), which this sandbox does not provide yet; kernelmgr "
              "will not run an installer with unrestricted network access");
     return NULL;
 }

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "kernels/sandbox/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "kernels/server/backend.h"
 #include "kernels/server/kenv.h"
 

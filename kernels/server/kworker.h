@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "kernels/sandbox/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "kernels/server/backend.h"
 
 #define KWORKER_MAX_EVENT (64u << 20) /* longest event line accepted */

@@ -1,7 +1,7 @@
 """Helpers for the sandbox tests (test_sandbox_*.py).
 
 Every attack runs twice when it can: through tests/tools/sandbox_run.c (the
-sandbox module alone, built here from kernels/sandbox/*.c) and through a real
+sandbox module alone, built here from sandbox/*.c) and through a real
 kernel started with `--sandbox strict` (skipped, with the reason, while
 build/kernel-<lang> does not exist). Both run as the invoking user and, when
 that is root, also as nobody via setpriv: the `user` parameter.
@@ -47,7 +47,7 @@ def build_tool():
             return env_tool
         out = kutil.BUILD / "sandbox-run"
         out.parent.mkdir(parents=True, exist_ok=True)
-        srcs = sorted(str(p) for p in (ROOT / "kernels/sandbox").glob("*.c"))
+        srcs = sorted(str(p) for p in (ROOT / "sandbox").glob("*.c"))
         flags = subprocess.run(["pkg-config", "--cflags", "--libs", "jansson", "libseccomp"],
                                capture_output=True, text=True, check=True).stdout.split()
         cmd = ["gcc", "-std=gnu11", "-D_GNU_SOURCE", "-O1", "-g", "-Wall", "-Wextra", "-Werror",

@@ -24,7 +24,7 @@ from sbxutil import PY
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="syscall numbers in these tests are x86_64's")
 
-# sandbox_config_defaults() (kernels/sandbox/sandbox.c): what a kernel gets.
+# sandbox_config_defaults() (sandbox/sandbox.c): what a kernel gets.
 DEFAULT_INOTIFY = 16
 DEFAULT_SIGPENDING = 1024
 DEFAULT_MSGQUEUE = 128 << 10

@@ -3,7 +3,7 @@
 #
 #   common/           includes nothing of ours (only common/ itself)
 #   protocol/         common/
-#   kernels/sandbox/  nothing of ours (tests build it standalone; also a top-level sandbox/)
+#   sandbox/          nothing of ours (tests build it standalone)
 #   kernels/*/        protocol/, common/ and kernels/
 #   kernelmgr/        anything below
 #
@@ -18,7 +18,7 @@ layer() {
     case $1 in
     common/*) echo common ;;
     protocol/*) echo protocol ;;
-    kernels/sandbox/* | sandbox/*) echo sandbox ;;
+    sandbox/*) echo sandbox ;;
     kernels/*) echo kernels ;;
     kernelmgr/*) echo kernelmgr ;;
     *) echo other ;;

@@ -1,5 +1,5 @@
 /*
- * sandbox_run — run one command in a kernels/sandbox sandbox, for tests and
+ * sandbox_run — run one command in a sandbox sandbox, for tests and
  * for poking at the sandbox by hand without a kernel server.
  *
  *   sandbox-run [options] [--] /abs/path/cmd [args...]
@@ -27,9 +27,9 @@
  * 125 when the sandbox could not be set up (reason on stderr).
  *
  * Build: gcc -std=gnu11 -D_GNU_SOURCE -I. tests/tools/sandbox_run.c
- *        kernels/sandbox/(*).c $(pkg-config --cflags --libs jansson libseccomp)
+ *        sandbox/(*).c $(pkg-config --cflags --libs jansson libseccomp)
  */
-#include "kernels/sandbox/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #include <errno.h>
 #include <limits.h>

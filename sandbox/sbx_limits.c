@@ -19,7 +19,7 @@
  *             sbx_limits_describe() says so ("cpu-rate-cap-unavailable")
  * RLIMIT_NOFILE, RLIMIT_FSIZE and RLIMIT_CORE=0 apply in every case.
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
  * carry strerror(errno), byte counts for limit messages, one-line writes to
  * procfs/cgroupfs files.
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -25,7 +25,7 @@
  *     total. RLIMIT_NPROC (processes) is cfg->max_procs, set by sbx_limits.c.
  * Once init drops its capabilities nothing in the sandbox can raise them.
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * sbx_internal.h — the pieces sandbox.c assembles into SANDBOX_STRICT.
  *
  * One file per isolation concern, each with its own prefix. Everything here
- * is private to kernels/sandbox/: the public entry point is sandbox.h.
+ * is private to sandbox/: the public entry point is sandbox.h.
  *
  * Functions that run in the sandbox's child processes report failure by
  * returning -1 with a human-readable reason (strerror appended) in err; they
@@ -12,7 +12,7 @@
 #ifndef KERNELS_SANDBOX_SBX_INTERNAL_H
 #define KERNELS_SANDBOX_SBX_INTERNAL_H
 
-#include "kernels/sandbox/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -34,8 +34,8 @@
  * O_CLOEXEC: sandbox_spawn() returns once it reaches EOF, i.e. when the
  * worker's exec succeeded, or with the first stage's reason.
  */
-#include "kernels/sandbox/sandbox.h"
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sandbox.h"
+#include "sandbox/sbx_internal.h"
 
 #include <grp.h>
 #include <linux/sched.h>

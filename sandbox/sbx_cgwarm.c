@@ -24,7 +24,7 @@
  * 17.7 ms).
  * Best effort: without cgroup v1 or write access nothing happens.
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <fcntl.h>
 #include <pthread.h>

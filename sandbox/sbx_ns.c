@@ -27,7 +27,7 @@
  *     never touched. In the fallback the owner stays root (the sandbox
  *     runs as a real user then, who must not own its namespace).
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

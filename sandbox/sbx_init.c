@@ -8,7 +8,7 @@
  * with nohup, setsid or a double fork outlives the worker). Init therefore
  * forwards, reaps orphans, and exits as soon as the worker does.
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <signal.h>

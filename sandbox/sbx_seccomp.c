@@ -37,7 +37,7 @@
  * root caller's sandbox writes a root-owned workspace through an idmapped
  * mount: without this, code could leave a setuid-root program on the host.
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

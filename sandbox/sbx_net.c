@@ -22,7 +22,7 @@
  * reject routes for every address of the host, installed by its init while
  * it still has CAP_NET_ADMIN in the namespace; the worker cannot remove them.
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,7 +11,7 @@
  * Every right a newer ABI adds is handled when the kernel knows it, so the
  * ruleset is as strict as the running kernel allows ("best effort").
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

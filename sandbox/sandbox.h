@@ -1,7 +1,7 @@
 /*
  * sandbox.h — run a worker process isolated from the host.
  *
- * One concept per file under kernels/sandbox/: namespaces and uid mapping,
+ * One concept per file under sandbox/: namespaces and uid mapping,
  * mounts and the read-only root, Landlock, seccomp, limits (cgroups/rlimits),
  * the init that runs as PID 1, network. This header is the only entry point:
  * the kernel server's worker spawn and the manager's installers use it.

@@ -27,7 +27,7 @@
  * noexec instead); the read-only ones are made so recursively with
  * mount_setattr(AT_RECURSIVE), so submounts of /usr cannot stay writable.
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

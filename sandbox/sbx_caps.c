@@ -3,7 +3,7 @@
  * file capability or LSM transition can give any back on exec) and every
  * capability set emptied, the bounding set included.
  */
-#include "kernels/sandbox/sbx_internal.h"
+#include "sandbox/sbx_internal.h"
 
 #include <errno.h>
 #include <linux/capability.h>
