@@ -23,7 +23,7 @@ LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 # layer that used a higher one's symbol would not link. The kernels do not
 # link the manager at all.
 LAYER_SRC = $(filter-out %/main.c,$(wildcard $(1)))
-LIB_SRC  := $(call LAYER_SRC,common/*.c sandbox/*.c protocol/*.c kernels/*/*.c kernelmgr/*.c)
+LIB_SRC  := $(call LAYER_SRC,common/*.c sandbox/*.c protocol/*.c kernels/*/*.c kernelmgr/*/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_COMMON := $(BUILD)/libcommon.a
 LIB_SBX    := $(BUILD)/libsandbox.a
@@ -32,7 +32,7 @@ LIB_KERN   := $(BUILD)/libkernels.a
 LIB_MGR    := $(BUILD)/libkm.a
 KERNEL_LIBS := $(LIB_KERN) $(LIB_PROTO) $(LIB_SBX) $(LIB_COMMON)
 ALL_LIBS    := $(LIB_MGR) $(KERNEL_LIBS)
-HEADERS  := $(wildcard common/*.h sandbox/*.h protocol/*.h kernels/*/*.h kernelmgr/*.h)
+HEADERS  := $(wildcard common/*.h sandbox/*.h protocol/*.h kernels/*/*.h kernelmgr/*/*.h)
 BINS     := $(BUILD)/kernelmgr $(BUILD)/kernel-python $(BUILD)/kernel-bash
 SHARE    := $(patsubst kernels/%,$(BUILD)/share/kernelmgr/%,$(wildcard kernels/python/*.py kernels/bash/*.sh))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -60,7 +60,7 @@ $(LIB_COMMON): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,common/*.c))
 $(LIB_SBX): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,sandbox/*.c))
 $(LIB_PROTO): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,protocol/*.c))
 $(LIB_KERN): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,kernels/*/*.c))
-$(LIB_MGR): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,kernelmgr/*.c))
+$(LIB_MGR): $(patsubst %.c,$(BUILD)/obj/%.o,$(call LAYER_SRC,kernelmgr/*/*.c))
 $(ALL_LIBS):
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
@@ -123,7 +123,7 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) tests/bench/bench.py
 
-FMT_FILES = $(wildcard common/*.[ch] sandbox/*.[ch] protocol/*.[ch] kernels/*/*.[ch] kernelmgr/*.[ch] tests/unit/*.c tests/fuzz/*.c)
+FMT_FILES = $(wildcard common/*.[ch] sandbox/*.[ch] protocol/*.[ch] kernels/*/*.[ch] kernelmgr/*.c kernelmgr/*/*.[ch] tests/unit/*.c tests/fuzz/*.c)
 format:
 	clang-format -i $(FMT_FILES)
 lint:

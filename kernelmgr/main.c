@@ -1,5 +1,5 @@
 /* kernelmgr — sessions of sandboxed Python and Bash kernels for agents. */
-#include "kernelmgr/cli.h"
+#include "kernelmgr/frontends/cli.h"
 
 int main(int argc, char **argv)
 {

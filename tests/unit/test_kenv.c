@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernelmgr/config.h"
+#include "kernelmgr/engine/config.h"
 #include "kernels/server/kenv.h"
 
 static void names(void **state)

@@ -15,7 +15,7 @@
 
 #include <fcntl.h>
 
-#include "kernelmgr/allowlist.h"
+#include "kernelmgr/packages/allowlist.h"
 
 static allowlist *load(const char *text)
 {

@@ -5,8 +5,8 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "kernelmgr/codeblocks.h"
-#include "kernelmgr/config.h"
+#include "kernelmgr/engine/codeblocks.h"
+#include "kernelmgr/engine/config.h"
 
 static void fences_route_languages(void **state)
 {

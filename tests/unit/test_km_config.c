@@ -5,7 +5,7 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "kernelmgr/config.h"
+#include "kernelmgr/engine/config.h"
 
 static int apply(kmcfg *c, const char *text, char *err, size_t n)
 {

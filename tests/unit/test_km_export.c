@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernelmgr/export.h"
-#include "kernelmgr/session.h"
+#include "kernelmgr/engine/export.h"
+#include "kernelmgr/engine/session.h"
 
 static char *make_dir(const char *history)
 {

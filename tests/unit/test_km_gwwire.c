@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernelmgr/gwwire.h"
+#include "kernelmgr/frontends/gwwire.h"
 
 static jmsg *sample(int nbuf)
 {

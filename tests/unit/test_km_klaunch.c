@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernelmgr/klaunch.h"
+#include "kernelmgr/engine/klaunch.h"
 
 /* new: a kproc for a child in its own process group that runs `behaviour`:
  * 0 sleeps (default SIGTERM), 1 ignores SIGTERM and sleeps. */

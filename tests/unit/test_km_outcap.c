@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernelmgr/outcap.h"
+#include "kernelmgr/engine/outcap.h"
 
 static char *slurp(const char *path, size_t *n)
 {

@@ -21,7 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "kernelmgr/pkgproxy.h"
+#include "kernelmgr/packages/pkgproxy.h"
 
 static int listen_any(unsigned short *port)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernelmgr/result.h"
+#include "kernelmgr/engine/result.h"
 
 static void assert_error_shape(const json_t *e, const char *name, const char *value)
 {

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernelmgr/km.h"
-#include "kernelmgr/rpc.h"
+#include "kernelmgr/engine/km.h"
+#include "kernelmgr/service/rpc.h"
 
 static int parse(const char *line, rpc_msg *m, char *why)
 {

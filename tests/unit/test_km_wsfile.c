@@ -23,8 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernelmgr/fsdiff.h"
-#include "kernelmgr/wsfile.h"
+#include "kernelmgr/engine/fsdiff.h"
+#include "kernelmgr/engine/wsfile.h"
 
 typedef struct fx {
     char *top;     /* /tmp/km-wsfile-XXXXXX */

@@ -1,0 +1,164 @@
+/*
+ * km.h — the manager's API: sessions and code_exec. The one header the CLI,
+ * the daemon and the MCP server call; everything else in kernelmgr/ is an
+ * implementation detail behind it.
+ *
+ * A km_manager owns sessions. A session is a workspace directory plus a Python
+ * and a Bash kernel started lazily, sharing it. Calls are thread-safe:
+ * executions in one session are serialised by the session's lock, different
+ * sessions run concurrently. JSON returned is "new" (json_decref it).
+ *
+ * Errors: functions returning int give 0 or a KM_E* code (never 0) and fill
+ * err (may be NULL) with a reason; functions returning json_t* give NULL on
+ * failure with err filled.
+ */
+#ifndef KERNELMGR_KM_H
+#define KERNELMGR_KM_H
+
+#include "kernelmgr/engine/config.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* Error codes; also the CLI's exit status for them. 1 is "a block failed". */
+enum {
+    KM_OK = 0,
+    KM_EUSAGE = 2,     /* bad arguments or configuration */
+    KM_ENOSESSION = 3, /* no such session */
+    KM_EKERNEL = 4,    /* a kernel could not be started */
+    KM_EDAEMON = 5,    /* the daemon could not be reached / started */
+    KM_EINTERNAL = 6,  /* I/O error, out of memory */
+    KM_EOUTPUT = 7,    /* the CLI's output could not be written (EPIPE, ENOSPC, EIO) */
+};
+
+typedef struct km_err {
+    int code;
+    char msg[1024];
+} km_err;
+
+#define KM_NAME_MAX 64
+
+/* Options fixed when a session is created; restart does not change them.
+ * NULL / -1 = config. Given to an existing session with another value, they
+ * are not applied: km_exec reports each in "warnings" (see km_exec). */
+typedef struct km_session_opts {
+    int network;               /* -1, 0, 1 */
+    unsigned long long memory; /* 0 = config */
+    double cpus;               /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
+    double cpu_time;           /* CPU-time budget per block in seconds; 0 = config */
+    const char *python;        /* interpreter path */
+    const char *workspace;     /* existing directory used instead of a fresh one */
+    const char *sandbox;       /* "strict" | "none" */
+    const json_t *env;         /* borrowed: {NAME: "value"} for the code's environment,
+                                  on top of the configuration's "env"; NULL = none */
+} km_session_opts;
+
+void km_session_opts_init(km_session_opts *o);
+
+typedef struct km_exec_opts {
+    const char *lang;      /* "python" | "bash" | "auto" (NULL = auto) */
+    double timeout;        /* seconds; <= 0 = config */
+    int continue_on_error; /* run the remaining blocks after a failure */
+} km_exec_opts;
+
+/* Names the client of the calling thread's next executions (the daemon's
+ * peer pid, from SO_PEERCRED; 0 = this process): an execution that has to
+ * wait for one of them says "waited 12.3 s for a cell started by another
+ * client (pid 4711) to finish". */
+void km_exec_set_client(int pid);
+
+/* Live events while code runs. event (borrowed) is one of
+ *   {"event":"stream","block":I,"name":"stdout|stderr","text":"..."}
+ *   {"event":"result","block":I,"result":{...the block's result...}}
+ * Called from the executing thread. */
+typedef void (*km_event_fn)(void *ud, const json_t *event);
+
+typedef struct km_manager km_manager;
+
+/* new: a manager rooted at home (created 0700; sessions/ under it). When
+ * resume is 1, sessions persisted by an earlier manager are loaded: their
+ * workspaces are kept and each kernel that was live comes back fresh on first
+ * use, the result saying state was lost. NULL with err on failure. */
+km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_err *err);
+/* Stops every kernel; workspaces stay. NULL-safe. */
+void km_manager_destroy(km_manager **m);
+
+/* borrowed */
+const kmcfg *km_manager_config(const km_manager *m);
+const char *km_manager_home(const km_manager *m);
+
+/* Runs code in session `name` (created when absent, with sopts). Returns
+ * {"results": [result, ...], "failed": 0|1, "skipped": N} where each result
+ * is the JSON of DESIGN.md; NULL with err when nothing could run (bad session
+ * name, kernel start failure is reported as a result, not here). When the
+ * session already existed and sopts asks for other values than it has,
+ * "warnings": ["session \"s\" already exists: --network on was ignored ..."]
+ * is added to the reply and to the first result. */
+json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
+                const km_exec_opts *opts, const char *code, km_event_fn fn, void *ud, km_err *err);
+
+/* [{"name","workspace","created","last_used","busy","kernels":{"python":
+ *   {"state":"idle|busy|stopped","pid":N,"connection_file":P}|null, ...}}] */
+json_t *km_sessions(km_manager *m);
+
+/* Interrupts what runs in the session (both kernels). */
+int km_interrupt(km_manager *m, const char *name, km_err *err);
+/* Restarts the session's live kernels: state cleared, workspace kept. */
+int km_restart(km_manager *m, const char *name, km_err *err);
+/* Closes a session: kernels stopped; the session directory, its outputs and
+ * its workspace (when it is the session's own) removed, unless flags has
+ * KM_KEEP (everything stays on disk; a later exec with the same name reopens
+ * the workspace) or KM_KEEP_OUTPUTS (spill files and images stay). */
+#define KM_KEEP 1
+#define KM_KEEP_OUTPUTS 2
+int km_close(km_manager *m, const char *name, int flags, km_err *err);
+/* {"session","workspace","files":[{"path","size","mime","type"}],"omitted":N} */
+json_t *km_files(km_manager *m, const char *name, km_err *err);
+/* The session's history as an nbformat 4 notebook (see export.h). */
+json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_err *err);
+/* Starts the language's kernel if needed; writes its connection file path. */
+int km_connection_file(km_manager *m, const char *name, const char *lang, char *out, size_t size,
+                       km_err *err);
+
+/* new: creates session `name` with sopts when it does not exist (no kernel
+ * is started; a warm-pool entry is taken as by km_exec). Returns
+ * {"session","workspace","created":bool,"from_pool":bool} plus "warnings"
+ * (as km_exec) when it existed with other options; NULL with err. */
+json_t *km_session_create(km_manager *m, const char *name, const km_session_opts *sopts,
+                          km_err *err);
+/* new: wsfile_read (wsfile.h) of rel in the session's workspace, plus
+ * "session". NULL with err (KM_ENOSESSION, KM_EUSAGE for a refused path). */
+json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t offset,
+                     uint64_t length, const char *encoding, km_err *err);
+/* new: wsfile_write (missing directories created) of data[0..len) to rel in
+ * the session's workspace, under the session's lock (a running cell of the
+ * session finishes first; close waits for the write). {"path","size",
+ * "created","session"} or NULL with err. */
+json_t *km_file_write(km_manager *m, const char *name, const char *rel, const void *data,
+                      size_t len, int append, km_err *err);
+/* new: installs allowlisted packages (pkginstall.h) for session `name`:
+ * manager "pip" | "npm", packages an array of 1..50 strings (borrowed).
+ * allowlist_path NULL: $KERNELMGR_ALLOWLIST, else home/allowlist.json. A
+ * live session's install holds its lock (close waits for it); a name
+ * without a session gets the packages for when it is created. The
+ * pkginst_install result plus "session", or NULL with err. */
+json_t *km_packages_install(km_manager *m, const char *name, const char *allowlist_path,
+                            const char *manager, const json_t *packages, km_err *err);
+
+/* new: the warm pool: {"size": configured entries, "ready": started entries,
+ * "live_kernels": N, "entries": [{"python": pid|null, "bash": pid|null}]}.
+ * A new session created with default options takes a ready entry (its
+ * kernels are already running); km_tick refills the pool. */
+json_t *km_pool_status(km_manager *m);
+
+/* Periodic work for a long-running manager: idle culling (kernels idle for
+ * longer than idle_timeout are stopped; the session's next result says
+ * "culled" and that state was lost) and warm pool refill (never beyond
+ * max_kernels). Call it every km_tick_interval() seconds. */
+void km_tick(km_manager *m);
+double km_tick_interval(const km_manager *m);
+
+/* 1 when name is a valid session name: [A-Za-z0-9_.-]{1,64}, not "." first. */
+int km_name_valid(const char *name);
+
+#endif

@@ -1,0 +1,215 @@
+/*
+ * kpool.c — the manager's periodic work (km_tick, km.h): the warm pool of
+ * pre-started kernels, culling of idle kernels, draining idle IOPub.
+ */
+#include "kernelmgr/engine/kmfs.h"
+#include "kernelmgr/engine/session.h"
+#include "kernelmgr/engine/session_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+json_t *km_pool_status(km_manager *m)
+{
+    json_t *entries = json_array();
+    pthread_mutex_lock(&m->lock);
+    for (session *s = m->pool; s; s = s->next) {
+        json_t *e = json_object();
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            json_object_set_new(e, kmcfg_lang_name(l),
+                                s->k[l].proc ? json_integer(s->k[l].proc->pid) : json_null());
+        json_array_append_new(entries, e);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return json_pack("{s:i s:i s:i s:o}", "size", (int)m->cfg.pool, "ready",
+                     (int)json_array_size(entries), "live_kernels", atomic_load(&m->live),
+                     "entries", entries);
+}
+
+/* ---------------------------------------------------------------- periodic */
+
+/* Runs one silent cell in a pooled kernel, so that the first real cell
+ * does not pay for what every first cell loads (the Python driver imports
+ * ast, json and tokenize on first use). Silent: no execution count, no
+ * history, nothing on IOPub but busy/idle. Best effort. */
+static void pool_warm(kslot *k, int l)
+{
+    char msg_id[37] = "";
+    json_t *content =
+        json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", l ? ":" : "None", "silent", 1,
+                  "store_history", 0, "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
+    if (!k->client || !content ||
+        kclient_send(k->client, JP_SHELL, "execute_request", content, NULL, msg_id) < 0)
+        return;
+    double deadline = kclient_now() + 5.0;
+    int replied = 0, idle = 0;
+    while (!(replied && idle) && kclient_now() < deadline) {
+        jp_channel ch;
+        jmsg *msg = NULL;
+        if (kclient_recv(k->client, 100, &ch, &msg) != 1)
+            continue;
+        json_t *pid = json_object_get(msg->parent_header, "msg_id");
+        if (json_is_string(pid) && !strcmp(json_string_value(pid), msg_id)) {
+            if (ch == JP_SHELL && !strcmp(jmsg_type(msg), "execute_reply"))
+                replied = 1;
+            else if (ch == JP_IOPUB && !strcmp(jmsg_type(msg), "status")) {
+                const char *st =
+                    json_string_value(json_object_get(msg->content, "execution_state"));
+                idle = st && !strcmp(st, "idle");
+            }
+        }
+        jmsg_destroy(&msg);
+    }
+}
+
+static void pool_fill(km_manager *m)
+{
+    unsigned per_entry = 0;
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        per_entry += m->cfg.allow[l] ? 1u : 0u;
+    for (;;) {
+        pthread_mutex_lock(&m->lock);
+        unsigned n = 0;
+        for (session *s = m->pool; s; s = s->next)
+            n++;
+        pthread_mutex_unlock(&m->lock);
+        if (n >= m->cfg.pool || !per_entry)
+            return;
+        /* the pool never pushes a session's kernel out: it only uses room */
+        if ((unsigned)atomic_load(&m->live) + per_entry > m->cfg.max_kernels)
+            return;
+        char u[37];
+        jp_uuid4(u);
+        session *s = session_alloc(".pool");
+        if (!s)
+            return;
+        s->pool_entry = 1;
+        s->network = m->cfg.network;
+        snprintf(s->sandbox, sizeof s->sandbox, "%s", m->cfg.sandbox);
+        snprintf(s->pool_dir, sizeof s->pool_dir, "%.3000s/pool/%.8s", m->home, u);
+        snprintf(s->dir, sizeof s->dir, "%s", s->pool_dir);
+        snprintf(s->workspace, sizeof s->workspace, "%s/workspace", s->pool_dir);
+        s->own_workspace = 1;
+        char why[1024];
+        int ok = kmfs_mkdirs(s->workspace, 0700) == 0;
+        pthread_mutex_lock(&s->lock);
+        for (int l = 0; ok && l < KMCFG_NLANG; l++)
+            if (m->cfg.allow[l]) {
+                if (slot_start(m, s, l, why, sizeof why)) {
+                    fprintf(stderr, "kernelmgr: warm pool: %s\n", why);
+                    ok = 0;
+                } else {
+                    pool_warm(&s->k[l], l);
+                }
+            }
+        pthread_mutex_unlock(&s->lock);
+        if (!ok) {
+            for (int l = 0; l < KMCFG_NLANG; l++)
+                slot_stop(m, &s->k[l]);
+            session_rmtree(s->pool_dir);
+            session_free(s);
+            return;
+        }
+        pthread_mutex_lock(&m->lock);
+        s->next = m->pool;
+        m->pool = s;
+        pthread_mutex_unlock(&m->lock);
+    }
+}
+
+/* Stops kernels idle for longer than idle_timeout. The session stays (its
+ * workspace too); its next execution starts a fresh kernel and the result
+ * says the state was lost because of culling. */
+static void cull_idle(km_manager *m)
+{
+    double now = kclient_now();
+    session *victims[64];
+    size_t n = 0;
+    pthread_mutex_lock(&m->lock);
+    for (session *s = m->list; s && n < sizeof victims / sizeof victims[0]; s = s->next) {
+        if (s->gone || atomic_load(&s->busy))
+            continue;
+        int due = 0;
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            if (s->k[l].proc && now - s->k[l].last_used > m->cfg.idle_timeout)
+                due = 1;
+        if (due) {
+            s->refs++;
+            victims[n++] = s;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    /* stopping takes a while: no manager lock held, and a session that just
+     * became busy is skipped (trylock) rather than waited for */
+    for (size_t i = 0; i < n; i++) {
+        session *s = victims[i];
+        if (pthread_mutex_trylock(&s->lock) == 0) {
+            int changed = 0;
+            for (int l = 0; l < KMCFG_NLANG; l++) {
+                kslot *k = &s->k[l];
+                if (s->gone || !k->proc || now - k->last_used <= m->cfg.idle_timeout)
+                    continue;
+                slot_stop(m, k);
+                snprintf(k->pending, sizeof k->pending,
+                         "culled: the %s kernel was stopped after %g s idle (idle_timeout=%g); "
+                         "a fresh kernel was started and its state was lost (workspace kept)",
+                         kmcfg_lang_name(l), now - k->last_used, m->cfg.idle_timeout);
+                fprintf(stderr, "kernelmgr: culled %s/%s after %g s idle\n", s->name,
+                        kmcfg_lang_name(l), now - k->last_used);
+                changed = 1;
+            }
+            if (changed)
+                session_save(m, s);
+            pthread_mutex_unlock(&s->lock);
+        }
+        session_put(m, s);
+    }
+}
+
+/* Drains the IOPub of kernels no execution is reading (a person's frontend
+ * attached to the same kernel may flood it; the kernel cuts a subscriber
+ * that takes nothing for its grace period, >= 2 s). Idle sessions only, and
+ * never waits for one (trylock): an execution reads its own IOPub. */
+static void drain_idle_iopub(km_manager *m)
+{
+    session *idle[256];
+    size_t n = 0;
+    pthread_mutex_lock(&m->lock);
+    for (session *s = m->list; s && n < sizeof idle / sizeof idle[0]; s = s->next) {
+        if (s->gone || atomic_load(&s->busy))
+            continue;
+        s->refs++;
+        idle[n++] = s;
+    }
+    pthread_mutex_unlock(&m->lock);
+    for (size_t i = 0; i < n; i++) {
+        session *s = idle[i];
+        if (pthread_mutex_trylock(&s->lock) == 0) {
+            for (int l = 0; l < KMCFG_NLANG; l++)
+                if (!s->gone && s->k[l].client)
+                    kclient_discard_iopub(s->k[l].client, 100000);
+            pthread_mutex_unlock(&s->lock);
+        }
+        session_put(m, s);
+    }
+}
+
+double km_tick_interval(const km_manager *m)
+{
+    /* at most 0.5 s: idle kernels' IOPub is drained on every tick */
+    double t = 0.5;
+    /* a short idle_timeout is culled within about half of it */
+    if (m->cfg.idle_timeout > 0 && m->cfg.idle_timeout / 2 < t)
+        t = m->cfg.idle_timeout / 2;
+    return t < 0.1 ? 0.1 : t;
+}
+
+void km_tick(km_manager *m)
+{
+    drain_idle_iopub(m);
+    if (m->cfg.idle_timeout > 0)
+        cull_idle(m);
+    if (m->cfg.pool)
+        pool_fill(m);
+}

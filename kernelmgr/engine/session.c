@@ -1,0 +1,1101 @@
+/*
+ * session.c — the manager (km.h): its life, the session registry, session
+ * creation and options, code_exec and the per-session operations (interrupt,
+ * restart, close, files, export, packages). The shared state, its ownership
+ * and its locking rules: session_int.h; the other jobs are in the files it
+ * lists.
+ */
+#include "kernelmgr/engine/session.h"
+#include "kernelmgr/packages/allowlist.h"
+#include "kernelmgr/engine/codeexec.h"
+#include "kernelmgr/engine/export.h"
+#include "kernelmgr/engine/fsdiff.h"
+#include "kernelmgr/engine/kmfs.h"
+#include "kernelmgr/packages/pkginstall.h"
+#include "kernelmgr/engine/result.h"
+#include "kernelmgr/engine/session_int.h"
+#include "kernelmgr/engine/wsfile.h"
+#include "common/cm_clock.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- helpers */
+
+static int kerr(km_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int kerr(km_err *e, int code, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        e->code = code;
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int km_name_valid(const char *name)
+{
+    if (!name || !*name || name[0] == '.' || strlen(name) > KM_NAME_MAX)
+        return 0;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_' || *p == '-' || *p == '.'))
+            return 0;
+    return 1;
+}
+
+void km_session_opts_init(km_session_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->network = -1;
+}
+
+/* ---------------------------------------------------------------- manager */
+
+/* Releases what km_manager_new set up once no kernel of m runs: the owner
+ * lock, the lifeline (its kernels see end-of-file), locks, m itself. */
+static void manager_free(km_manager *m)
+{
+    if (m->owner_held)
+        klaunch_owner_release(m->run_dir);
+    for (int i = 0; i < 2; i++)
+        if (m->lifeline[i] >= 0)
+            close(m->lifeline[i]);
+    json_decref(m->cfg.env);
+    pthread_cond_destroy(&m->slot_cv);
+    pthread_mutex_destroy(&m->slot_mu);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_err *err)
+{
+    km_manager *m = calloc(1, sizeof *m);
+    if (!m) {
+        kerr(err, KM_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    m->cfg = *cfg;
+    m->cfg.env = cfg->env ? json_deep_copy(cfg->env) : NULL;
+    m->lifeline[0] = m->lifeline[1] = -1;
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->slot_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->slot_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    snprintf(m->home, sizeof m->home, "%s", home);
+    char p[PATH_MAX];
+    if (kmfs_mkdirs(home, 0700)) {
+        kerr(err, KM_EINTERNAL, "cannot create %s: %s", home, strerror(errno));
+        goto fail;
+    }
+    snprintf(p, sizeof p, "%s/sessions", m->home);
+    mkdir(p, 0700);
+    snprintf(p, sizeof p, "%s/outputs", m->home);
+    mkdir(p, 0700);
+    char why[512];
+    if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, why, sizeof why) ||
+        klaunch_lifeline_open(m->lifeline, why, sizeof why) ||
+        klaunch_owner_hold(m->run_dir, why, sizeof why)) {
+        kerr(err, KM_EINTERNAL, "%s", why);
+        goto fail;
+    }
+    m->owner_held = 1;
+    /* lock-and-scan: kernels and runs of owners that have ended (the pool
+     * kernels of a killed daemon among them: before pool/ goes below) */
+    klaunch_reap_orphans(m->run_dir);
+    reap_dead_runs(m);
+    if (resume) {
+        snprintf(p, sizeof p, "%s/sessions", m->home);
+        DIR *d = opendir(p);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            if (!km_name_valid(de->d_name) || owned_by_live_manager(m, de->d_name))
+                continue;
+            session *s = session_load(m, de->d_name);
+            if (!s)
+                continue;
+            session_save(m, s); /* the stale pids are gone */
+            s->next = m->list;
+            m->list = s;
+        }
+        if (d)
+            closedir(d);
+        /* pool entries of an earlier manager that were never handed out
+         * (their kernels were reaped above); an entry handed out to a
+         * session holds that session's workspace and stays */
+        snprintf(p, sizeof p, "%s/pool", m->home);
+        d = opendir(p);
+        while (d && (de = readdir(d))) {
+            if (de->d_name[0] == '.')
+                continue;
+            char *entry = NULL;
+            if (asprintf(&entry, "%s/%s", p, de->d_name) < 0)
+                break;
+            int used = 0;
+            for (session *s = m->list; s && !used; s = s->next)
+                used = !strcmp(s->pool_dir, entry);
+            if (!used)
+                session_rmtree(entry);
+            free(entry);
+        }
+        if (d)
+            closedir(d);
+        rmdir(p); /* when empty */
+    }
+    outputs_prune(m, resume);
+    if (resume)
+        prune_orphans(m);
+    return m;
+fail:
+    manager_free(m);
+    return NULL;
+}
+
+void km_manager_destroy(km_manager **pm)
+{
+    if (!pm || !*pm)
+        return;
+    km_manager *m = *pm;
+    for (int pass = 0; pass < 2; pass++) {
+        session *s = pass ? m->pool : m->list;
+        while (s) {
+            session *next = s->next;
+            atomic_store(&s->interrupt_flag, 1);
+            pthread_mutex_lock(&s->lock);
+            slots_stop_all(m, s);
+            if (pass)
+                session_rmtree(s->pool_dir);
+            pthread_mutex_unlock(&s->lock);
+            session_free(s);
+            s = next;
+        }
+    }
+    /* every kernel is stopped: the lifeline and the owner lock go */
+    manager_free(m);
+    *pm = NULL;
+}
+
+const kmcfg *km_manager_config(const km_manager *m)
+{
+    return &m->cfg;
+}
+
+const char *km_manager_home(const km_manager *m)
+{
+    return m->home;
+}
+
+/* Finds a session and takes a reference. Caller holds m->lock. */
+static session *find_locked(km_manager *m, const char *name)
+{
+    for (session *s = m->list; s; s = s->next)
+        if (!strcmp(s->name, name) && !s->gone)
+            return s;
+    return NULL;
+}
+
+static session *session_get(km_manager *m, const char *name)
+{
+    pthread_mutex_lock(&m->lock);
+    session *s = find_locked(m, name);
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&m->lock);
+    return s;
+}
+
+void session_put(km_manager *m, session *s)
+{
+    pthread_mutex_lock(&m->lock);
+    s->refs--;
+    int free_it = s->gone && s->refs == 0;
+    pthread_mutex_unlock(&m->lock);
+    /* an execution ends with this: its kernels may be evictable now */
+    slot_changed(m);
+    if (free_it)
+        session_free(s);
+}
+
+static int opts_default(const km_manager *m, const km_session_opts *o)
+{
+    return !o ||
+           ((o->network < 0 || o->network == m->cfg.network) && !o->memory && !(o->cpus > 0) &&
+            !(o->cpu_time > 0) && !o->python && !o->workspace &&
+            (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) && !json_object_size(o->env));
+}
+
+/* Creates (or reopens a kept) session. Caller holds m->lock. */
+static session *create_locked(km_manager *m, const char *name, const km_session_opts *o,
+                              int *existed, km_err *err)
+{
+    session *s = session_load(m, name);
+    *existed = s != NULL;
+    if (s) {
+        s->next = m->list;
+        m->list = s;
+        return s;
+    }
+    char why[512];
+    if (o && o->env && session_env_check(m, o->env, why, sizeof why)) {
+        kerr(err, KM_EUSAGE, "%s", why);
+        return NULL;
+    }
+    if (o && o->workspace) {
+        struct stat st;
+        if (o->workspace[0] != '/' || stat(o->workspace, &st) || !S_ISDIR(st.st_mode)) {
+            kerr(err, KM_EUSAGE, "--workspace %s: must be an existing directory (absolute path)",
+                 o->workspace);
+            return NULL;
+        }
+    }
+    if (o && o->python) {
+        /* refused before anything is created (the kernel would fail later
+         * and the session would keep the bad interpreter) */
+        struct stat st;
+        if (o->python[0] != '/' || stat(o->python, &st) || !S_ISREG(st.st_mode) ||
+            access(o->python, X_OK)) {
+            kerr(err, KM_EUSAGE, "--python %s: %s", o->python,
+                 o->python[0] != '/' ? "must be an absolute path"
+                 : errno == ENOENT   ? "no such file"
+                                     : "not an executable file");
+            return NULL;
+        }
+    }
+    /* a warm-pool entry when the options are the defaults */
+    session *pooled = NULL;
+    if (opts_default(m, o) && m->pool) {
+        /* Its kernels see its package directory, which becomes the
+         * session's; packages installed for the name before the session
+         * existed win, and the pool entry is then not used. */
+        char from[PATH_MAX];
+        snprintf(from, sizeof from, "%.4000s/packages", m->pool->pool_dir);
+        if (pkginst_adopt(from, m->home, name) == 0 || errno == ENOENT) {
+            pooled = m->pool;
+            m->pool = pooled->next;
+        }
+    }
+    s = pooled ? pooled : session_alloc(name);
+    if (!s) {
+        kerr(err, KM_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    snprintf(s->name, sizeof s->name, "%s", name);
+    snprintf(s->dir, sizeof s->dir, "%.3000s/sessions/%.64s", m->home, name);
+    snprintf(s->outdir, sizeof s->outdir, "%.3000s/outputs/%.64s", m->home, name);
+    /* what this call creates, to take back on failure */
+    struct stat dst;
+    int made_dir = lstat(s->dir, &dst) != 0, made_ws = 0, made_link = 0;
+    char save_err[PATH_MAX + 200];
+    if (kmfs_mkdirs(s->dir, 0700)) {
+        kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->dir, strerror(errno));
+        goto fail;
+    }
+    if (pooled) {
+        pooled->from_pool = 1;
+        pooled->pool_entry = 0;
+        pooled->created = pooled->last_used = cm_wall_s();
+        /* idle time is counted from the handout, not from the pre-start */
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            pooled->k[l].last_used = kclient_now();
+        char link[PATH_MAX];
+        snprintf(link, sizeof link, "%.4000s/workspace", s->dir);
+        if (symlink(s->workspace, link)) {
+            /* not fatal: the real path is in session.json */
+        } else {
+            made_link = 1;
+        }
+        /* the pool's kernel logs stay where they are; point at them */
+    } else {
+        s->network = o && o->network >= 0 ? o->network : m->cfg.network;
+        s->memory = o && o->memory ? o->memory : 0;
+        s->cpus = o && o->cpus > 0 ? o->cpus : 0;
+        s->cpu_time = o && o->cpu_time > 0 ? o->cpu_time : 0;
+        snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
+        snprintf(s->sandbox, sizeof s->sandbox, "%s",
+                 o && o->sandbox ? o->sandbox : m->cfg.sandbox);
+        if (o && json_object_size(o->env) && !(s->env = json_deep_copy(o->env))) {
+            kerr(err, KM_EINTERNAL, "out of memory");
+            goto fail;
+        }
+        if (o && o->workspace) {
+            char *real = realpath(o->workspace, NULL);
+            snprintf(s->workspace, sizeof s->workspace, "%s", real ? real : o->workspace);
+            free(real);
+            s->own_workspace = 0;
+        } else {
+            snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
+            s->own_workspace = 1;
+            struct stat wst;
+            if (mkdir(s->workspace, 0700) == 0) {
+                made_ws = 1;
+            } else if (errno != EEXIST || lstat(s->workspace, &wst) || !S_ISDIR(wst.st_mode)) {
+                kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->workspace,
+                     errno == EEXIST ? "it exists and is not a directory" : strerror(errno));
+                goto fail;
+            }
+        }
+    }
+    /* a session that cannot be saved would vanish with its manager: refuse it */
+    if (session_save_err(m, s, save_err, sizeof save_err)) {
+        kerr(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err);
+        goto fail;
+    }
+    s->next = m->list;
+    m->list = s;
+    return s;
+fail:
+    if (made_link) {
+        char link[PATH_MAX];
+        snprintf(link, sizeof link, "%.4000s/workspace", s->dir);
+        unlink(link);
+    }
+    if (made_ws)
+        rmdir(s->workspace);
+    if (made_dir)
+        session_rmtree(s->dir);
+    if (pooled) {
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            slot_stop(m, &s->k[l]);
+        session_rmtree(s->pool_dir);
+    }
+    session_free(s);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- code_exec */
+
+static void warn_ignored(json_t *arr, const char *sname, const char *opt, const char *given,
+                         const char *kept)
+{
+    json_array_append_new(arr, json_sprintf("session \"%s\" already exists: %s %s was ignored "
+                                            "(the session keeps %s); options of a session are "
+                                            "fixed when it is created: close it to change them",
+                                            sname, opt, given, kept));
+}
+
+/* new: warnings for session options given to an existing session whose value
+ * differs from the session's, or NULL when there are none. They are reported
+ * rather than applied: applying them means a restart, and silently losing an
+ * agent's state because of an option is worse than a warning. */
+static json_t *ignored_options(km_manager *m, session *s, const km_session_opts *o)
+{
+    if (!o)
+        return NULL;
+    json_t *arr = json_array();
+    char a[64], b[64];
+    int net = s->network < 0 ? m->cfg.network : s->network;
+    if (o->network >= 0 && o->network != net)
+        warn_ignored(arr, s->name, "--network", o->network ? "on" : "off",
+                     net ? "network on" : "network off");
+    unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
+    if (o->memory && o->memory != mem) {
+        snprintf(a, sizeof a, "%llu bytes", o->memory);
+        if (mem)
+            snprintf(b, sizeof b, "memory %llu bytes", mem);
+        else
+            snprintf(b, sizeof b, "the kernel's default memory limit");
+        warn_ignored(arr, s->name, "--memory", a, b);
+    }
+    double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
+    if (o->cpus > 0 && o->cpus != cpus) {
+        snprintf(a, sizeof a, "%g", o->cpus);
+        if (cpus > 0)
+            snprintf(b, sizeof b, "cpus %g", cpus);
+        else
+            snprintf(b, sizeof b, "no CPU rate cap");
+        warn_ignored(arr, s->name, "--cpus", a, b);
+    }
+    double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
+    if (o->cpu_time > 0 && o->cpu_time != cpu_time) {
+        snprintf(a, sizeof a, "%g", o->cpu_time);
+        if (cpu_time > 0)
+            snprintf(b, sizeof b, "cpu_time %g s per block", cpu_time);
+        else
+            snprintf(b, sizeof b, "no CPU-time limit per block");
+        warn_ignored(arr, s->name, "--cpu-time", a, b);
+    }
+    const char *py = s->python[0] ? s->python : m->cfg.python;
+    if (o->python && strcmp(o->python, py)) {
+        char kept[1100];
+        snprintf(kept, sizeof kept, "python %s", py[0] ? py : "(detected)");
+        warn_ignored(arr, s->name, "--python", o->python, kept);
+    }
+    if (o->workspace) {
+        char *real = realpath(o->workspace, NULL);
+        if (strcmp(real ? real : o->workspace, s->workspace)) {
+            char kept[PATH_MAX];
+            snprintf(kept, sizeof kept, "workspace %s", s->workspace);
+            warn_ignored(arr, s->name, "--workspace", o->workspace, kept);
+        }
+        free(real);
+    }
+    if (json_object_size(o->env) && !(s->env && json_equal((json_t *)o->env, s->env))) {
+        /* names only: values may be secrets, and warnings are shown and logged */
+        char given[256] = "", kept[300];
+        const char *n;
+        json_t *v;
+        json_object_foreach((json_t *)o->env, n, v)
+        {
+            size_t l = strlen(given);
+            snprintf(given + l, sizeof given - l, "%s%.64s", l ? "," : "", n);
+        }
+        if (json_object_size(s->env)) {
+            snprintf(kept, sizeof kept, "its env (");
+            json_object_foreach(s->env, n, v)
+            {
+                size_t l = strlen(kept);
+                snprintf(kept + l, sizeof kept - l, "%s%.64s", kept[l - 1] == '(' ? "" : ",", n);
+            }
+            size_t l = strlen(kept);
+            snprintf(kept + l, sizeof kept - l, ")");
+        } else {
+            snprintf(kept, sizeof kept, "no env of its own");
+        }
+        warn_ignored(arr, s->name, "--env", given, kept);
+    }
+    const char *sb = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
+    if (o->sandbox && strcmp(o->sandbox, sb)) {
+        snprintf(b, sizeof b, "sandbox %s", sb);
+        warn_ignored(arr, s->name, "--sandbox", o->sandbox, b);
+    }
+    if (!json_array_size(arr)) {
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+/* Takes s->lock for an execution. Executions in a session are serialised:
+ * one that finds another running waits for it (a cell whose client went
+ * away runs on to its end or its timeout, its result going to the history).
+ * The wait is said, live (a "notice" event) and afterwards: returns new
+ * {"seconds","message"[,"holder_pid"]} when it waited, else NULL. */
+static _Thread_local int exec_client_pid;
+
+void km_exec_set_client(int pid)
+{
+    exec_client_pid = pid;
+}
+
+static json_t *session_lock_exec(km_manager *m, session *s, km_event_fn fn, void *ud)
+{
+    json_t *waited = NULL;
+    if (pthread_mutex_trylock(&s->lock) != 0) {
+        double t0 = kclient_now();
+        pthread_mutex_lock(&m->lock);
+        int holding = s->holding, pid = s->holder_pid;
+        double since = s->holder_since;
+        pthread_mutex_unlock(&m->lock);
+        char who[160];
+        if (!holding)
+            snprintf(who, sizeof who,
+                     "another operation on session \"%s\" (close, restart or "
+                     "a kernel start)",
+                     s->name);
+        else if (pid > 0 && pid != getpid())
+            snprintf(who, sizeof who, "a cell started by another client (pid %d)", pid);
+        else
+            snprintf(who, sizeof who, "a cell started by another request");
+        if (fn) {
+            char msg[300];
+            if (holding)
+                snprintf(msg, sizeof msg, "waiting for %s to finish (running for %.1f s)", who,
+                         t0 - since);
+            else
+                snprintf(msg, sizeof msg, "waiting for %s to finish", who);
+            json_t *ev = json_pack("{s:s s:i s:s}", "event", "notice", "block", 0, "message", msg);
+            fn(ud, ev);
+            json_decref(ev);
+        }
+        pthread_mutex_lock(&s->lock);
+        double w = kclient_now() - t0;
+        char msg[300];
+        snprintf(msg, sizeof msg, "waited %.1f s for %s to finish", w, who);
+        waited = json_pack("{s:f s:s}", "seconds", w, "message", msg);
+        if (holding && pid > 0 && pid != getpid())
+            json_object_set_new(waited, "holder_pid", json_integer(pid));
+    }
+    pthread_mutex_lock(&m->lock);
+    s->holding = 1;
+    s->holder_pid = exec_client_pid > 0 ? exec_client_pid : (int)getpid();
+    s->holder_since = kclient_now();
+    pthread_mutex_unlock(&m->lock);
+    return waited;
+}
+
+json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
+                const km_exec_opts *opts, const char *code, km_event_fn fn, void *ud, km_err *err)
+{
+    if (!km_name_valid(name)) {
+        kerr(err, KM_EUSAGE,
+             "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
+             "at most %d, not starting with '.')",
+             name ? name : "", KM_NAME_MAX);
+        return NULL;
+    }
+    int lang = -1;
+    if (opts && opts->lang && strcmp(opts->lang, "auto")) {
+        lang = kmcfg_lang_index(opts->lang);
+        if (lang < 0) {
+            kerr(err, KM_EUSAGE, "unknown language \"%s\" (python, bash or auto)", opts->lang);
+            return NULL;
+        }
+    }
+    /* one check for run, exec, the daemon and MCP, before the session is
+     * touched or anything is sent to a kernel */
+    char codebad[256];
+    if (cblocks_check_code(code, code ? strlen(code) : 0, m->cfg.code_max, codebad,
+                           sizeof codebad)) {
+        kerr(err, KM_EUSAGE, "%s", codebad);
+        return NULL;
+    }
+    cblock_list blocks;
+    if (cblocks_split(code ? code : "", lang, &blocks)) {
+        kerr(err, KM_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_lock(&m->lock);
+    int existed = 1;
+    session *s = find_locked(m, name);
+    if (!s)
+        s = create_locked(m, name, sopts, &existed, err);
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&m->lock);
+    if (!s) {
+        cblocks_free(&blocks);
+        return NULL;
+    }
+    json_t *warnings = existed ? ignored_options(m, s, sopts) : NULL;
+
+    json_t *waited = session_lock_exec(m, s, fn, ud);
+    atomic_store(&s->busy, 1);
+    atomic_store(&s->interrupt_flag, 0);
+    slots_prestart(m, s, &blocks);
+    json_t *results = json_array();
+    int failed = 0;
+    size_t ran = 0;
+    for (size_t i = 0; i < blocks.n; i++) {
+        cblock *b = &blocks.v[i];
+        const char *lname = kmcfg_lang_name(b->lang);
+        json_t *r = NULL;
+        if (s->gone) {
+            r = result_new(name, lname);
+            result_set_failure(r, "error", "SessionClosed", "the session was closed");
+        } else if (!m->cfg.allow[b->lang]) {
+            r = result_new(name, lname);
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "language \"%s\" is not allowed by the configuration (\"languages\")", lname);
+            result_set_failure(r, "error", "LanguageNotAllowed", msg);
+        } else {
+            int restarted = 0;
+            char reason[512] = "", why[1024] = "";
+            if (slot_ensure(m, s, b->lang, &restarted, reason, sizeof reason, why, sizeof why)) {
+                r = result_new(name, lname);
+                result_set_failure(r, "error", "KernelStartError", why);
+            } else {
+                kslot *k = &s->k[b->lang];
+                char tag[64];
+                s->seq++;
+                snprintf(tag, sizeof tag, "%lld-%04u-%s", (long long)cm_wall_s(), s->seq, lname);
+                uint64_t used = outputs_used(s->outdir);
+                uint64_t outputs_left =
+                    used < m->cfg.session_outputs_max ? m->cfg.session_outputs_max - used : 0;
+                codeexec_params p = {
+                    .session = name,
+                    .language = lname,
+                    .block = (int)i,
+                    .timeout = opts && opts->timeout > 0 ? opts->timeout : m->cfg.timeout,
+                    .grace = m->cfg.interrupt_grace,
+                    .output_cap = m->cfg.output_cap,
+                    .spill_max = m->cfg.spill_max,
+                    .display_max = m->cfg.display_max,
+                    .outputs_left = &outputs_left,
+                    .outdir = s->outdir,
+                    .tag = tag,
+                    .workspace = s->workspace,
+                    .files_max = m->cfg.files_max,
+                    .scan_max = m->cfg.files_scan_max,
+                    .interrupt_flag = (volatile int *)&s->interrupt_flag,
+                    .fn = fn,
+                    .ud = ud,
+                };
+                /* the history knows the cell before the kernel does: a
+                 * manager killed while it runs leaves it "started" */
+                char herr[600] = "";
+                int hstarted = session_history_start(s->dir, tag, lname, b->code,
+                                                     m->cfg.history_max, herr, sizeof herr) == 0;
+                codeexec_outcome out;
+                r = codeexec_run(k->client, k->proc, &p, b->code, &out);
+                k->last_used = kclient_now();
+                if (out.need_restart) {
+                    slot_stop(m, k);
+                    char e2[1024];
+                    if (slot_start(m, s, b->lang, e2, sizeof e2) == 0) {
+                        char msg[1100];
+                        snprintf(msg, sizeof msg, "%s; a fresh kernel was started (workspace kept)",
+                                 out.reason);
+                        result_set_kernel(r, 1, 0, msg);
+                    } else {
+                        char msg[2200];
+                        snprintf(msg, sizeof msg, "%s; restarting the kernel failed: %s",
+                                 out.reason, e2);
+                        result_set_kernel(r, 0, 0, msg);
+                    }
+                } else if (out.state_lost) {
+                    result_set_kernel(r, 1, 0, out.reason);
+                } else if (restarted) {
+                    result_set_kernel(r, 1, 0, reason);
+                }
+                char herr2[600];
+                if (r &&
+                    session_history_append(s->dir, hstarted ? tag : NULL, lname, b->code, r,
+                                           out.nb_outputs, m->cfg.history_max, herr2, sizeof herr2))
+                    json_object_set_new(r, "history_error", json_string(herr2));
+                else if (r && !hstarted)
+                    json_object_set_new(r, "history_error", json_string(herr));
+                json_decref(out.nb_outputs);
+            }
+        }
+        if (!r)
+            r = result_new(name, lname);
+        if (i == 0 && warnings)
+            json_object_set(r, "warnings", warnings);
+        if (i == 0 && waited)
+            json_object_set(r, "waited", waited);
+        ran++;
+        if (fn) {
+            json_t *ev =
+                json_pack("{s:s s:i s:O}", "event", "result", "block", (int)i, "result", r);
+            fn(ud, ev);
+            json_decref(ev);
+        }
+        int bad = result_failed(r);
+        json_array_append_new(results, r);
+        if (bad) {
+            failed = 1;
+            if (!(opts && opts->continue_on_error))
+                break;
+        }
+        if (atomic_load(&s->interrupt_flag) && !(opts && opts->continue_on_error))
+            break;
+    }
+    s->last_used = cm_wall_s();
+    atomic_store(&s->busy, 0);
+    pthread_mutex_lock(&m->lock);
+    s->holding = 0;
+    pthread_mutex_unlock(&m->lock);
+    /* the workspace too: MCP names files by it (saves it a "sessions" round
+     * trip); read before session_put, which may free s */
+    json_t *wsj = json_string(s->workspace);
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    size_t skipped = blocks.n - ran;
+    cblocks_free(&blocks);
+    json_t *ret = json_pack("{s:o s:b s:I s:o*}", "results", results, "failed", failed, "skipped",
+                            (json_int_t)skipped, "workspace", wsj);
+    if (ret && warnings)
+        json_object_set(ret, "warnings", warnings);
+    if (ret && waited)
+        json_object_set(ret, "waited", waited);
+    json_decref(warnings);
+    json_decref(waited);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+json_t *km_sessions(km_manager *m)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&m->lock);
+    for (session *s = m->list; s; s = s->next) {
+        if (s->gone)
+            continue;
+        json_t *ks = json_object();
+        for (int l = 0; l < KMCFG_NLANG; l++) {
+            kproc *kp = s->k[l].proc;
+            /* reading another session's slot without its lock: a snapshot only */
+            if (kp)
+                json_object_set_new(ks, kmcfg_lang_name(l),
+                                    json_pack("{s:s s:i s:s}", "state",
+                                              atomic_load(&s->busy) ? "busy" : "idle", "pid",
+                                              (int)kp->pid, "connection_file", kp->cf_path));
+            else
+                json_object_set_new(ks, kmcfg_lang_name(l), json_null());
+        }
+        json_array_append_new(
+            arr, json_pack("{s:s s:s s:f s:f s:b s:b s:o}", "name", s->name, "workspace",
+                           s->workspace, "created", s->created, "last_used", s->last_used, "busy",
+                           atomic_load(&s->busy), "from_pool", s->from_pool, "kernels", ks));
+    }
+    pthread_mutex_unlock(&m->lock);
+    return arr;
+}
+
+int km_interrupt(km_manager *m, const char *name, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s)
+        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+    if (atomic_load(&s->busy)) {
+        atomic_store(&s->interrupt_flag, 1);
+    } else if (pthread_mutex_trylock(&s->lock) == 0) {
+        for (int l = 0; l < KMCFG_NLANG; l++)
+            if (s->k[l].client && klaunch_alive(s->k[l].proc))
+                kclient_send(s->k[l].client, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
+        pthread_mutex_unlock(&s->lock);
+    } else {
+        atomic_store(&s->interrupt_flag, 1);
+    }
+    session_put(m, s);
+    return 0;
+}
+
+int km_restart(km_manager *m, const char *name, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s)
+        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+    atomic_store(&s->interrupt_flag, 1);
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    for (int l = 0; l < KMCFG_NLANG; l++) {
+        if (!s->k[l].proc)
+            continue;
+        slot_stop(m, &s->k[l]);
+        s->k[l].pending[0] = 0;
+        char why[1024];
+        if (slot_start(m, s, l, why, sizeof why))
+            rc = kerr(err, KM_EKERNEL, "%s", why);
+    }
+    session_save(m, s);
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    return rc;
+}
+
+int km_close(km_manager *m, const char *name, int flags, km_err *err)
+{
+    int keep = flags & KM_KEEP;
+    session *s = session_get(m, name);
+    if (!s) {
+        /* a kept session from earlier is still on disk: allow removing it */
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
+        if (km_name_valid(name) && !keep && access(dir, F_OK) == 0) {
+            session *t = session_load(m, name);
+            if (t) {
+                if (t->own_workspace)
+                    session_rmtree(t->workspace);
+                session_free(t);
+            }
+            session_rmtree(dir);
+            return 0;
+        }
+        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+    }
+    atomic_store(&s->interrupt_flag, 1);
+    pthread_mutex_lock(&s->lock);
+    slots_stop_all(m, s);
+    pthread_mutex_lock(&m->lock);
+    s->gone = 1;
+    for (session **pp = &m->list; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    pthread_mutex_unlock(&m->lock);
+    if (keep) {
+        session_save(m, s);
+    } else {
+        if (s->own_workspace)
+            session_rmtree(s->workspace);
+        if (s->pool_dir[0])
+            session_rmtree(s->pool_dir);
+        session_rmtree(s->dir);
+        char why[512];
+        if (pkginst_remove_session(m->home, s->name, why, sizeof why))
+            fprintf(stderr, "kernelmgr: cannot remove the packages of session %s: %s\n", s->name,
+                    why);
+        if (!(flags & KM_KEEP_OUTPUTS))
+            session_rmtree(s->outdir);
+    }
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    if (flags & KM_KEEP_OUTPUTS)
+        outputs_prune(m, 0);
+    return 0;
+}
+
+json_t *km_files(km_manager *m, const char *name, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return NULL;
+    }
+    fsdiff_snap *snap = fsdiff_take(s->workspace, m->cfg.files_scan_max);
+    json_t *files = snap ? fsdiff_list(snap, 10000) : json_array();
+    json_t *o = json_pack("{s:s s:s s:o s:b}", "session", s->name, "workspace", s->workspace,
+                          "files", files, "incomplete", snap && fsdiff_incomplete(snap));
+    fsdiff_destroy(&snap);
+    session_put(m, s);
+    return o;
+}
+
+json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_err *err)
+{
+    char dir[PATH_MAX];
+    session *s = session_get(m, name);
+    if (s) {
+        snprintf(dir, sizeof dir, "%s", s->dir);
+        session_put(m, s);
+    } else {
+        snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
+        if (!km_name_valid(name) || access(dir, F_OK)) {
+            kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+            return NULL;
+        }
+    }
+    char why[512];
+    int bad = 0;
+    json_t *nb = export_notebook(dir, name, kernel_name, &bad, why, sizeof why);
+    if (!nb)
+        kerr(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+    return nb;
+}
+
+int km_connection_file(km_manager *m, const char *name, const char *lang, char *out, size_t size,
+                       km_err *err)
+{
+    int l = kmcfg_lang_index(lang ? lang : "python");
+    if (l < 0)
+        return kerr(err, KM_EUSAGE, "unknown language \"%s\" (python or bash)", lang);
+    if (!m->cfg.allow[l])
+        return kerr(err, KM_EUSAGE, "language \"%s\" is not allowed by the configuration",
+                    kmcfg_lang_name(l));
+    session *s = session_get(m, name);
+    if (!s)
+        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+    pthread_mutex_lock(&s->lock);
+    int restarted;
+    char reason[512], why[1024];
+    int rc = 0;
+    if (slot_ensure(m, s, l, &restarted, reason, sizeof reason, why, sizeof why))
+        rc = kerr(err, KM_EKERNEL, "%s", why);
+    else {
+        /* the next result of the agent still has to say so */
+        if (restarted)
+            snprintf(s->k[l].pending, sizeof s->k[l].pending, "%s", reason);
+        snprintf(out, size, "%s", s->k[l].proc->cf_path);
+    }
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    return rc;
+}
+
+/* ------------------------------------------------ the daemon API's own calls
+ *
+ * Session creation without code, workspace files and package installs: the
+ * daemon is their only caller (docs/API.md), so one process owns a
+ * session's state. Writes and installs hold the session's lock, so a close
+ * waits for them (and they see a closed session as gone) instead of
+ * deleting directories under them. */
+
+json_t *km_session_create(km_manager *m, const char *name, const km_session_opts *sopts,
+                          km_err *err)
+{
+    if (!km_name_valid(name)) {
+        kerr(err, KM_EUSAGE,
+             "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
+             "at most %d, not starting with '.')",
+             name ? name : "", KM_NAME_MAX);
+        return NULL;
+    }
+    pthread_mutex_lock(&m->lock);
+    int existed = 1;
+    session *s = find_locked(m, name);
+    if (!s)
+        s = create_locked(m, name, sopts, &existed, err);
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&m->lock);
+    if (!s)
+        return NULL;
+    json_t *warnings = existed ? ignored_options(m, s, sopts) : NULL;
+    json_t *o = json_pack("{s:s s:s s:b s:b}", "session", s->name, "workspace", s->workspace,
+                          "created", !existed, "from_pool", s->from_pool);
+    if (o && warnings)
+        json_object_set(o, "warnings", warnings);
+    json_decref(warnings);
+    session_put(m, s);
+    if (!o)
+        kerr(err, KM_EINTERNAL, "out of memory");
+    return o;
+}
+
+json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t offset,
+                     uint64_t length, const char *encoding, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return NULL;
+    }
+    /* reading needs no lock: like km_files, a snapshot of what is there */
+    char why[1024];
+    json_t *r = wsfile_read(s->workspace, rel, offset, length, encoding ? encoding : "auto", why,
+                            sizeof why);
+    if (r)
+        json_object_set_new(r, "session", json_string(s->name));
+    else
+        kerr(err, KM_EUSAGE, "%s", why);
+    session_put(m, s);
+    return r;
+}
+
+/* Takes the session's lock for an operation that must not overlap close;
+ * NULL (err filled) when there is no such session or it was closed while
+ * we waited. Release with session_unlock_op. */
+static session *session_lock_op(km_manager *m, const char *name, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->gone) {
+        pthread_mutex_unlock(&s->lock);
+        session_put(m, s);
+        kerr(err, KM_ENOSESSION, "session \"%s\" was closed", name);
+        return NULL;
+    }
+    return s;
+}
+
+static void session_unlock_op(km_manager *m, session *s)
+{
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+}
+
+json_t *km_file_write(km_manager *m, const char *name, const char *rel, const void *data,
+                      size_t len, int append, km_err *err)
+{
+    session *s = session_lock_op(m, name, err);
+    if (!s)
+        return NULL;
+    char why[1024];
+    json_t *r = wsfile_write(s->workspace, rel, data, len, append, 1, why, sizeof why);
+    if (r)
+        json_object_set_new(r, "session", json_string(s->name));
+    else
+        kerr(err, KM_EUSAGE, "%s", why);
+    session_unlock_op(m, s);
+    return r;
+}
+
+json_t *km_packages_install(km_manager *m, const char *name, const char *allowlist_path,
+                            const char *manager, const json_t *packages, km_err *err)
+{
+    if (!km_name_valid(name)) {
+        kerr(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
+        return NULL;
+    }
+    int mgr = allowlist_mgr_from_name(manager);
+    if (mgr < 0) {
+        kerr(err, KM_EUSAGE, "manager must be \"pip\" or \"npm\" (got \"%s\")",
+             manager ? manager : "");
+        return NULL;
+    }
+    size_t n = json_array_size(packages), i;
+    if (!json_is_array(packages) || n == 0 || n > 50) {
+        kerr(err, KM_EUSAGE, "packages must be a list of 1 to 50 package names");
+        return NULL;
+    }
+    json_t *p;
+    json_array_foreach(packages, i, p)
+    {
+        if (!json_is_string(p)) {
+            kerr(err, KM_EUSAGE, "packages must contain strings only");
+            return NULL;
+        }
+    }
+    char *path = NULL;
+    const char *env = getenv("KERNELMGR_ALLOWLIST");
+    if (allowlist_path && *allowlist_path)
+        path = strdup(allowlist_path);
+    else if (env && *env)
+        path = strdup(env);
+    else if (asprintf(&path, "%s/allowlist.json", m->home) < 0)
+        path = NULL;
+    if (!path) {
+        kerr(err, KM_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    char why[1024];
+    /* read on every call: the operator may edit the list while agents run */
+    allowlist *al = allowlist_load(path, 0, why, sizeof why);
+    free(path);
+    if (!al) {
+        kerr(err, KM_EUSAGE, "the package allowlist cannot be read, so nothing is installable: %s",
+             why);
+        return NULL;
+    }
+    /* every request is checked before anything runs */
+    char pname[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1];
+    json_array_foreach(packages, i, p)
+    {
+        if (allowlist_check(al, (allowlist_mgr)mgr, json_string_value(p), pname, spec, why,
+                            sizeof why) < 0) {
+            allowlist_destroy(&al);
+            kerr(err, KM_EUSAGE, "install refused, nothing was installed: %s", why);
+            return NULL;
+        }
+    }
+    /* A live session: under its lock, so close (which removes the package
+     * directory) waits for the install. A name without a session installs
+     * for the name: the session created later sees the packages (and takes
+     * no warm-pool entry, see create_locked). */
+    session *s = session_get(m, name);
+    if (s) {
+        session_put(m, s);
+        if (!(s = session_lock_op(m, name, err))) {
+            allowlist_destroy(&al);
+            return NULL;
+        }
+    }
+    json_t *r = pkginst_install(al, (allowlist_mgr)mgr, m->home, name, packages, why, sizeof why);
+    if (s)
+        session_unlock_op(m, s);
+    allowlist_destroy(&al);
+    char root[PATH_MAX];
+    if (!r && !s && pkginst_session_root(m->home, name, root) == 0 && access(root, F_OK) != 0) {
+        /* a close of the name was finishing (it removes the package
+         * directory after the session left the list): the install lost */
+        kerr(err, KM_ENOSESSION,
+             "session \"%s\" was closed while the install ran; nothing was installed", name);
+        return NULL;
+    }
+    if (!r) {
+        kerr(err, KM_EINTERNAL, "install failed, nothing was installed: %s", why);
+        return NULL;
+    }
+    json_object_set_new(r, "session", json_string(name));
+    return r;
+}

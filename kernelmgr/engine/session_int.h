@@ -1,0 +1,175 @@
+/*
+ * session_int.h — the manager's shared state (struct km_manager, session,
+ * kslot) and the internal calls between the files that implement km.h:
+ *
+ *   session.c        the km_* API: manager, session registry, exec, close...
+ *   session_store.c  persistence: session.json, history.jsonl, load/resume
+ *   kcmd.c           a kernel's command line, environment file, interpreter
+ *   kslots.c         kernel slots: start/stop, admission under max_kernels,
+ *                    eviction
+ *   outprune.c       outputs/ pruning and the start-up scan of ended runs
+ *   kpool.c          the periodic work: warm pool, culling, idle IOPub
+ *
+ * Not for use outside these files (other code uses km.h and session.h).
+ *
+ * Ownership: m->list owns its sessions, m->pool its warm-pool entries; a
+ * session taken off both lists is freed (session_free) by the last
+ * session_put (refs counts the holders). A session owns its kslots; a slot
+ * owns its kproc and kclient (slot_stop releases both and the slot's unit of
+ * max_kernels).
+ *
+ * Locking: m->lock guards the session list, the pool, refs, gone and the
+ * holder fields; each session's lock serialises everything that touches its
+ * kernels. Order: a session lock may be held while taking m->lock, never the
+ * reverse; other sessions' locks are only ever try-locked (eviction,
+ * culling), so no cycle. m->slot_mu is a leaf lock (admission wake-ups).
+ * busy and interrupt_flag are atomics read without any lock.
+ */
+#ifndef KERNELMGR_SESSION_INT_H
+#define KERNELMGR_SESSION_INT_H
+
+#include "kernelmgr/engine/codeblocks.h"
+#include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/km.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Messages and paths here are bounded by construction; a truncated error
+ * message is acceptable, a truncated path is never used to create files
+ * (PATH_MAX is far above what mkdir would accept anyway). */
+/* Paths are built into fixed PATH_MAX buffers whose overflow is checked
+ * where it matters; gcc's truncation guesses are noise here (clang has no
+ * such warning). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+typedef struct kslot {
+    kproc *proc;
+    kclient *client;
+    char pending[512];    /* why the next result must say "restarted, state lost" */
+    char start_err[1024]; /* slots_prestart's failure, for the block that needs it */
+    double last_used;
+} kslot;
+
+typedef struct session {
+    char name[KM_NAME_MAX + 1];
+    char dir[PATH_MAX - 64];
+    char workspace[PATH_MAX - 64];
+    char outdir[PATH_MAX - 64];
+    char pool_dir[PATH_MAX - 64]; /* pooled: the pool entry to remove at close */
+    int own_workspace;
+    int network;
+    unsigned long long memory;
+    double cpus;     /* --cpus of its kernels; 0 = the configuration's */
+    double cpu_time; /* --cpu-time of its kernels; 0 = the configuration's */
+    char python[1024];
+    char sandbox[16];
+    json_t *env; /* owned: the session's own {NAME: "value"} (on top of the
+                    configuration's), NULL when none; persisted in session.json */
+    pthread_mutex_t lock;
+    kslot k[KMCFG_NLANG];
+    atomic_int busy;
+    atomic_int interrupt_flag;
+    int refs;
+    int gone;       /* closed: no new work */
+    int from_pool;  /* its kernels were pre-started by the warm pool */
+    int pool_entry; /* still in the warm pool: never evicts for itself */
+    double created, last_used;
+    unsigned seq;
+    /* the execution holding lock (km_exec), for a waiting one to name it;
+     * guarded by m->lock */
+    int holding, holder_pid;
+    double holder_since;
+    struct session *next;
+} session;
+
+struct km_manager {
+    kmcfg cfg;
+    char home[PATH_MAX - 128];
+    char run_dir[PATH_MAX - 128];
+    pthread_mutex_t lock;
+    session *list;
+    session *pool;
+    atomic_int live;
+    /* admission: signalled (with slot_gen bumped, under slot_mu, a leaf
+     * lock) whenever a kernel stops or a session stops running code, so a
+     * start waiting for a slot retries at once instead of at its next poll */
+    pthread_mutex_t slot_mu;
+    pthread_cond_t slot_cv;
+    unsigned long slot_gen;
+    int lifeline[2]; /* klaunch_lifeline_open: kept for the manager's life */
+    int owner_held;  /* klaunch_owner_hold(run_dir) succeeded */
+};
+
+/* ------------------------------------------------------------ session.c */
+
+/* Drops a reference taken under m->lock (refs++); frees a closed session
+ * whose last reference it was. Caller holds no lock of m. */
+void session_put(km_manager *m, session *s);
+
+/* ------------------------------------------------------ session_store.c */
+
+/* new (session_free): a session named name with no kernels, no directories;
+ * NULL when out of memory. */
+session *session_alloc(const char *name);
+/* Frees s (its env and lock); its kernels must be stopped. */
+void session_free(session *s);
+/* new (session_free): sessions/NAME/session.json loaded; kernels of an
+ * earlier manager it lists are killed and marked pending. NULL when there
+ * is none or it cannot be read. */
+session *session_load(km_manager *m, const char *name);
+/* Writes s's session.json (temp + rename). 0, or -1 with the reason. */
+int session_save_err(km_manager *m, session *s, char *err, size_t errlen);
+/* session_save_err with a failure logged on stderr. */
+void session_save(km_manager *m, session *s);
+/* Kills the kernel pid of an earlier manager when /proc shows it is the one
+ * of connection file cf, and removes cf. */
+void kill_stale(int pid, const char *cf);
+
+/* --------------------------------------------------------------- kcmd.c */
+
+/* Checks own (a session's env, or NULL) with the configuration's against
+ * kenv.h's rules. 0, or -1 with the reason. */
+int session_env_check(const km_manager *m, const json_t *own, char *err, size_t errlen);
+/* Fills cmd (klaunch_cmd_clear to release) with the command of s's kernel
+ * of language lang, writing its environment file. 0, or -1 with err. */
+int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err, size_t errlen);
+
+/* ------------------------------------------------------------- kslots.c */
+
+/* Wakes one start waiting for a unit of max_kernels. */
+void slot_changed(km_manager *m);
+/* Stops slot k's kernel (if any) and releases its unit of max_kernels.
+ * Caller holds the slot's session lock. */
+void slot_stop(km_manager *m, kslot *k);
+/* Stops every kernel of s at once. Caller holds s->lock. */
+void slots_stop_all(km_manager *m, session *s);
+/* Starts the kernel of slot l (admission, launch, wait until it answers).
+ * Caller holds s->lock. 0, or -1 with err. */
+int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen);
+/* Starts the kernels blocks will need at once when units are free now.
+ * Caller holds s->lock. */
+void slots_prestart(km_manager *m, session *s, const cblock_list *blocks);
+/* Makes sure slot l has a live kernel; *restarted / reason say whether the
+ * result must report a fresh kernel. Caller holds s->lock. 0, or -1 with err. */
+int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *reason, size_t rsize,
+                char *err, size_t errlen);
+
+/* ----------------------------------------------------------- outprune.c */
+
+/* Bytes of the regular files directly in dir (a session's outputs/NAME). */
+uint64_t outputs_used(const char *dir);
+/* Bounds outputs/ (runs kept, their age; orphans: of gone sessions too). */
+void outputs_prune(km_manager *m, int orphans);
+/* Removes package directories and kernel history files of ended runs. */
+void prune_orphans(km_manager *m);
+/* Removes the sessions of one-shot runs whose process has ended. */
+void reap_dead_runs(km_manager *m);
+/* 1 when session name belongs to another live manager process. */
+int owned_by_live_manager(const km_manager *m, const char *name);
+
+#endif

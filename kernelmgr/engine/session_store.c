@@ -1,0 +1,366 @@
+/*
+ * session_store.c — a session's persistence (session_int.h): session.json
+ * (options, kernels) saved and loaded, history.jsonl (session.h), the
+ * session object's allocation.
+ */
+#include "kernelmgr/engine/export.h"
+#include "kernelmgr/engine/session.h"
+#include "kernelmgr/engine/session_int.h"
+#include "kernelmgr/engine/wsfile.h"
+#include "common/cm_clock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int session_rmtree(const char *path)
+{
+    return wsfile_rmtree(path, NULL, 0); /* fd-based, never follows; failures on stderr */
+}
+
+/* Rewrites path with its newest complete lines that fit in keep bytes
+ * (temp + rename: the old file or the new one, never a mix). 0 or -1. */
+static int history_compact(const char *path, uint64_t keep)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT ? 0 : -1;
+    char **lines = NULL;
+    size_t n = 0, cap = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    int rc = 0;
+    while ((len = getline(&line, &lcap, f)) > 0) {
+        if (line[len - 1] != '\n')
+            break; /* a torn last record is dropped */
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 256;
+            char **nl = realloc(lines, nc * sizeof *nl);
+            if (!nl) {
+                rc = -1;
+                break;
+            }
+            lines = nl;
+            cap = nc;
+        }
+        if (!(lines[n] = strdup(line))) {
+            rc = -1;
+            break;
+        }
+        n++;
+    }
+    free(line);
+    fclose(f);
+    size_t from = n;
+    uint64_t total = 0;
+    while (rc == 0 && from > 0 && total + strlen(lines[from - 1]) <= keep)
+        total += strlen(lines[--from]);
+    char *tmp = NULL;
+    if (rc == 0 && asprintf(&tmp, "%s.tmp", path) < 0)
+        rc = -1;
+    int fd = rc ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (rc == 0 && fd < 0)
+        rc = -1;
+    for (size_t i = from; rc == 0 && i < n; i++)
+        rc = jp_write_all(fd, lines[i], strlen(lines[i]));
+    int err = errno;
+    if (fd >= 0 && close(fd) && rc == 0) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc == 0 && rename(tmp, path)) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc && tmp)
+        unlink(tmp);
+    free(tmp);
+    for (size_t i = 0; i < n; i++)
+        free(lines[i]);
+    free(lines);
+    errno = err;
+    return rc;
+}
+
+static int history_write(const char *session_dir, json_t *line, uint64_t max, char *err,
+                         size_t errlen);
+
+int session_history_start(const char *session_dir, const char *id, const char *language,
+                          const char *code, uint64_t max, char *err, size_t errlen)
+{
+    json_t *line =
+        json_pack("{s:s s:s s:s s:s s:f s:s}", "event", "started", "id", id, "language", language,
+                  "code", code, "time", cm_wall_s(), "manager", export_manager_id());
+    if (!line) {
+        snprintf(err, errlen, "cannot record the cell in the session history: out of memory");
+        return -1;
+    }
+    return history_write(session_dir, line, max, err, errlen);
+}
+
+int session_history_append(const char *session_dir, const char *id, const char *language,
+                           const char *code, const json_t *result, const json_t *nb_outputs,
+                           uint64_t max, char *err, size_t errlen)
+{
+    json_t *line = json_pack("{s:s s:s s:O s:O s:O}", "language", language, "code", code,
+                             "execution_count", json_object_get(result, "execution_count"),
+                             "status", json_object_get(result, "status"), "outputs",
+                             nb_outputs ? nb_outputs : json_array());
+    if (line && id) {
+        json_object_set_new(line, "event", json_string("finished"));
+        json_object_set_new(line, "id", json_string(id));
+    }
+    if (!line) {
+        snprintf(err, errlen, "cannot write the session history: out of memory");
+        return -1;
+    }
+    return history_write(session_dir, line, max, err, errlen);
+}
+
+/* Appends line (stolen) to session_dir/history.jsonl within max. */
+static int history_write(const char *session_dir, json_t *line, uint64_t max, char *err,
+                         size_t errlen)
+{
+    char *path = NULL;
+    if (asprintf(&path, "%s/history.jsonl", session_dir) < 0) {
+        json_decref(line);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    char *s = json_dumps(line, JSON_COMPACT);
+    if (s && max && strlen(s) + 1 > max / 2) {
+        /* this cell's outputs alone would take most of the history: they
+         * stay in the result (and outputs/), the history says where they went */
+        char note[300];
+        snprintf(note, sizeof note,
+                 "[kernelmgr: the outputs of this cell (%zu bytes) are not kept in the session "
+                 "history (history_max=%llu bytes); see the result of the execution]\n",
+                 strlen(s), (unsigned long long)max);
+        if (json_object_get(line, "outputs"))
+            json_object_set_new(line, "outputs",
+                                json_pack("[{s:s s:s s:s}]", "output_type", "stream", "name",
+                                          "stderr", "text", note));
+        free(s);
+        s = json_dumps(line, JSON_COMPACT);
+        if (s && strlen(s) + 1 > max / 2) {
+            /* the code alone is too long to keep */
+            json_object_set_new(line, "code", json_string("# (code too long for the history)"));
+            free(s);
+            s = json_dumps(line, JSON_COMPACT);
+        }
+    }
+    json_decref(line);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        free(path);
+        return -1;
+    }
+    size_t n = strlen(s);
+    s[n++] = '\n'; /* replaces the NUL: written with an explicit length */
+    int rc = -1;
+    struct stat st;
+    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        off_t size = st.st_size;
+        char last = '\n';
+        if (size > 0 && pread(fd, &last, 1, size - 1) != 1)
+            last = '\n';
+        if (last != '\n' || (max && (uint64_t)size + n > max)) {
+            /* a torn last record (a crash, a full disk) or the cap: keep the
+             * newest complete records in half the cap */
+            close(fd);
+            fd = -1;
+            /* a torn record alone costs no complete record */
+            if (history_compact(path, max && (uint64_t)size + n > max ? max / 2 : UINT64_MAX) == 0)
+                fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+            if (fd >= 0 && fstat(fd, &st) == 0)
+                size = st.st_size;
+        }
+        if (fd >= 0) {
+            if (jp_write_all(fd, s, n) == 0) {
+                rc = 0;
+            } else {
+                int e = errno;
+                if (ftruncate(fd, size)) { /* take back a partial record */
+                }
+                errno = e;
+            }
+        }
+    }
+    if (rc)
+        snprintf(err, errlen, "cannot write the session history: %s (%s)", strerror(errno), path);
+    if (fd >= 0)
+        close(fd);
+    free(s);
+    free(path);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- persistence */
+
+/* Writes session.json (temp + rename). 0, or -1 with the reason in err; the
+ * temp file never stays behind. */
+int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
+{
+    (void)m;
+    json_t *kernels = json_object();
+    for (int l = 0; l < KMCFG_NLANG; l++)
+        if (s->k[l].proc)
+            json_object_set_new(kernels, kmcfg_lang_name(l),
+                                json_pack("{s:i s:s}", "pid", (int)s->k[l].proc->pid,
+                                          "connection_file", s->k[l].proc->cf_path));
+    json_t *o =
+        json_pack("{s:s s:s s:b s:s s:f s:i s:b s:{s:b s:I s:s s:s} s:o}", "name", s->name,
+                  "workspace", s->workspace, "own_workspace", s->own_workspace, "pool_dir",
+                  s->pool_dir, "created", s->created, "manager_pid", (int)getpid(), "from_pool",
+                  s->from_pool, "options", "network", s->network, "memory", (json_int_t)s->memory,
+                  "python", s->python, "sandbox", s->sandbox, "kernels", kernels);
+    /* the session's variables (the directory and the file are the user's
+     * alone: 0700 and 0600), so a restarted manager gives them back */
+    if (o && s->env)
+        json_object_set(json_object_get(o, "options"), "env", s->env);
+    if (o && s->cpus > 0)
+        json_object_set_new(json_object_get(o, "options"), "cpus", json_real(s->cpus));
+    if (o && s->cpu_time > 0)
+        json_object_set_new(json_object_get(o, "options"), "cpu_time", json_real(s->cpu_time));
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%.4000s/session.json", s->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    /* temp + rename: a full disk leaves the previous session.json intact */
+    int rc = -1;
+    if (!o) {
+        snprintf(err, errlen,
+                 "cannot save %s: the session's options (workspace, python, env) are not "
+                 "UTF-8 text",
+                 path);
+    } else if (json_dump_file(o, tmp, JSON_INDENT(1)) == 0 && chmod(tmp, 0600) == 0 &&
+               rename(tmp, path) == 0) {
+        rc = 0;
+    } else {
+        snprintf(err, errlen, "cannot save %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    json_decref(o);
+    return rc;
+}
+
+void session_save(km_manager *m, session *s)
+{
+    char why[PATH_MAX + 200];
+    if (session_save_err(m, s, why, sizeof why))
+        fprintf(stderr, "kernelmgr: %s\n", why);
+}
+
+/* A kernel of an earlier manager may still run: kill it, but only when
+ * /proc says it is really that kernel (its argv names the connection file). */
+void kill_stale(int pid, const char *cf)
+{
+    if (pid <= 1 || !cf || !*cf)
+        return;
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    for (ssize_t i = 0; i < n; i++)
+        if (!buf[i])
+            buf[i] = ' ';
+    buf[n] = 0;
+    if (strstr(buf, cf))
+        klaunch_kill_tree(pid);
+    unlink(cf);
+}
+
+session *session_alloc(const char *name)
+{
+    session *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    pthread_mutex_init(&s->lock, NULL);
+    s->network = -1;
+    s->created = s->last_used = cm_wall_s();
+    return s;
+}
+
+/* Loads sessions/NAME/session.json into a session (kernels not started).
+ * Kernels it lists are from an earlier manager: killed and marked pending. */
+session *session_load(km_manager *m, const char *name)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%.3000s/sessions/%.64s/session.json", m->home, name);
+    json_t *o = json_load_file(path, 0, NULL);
+    if (!o)
+        return NULL;
+    session *s = session_alloc(name);
+    if (!s) {
+        json_decref(o);
+        return NULL;
+    }
+    snprintf(s->dir, sizeof s->dir, "%.3000s/sessions/%.64s", m->home, name);
+    snprintf(s->outdir, sizeof s->outdir, "%.3000s/outputs/%.64s", m->home, name);
+    const char *ws = json_string_value(json_object_get(o, "workspace"));
+    snprintf(s->workspace, sizeof s->workspace, "%s", ws ? ws : "");
+    if (!ws) {
+        snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
+    }
+    s->own_workspace = json_is_true(json_object_get(o, "own_workspace"));
+    s->from_pool = json_is_true(json_object_get(o, "from_pool"));
+    const char *pd = json_string_value(json_object_get(o, "pool_dir"));
+    snprintf(s->pool_dir, sizeof s->pool_dir, "%s", pd ? pd : "");
+    json_t *created = json_object_get(o, "created");
+    if (json_is_number(created))
+        s->created = json_number_value(created);
+    json_t *opt = json_object_get(o, "options");
+    s->network = json_is_boolean(json_object_get(opt, "network"))
+                     ? json_is_true(json_object_get(opt, "network"))
+                     : m->cfg.network;
+    s->memory = (unsigned long long)json_integer_value(json_object_get(opt, "memory"));
+    /* absent, or not a positive number: the configuration's */
+    double cpus = json_number_value(json_object_get(opt, "cpus"));
+    double cpu_time = json_number_value(json_object_get(opt, "cpu_time"));
+    s->cpus = cpus >= 0.01 && cpus <= 4096 ? cpus : 0;
+    s->cpu_time = cpu_time >= 0.001 && cpu_time <= 86400.0 * 365 ? cpu_time : 0;
+    const char *py = json_string_value(json_object_get(opt, "python"));
+    snprintf(s->python, sizeof s->python, "%s", py ? py : "");
+    const char *sb = json_string_value(json_object_get(opt, "sandbox"));
+    snprintf(s->sandbox, sizeof s->sandbox, "%s", sb && *sb ? sb : m->cfg.sandbox);
+    json_t *env = json_object_get(opt, "env");
+    char why[512];
+    if (env && session_env_check(m, env, why, sizeof why) == 0)
+        s->env = json_deep_copy(env);
+    else if (env)
+        fprintf(stderr, "kernelmgr: session %s: its saved env is not used: %s\n", name, why);
+    const char *lk;
+    json_t *kv;
+    json_object_foreach(json_object_get(o, "kernels"), lk, kv)
+    {
+        int l = kmcfg_lang_index(lk);
+        if (l < 0)
+            continue;
+        kill_stale((int)json_integer_value(json_object_get(kv, "pid")),
+                   json_string_value(json_object_get(kv, "connection_file")));
+        snprintf(s->k[l].pending, sizeof s->k[l].pending,
+                 "the manager restarted; the %s kernel was replaced by a fresh one and its "
+                 "state was lost (workspace kept)",
+                 kmcfg_lang_name(l));
+    }
+    json_decref(o);
+    return s;
+}
+
+void session_free(session *s)
+{
+    json_decref(s->env);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}

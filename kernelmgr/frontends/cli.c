@@ -1,0 +1,1350 @@
+/*
+ * cli.c — `kernelmgr COMMAND [options]`.
+ *
+ * `run` drives an in-process manager (one fresh session, torn down at the
+ * end); every other session command talks to the daemon and starts it when
+ * none runs, so state survives between CLI calls.
+ */
+#include "kernelmgr/frontends/cli.h"
+#include "kernelmgr/engine/codeblocks.h"
+#include "kernelmgr/service/daemon.h"
+#include "kernelmgr/frontends/doctor.h"
+#include "kernelmgr/frontends/gateway.h"
+#include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/frontends/kspecinstall.h"
+#include "kernelmgr/engine/km.h"
+#include "kernelmgr/engine/result.h"
+#include "kernelmgr/frontends/termsafe.h"
+#include "kernels/server/kenv.h"
+#include "jp.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Paths are built into fixed PATH_MAX buffers whose overflow is checked
+ * where it matters; gcc's truncation guesses are noise here (clang has no
+ * such warning). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+#define KM_VERSION "0.1.0"
+
+static const char usage_text[] =
+    "Usage: kernelmgr COMMAND [options]\n"
+    "\n"
+    "Commands:\n"
+    "  run [opts] (-c CODE | FILE | -)        one-shot: fresh session, run every block, tear down\n"
+    "  exec --session NAME [opts] (-c CODE | FILE | -)\n"
+    "                                         run in a persistent session (starts the daemon)\n"
+    "  sessions                               list sessions\n"
+    "  close NAME [--keep]                    stop kernels, remove the workspace (unless --keep)\n"
+    "  interrupt NAME | restart NAME          interrupt running code | fresh kernels, same files\n"
+    "  files NAME                             list the session's workspace\n"
+    "  export NAME [-o FILE] [--kernel NAME]  the session's history as a Jupyter notebook\n"
+    "  connection-file NAME [--lang L]        connection file for `jupyter console --existing`\n"
+    "  install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...\n"
+    "                                         install allowlisted packages for a session\n"
+    "  serve [--pool N] [--stop]              run the daemon in the foreground (or stop it)\n"
+    "        [--http [ADDR:]PORT] [--tls-cert F --tls-key F] [--insecure]\n"
+    "                                         also serve Jupyter frontends over HTTP (README)\n"
+    "  mcp                                    MCP server on stdio\n"
+    "  doctor                                 sandbox capabilities, Python, versions\n"
+    "                                         (exit 1: configured sandbox unavailable)\n"
+    "  kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n"
+    "                                         install kernelmgr-python / kernelmgr-bash "
+    "kernelspecs\n"
+    "\n"
+    "Options:\n"
+    "  --lang python|bash|auto   language of the input (default auto: Markdown fences,\n"
+    "                            shebang, else a heuristic)\n"
+    "  --timeout SECONDS         per block (default 60): interrupt, grace, then kill+restart\n"
+    "  --network on|off          network inside the sandbox (new sessions; default off)\n"
+    "  --memory SIZE             memory limit of each kernel, e.g. 1G (new sessions)\n"
+    "  --cpus N                  CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)\n"
+    "  --cpu-time SECONDS        CPU-time budget per block (new sessions)\n"
+    "  --workspace DIR           use DIR as the workspace (new sessions)\n"
+    "  --python PATH             Python interpreter of the python kernel (new sessions)\n"
+    "  --sandbox strict|none     sandbox level of the kernels (new sessions; default strict)\n"
+    "  --env NAME=VALUE          a variable for the code's environment (new sessions;\n"
+    "                            repeatable). The sandbox gets no other variable of\n"
+    "                            yours but LANG, LC_*, TERM and TZ\n"
+    "  --json                    one JSON result object per block, one per line\n"
+    "  --continue-on-error       run the remaining blocks after a failing one\n"
+    "  --config FILE             configuration (default $KERNELMGR_HOME/config.json)\n"
+    "  -c CODE                   the code (instead of FILE or - for stdin)\n"
+    "\n"
+    "State lives in $KERNELMGR_HOME (default $XDG_STATE_HOME/kernelmgr or\n"
+    "~/.local/state/kernelmgr).\n"
+    "Exit status: 0 ok, 1 a block failed, 2 usage or configuration error (also code\n"
+    "that is not UTF-8 or larger than code_max), 3 no such session, 4 a kernel could\n"
+    "not start, 5 daemon unreachable, 6 internal error, 7 the output could not be\n"
+    "written, 130 interrupted.\n";
+
+typedef struct cli {
+    const char *cmd;
+    const char *lang, *code, *file, *session, *workspace, *python, *sandbox, *config;
+    const char *output, *kernel_name, *prefix, *memory_s, *manager, *allowlist;
+    const char *http, *tls_cert, *tls_key; /* serve --http ... */
+    int insecure;
+    json_t *env; /* --env: {NAME: "value"}, NULL when none was given */
+    kenv_budget env_budget;
+    double timeout;
+    double cpus, cpu_time; /* 0 unset */
+    int network;           /* -1 unset */
+    uint64_t memory;
+    int json, continue_on_error, keep, user, stop, pool;
+    size_t code_len; /* bytes of the code read from FILE or stdin */
+    int npos;
+    char *pos[64];
+    char home[2048];
+    kmcfg cfg;
+} cli;
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kernelmgr: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\nTry 'kernelmgr --help'.\n", stderr);
+    va_end(ap);
+    return KM_EUSAGE;
+}
+
+/* A message that may quote sandbox-produced text (a kernel's error, a
+ * warning): escaped on a terminal (termsafe.h). */
+static void put_msg(const char *prefix, const char *msg)
+{
+    fputs(prefix, stderr);
+    if (isatty(2))
+        termsafe_fputs(stderr, msg ? msg : "", 0);
+    else
+        fputs(msg ? msg : "", stderr);
+    fputc('\n', stderr);
+}
+
+static int fail(int code, const char *msg)
+{
+    put_msg("kernelmgr: ", msg);
+    return code;
+}
+
+static void resolve_home(cli *c)
+{
+    kmcfg_home(c->home, sizeof c->home);
+    if (c->home[0] != '/') {
+        char cwd[1024];
+        if (getcwd(cwd, sizeof cwd)) {
+            char tmp[2048];
+            snprintf(tmp, sizeof tmp, "%s/%s", cwd, c->home);
+            snprintf(c->home, sizeof c->home, "%s", tmp);
+        }
+    }
+}
+
+/* new (free()): the code of -c, FILE or - (stdin), checked like km_exec
+ * checks it (cblocks_check_code: code_max, NUL bytes, UTF-8) so that run and
+ * exec say the same before anything starts. *bad is set when the code was
+ * read but refused (exit 2 with err), 0 for I/O errors. */
+static char *read_code_checked(cli *c, int *bad, char *err, size_t errlen);
+static char *read_code(cli *c, char *err, size_t errlen)
+{
+    if (c->code)
+        return strdup(c->code);
+    const char *f = c->file;
+    if (!f) {
+        snprintf(err, errlen, "no code given: use -c CODE, a FILE, or - for stdin");
+        return NULL;
+    }
+    FILE *fp = strcmp(f, "-") ? fopen(f, "r") : stdin;
+    if (!fp) {
+        snprintf(err, errlen, "%s: %s", f, strerror(errno));
+        return NULL;
+    }
+    /* keeps at most code_max + 1 bytes; the rest is counted, so the error
+     * can say how large the code was */
+    uint64_t keep = c->cfg.code_max ? c->cfg.code_max + 1 : (64u << 20);
+    size_t cap = 65536, n = 0, total = 0;
+    char *buf = malloc(cap);
+    char sink[65536];
+    if (!buf)
+        snprintf(err, errlen, "out of memory");
+    for (size_t r = 1; buf && r; total += r) {
+        if (n >= keep) {
+            r = fread(sink, 1, sizeof sink, fp);
+            continue;
+        }
+        if (n + 4096 > cap) {
+            char *b = realloc(buf, cap * 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                snprintf(err, errlen, "%s: out of memory", f);
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        size_t want = cap - n - 1;
+        if (want > keep - n)
+            want = (size_t)(keep - n);
+        r = fread(&buf[n], 1, want, fp);
+        n += r;
+    }
+    int rerr = ferror(fp) ? errno : 0;
+    if (fp != stdin)
+        fclose(fp);
+    if (buf && rerr) {
+        free(buf);
+        snprintf(err, errlen, "%s: %s", f, strerror(rerr));
+        return NULL;
+    }
+    if (buf) {
+        buf[n] = 0;
+        c->code_len = total;
+    }
+    return buf;
+}
+
+static char *read_code_checked(cli *c, int *bad, char *err, size_t errlen)
+{
+    *bad = 0;
+    c->code_len = 0;
+    char *code = read_code(c, err, errlen);
+    if (!code)
+        return NULL;
+    size_t len = c->code ? strlen(code) : c->code_len;
+    if (cblocks_check_code(code, len, c->cfg.code_max, err, errlen)) {
+        *bad = 1;
+        free(code);
+        return NULL;
+    }
+    return code;
+}
+
+/* ---------------------------------------------------------------- output while running */
+
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The first error writing stdout (EPIPE, ENOSPC, EIO; 0: none). Every write
+ * is checked; the command stops its cell and exits KM_EOUTPUT with a
+ * message (cli_main). */
+static int out_errno;
+static void output_failed(void);
+
+/* Flushes stdout and notes its first error. */
+static void out_flush(void)
+{
+    int before = errno; /* a failed fputs before us left its errno */
+    errno = 0;
+    if ((fflush(stdout) == EOF || ferror(stdout)) && !out_errno) {
+        out_errno = errno ? errno : before ? before : EIO;
+        output_failed();
+    }
+}
+static volatile sig_atomic_t sigint_count;
+static int ticker_on, ticker_shown;
+static double ticker_t0;
+static pthread_t ticker_thread;
+/* ticker_end() wakes the ticker at once (it used to sleep out its 200 ms
+ * tick: 200 ms added to every exec); both under ticker_lock */
+static pthread_mutex_t ticker_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ticker_cond;
+static int ticker_stop;
+static km_manager *run_mgr;
+static const char *run_session;
+/* `run`: the first of SIGTERM, SIGHUP, SIGPIPE (or SIGINT) received: the
+ * cell is interrupted, the run tears down and exits with 128 + it */
+static volatile sig_atomic_t run_stop_sig;
+static double run_stop_deadline; /* ticker thread: give up waiting for the cell */
+
+static void clear_ticker_locked(void)
+{
+    if (ticker_shown) {
+        fputs("\r\033[K", stderr);
+        ticker_shown = 0;
+    }
+}
+
+static void *ticker_main(void *arg)
+{
+    (void)arg;
+    int interrupted = 0;
+    for (;;) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&ticker_lock);
+        while (!ticker_stop && pthread_cond_timedwait(&ticker_cond, &ticker_lock, &ts) == 0) {
+        }
+        int stop = ticker_stop;
+        pthread_mutex_unlock(&ticker_lock);
+        if (stop)
+            break;
+        if (sigint_count && !interrupted && run_mgr) {
+            interrupted = 1;
+            km_interrupt(run_mgr, run_session, NULL);
+        }
+        if (run_stop_sig && run_mgr) {
+            /* again on every tick: a cell that had not started yet when the
+             * signal came (a kernel still starting) is interrupted too */
+            km_interrupt(run_mgr, run_session, NULL);
+            if (run_stop_deadline == 0) {
+                run_stop_deadline =
+                    kclient_now() + km_manager_config(run_mgr)->interrupt_grace + 10;
+            } else if (kclient_now() > run_stop_deadline) {
+                /* the cell does not end: leave; the kernels' lifeline ends them
+                 * and the next manager start removes the session directory */
+                static const char msg[] = "kernelmgr: the cell did not stop; exiting\n";
+                if (write(2, msg, sizeof msg - 1) < 0) {
+                }
+                _exit(128 + run_stop_sig);
+            }
+        }
+        if (!ticker_on)
+            continue;
+        double el = kclient_now() - ticker_t0;
+        if (el < 2)
+            continue;
+        pthread_mutex_lock(&out_lock);
+        fprintf(stderr, "\r\033[K[running %.0f s]", el);
+        ticker_shown = 1;
+        pthread_mutex_unlock(&out_lock);
+    }
+    return NULL;
+}
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    if (++sigint_count >= 2) {
+        static const char msg[] = "\nkernelmgr: interrupted\n";
+        if (write(2, msg, sizeof msg - 1) < 0) {
+        }
+        _exit(130);
+    }
+}
+
+static void on_run_signal(int sig)
+{
+    if (!run_stop_sig) {
+        run_stop_sig = sig;
+    } else if (sig != SIGPIPE) {
+        /* a second request: no teardown (the lifeline and the next start-up
+         * scan clean up) */
+        static const char msg[] = "\nkernelmgr: terminated\n";
+        if (write(2, msg, sizeof msg - 1) < 0) {
+        }
+        _exit(128 + sig);
+    }
+}
+
+/* `run` tears down on SIGTERM, SIGHUP and SIGPIPE (SIGINT: on_sigint). */
+static void run_signals_install(void)
+{
+    struct sigaction sa = {0};
+    sa.sa_handler = on_run_signal;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGTERM, SIGHUP, SIGPIPE};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+}
+
+typedef struct render_ctx {
+    cli *c;
+    int streamed;  /* stdout/stderr shown live for the current block */
+    int colour[2]; /* stdout/stderr: a colour sequence was passed in this block */
+} render_ctx;
+
+static void on_event(void *ud, const json_t *ev)
+{
+    render_ctx *rc = ud;
+    const char *type = json_string_value(json_object_get(ev, "event"));
+    if (!type)
+        return;
+    pthread_mutex_lock(&out_lock);
+    clear_ticker_locked();
+    if (!strcmp(type, "stream") && !rc->c->json) {
+        const char *name = json_string_value(json_object_get(ev, "name"));
+        const char *text = json_string_value(json_object_get(ev, "text"));
+        FILE *f = name && !strcmp(name, "stderr") ? stderr : stdout;
+        if (text) {
+            /* on a terminal, escape what could drive it (termsafe.h) */
+            if (isatty(fileno(f)))
+                rc->colour[f == stderr] |= termsafe_fputs(f, text, TERMSAFE_KEEP_SGR);
+            else
+                fputs(text, f);
+            if (f == stdout)
+                out_flush();
+            else
+                fflush(f);
+        }
+        rc->streamed = 1;
+    } else if (!strcmp(type, "notice")) {
+        /* e.g. waiting for a cell another client started: stderr in every mode */
+        put_msg("kernelmgr: ", json_string_value(json_object_get(ev, "message")));
+    } else if (!strcmp(type, "result")) {
+        json_t *r = json_object_get(ev, "result");
+        if (rc->c->json) {
+            char *s = json_dumps(r, JSON_COMPACT);
+            if (s) {
+                puts(s);
+                free(s);
+            }
+            out_flush();
+        } else {
+            /* colours a cell left on are not ours to keep */
+            for (int i = 0; i < 2; i++)
+                if (rc->colour[i]) {
+                    fputs("\033[0m", i ? stderr : stdout);
+                    fflush(i ? stderr : stdout);
+                    rc->colour[i] = 0;
+                }
+            /* live output may not end with a newline */
+            result_render(stdout, r, 1);
+            out_flush();
+        }
+        rc->streamed = 0;
+        ticker_t0 = kclient_now();
+    }
+    pthread_mutex_unlock(&out_lock);
+}
+
+static void ticker_start(cli *c)
+{
+    ticker_on = isatty(2) && !c->json;
+    ticker_t0 = kclient_now();
+    ticker_stop = 0;
+    static int cond_ready;
+    if (!cond_ready) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&ticker_cond, &ca);
+        pthread_condattr_destroy(&ca);
+        cond_ready = 1;
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    pthread_create(&ticker_thread, NULL, ticker_main, NULL);
+}
+
+static void ticker_end(void)
+{
+    pthread_mutex_lock(&ticker_lock);
+    ticker_stop = 1;
+    pthread_cond_signal(&ticker_cond);
+    pthread_mutex_unlock(&ticker_lock);
+    pthread_join(ticker_thread, NULL);
+    pthread_mutex_lock(&out_lock);
+    clear_ticker_locked();
+    pthread_mutex_unlock(&out_lock);
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static void print_json(const json_t *o);
+
+static void fill_session_opts(cli *c, km_session_opts *so)
+{
+    km_session_opts_init(so);
+    so->network = c->network;
+    so->memory = c->memory;
+    so->cpus = c->cpus;
+    so->cpu_time = c->cpu_time;
+    so->python = c->python;
+    so->workspace = c->workspace;
+    so->sandbox = c->sandbox;
+    so->env = c->env;
+}
+
+static int cmd_run(cli *c)
+{
+    char why[512];
+    int badcode;
+    char *code = read_code_checked(c, &badcode, why, sizeof why);
+    if (!code)
+        return badcode ? fail(KM_EUSAGE, why) : usage_error("%s", why);
+    if (c->workspace) {
+        /* relative paths are the user's cwd */
+        char *real = realpath(c->workspace, NULL);
+        if (!real) {
+            free(code);
+            return usage_error("--workspace %s: %s", c->workspace, strerror(errno));
+        }
+        c->workspace = real; /* leaked on purpose: lives until exit */
+    }
+    c->cfg.pool = 0;
+    c->cfg.idle_timeout = 0;
+    run_signals_install();
+    km_err err = {0, ""};
+    km_manager *m = km_manager_new(c->home, &c->cfg, 0, &err);
+    if (!m) {
+        free(code);
+        return fail(err.code, err.msg);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "run-%d-%ld", (int)getpid(), (long)time(NULL));
+    km_session_opts so;
+    fill_session_opts(c, &so);
+    km_exec_opts eo = {c->lang, c->timeout, c->continue_on_error};
+    render_ctx rc = {c, 0, {0, 0}};
+    run_mgr = m;
+    run_session = name;
+    ticker_start(c);
+    json_t *res = NULL;
+    if (run_stop_sig) {
+        err.code = KM_EINTERNAL;
+        snprintf(err.msg, sizeof err.msg, "stopped by signal %d (%s) before the code ran",
+                 (int)run_stop_sig, strsignal(run_stop_sig));
+    } else {
+        res = km_exec(m, name, &so, &eo, code, on_event, &rc, &err);
+    }
+    ticker_end();
+    run_mgr = NULL;
+    free(code);
+    int status;
+    if (!res) {
+        status = fail(err.code, err.msg);
+    } else {
+        status = json_is_true(json_object_get(res, "failed")) ? 1 : 0;
+        json_int_t skipped = json_integer_value(json_object_get(res, "skipped"));
+        if (skipped && !c->json)
+            fprintf(stderr, "kernelmgr: %lld later block(s) not run (use --continue-on-error)\n",
+                    (long long)skipped);
+        json_decref(res);
+    }
+    km_close(m, name, KM_KEEP_OUTPUTS, NULL);
+    km_manager_destroy(&m);
+    if (run_stop_sig)
+        return 128 + run_stop_sig;
+    return sigint_count ? 130 : status;
+}
+
+static char *serve_extra[4];
+
+static int connect_daemon(cli *c, int autostart, km_err *err)
+{
+    int k = 0;
+    if (c->config) {
+        serve_extra[k++] = "--config";
+        serve_extra[k++] = (char *)c->config;
+    }
+    serve_extra[k] = NULL;
+    return daemon_connect(c->home, autostart, serve_extra, err);
+}
+
+static cli *cancel_cli;
+
+static void send_interrupt(void *ud)
+{
+    (void)ud;
+    km_err err;
+    int fd = connect_daemon(cancel_cli, 0, &err);
+    if (fd < 0)
+        return;
+    json_t *rep = NULL;
+    daemon_call(fd, "interrupt", json_pack("{s:s}", "session", cancel_cli->session), NULL, &rep,
+                &err);
+    json_decref(rep);
+    close(fd);
+}
+
+/* Nobody reads what the cell prints any more: stop it (like Ctrl-C). */
+static void output_failed(void)
+{
+    if (run_mgr)
+        km_interrupt(run_mgr, run_session, NULL);
+    else if (cancel_cli && cancel_cli->session)
+        send_interrupt(NULL);
+}
+
+static int tick_sigint(void *ud)
+{
+    (void)ud;
+    return sigint_count != 0;
+}
+
+/* One API request (method, params stolen) to the daemon; returns the exit
+ * status, *reply (new: the result) on success. With --json a failure is
+ * also printed as {"error":{"code","message"}} (code: the exit status). */
+static int call(cli *c, const char *method, json_t *params, int autostart,
+                void (*ev)(void *, const json_t *), void *ud, json_t **reply)
+{
+    km_err err = {0, ""};
+    *reply = NULL;
+    int fd = connect_daemon(c, autostart, &err);
+    if (fd < 0) {
+        json_decref(params);
+        return fail(err.code ? err.code : KM_EDAEMON, err.msg);
+    }
+    cancel_cli = c;
+    daemon_callbacks cb = {ev, tick_sigint, send_interrupt, ud};
+    int rc = daemon_call(fd, method, params, &cb, reply, &err);
+    close(fd);
+    if (rc) {
+        if (c->json && rc != KM_EDAEMON) {
+            json_t *e = json_pack("{s:{s:i s:s}}", "error", "code", rc, "message", err.msg);
+            print_json(e);
+            json_decref(e);
+        }
+        return fail(rc, err.msg);
+    }
+    return 0;
+}
+
+/* Warnings of an exec reply go to stderr in every mode: with --json they
+ * are also in the first result, and stdout stays one object per block. */
+static void print_warnings(const json_t *rep)
+{
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(rep, "warnings"), i, w)
+    {
+        put_msg("kernelmgr: warning: ", json_string_value(w));
+    }
+}
+
+/* The session options given on the command line, as API params. */
+static void add_session_opts(const cli *c, json_t *req, const char *ws)
+{
+    if (c->network >= 0)
+        json_object_set_new(req, "network", json_string(c->network ? "on" : "off"));
+    if (c->memory_s)
+        json_object_set_new(req, "memory", json_string(c->memory_s));
+    if (c->cpus > 0)
+        json_object_set_new(req, "cpus", json_real(c->cpus));
+    if (c->cpu_time > 0)
+        json_object_set_new(req, "cpu_time", json_real(c->cpu_time));
+    if (c->python)
+        json_object_set_new(req, "python", json_string(c->python));
+    if (ws)
+        json_object_set_new(req, "workspace", json_string(ws));
+    if (c->sandbox)
+        json_object_set_new(req, "sandbox", json_string(c->sandbox));
+    if (c->env)
+        json_object_set(req, "env", c->env);
+}
+
+static int cmd_exec(cli *c)
+{
+    if (!c->session)
+        return usage_error("exec needs --session NAME");
+    if (!km_name_valid(c->session))
+        return usage_error("invalid session name \"%s\"", c->session);
+    char why[512];
+    int badcode;
+    char *code = read_code_checked(c, &badcode, why, sizeof why);
+    if (!code)
+        return badcode ? fail(KM_EUSAGE, why) : usage_error("%s", why);
+    char *ws = NULL;
+    if (c->workspace && !(ws = realpath(c->workspace, NULL))) {
+        free(code);
+        return usage_error("--workspace %s: %s", c->workspace, strerror(errno));
+    }
+    json_t *req = json_pack("{s:s s:s s:s s:b s:b}", "session", c->session, "code", code, "lang",
+                            c->lang ? c->lang : "auto", "continue_on_error", c->continue_on_error,
+                            "stream", 1);
+    /* stream text as bytes after each event line, not as a JSON string to
+     * parse (daemon.h): a long output runs at the kernel's rate */
+    json_object_set_new(req, "raw_text", json_true());
+    free(code);
+    if (c->timeout > 0)
+        json_object_set_new(req, "timeout", json_real(c->timeout));
+    add_session_opts(c, req, ws);
+    free(ws);
+    render_ctx rc = {c, 0, {0, 0}};
+    ticker_start(c);
+    json_t *rep;
+    int st = call(c, "exec", req, 1, on_event, &rc, &rep);
+    ticker_end();
+    if (st)
+        return st;
+    print_warnings(rep);
+    st = json_is_true(json_object_get(rep, "failed")) ? 1 : 0;
+    json_int_t skipped = json_integer_value(json_object_get(rep, "skipped"));
+    if (skipped && !c->json)
+        fprintf(stderr, "kernelmgr: %lld later block(s) not run (use --continue-on-error)\n",
+                (long long)skipped);
+    json_decref(rep);
+    return sigint_count ? 130 : st;
+}
+
+static void print_json(const json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (s)
+        puts(s);
+    free(s);
+}
+
+static int cmd_simple(cli *c, const char *op)
+{
+    const char *name = c->npos ? c->pos[0] : c->session;
+    if (strcmp(op, "sessions") && !name)
+        return usage_error("%s needs a session NAME", c->cmd);
+    /* the API's method for each command */
+    const char *method = !strcmp(op, "sessions") ? "sessions.list"
+                         : !strcmp(op, "files")  ? "files.list"
+                                                 : op;
+    json_t *req = json_object();
+    if (name)
+        json_object_set_new(req, "session", json_string(name));
+    if (!strcmp(op, "close") && c->keep)
+        json_object_set_new(req, "keep", json_true());
+    if (!strcmp(op, "connection_file"))
+        json_object_set_new(req, "lang", json_string(c->lang ? c->lang : "python"));
+    if (!strcmp(op, "export") && c->kernel_name)
+        json_object_set_new(req, "kernel_name", json_string(c->kernel_name));
+    /* listing sessions must not start a daemon just to say "none" */
+    int autostart = strcmp(op, "sessions") != 0;
+    json_t *rep;
+    km_err err;
+    if (!autostart) {
+        int fd = connect_daemon(c, 0, &err);
+        if (fd < 0) {
+            json_decref(req);
+            if (c->json)
+                puts("[]");
+            else
+                puts("no sessions (no daemon running)");
+            return 0;
+        }
+        close(fd);
+    }
+    int st = call(c, method, req, autostart, NULL, NULL, &rep);
+    if (st)
+        return st;
+    if (!strcmp(op, "sessions")) {
+        json_t *ss = json_object_get(rep, "sessions");
+        if (c->json) {
+            print_json(ss);
+        } else {
+            size_t i;
+            json_t *s;
+            if (!json_array_size(ss))
+                puts("no sessions");
+            json_t *pool = json_object_get(rep, "pool");
+            if (json_integer_value(json_object_get(pool, "size")))
+                printf("warm pool: %lld of %lld ready\n",
+                       (long long)json_integer_value(json_object_get(pool, "ready")),
+                       (long long)json_integer_value(json_object_get(pool, "size")));
+            json_array_foreach(ss, i, s)
+            {
+                json_t *k = json_object_get(s, "kernels");
+                char *ws = termsafe_escape(
+                    json_string_value(json_object_get(s, "workspace")) ?: "",
+                    strlen(json_string_value(json_object_get(s, "workspace")) ?: ""), TERMSAFE_NAME,
+                    NULL, NULL);
+                printf("%-20s %-5s python:%-8s bash:%-8s %s\n",
+                       json_string_value(json_object_get(s, "name")),
+                       json_is_true(json_object_get(s, "busy")) ? "busy" : "idle",
+                       json_object_get(k, "python") && !json_is_null(json_object_get(k, "python"))
+                           ? "live"
+                           : "-",
+                       json_object_get(k, "bash") && !json_is_null(json_object_get(k, "bash"))
+                           ? "live"
+                           : "-",
+                       ws ? ws : "?");
+                free(ws);
+            }
+        }
+    } else if (!strcmp(op, "files")) {
+        if (c->json) {
+            print_json(rep);
+        } else {
+            size_t i;
+            json_t *f;
+            /* names are the sandbox's: always escaped, one per line */
+            fputs("workspace: ", stdout);
+            termsafe_fputs(stdout, json_string_value(json_object_get(rep, "workspace")),
+                           TERMSAFE_NAME);
+            fputc('\n', stdout);
+            json_array_foreach(json_object_get(rep, "files"), i, f)
+            {
+                const char *mime = json_string_value(json_object_get(f, "mime"));
+                char *m = termsafe_escape(mime ? mime : "", mime ? strlen(mime) : 0, TERMSAFE_NAME,
+                                          NULL, NULL);
+                printf("%10lld  %-24s ", (long long)json_integer_value(json_object_get(f, "size")),
+                       m ? m : "?");
+                free(m);
+                termsafe_fputs(stdout, json_string_value(json_object_get(f, "path")),
+                               TERMSAFE_NAME);
+                fputc('\n', stdout);
+            }
+        }
+    } else if (!strcmp(op, "connection_file")) {
+        const char *p = json_string_value(json_object_get(rep, "connection_file"));
+        if (c->json)
+            print_json(rep);
+        else
+            puts(p ? p : "");
+    } else if (!strcmp(op, "export")) {
+        json_t *nb = json_object_get(rep, "notebook");
+        size_t wi;
+        json_t *w;
+        json_t *kmmd = json_object_get(json_object_get(nb, "metadata"), "kernelmgr");
+        json_array_foreach(json_object_get(kmmd, "warnings"), wi, w)
+        {
+            put_msg("kernelmgr: warning: ", json_string_value(w));
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s", c->output ? c->output : "");
+        if (!path[0])
+            snprintf(path, sizeof path, "%s.ipynb", name);
+        FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+        if (!f) {
+            json_decref(rep);
+            return fail(KM_EINTERNAL, strerror(errno));
+        }
+        int werr =
+            json_dumpf(nb, f, JSON_INDENT(1) | JSON_ENSURE_ASCII) ? (errno ? errno : EIO) : 0;
+        if (!werr && fputc('\n', f) == EOF)
+            werr = errno;
+        if (f != stdout) {
+            if ((fclose(f) || werr) && !werr)
+                werr = errno ? errno : EIO;
+            if (werr) {
+                /* no truncated notebook is left behind */
+                unlink(path);
+                json_decref(rep);
+                fprintf(stderr, "kernelmgr: cannot write %s: %s\n", path, strerror(werr));
+                return KM_EOUTPUT;
+            }
+            if (c->json)
+                printf("{\"notebook\":\"%s\",\"cells\":%zu}\n", path,
+                       json_array_size(json_object_get(nb, "cells")));
+            else
+                printf("wrote %s (%zu cells)\n", path,
+                       json_array_size(json_object_get(nb, "cells")));
+        }
+    } else if (c->json) {
+        puts("{\"ok\":true}");
+    }
+    json_decref(rep);
+    return 0;
+}
+
+/* `kernelmgr install`: the API's packages.install, as MCP's install_packages. */
+static int cmd_install(cli *c)
+{
+    if (!c->session)
+        return usage_error("install needs --session NAME");
+    if (!km_name_valid(c->session))
+        return usage_error("invalid session name \"%s\"", c->session);
+    const char *manager = c->manager ? c->manager : "pip";
+    if (strcmp(manager, "pip") && strcmp(manager, "npm"))
+        return usage_error("--manager must be pip or npm (got \"%s\")", manager);
+    if (!c->npos || c->npos > 50)
+        return usage_error("install needs 1 to 50 package names");
+    json_t *pk = json_array();
+    for (int i = 0; i < c->npos; i++)
+        json_array_append_new(pk, json_string(c->pos[i]));
+    json_t *req =
+        json_pack("{s:s s:s s:o}", "session", c->session, "manager", manager, "packages", pk);
+    if (c->allowlist) {
+        char *real = realpath(c->allowlist, NULL);
+        if (!real) {
+            json_decref(req);
+            return usage_error("--allowlist %s: %s", c->allowlist, strerror(errno));
+        }
+        json_object_set_new(req, "allowlist", json_string(real));
+        free(real);
+    }
+    json_t *rep;
+    int st = call(c, "packages.install", req, 1, NULL, NULL, &rep);
+    if (st)
+        return st;
+    if (c->json) {
+        print_json(rep);
+    } else {
+        size_t i;
+        json_t *inst;
+        printf("installed for session %s (%s):", c->session, manager);
+        json_array_foreach(json_object_get(rep, "installed"), i, inst)
+        {
+            printf("%s %s %s", i ? "," : "", json_string_value(json_object_get(inst, "name")),
+                   json_string_value(json_object_get(inst, "version")) ?: "?");
+        }
+        putchar('\n');
+    }
+    json_decref(rep);
+    return 0;
+}
+
+static int cmd_serve(cli *c)
+{
+    if (c->stop) {
+        km_err err;
+        int fd = connect_daemon(c, 0, &err);
+        if (fd < 0) {
+            puts("no daemon running");
+            return 0;
+        }
+        close(fd);
+        json_t *rep;
+        int st = call(c, "shutdown", NULL, 0, NULL, NULL, &rep);
+        json_decref(rep);
+        /* wait until the socket is gone: kernels are stopped by then */
+        char sock[256];
+        daemon_socket_path(c->home, sock, sizeof sock, NULL);
+        for (int i = 0; i < 200 && access(sock, F_OK) == 0; i++) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        return st;
+    }
+    if (c->pool >= 0)
+        c->cfg.pool = (unsigned)c->pool;
+    if (c->http)
+        snprintf(c->cfg.http, sizeof c->cfg.http, "%s", c->http);
+    if (c->tls_cert)
+        snprintf(c->cfg.http_tls_cert, sizeof c->cfg.http_tls_cert, "%s", c->tls_cert);
+    if (c->tls_key)
+        snprintf(c->cfg.http_tls_key, sizeof c->cfg.http_tls_key, "%s", c->tls_key);
+    if (c->insecure)
+        c->cfg.http_insecure = 1;
+    if (c->cfg.http[0]) {
+        char why[512];
+        if (gateway_listen_valid(c->cfg.http, c->cfg.http_tls_cert[0] != 0, c->cfg.http_insecure,
+                                 why, sizeof why))
+            return fail(KM_EUSAGE, why);
+        if ((c->cfg.http_tls_cert[0] != 0) != (c->cfg.http_tls_key[0] != 0))
+            return fail(KM_EUSAGE, "TLS needs both --tls-cert and --tls-key");
+    }
+    km_err err = {0, ""};
+    int st = daemon_serve(c->home, &c->cfg, &err);
+    if (st)
+        return fail(st, err.msg);
+    return 0;
+}
+
+static int cmd_kernelspec(cli *c)
+{
+    if (c->npos != 1 || strcmp(c->pos[0], "install"))
+        return usage_error("usage: kernelmgr kernelspec install [--user | --prefix DIR] "
+                           "[--sandbox strict|none] [--python PATH] [--network on|off] "
+                           "[--memory SIZE]");
+    if (c->user && c->prefix)
+        return usage_error("kernelspec install: give --user or --prefix DIR, not both");
+    char self[4096];
+    const char *env = getenv("KERNELMGR_KERNEL_DIR");
+    if (env && *env)
+        snprintf(self, sizeof self, "%s", env);
+    else if (klaunch_self_dir(self, sizeof self))
+        return fail(KM_EINTERNAL, "cannot find the kernelmgr binary's directory");
+    kspecinst_opts o = {
+        .prefix = c->prefix,
+        .kernel_dir = self,
+        .sandbox = c->sandbox,
+        .python = c->python,
+        .memory = c->memory_s,
+        .network = c->network,
+        .version = KM_VERSION,
+    };
+    char why[1024];
+    json_t *done = kspecinst_install(&o, why, sizeof why);
+    if (!done)
+        return fail(KM_EINTERNAL, why);
+    if (c->json) {
+        json_t *o2 = json_pack("{s:o}", "installed", done);
+        print_json(o2);
+        json_decref(o2);
+        return 0;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(done, i, e)
+    {
+        printf("installed kernelspec %s in %s\n", json_string_value(json_object_get(e, "name")),
+               json_string_value(json_object_get(e, "path")));
+    }
+    json_decref(done);
+    return 0;
+}
+
+static int cmd_doctor(cli *c)
+{
+    if (c->npos)
+        return usage_error("doctor takes no arguments");
+    json_t *o = doctor_report(&c->cfg, c->home, KM_VERSION);
+    if (!o)
+        return fail(KM_EINTERNAL, "out of memory");
+    if (c->json)
+        print_json(o);
+    else
+        doctor_render(stdout, o);
+    int ok = json_is_true(json_object_get(json_object_get(o, "sandbox"), "ok"));
+    json_decref(o);
+    /* 1: kernels with the configured sandbox level cannot start here */
+    return ok ? 0 : 1;
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+enum {
+    OPT_LANG = 256,
+    OPT_TIMEOUT,
+    OPT_NETWORK,
+    OPT_MEMORY,
+    OPT_HTTP,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_INSECURE,
+    OPT_WORKSPACE,
+    OPT_PYTHON,
+    OPT_SANDBOX,
+    OPT_JSON,
+    OPT_CONTINUE,
+    OPT_CONFIG,
+    OPT_SESSION,
+    OPT_KEEP,
+    OPT_KERNEL,
+    OPT_USER,
+    OPT_PREFIX,
+    OPT_POOL,
+    OPT_STOP,
+    OPT_HELP,
+    OPT_VERSION,
+    OPT_ENV,
+    OPT_CPUS,
+    OPT_CPU_TIME,
+    OPT_MANAGER,
+    OPT_ALLOWLIST,
+};
+
+static int cli_dispatch(int argc, char **argv);
+
+/* Every command's output is checked: a write error on stdout (a closed pipe,
+ * a full disk, EIO) is said on stderr and gives KM_EOUTPUT, never exit 0.
+ * SIGPIPE is ignored so that a closed pipe is an EPIPE we report (`run`
+ * installs its own handler: it tears the session down first). The daemon
+ * and the MCP server handle their own streams. */
+int cli_main(int argc, char **argv)
+{
+    const char *cmd = argc > 1 ? argv[1] : "";
+    if (!strcmp(cmd, "mcp") || !strcmp(cmd, "serve"))
+        return cli_dispatch(argc, argv);
+    signal(SIGPIPE, SIG_IGN);
+    int st = cli_dispatch(argc, argv);
+    int before = errno;
+    errno = 0;
+    if ((fflush(stdout) == EOF || ferror(stdout)) && !out_errno)
+        out_errno = errno ? errno : before ? before : EIO;
+    errno = 0;
+    if (fclose(stdout) && !out_errno)
+        out_errno = errno ? errno : EIO;
+    if (out_errno) {
+        fprintf(stderr, "kernelmgr: cannot write the output: %s\n", strerror(out_errno));
+        /* a run stopped by SIGPIPE keeps its 128 + signal status */
+        if (st < 128)
+            st = KM_EOUTPUT;
+    }
+    return st;
+}
+
+static int cli_dispatch(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"lang", required_argument, 0, OPT_LANG},
+        {"timeout", required_argument, 0, OPT_TIMEOUT},
+        {"network", required_argument, 0, OPT_NETWORK},
+        {"memory", required_argument, 0, OPT_MEMORY},
+        {"http", required_argument, 0, OPT_HTTP},
+        {"tls-cert", required_argument, 0, OPT_TLS_CERT},
+        {"tls-key", required_argument, 0, OPT_TLS_KEY},
+        {"insecure", no_argument, 0, OPT_INSECURE},
+        {"workspace", required_argument, 0, OPT_WORKSPACE},
+        {"python", required_argument, 0, OPT_PYTHON},
+        {"sandbox", required_argument, 0, OPT_SANDBOX},
+        {"json", no_argument, 0, OPT_JSON},
+        {"continue-on-error", no_argument, 0, OPT_CONTINUE},
+        {"config", required_argument, 0, OPT_CONFIG},
+        {"session", required_argument, 0, OPT_SESSION},
+        {"keep", no_argument, 0, OPT_KEEP},
+        {"kernel", required_argument, 0, OPT_KERNEL},
+        {"user", no_argument, 0, OPT_USER},
+        {"prefix", required_argument, 0, OPT_PREFIX},
+        {"pool", required_argument, 0, OPT_POOL},
+        {"stop", no_argument, 0, OPT_STOP},
+        {"output", required_argument, 0, 'o'},
+        {"help", no_argument, 0, OPT_HELP},
+        {"version", no_argument, 0, OPT_VERSION},
+        {"env", required_argument, 0, OPT_ENV},
+        {"cpus", required_argument, 0, OPT_CPUS},
+        {"cpu-time", required_argument, 0, OPT_CPU_TIME},
+        {"manager", required_argument, 0, OPT_MANAGER},
+        {"allowlist", required_argument, 0, OPT_ALLOWLIST},
+        {0, 0, 0, 0},
+    };
+    cli c;
+    memset(&c, 0, sizeof c);
+    c.network = -1;
+    c.pool = -1;
+    if (argc < 2)
+        return usage_error("no command given");
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        puts("kernelmgr " KM_VERSION);
+        return 0;
+    }
+    c.cmd = argv[1];
+    if (!strcmp(c.cmd, "mcp")) {
+        return mcp_main(argc - 1, argv + 1);
+    }
+    static const char *cmds[] = {
+        "run",     "exec",   "sessions",        "close", "interrupt", "restart",
+        "files",   "export", "connection-file", "serve", "doctor",    "kernelspec",
+        "install", NULL};
+    int known = 0;
+    for (int i = 0; cmds[i]; i++)
+        if (!strcmp(cmds[i], c.cmd))
+            known = 1;
+    if (!known)
+        return usage_error("unknown command \"%s\"", c.cmd);
+
+    optind = 2;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":c:o:", longopts, NULL)) != -1) {
+        char *end;
+        switch (opt) {
+        case 'c':
+            c.code = optarg;
+            break;
+        case 'o':
+            c.output = optarg;
+            break;
+        case OPT_LANG:
+            if (strcmp(optarg, "auto") && kmcfg_lang_index(optarg) < 0)
+                return usage_error("--lang must be python, bash or auto (got \"%s\")", optarg);
+            c.lang = optarg;
+            break;
+        case OPT_TIMEOUT:
+            c.timeout = strtod(optarg, &end);
+            if (*end || end == optarg || !(c.timeout > 0) || c.timeout > 604800)
+                return usage_error("--timeout must be a positive number of seconds (got \"%s\")",
+                                   optarg);
+            break;
+        case OPT_NETWORK:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                return usage_error("--network must be on or off (got \"%s\")", optarg);
+            c.network = !strcmp(optarg, "on");
+            break;
+        case OPT_MEMORY:
+            if (kmcfg_parse_size(optarg, &c.memory) || c.memory < (16u << 20))
+                return usage_error("--memory must be a size of at least 16M, like 512M or 2G "
+                                   "(got \"%s\")",
+                                   optarg);
+            c.memory_s = optarg;
+            break;
+        case OPT_CPUS:
+            c.cpus = strtod(optarg, &end);
+            if (*end || end == optarg || !(c.cpus >= 0.01) || c.cpus > 4096)
+                return usage_error("--cpus must be a number of CPUs from 0.01 to 4096, like 1 or "
+                                   "0.5 "
+                                   "(got \"%s\")",
+                                   optarg);
+            break;
+        case OPT_CPU_TIME:
+            c.cpu_time = strtod(optarg, &end);
+            if (*end || end == optarg || !(c.cpu_time >= 0.001) || c.cpu_time > 86400.0 * 365)
+                return usage_error("--cpu-time must be a number of seconds from 0.001 to "
+                                   "31536000 (got \"%s\")",
+                                   optarg);
+            break;
+        case OPT_MANAGER:
+            c.manager = optarg;
+            break;
+        case OPT_ALLOWLIST:
+            c.allowlist = optarg;
+            break;
+        case OPT_WORKSPACE:
+            c.workspace = optarg;
+            break;
+        case OPT_PYTHON:
+            if (optarg[0] != '/')
+                return usage_error("--python must be an absolute path");
+            c.python = optarg;
+            break;
+        case OPT_SANDBOX:
+            if (strcmp(optarg, "strict") && strcmp(optarg, "none"))
+                return usage_error("--sandbox must be strict or none (got \"%s\")", optarg);
+            c.sandbox = optarg;
+            break;
+        case OPT_JSON:
+            c.json = 1;
+            break;
+        case OPT_CONTINUE:
+            c.continue_on_error = 1;
+            break;
+        case OPT_CONFIG:
+            c.config = optarg;
+            break;
+        case OPT_SESSION:
+            c.session = optarg;
+            break;
+        case OPT_KEEP:
+            c.keep = 1;
+            break;
+        case OPT_KERNEL:
+            c.kernel_name = optarg;
+            break;
+        case OPT_USER:
+            c.user = 1;
+            break;
+        case OPT_PREFIX:
+            c.prefix = optarg;
+            break;
+        case OPT_POOL:
+            c.pool = (int)strtol(optarg, &end, 10);
+            if (*end || c.pool < 0 || c.pool > 64)
+                return usage_error("--pool must be an integer 0..64");
+            break;
+        case OPT_STOP:
+            c.stop = 1;
+            break;
+        case OPT_HTTP:
+            c.http = optarg;
+            break;
+        case OPT_TLS_CERT:
+        case OPT_TLS_KEY:
+            if (optarg[0] != '/')
+                return usage_error("--%s must be an absolute path",
+                                   opt == OPT_TLS_CERT ? "tls-cert" : "tls-key");
+            if (opt == OPT_TLS_CERT)
+                c.tls_cert = optarg;
+            else
+                c.tls_key = optarg;
+            break;
+        case OPT_INSECURE:
+            c.insecure = 1;
+            break;
+        case OPT_HELP:
+            fputs(usage_text, stdout);
+            return 0;
+        case OPT_VERSION:
+            puts("kernelmgr " KM_VERSION);
+            return 0;
+        case OPT_ENV: {
+            /* a repeated NAME keeps its last value (counted once) */
+            char why[512];
+            const char *eq = strchr(optarg, '=');
+            char *name = eq ? strndup(optarg, (size_t)(eq - optarg)) : NULL;
+            int repeat = name && c.env && json_object_get(c.env, name);
+            if (kenv_check_entry(repeat ? NULL : &c.env_budget, "--env", optarg, why, sizeof why) <
+                0) {
+                free(name);
+                return usage_error("%s", why);
+            }
+            json_t *val = json_string(eq + 1);
+            if (!val) {
+                usage_error("--env %s: the value is not UTF-8 text", name);
+                free(name);
+                return KM_EUSAGE;
+            }
+            if (!c.env)
+                c.env = json_object();
+            json_object_set_new(c.env, name, val);
+            free(name);
+            break;
+        }
+        case ':':
+            return usage_error("option %s needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (c.npos >= 64)
+            return usage_error("too many arguments");
+        c.pos[c.npos++] = argv[i];
+    }
+
+    resolve_home(&c);
+    kmcfg_defaults(&c.cfg);
+    char why[1024];
+    char cfgpath[4096];
+    if (c.config)
+        snprintf(cfgpath, sizeof cfgpath, "%s", c.config);
+    else
+        snprintf(cfgpath, sizeof cfgpath, "%s/config.json", c.home);
+    if (kmcfg_load_file(&c.cfg, cfgpath, c.config != NULL, why, sizeof why)) {
+        fprintf(stderr, "kernelmgr: invalid configuration: %s\n", why);
+        return KM_EUSAGE;
+    }
+    if (c.config) {
+        char *real = realpath(c.config, NULL);
+        if (real)
+            c.config = real; /* the daemon runs elsewhere */
+    }
+    /* CLI options override the configuration */
+    if (c.network >= 0)
+        c.cfg.network = c.network;
+    if (c.memory)
+        c.cfg.memory = c.memory;
+    if (c.cpus > 0)
+        c.cfg.cpus = c.cpus;
+    if (c.cpu_time > 0)
+        c.cfg.cpu_time = c.cpu_time;
+    if (c.python)
+        snprintf(c.cfg.python, sizeof c.cfg.python, "%s", c.python);
+    if (c.sandbox)
+        snprintf(c.cfg.sandbox, sizeof c.cfg.sandbox, "%s", c.sandbox);
+
+    if (!strcmp(c.cmd, "run") || !strcmp(c.cmd, "exec")) {
+        if (c.npos > 1)
+            return usage_error("%s takes one FILE (or - for stdin)", c.cmd);
+        if (c.npos == 1 && c.code)
+            return usage_error("give either -c CODE or a FILE, not both");
+        if (c.npos == 1)
+            c.file = c.pos[0];
+        if (!strcmp(c.cmd, "run"))
+            return cmd_run(&c);
+        return cmd_exec(&c);
+    }
+    if (!strcmp(c.cmd, "sessions"))
+        return cmd_simple(&c, "sessions");
+    if (!strcmp(c.cmd, "close"))
+        return cmd_simple(&c, "close");
+    if (!strcmp(c.cmd, "interrupt"))
+        return cmd_simple(&c, "interrupt");
+    if (!strcmp(c.cmd, "restart"))
+        return cmd_simple(&c, "restart");
+    if (!strcmp(c.cmd, "files"))
+        return cmd_simple(&c, "files");
+    if (!strcmp(c.cmd, "export"))
+        return cmd_simple(&c, "export");
+    if (!strcmp(c.cmd, "connection-file"))
+        return cmd_simple(&c, "connection_file");
+    if (!strcmp(c.cmd, "serve"))
+        return cmd_serve(&c);
+    if (!strcmp(c.cmd, "doctor"))
+        return cmd_doctor(&c);
+    if (!strcmp(c.cmd, "kernelspec"))
+        return cmd_kernelspec(&c);
+    if (!strcmp(c.cmd, "install"))
+        return cmd_install(&c);
+    return usage_error("unknown command \"%s\"", c.cmd);
+}

@@ -1,0 +1,83 @@
+/*
+ * gateway.h — kernelmgr as a Jupyter kernel gateway: the Jupyter Server
+ * kernels REST API and the kernel WebSocket over HTTP(S), served by the
+ * daemon on libwebsockets, so JupyterLab, Notebook and VS Code (through
+ * `--gateway-url`) and jupyter_server's GatewayClient list an agent's
+ * sessions, open their kernels and run cells into the same live state.
+ *
+ * Routes (all need the token: "Authorization: token T" or "?token=T"):
+ *   GET    /api                         {"version", "kernelmgr"}
+ *   GET    /api/kernelspecs             {"default", "kernelspecs": {...}}
+ *   GET    /api/kernelspecs/NAME        one spec
+ *   GET    /api/kernels                 every live kernel of every session
+ *   POST   /api/kernels                 {"name", "kernelmgr"?: {"session", "env"}}
+ *                                       -> 201 model; a new session "jupyter-XXXX"
+ *                                       (or the named one) with the usual sandbox;
+ *                                       "kernelmgr-LANG--SESSION" attaches to an
+ *                                       existing session's kernel; the request's
+ *                                       "env" (a frontend's own environment) is
+ *                                       ignored
+ *   GET    /api/kernels/ID              model
+ *   DELETE /api/kernels/ID              closes a session the gateway created;
+ *                                       409 for an agent's session
+ *   POST   /api/kernels/ID/interrupt    204
+ *   POST   /api/kernels/ID/restart      200 model
+ *   POST   /api/kernelmgr               one JSON-RPC 2.0 request of the kernelmgr API
+ *                                       (docs/API.md) -> its response (gwapi.h)
+ *   GET    /api/kernelmgr/ws            WebSocket: JSON-RPC requests, responses and
+ *                                       streamed exec events, one per text message
+ *   GET    /api/kernels/ID/channels     WebSocket (JSON form, or the
+ *                                       v1.kernel.websocket.jupyter.org
+ *                                       subprotocol): relayed to the kernel
+ * A kernel's ID is a UUID derived from (session, language): stable across
+ * kernel restarts and daemon restarts. Its model carries
+ * "kernelmgr": {"session", "language", "pid"}.
+ *
+ * Security: 127.0.0.1 unless told otherwise; a non-loopback address needs
+ * TLS or insecure=1; the token is compared in constant time; request bodies,
+ * WebSocket messages, connections and per-connection message rates are
+ * bounded; WebSocket upgrades from another Origin than the Host (or the
+ * configured origin) are refused; a slow client is disconnected, never
+ * waited for. The HMAC key stays on the host side.
+ */
+#ifndef KERNELMGR_GATEWAY_H
+#define KERNELMGR_GATEWAY_H
+
+#include "kernelmgr/engine/km.h"
+
+#include <stddef.h>
+
+typedef struct gateway_opts {
+    const char *listen;       /* "[ADDR:]PORT"; ADDR defaults to 127.0.0.1, PORT 0 = any */
+    const char *token;        /* the token; NULL/"" = generated (HOME/http-token, 0600) */
+    const char *tls_cert;     /* PEM certificate file, with tls_key; NULL = plain HTTP */
+    const char *tls_key;      /* PEM private key file */
+    int insecure;             /* allow a non-loopback address without TLS */
+    const char *origin;       /* another Origin allowed for WebSocket upgrades; NULL */
+    size_t max_body;          /* request body bytes (0 = 1 MiB) */
+    size_t max_message;       /* WebSocket message bytes from a client (0 = 64 MiB) */
+    size_t max_pending;       /* bytes waiting for one client before it is cut (0 = 64 MiB) */
+    unsigned max_connections; /* WebSocket connections at once (0 = 64) */
+    double rate;              /* messages + requests per second per connection (0 = 500;
+                                 bursts of twice that) */
+    int allow_unsafe;         /* the kernelmgr API may relax the sandbox (gwapi.h) */
+} gateway_opts;
+
+typedef struct gateway gateway;
+
+/* new: serves m (borrowed; must outlive the gateway) in a thread of its own.
+ * Writes HOME/http.json ({"url","port","pid"}, 0600) once listening. NULL
+ * with a reason in err (address in use, refused address, TLS files, ...). */
+gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t errlen);
+
+/* Stops serving: every connection is closed, every relay ended. NULL-safe. */
+void gateway_stop(gateway **g);
+
+/* borrowed: "http://127.0.0.1:8888/" (https with TLS); the bound port. */
+const char *gateway_url(const gateway *g);
+int gateway_port(const gateway *g);
+
+/* Checks a listen address without binding: 0, or -1 with a reason. */
+int gateway_listen_valid(const char *listen, int tls, int insecure, char *err, size_t errlen);
+
+#endif

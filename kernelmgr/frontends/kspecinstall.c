@@ -1,0 +1,149 @@
+/*
+ * kspecinstall.c — write kernelmgr-python / kernelmgr-bash kernelspecs.
+ */
+#include "kernelmgr/frontends/kspecinstall.h"
+#include "common/cm_path.h"
+#include "kernelmgr/engine/kmfs.h"
+#include "kernelmgr/engine/config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *kspecinst_dir(const kspecinst_opts *o)
+{
+    const char *jd = getenv("JUPYTER_DATA_DIR");
+    const char *xdg = getenv("XDG_DATA_HOME");
+    const char *home = getenv("HOME");
+    if (o->prefix)
+        return cm_path_join(o->prefix, "share/jupyter/kernels");
+    if (jd && *jd)
+        return cm_path_join(jd, "kernels");
+    if (xdg && *xdg)
+        return cm_path_join(xdg, "jupyter/kernels");
+    if (home && *home)
+        return cm_path_join(home, ".local/share/jupyter/kernels");
+    errno = ENOENT;
+    return NULL;
+}
+
+static void kspecinst_opt(json_t *argv, const char *opt, const char *value)
+{
+    json_array_append_new(argv, json_string(opt));
+    json_array_append_new(argv, json_string(value));
+}
+
+/* Writes via a temporary file so a reader never sees half a kernel.json;
+ * the temporary file is created fresh (O_EXCL | O_NOFOLLOW), never written
+ * through a symlink or into a FIFO someone left there. */
+static int kspecinst_write(const char *path, const json_t *spec, char *err, size_t errlen)
+{
+    char *tmp = NULL;
+    if (asprintf(&tmp, "%s.tmp", path) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    unlink(tmp); /* a stale one from a crash (a symlink is removed, not followed) */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int rc = 0;
+    if (fd < 0 || json_dumpfd(spec, fd, JSON_INDENT(1)) || fchmod(fd, 0644) || close(fd) ||
+        (fd = -1, rename(tmp, path))) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+        rc = -1;
+    }
+    free(tmp);
+    return rc;
+}
+
+/* Installs the kernelspec of language l under base: new {"name","path",
+ * "argv"}, or NULL with err. */
+static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, int l, char *err,
+                             size_t errlen)
+{
+    const char *ln = kmcfg_lang_name(l);
+    char *bin = NULL, *dir = NULL, *path = NULL;
+    json_t *spec = NULL, *out = NULL;
+    if (asprintf(&bin, "%s/kernel-%s", o->kernel_dir, ln) < 0) {
+        bin = NULL;
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    errno = 0;
+    char *real = realpath(bin, NULL);
+    if (!real || access(real, X_OK)) {
+        snprintf(err, errlen, "%s: %s (build the kernels first: make)", bin,
+                 strerror(errno ? errno : ENOENT));
+        free(real);
+        goto done;
+    }
+    json_t *argv = json_pack("[s s s]", real, "-f", "{connection_file}");
+    free(real);
+    if (o->sandbox)
+        kspecinst_opt(argv, "--sandbox", o->sandbox);
+    if (o->network >= 0)
+        kspecinst_opt(argv, "--network", o->network ? "on" : "off");
+    if (o->memory)
+        kspecinst_opt(argv, "--memory", o->memory);
+    if (o->python && l == KMCFG_LANG_PYTHON)
+        kspecinst_opt(argv, "--python", o->python);
+    spec = json_pack(
+        "{s:o s:s s:s s:s s:{s:{s:s s:s}}}", "argv", argv, "display_name",
+        l == KMCFG_LANG_BASH ? "Bash (kernelmgr sandbox)" : "Python 3 (kernelmgr sandbox)",
+        "language", ln, "interrupt_mode", "message", "metadata", "kernelmgr", "version",
+        o->version ? o->version : "", "sandbox", o->sandbox ? o->sandbox : "strict");
+    if (asprintf(&dir, "%s/kernelmgr-%s", base, ln) < 0 ||
+        asprintf(&path, "%s/kernelmgr-%s/kernel.json", base, ln) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    if (kmfs_mkdirs(dir, 0755)) {
+        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        goto done;
+    }
+    if (kspecinst_write(path, spec, err, errlen))
+        goto done;
+    out = json_pack("{s:o s:s s:O}", "name", json_sprintf("kernelmgr-%s", ln), "path", dir, "argv",
+                    json_object_get(spec, "argv"));
+done:
+    json_decref(spec);
+    free(bin);
+    free(dir);
+    free(path);
+    return out;
+}
+
+json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen)
+{
+    if (o->prefix && o->prefix[0] != '/') {
+        snprintf(err, errlen, "--prefix %s: must be an absolute path", o->prefix);
+        return NULL;
+    }
+    char *base = kspecinst_dir(o);
+    if (!base) {
+        snprintf(err, errlen,
+                 errno == ENOMEM ? "out of memory"
+                                 : "cannot tell where to install: set HOME, or use "
+                                   "--prefix DIR");
+        return NULL;
+    }
+    json_t *done = json_array();
+    for (int l = 0; l < KMCFG_NLANG; l++) {
+        json_t *one = kspecinst_one(o, base, l, err, errlen);
+        if (!one) {
+            json_decref(done);
+            done = NULL;
+            break;
+        }
+        json_array_append_new(done, one);
+    }
+    free(base);
+    return done;
+}

@@ -1,0 +1,101 @@
+/*
+ * mcp_daemon.c — the MCP server's link to the kernelmgr daemon: one API
+ * request per tool call through daemon_call (daemon.h), with the daemon
+ * autostarted by daemon_connect as `kernelmgr exec` does.
+ */
+#include "kernelmgr/frontends/mcp_daemon.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernelmgr/service/daemon.h"
+#include "kernelmgr/frontends/mcp_int.h"
+
+typedef struct mcpd_wait {
+    mcpd_event_fn ev;
+    mcpd_tick_fn tick;
+    void *ud;
+    char *home;
+    const char *session; /* borrowed from the params */
+    double start;
+} mcpd_wait;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static char *home_path(void)
+{
+    char buf[4096];
+    kmcfg_home(buf, sizeof buf);
+    return strdup(buf);
+}
+
+static void on_event(void *ud, const json_t *params)
+{
+    mcpd_wait *w = ud;
+    w->ev(w->ud, params);
+}
+
+static int on_tick(void *ud)
+{
+    mcpd_wait *w = ud;
+    return w->tick ? w->tick(w->ud, now_s() - w->start) : 0;
+}
+
+static void on_cancel(void *ud)
+{
+    mcpd_wait *w = ud;
+    if (!w->session)
+        return;
+    json_t *res = NULL;
+    km_err err = {0, ""};
+    if (daemon_request(w->home, NULL, "interrupt", json_pack("{s:s}", "session", w->session), NULL,
+                       &res, &err))
+        mcp_log("interrupt %s: %s", w->session, err.msg);
+    json_decref(res);
+}
+
+json_t *mcpd_request(const char *method, json_t *params, mcpd_event_fn ev, mcpd_tick_fn tick,
+                     void *ud, char *err, size_t errlen)
+{
+    if (!params) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (ev) {
+        json_object_set_new(params, "stream", json_true());
+        /* stream text as bytes after each event line (daemon.h): no JSON
+         * escaping and parsing of a long output */
+        json_object_set_new(params, "raw_text", json_true());
+    }
+    mcpd_wait w = {
+        ev, tick, ud, home_path(), json_string_value(json_object_get(params, "session")), now_s()};
+    if (!w.home) {
+        json_decref(params);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    json_incref(params); /* w.session borrows from it */
+    daemon_callbacks cb = {ev ? on_event : NULL, on_tick, on_cancel, &w};
+    json_t *res = NULL;
+    km_err kerr = {0, ""};
+    int fd = daemon_connect(w.home, 1, NULL, &kerr);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot reach the kernelmgr daemon: %s", kerr.msg);
+        json_decref(params);
+    } else {
+        if (daemon_call(fd, method, params, &cb, &res, &kerr))
+            snprintf(err, errlen, "%s", kerr.msg);
+        close(fd);
+    }
+    json_decref(params);
+    free(w.home);
+    return res;
+}

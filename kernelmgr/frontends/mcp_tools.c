@@ -1,0 +1,705 @@
+/*
+ * mcp_tools.c — the tools of `kernelmgr mcp`: schemas, descriptions and
+ * handlers. Each tool is a thin translation into one request of the
+ * daemon's API (docs/API.md, through mcp_daemon.h): the daemon owns the
+ * sessions, their workspace files (read and written confined by wsfile.c)
+ * and package installs, under each session's lock, and validates every
+ * request; a tool only renames arguments and renders the result for a
+ * model.
+ */
+#include "kernelmgr/frontends/mcp_tools.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernelmgr/frontends/mcp_daemon.h"
+#include "kernelmgr/frontends/mcp_render.h"
+#include "kernelmgr/engine/wsfile.h"
+
+#define DEFAULT_SESSION "default"
+#define LIST_MAX 2000
+
+/* ---------------------------------------------------------------- schemas */
+
+static const char *const tools_json =
+    "["
+    "{\"name\":\"code_exec\","
+    "\"title\":\"Run code\","
+    "\"description\":\"Run Python or Bash code in a persistent, sandboxed session and get back "
+    "stdout, stderr, the value of the last expression, errors with tracebacks, plots (as "
+    "images) and the files the code created or changed. State persists between calls with the "
+    "same `session`: Python variables and imports, the shell's cwd, variables and functions, and "
+    "the files in the workspace (the working directory of both kernels). Python and Bash of "
+    "one session share the workspace, not variables. `code` may be plain code or Markdown with "
+    "```python / ```bash fenced blocks, which run in order (text outside fences is ignored). "
+    "The sandbox has no network access. Long computations: set timeout_s; on timeout the code "
+    "is interrupted (Python gets KeyboardInterrupt) and state is kept when possible. Use "
+    "matplotlib normally: figures are returned as images.\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+    "\"code\":{\"type\":\"string\",\"description\":\"The code to run, or Markdown with "
+    "```python / ```bash blocks.\"},"
+    "\"language\":{\"type\":\"string\",\"enum\":[\"python\",\"bash\",\"auto\"],\"default\":"
+    "\"auto\",\"description\":\"python or bash to run `code` as-is in that language; auto "
+    "(default) runs Markdown fences by their language and guesses for unfenced code.\"},"
+    "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
+    "\"default\":\"default\",\"description\":\"Session name; reuse it to keep state. Created on "
+    "first use.\"},"
+    "\"timeout_s\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"
+    "\"description\":\"Time limit of each block in seconds (default: the server's, usually "
+    "60).\"},"
+    "\"network\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"],\"description\":\"Network "
+    "inside the sandbox (default off; \\\"on\\\" only when the server allows it). Applied when "
+    "this call creates the session.\"},"
+    "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each kernel, "
+    "e.g. \\\"1G\\\" (at least 16M). Applied when this call creates the session.\"},"
+    "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"
+    "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "
+    "session.\"},"
+    "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "
+    "of each block in seconds. Applied when this call creates the session.\"},"
+    "\"python\":{\"type\":\"string\",\"description\":\"Absolute path of the Python interpreter "
+    "of the Python kernel (only when the server allows it). Applied when this call creates the "
+    "session.\"},"
+    "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "
+    "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "
+    "session.\"},"
+    "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
+    "\"maxProperties\":64,\"description\":\"Environment variables for the code, "
+    "{NAME: value}; applied when this call creates the session (a session keeps the variables "
+    "it was created with). The code sees no other variable of the server's but LANG, LC_*, "
+    "TERM and TZ.\"}},"
+    "\"required\":[\"code\"],\"additionalProperties\":false},"
+    "\"annotations\":{\"title\":\"Run code\",\"readOnlyHint\":false,\"destructiveHint\":false,"
+    "\"idempotentHint\":false,\"openWorldHint\":false}},"
+
+    "{\"name\":\"list_files\",\"title\":\"List workspace files\","
+    "\"description\":\"List the files in a session's workspace (the kernels' working "
+    "directory), with size and type. Optionally only below a sub-directory.\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+    "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"},"
+    "\"path\":{\"type\":\"string\",\"description\":\"Sub-directory relative to the workspace "
+    "(default: all).\"}},\"required\":[\"session\"],\"additionalProperties\":false},"
+    "\"annotations\":{\"readOnlyHint\":true,\"openWorldHint\":false}},"
+
+    "{\"name\":\"read_file\",\"title\":\"Read a workspace file\","
+    "\"description\":\"Read a file from a session's workspace. Text comes back as text; binary "
+    "files as base64 (encoding tells which). Large files: read in pieces with offset and "
+    "length (bytes, at most 1 MiB per call); `eof` says whether the end was reached. Paths are "
+    "relative to the workspace; '..' and symbolic links are refused.\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+    "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"},"
+    "\"path\":{\"type\":\"string\",\"description\":\"File path relative to the workspace.\"},"
+    "\"offset\":{\"type\":\"integer\",\"minimum\":0,\"default\":0,\"description\":\"Byte "
+    "offset to start at.\"},"
+    "\"length\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1048576,\"description\":\"Bytes "
+    "to read (default and maximum 1 MiB).\"},"
+    "\"encoding\":{\"type\":\"string\",\"enum\":[\"auto\",\"text\",\"base64\"],\"default\":"
+    "\"auto\",\"description\":\"auto: text when the bytes are UTF-8, else base64.\"}},"
+    "\"required\":[\"session\",\"path\"],\"additionalProperties\":false},"
+    "\"annotations\":{\"readOnlyHint\":true,\"openWorldHint\":false}},"
+
+    "{\"name\":\"write_file\",\"title\":\"Write a workspace file\","
+    "\"description\":\"Create or overwrite a file in a session's workspace (missing "
+    "directories are created), e.g. to give the code a data file. Content is text, or base64 "
+    "for binary data. Paths are relative to the workspace; '..' and symbolic links are "
+    "refused. Creates the session when it does not exist.\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+    "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
+    "\"description\":\"Session name.\"},"
+    "\"path\":{\"type\":\"string\",\"description\":\"File path relative to the workspace.\"},"
+    "\"content\":{\"type\":\"string\",\"description\":\"The file's content.\"},"
+    "\"encoding\":{\"type\":\"string\",\"enum\":[\"text\",\"base64\"],\"default\":\"text\"},"
+    "\"append\":{\"type\":\"boolean\",\"default\":false,\"description\":\"Append instead of "
+    "overwriting.\"},"
+    "\"network\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"],\"description\":\"Network "
+    "inside the sandbox (default off; \\\"on\\\" only when the server allows it). Applied when "
+    "this call creates the session.\"},"
+    "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each kernel, "
+    "e.g. \\\"1G\\\" (at least 16M). Applied when this call creates the session.\"},"
+    "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"
+    "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "
+    "session.\"},"
+    "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "
+    "of each block in seconds. Applied when this call creates the session.\"},"
+    "\"python\":{\"type\":\"string\",\"description\":\"Absolute path of the Python interpreter "
+    "of the Python kernel (only when the server allows it). Applied when this call creates the "
+    "session.\"},"
+    "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "
+    "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "
+    "session.\"}},"
+    "\"required\":[\"session\",\"path\",\"content\"],\"additionalProperties\":false},"
+    "\"annotations\":{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}},"
+
+    "{\"name\":\"list_sessions\",\"title\":\"List sessions\","
+    "\"description\":\"List the live sessions with their workspace and kernels.\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false},"
+    "\"annotations\":{\"readOnlyHint\":true,\"openWorldHint\":false}},"
+
+    "{\"name\":\"restart_session\",\"title\":\"Restart a session\","
+    "\"description\":\"Restart a session's kernels: variables, imports and shell state are "
+    "cleared; workspace files are kept. Use it when a kernel is stuck or its state is "
+    "broken.\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+    "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"}},"
+    "\"required\":[\"session\"],\"additionalProperties\":false},"
+    "\"annotations\":{\"destructiveHint\":true,\"idempotentHint\":true,\"openWorldHint\":false}},"
+
+    "{\"name\":\"close_session\",\"title\":\"Close a session\","
+    "\"description\":\"Close a session: its kernels stop and its workspace is deleted. The "
+    "name can be used again afterwards for a fresh session.\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+    "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"}},"
+    "\"required\":[\"session\"],\"additionalProperties\":false},"
+    "\"annotations\":{\"destructiveHint\":true,\"idempotentHint\":true,\"openWorldHint\":false}},"
+
+    "{\"name\":\"install_packages\",\"title\":\"Install packages\","
+    "\"description\":\"Install Python (pip) or Node (npm) packages for a session, only from the "
+    "operator's allowlist (names, optionally with a version: \\\"pkg\\\", \\\"pkg==1.2\\\" for "
+    "pip, \\\"pkg@1.2.0\\\" for npm). URLs, paths, VCS links and options are refused. Python "
+    "packages become importable in the session's Python kernel right away; npm packages are "
+    "usable from Bash (node with NODE_PATH, their commands on PATH). Dependencies are installed "
+    "only when they are on the allowlist too; otherwise the install is refused and names "
+    "them.\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+    "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
+    "\"description\":\"Session name.\"},"
+    "\"manager\":{\"type\":\"string\",\"enum\":[\"pip\",\"npm\"]},"
+    "\"packages\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,"
+    "\"maxItems\":50}},"
+    "\"required\":[\"session\",\"manager\",\"packages\"],\"additionalProperties\":false},"
+    "\"annotations\":{\"destructiveHint\":false,\"idempotentHint\":true,\"openWorldHint\":true}}"
+    "]";
+
+json_t *mcpt_list(void)
+{
+    json_error_t jerr;
+    json_t *tools = json_loads(tools_json, 0, &jerr);
+    if (!tools)
+        mcp_log("BUG: tool schemas do not parse: %s at %d", jerr.text, jerr.position);
+    return tools ? tools : json_array();
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static json_t *tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static json_t *tool_error(const char *fmt, ...)
+{
+    char buf[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return mcpr_text_result(buf, 1);
+}
+
+/* Same rule as the manager's session names (km_name_valid), checked here so
+ * a bad name is a clear tool error rather than a daemon round trip. */
+static int session_name_ok(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > 64 || s[0] == '.')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.')
+            return 0;
+    return 1;
+}
+
+/* Reads args.session: required unless dflt is given. NULL with *errres set. */
+static const char *arg_session(json_t *args, const char *dflt, json_t **errres)
+{
+    json_t *v = json_object_get(args, "session");
+    if (!v && dflt)
+        return dflt;
+    if (!json_is_string(v)) {
+        *errres = tool_error("`session` (string) is required");
+        return NULL;
+    }
+    if (!session_name_ok(json_string_value(v))) {
+        *errres = tool_error("invalid session name '%.80s': use 1-64 letters, digits, '_', '-' "
+                             "or '.', not starting with '.'",
+                             json_string_value(v));
+        return NULL;
+    }
+    return json_string_value(v);
+}
+
+/* Refuses unknown argument names: a typo ("timeout" for "timeout_s") must
+ * not be silently ignored. */
+static json_t *check_keys(json_t *args, const char *const *allowed)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(args, key, v)
+    {
+        int ok = 0;
+        for (int i = 0; allowed[i]; i++)
+            ok |= strcmp(key, allowed[i]) == 0;
+        if (!ok) {
+            char list[300] = "";
+            for (int i = 0; allowed[i]; i++) {
+                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+                strncat(list, allowed[i], sizeof list - strlen(list) - 1);
+            }
+            return tool_error("unknown argument '%.60s' (expected: %s)", key, list);
+        }
+    }
+    return NULL;
+}
+
+/* new: the result of an API request without events, or NULL with err. */
+static json_t *api(const char *method, json_t *params, char *err, size_t errlen)
+{
+    return mcpd_request(method, params, NULL, NULL, NULL, err, errlen);
+}
+
+/* The session options a tool that may create a session accepts, copied to
+ * the API request as they are (the daemon validates them). Those that
+ * relax the sandbox (network on, sandbox none, an interpreter of the
+ * caller's choice) need the operator's --allow-unsafe-session-options.
+ * NULL, or a tool error. */
+static json_t *copy_session_opts(mcp_call *call, json_t *args, json_t *req)
+{
+    static const char *const names[] = {"network", "memory",  "cpus", "cpu_time",
+                                        "python",  "sandbox", "env",  NULL};
+    int unsafe_ok = mcp_server_options(call->srv)->allow_unsafe_session_options;
+    for (int i = 0; names[i]; i++) {
+        json_t *v = json_object_get(args, names[i]);
+        if (!v)
+            continue;
+        const char *sv = json_string_value(v);
+        int unsafe = (!strcmp(names[i], "network") && sv && !strcmp(sv, "on")) ||
+                     (!strcmp(names[i], "sandbox") && sv && !strcmp(sv, "none")) ||
+                     !strcmp(names[i], "python");
+        if (unsafe && !unsafe_ok)
+            return tool_error("`%s` %s%s%s is not allowed by this server (its operator can allow "
+                              "it with `kernelmgr mcp --allow-unsafe-session-options`)",
+                              names[i], sv ? "\"" : "", sv ? sv : "", sv ? "\"" : "");
+        json_object_set(req, names[i], v);
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- code_exec */
+
+typedef struct exec_ctx {
+    mcp_call *call;
+    char session[80];
+    int interrupted;
+    size_t streamed; /* bytes of output seen so far */
+    char tail[200];  /* the last line of output, for progress messages */
+    double last_progress;
+} exec_ctx;
+
+static void exec_event(void *ud, const json_t *ev)
+{
+    exec_ctx *x = ud;
+    const char *type = json_string_value(json_object_get(ev, "event"));
+    if (!type || strcmp(type, "stream") != 0)
+        return;
+    const char *text = json_string_value(json_object_get(ev, "text"));
+    if (!text)
+        return;
+    size_t n = strlen(text);
+    x->streamed += n;
+    /* Keep the last non-empty line for the next progress message. */
+    const char *end = text + n;
+    while (end > text && (end[-1] == '\n' || end[-1] == '\r'))
+        end--;
+    const char *start = end;
+    while (start > text && start[-1] != '\n')
+        start--;
+    if (end > start) {
+        size_t len = (size_t)(end - start);
+        if (len >= sizeof x->tail)
+            len = sizeof x->tail - 1;
+        memcpy(x->tail, start, len);
+        x->tail[len] = '\0';
+    }
+}
+
+static int exec_tick(void *ud, double elapsed)
+{
+    exec_ctx *x = ud;
+    if (mcp_call_cancelled(x->call)) {
+        if (!x->interrupted)
+            mcp_log("code_exec in session %s cancelled: interrupting", x->session);
+        x->interrupted = 1;
+        return 1;
+    }
+    /* Ticks come every 250 ms so a cancel is acted on fast; progress goes
+     * out once a second, which is enough to keep clients from timing out. */
+    if (elapsed - x->last_progress < 1.0)
+        return 0;
+    x->last_progress = elapsed;
+    char msg[320];
+    if (x->tail[0])
+        snprintf(msg, sizeof msg, "running for %.0f s; %zu bytes of output; last: %s", elapsed,
+                 x->streamed, x->tail);
+    else
+        snprintf(msg, sizeof msg, "running for %.0f s", elapsed);
+    mcp_call_progress(x->call, elapsed, msg);
+    return 0;
+}
+
+static json_t *tool_code_exec(mcp_call *call, json_t *args)
+{
+    static const char *const keys[] = {"code",     "language", "session", "timeout_s",
+                                       "env",      "network",  "memory",  "cpus",
+                                       "cpu_time", "python",   "sandbox", NULL};
+    json_t *res = check_keys(args, keys);
+    if (res)
+        return res;
+    const char *code = json_string_value(json_object_get(args, "code"));
+    if (!code)
+        return tool_error("`code` (string) is required");
+    const char *session = arg_session(args, DEFAULT_SESSION, &res);
+    if (!session)
+        return res;
+    json_t *lang = json_object_get(args, "language");
+    const char *l = "auto";
+    if (lang) {
+        l = json_string_value(lang);
+        if (!l || (strcmp(l, "python") && strcmp(l, "bash") && strcmp(l, "auto")))
+            return tool_error("`language` must be \"python\", \"bash\" or \"auto\"");
+    }
+    json_t *req = json_pack("{s:s,s:s,s:s}", "session", session, "code", code, "lang", l);
+    json_t *t = json_object_get(args, "timeout_s");
+    if (t) {
+        if (!json_is_number(t) || json_number_value(t) <= 0 || json_number_value(t) > 86400) {
+            json_decref(req);
+            return tool_error("`timeout_s` must be a number of seconds in (0, 86400]");
+        }
+        json_object_set_new(req, "timeout", json_real(json_number_value(t)));
+    }
+    if ((res = copy_session_opts(call, args, req))) {
+        json_decref(req);
+        return res;
+    }
+    exec_ctx x;
+    memset(&x, 0, sizeof x);
+    x.call = call;
+    snprintf(x.session, sizeof x.session, "%s", session);
+    mcp_call_progress(call, 0, "started");
+    char err[1024] = "";
+    json_t *reply = mcpd_request("exec", req, exec_event, exec_tick, &x, err, sizeof err);
+    if (!reply)
+        return tool_error("code_exec failed: %s", err);
+    const char *wsp = json_string_value(json_object_get(reply, "workspace"));
+    json_t *result = mcpr_exec_result(reply, session, wsp);
+    json_decref(reply);
+    return result ? result : tool_error("out of memory");
+}
+
+/* ---------------------------------------------------------------- files */
+
+static json_t *tool_list_files(json_t *args)
+{
+    static const char *const keys[] = {"session", "path", NULL};
+    json_t *res = check_keys(args, keys);
+    if (res)
+        return res;
+    const char *session = arg_session(args, NULL, &res);
+    if (!session)
+        return res;
+    char err[1024];
+    json_t *p = json_object_get(args, "path");
+    if (p && !json_is_string(p))
+        return tool_error("`path` must be a string");
+    json_t *req = json_pack("{s:s}", "session", session);
+    if (p)
+        json_object_set(req, "path", p);
+    json_t *listing = api("files.list", req, err, sizeof err);
+    if (!listing)
+        return tool_error("%s", err);
+    const char *sub = json_string_value(json_object_get(listing, "path"));
+    if (!sub)
+        sub = ".";
+    const char *ws = json_string_value(json_object_get(listing, "workspace"));
+    json_t *all = json_object_get(listing, "files");
+    int incomplete = json_is_true(json_object_get(listing, "incomplete"));
+    json_t *files = json_array();
+    size_t i, omitted = 0;
+    json_t *fe;
+    json_array_foreach(all, i, fe)
+    {
+        if (json_array_size(files) >= LIST_MAX) {
+            omitted++;
+            continue;
+        }
+        json_array_append(files, fe);
+    }
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    if (f) {
+        fprintf(f, "%zu file%s in the workspace of session %s%s%s:\n", json_array_size(files),
+                json_array_size(files) == 1 ? "" : "s", session, strcmp(sub, ".") ? " under " : "",
+                strcmp(sub, ".") ? sub : "");
+        json_array_foreach(files, i, fe)
+        {
+            fprintf(f, "%s\t%lld\t%s%s\n", json_string_value(json_object_get(fe, "path")),
+                    (long long)json_integer_value(json_object_get(fe, "size")),
+                    json_string_value(json_object_get(fe, "mime")) ?: "",
+                    json_is_string(json_object_get(fe, "type")) &&
+                            strcmp(json_string_value(json_object_get(fe, "type")), "file")
+                        ? " (not a regular file)"
+                        : "");
+        }
+        if (omitted || incomplete)
+            fprintf(f, "(list incomplete: %zu more not shown)\n", omitted);
+        fclose(f);
+    }
+    json_t *obj =
+        json_pack("{s:s,s:s,s:o,s:I,s:b}", "session", session, "workspace", ws ? ws : "", "files",
+                  files, "omitted", (json_int_t)omitted, "incomplete", incomplete);
+    json_decref(listing);
+    json_t *r = mcpr_json_result(obj, text ? text : "", 0);
+    free(text);
+    return r;
+}
+
+static json_t *tool_read_file(json_t *args)
+{
+    static const char *const keys[] = {"session", "path", "offset", "length", "encoding", NULL};
+    json_t *res = check_keys(args, keys);
+    if (res)
+        return res;
+    const char *session = arg_session(args, NULL, &res);
+    if (!session)
+        return res;
+    const char *path = json_string_value(json_object_get(args, "path"));
+    if (!path)
+        return tool_error("`path` (string) is required");
+    json_t *o = json_object_get(args, "offset"), *l = json_object_get(args, "length");
+    if ((o && (!json_is_integer(o) || json_integer_value(o) < 0)) ||
+        (l && (!json_is_integer(l) || json_integer_value(l) < 1)))
+        return tool_error("`offset` must be an integer >= 0 and `length` an integer >= 1");
+    json_t *e = json_object_get(args, "encoding");
+    if (e && !json_is_string(e))
+        return tool_error("`encoding` must be \"auto\", \"text\" or \"base64\"");
+    char err[1024];
+    json_t *req = json_pack("{s:s,s:s}", "session", session, "path", path);
+    if (o)
+        json_object_set(req, "offset", o);
+    if (l)
+        json_object_set(req, "length", l);
+    if (e)
+        json_object_set(req, "encoding", e);
+    json_t *r = api("files.read", req, err, sizeof err);
+    if (!r)
+        return tool_error("read_file: %s", err);
+    int is_text = strcmp(json_string_value(json_object_get(r, "encoding")), "utf-8") == 0;
+    json_t *content = json_object_get(r, "content");
+    char head[400];
+    snprintf(head, sizeof head, "%s: bytes %lld..%lld of %lld%s%s",
+             json_string_value(json_object_get(r, "path")),
+             (long long)json_integer_value(json_object_get(r, "offset")),
+             (long long)(json_integer_value(json_object_get(r, "offset")) +
+                         json_integer_value(json_object_get(r, "length"))),
+             (long long)json_integer_value(json_object_get(r, "size")),
+             json_is_true(json_object_get(r, "eof")) ? ""
+                                                     : " (more: read again with a larger "
+                                                       "offset)",
+             is_text ? "" : "; binary, base64 below");
+    json_t *result =
+        json_pack("{s:[{s:s,s:s},{s:s,s:O}],s:O,s:b}", "content", "type", "text", "text", head,
+                  "type", "text", "text", content, "structuredContent", r, "isError", 0);
+    json_decref(r);
+    return result;
+}
+
+static json_t *tool_write_file(mcp_call *call, json_t *args)
+{
+    static const char *const keys[] = {"session", "path",   "content", "encoding", "append",
+                                       "network", "memory", "cpus",    "cpu_time", "python",
+                                       "sandbox", "env",    NULL};
+    json_t *res = check_keys(args, keys);
+    if (res)
+        return res;
+    const char *session = arg_session(args, NULL, &res);
+    if (!session)
+        return res;
+    const char *path = json_string_value(json_object_get(args, "path"));
+    json_t *content = json_object_get(args, "content");
+    if (!path || !json_is_string(content))
+        return tool_error("`path` and `content` (strings) are required");
+    const char *enc = json_string_value(json_object_get(args, "encoding"));
+    if (json_object_get(args, "encoding") &&
+        (!enc || (strcmp(enc, "text") && strcmp(enc, "base64"))))
+        return tool_error("`encoding` must be \"text\" or \"base64\"");
+    json_t *app = json_object_get(args, "append");
+    if (app && !json_is_boolean(app))
+        return tool_error("`append` must be a boolean");
+    /* the session is created when absent, with the options given */
+    json_t *req =
+        json_pack("{s:s,s:s,s:O,s:s,s:b,s:b}", "session", session, "path", path, "content", content,
+                  "encoding", enc ? enc : "text", "append", json_is_true(app), "create", 1);
+    if ((res = copy_session_opts(call, args, req))) {
+        json_decref(req);
+        return res;
+    }
+    char err[1024];
+    json_t *r = api("files.write", req, err, sizeof err);
+    if (!r)
+        return tool_error("write_file: %s", err);
+    char text[WSFILE_PATH_MAX + 200];
+    snprintf(text, sizeof text, "%s %s (%lld bytes) in the workspace of session %s",
+             json_is_true(json_object_get(r, "created")) ? "created" : "wrote",
+             json_string_value(json_object_get(r, "path")),
+             (long long)json_integer_value(json_object_get(r, "size")), session);
+    return mcpr_json_result(r, text, 0);
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+static json_t *tool_list_sessions(json_t *args)
+{
+    static const char *const keys[] = {NULL};
+    json_t *res = check_keys(args, keys);
+    if (res)
+        return res;
+    char err[1024];
+    json_t *reply = api("sessions.list", json_object(), err, sizeof err);
+    if (!reply)
+        return tool_error("list_sessions failed: %s", err);
+    json_t *obj = json_pack("{s:O}", "sessions", json_object_get(reply, "sessions"));
+    json_decref(reply);
+    if (!obj)
+        return tool_error("list_sessions failed: the daemon sent no session list");
+    json_t *list;
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    if (f) {
+        list = json_object_get(obj, "sessions");
+        if (json_array_size(list) == 0)
+            fputs("no sessions", f);
+        size_t i;
+        json_t *s;
+        json_array_foreach(list, i, s)
+        {
+            fprintf(f, "%s%s: workspace %s", i ? "\n" : "",
+                    json_string_value(json_object_get(s, "name")) ?: "?",
+                    json_string_value(json_object_get(s, "workspace")) ?: "?");
+            const char *k;
+            json_t *kv;
+            json_object_foreach(json_object_get(s, "kernels"), k, kv)
+            {
+                if (json_is_object(kv))
+                    fprintf(f, "; %s %s", k,
+                            json_string_value(json_object_get(kv, "state")) ?: "?");
+            }
+        }
+        fclose(f);
+    }
+    json_t *r = mcpr_json_result(obj, text ? text : "", 0);
+    free(text);
+    return r;
+}
+
+static json_t *simple_session_op(json_t *args, const char *op, const char *done)
+{
+    static const char *const keys[] = {"session", NULL};
+    json_t *res = check_keys(args, keys);
+    if (res)
+        return res;
+    const char *session = arg_session(args, NULL, &res);
+    if (!session)
+        return res;
+    char err[1024];
+    /* close removes the session's packages too (the daemon's km_close) */
+    json_t *reply = api(op, json_pack("{s:s}", "session", session), err, sizeof err);
+    if (!reply)
+        return tool_error("%s %s: %s", op, session, err);
+    json_decref(reply);
+    char text[200];
+    snprintf(text, sizeof text, "session %s %s", session, done);
+    return mcpr_json_result(json_pack("{s:s,s:b}", "session", session, "ok", 1), text, 0);
+}
+
+/* ---------------------------------------------------------------- packages */
+
+static json_t *do_install(mcp_call *call, json_t *args)
+{
+    static const char *const keys[] = {"session", "manager", "packages", NULL};
+    json_t *res = check_keys(args, keys);
+    if (res)
+        return res;
+    const char *session = arg_session(args, NULL, &res);
+    if (!session)
+        return res;
+    const char *mgr = json_string_value(json_object_get(args, "manager"));
+    if (!mgr || (strcmp(mgr, "pip") && strcmp(mgr, "npm")))
+        return tool_error("`manager` must be \"pip\" or \"npm\"");
+    json_t *pk = json_object_get(args, "packages");
+    if (!json_is_array(pk))
+        return tool_error("`packages` must be a list of 1 to 50 package names");
+    json_t *req = json_pack("{s:s,s:s,s:O}", "session", session, "manager", mgr, "packages", pk);
+    /* the operator's allowlist of this server: --allowlist, else the
+     * environment's; neither: the daemon's default (home/allowlist.json) */
+    const mcp_options *o = mcp_server_options(call->srv);
+    const char *env = getenv("KERNELMGR_ALLOWLIST");
+    const char *al = o->allowlist_path ? o->allowlist_path : env && *env ? env : NULL;
+    if (al) {
+        char *real = realpath(al, NULL);
+        json_object_set_new(req, "allowlist", json_string(real ? real : al));
+        free(real);
+    }
+    mcp_call_progress(call, 0, "installing");
+    char err[1024];
+    json_t *r = api("packages.install", req, err, sizeof err);
+    if (!r)
+        return tool_error("%s", err);
+    char *text = NULL;
+    size_t tlen = 0, i;
+    FILE *f = open_memstream(&text, &tlen);
+    if (f) {
+        fprintf(f, "installed for session %s (%s):", session, mgr);
+        json_t *inst;
+        json_array_foreach(json_object_get(r, "installed"), i, inst)
+        {
+            fprintf(f, "%s %s %s", i ? "," : "", json_string_value(json_object_get(inst, "name")),
+                    json_string_value(json_object_get(inst, "version")) ?: "?");
+        }
+        fprintf(f, "\n%s",
+                !strcmp(mgr, "pip") ? "import it in the session's Python kernel"
+                                    : "use it from the session's Bash kernel (node "
+                                      "finds it through NODE_PATH)");
+        fclose(f);
+    }
+    json_t *result = mcpr_json_result(r, text ? text : "", 0);
+    free(text);
+    return result;
+}
+
+json_t *mcpt_call(mcp_call *call, const char *name, json_t *args, int *rpc_code, char *msg,
+                  size_t msglen)
+{
+    if (strcmp(name, "code_exec") == 0)
+        return tool_code_exec(call, args);
+    if (strcmp(name, "list_files") == 0)
+        return tool_list_files(args);
+    if (strcmp(name, "read_file") == 0)
+        return tool_read_file(args);
+    if (strcmp(name, "write_file") == 0)
+        return tool_write_file(call, args);
+    if (strcmp(name, "list_sessions") == 0)
+        return tool_list_sessions(args);
+    if (strcmp(name, "restart_session") == 0)
+        return simple_session_op(args, "restart",
+                                 "restarted: variables and imports are cleared, files kept");
+    if (strcmp(name, "close_session") == 0)
+        return simple_session_op(args, "close", "closed: kernels stopped, workspace removed");
+    if (strcmp(name, "install_packages") == 0)
+        return do_install(call, args);
+    *rpc_code = -32602;
+    snprintf(msg, msglen, "Unknown tool: %.100s", name);
+    return NULL;
+}
