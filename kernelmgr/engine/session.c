@@ -73,6 +73,7 @@ static void manager_free(km_manager *m)
     json_decref(m->cfg.env);
     pthread_cond_destroy(&m->slot_cv);
     pthread_mutex_destroy(&m->slot_mu);
+    pthread_mutex_destroy(&m->pkg_mu);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -89,6 +90,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     m->lifeline[0] = m->lifeline[1] = -1;
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->slot_mu, NULL);
+    pthread_mutex_init(&m->pkg_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -811,6 +813,7 @@ int km_close(km_manager *m, const char *name, int flags, km_err *err)
     atomic_store(&s->interrupt_flag, 1);
     pthread_mutex_lock(&s->lock);
     slots_stop_all(m, s);
+    pthread_mutex_lock(&m->pkg_mu);
     pthread_mutex_lock(&m->lock);
     s->gone = 1;
     for (session **pp = &m->list; *pp; pp = &(*pp)->next)
@@ -834,6 +837,7 @@ int km_close(km_manager *m, const char *name, int flags, km_err *err)
         if (!(flags & KM_KEEP_OUTPUTS))
             session_rmtree(s->outdir);
     }
+    pthread_mutex_unlock(&m->pkg_mu);
     pthread_mutex_unlock(&s->lock);
     session_put(m, s);
     if (flags & KM_KEEP_OUTPUTS)
@@ -1080,9 +1084,13 @@ json_t *km_packages_install(km_manager *m, const char *name, const char *allowli
             return NULL;
         }
     }
+    if (!s) /* not during a close of the name: wholly before or after it */
+        pthread_mutex_lock(&m->pkg_mu);
     json_t *r = pkginst_install(al, (allowlist_mgr)mgr, m->home, name, packages, why, sizeof why);
     if (s)
         session_unlock_op(m, s);
+    else
+        pthread_mutex_unlock(&m->pkg_mu);
     allowlist_destroy(&al);
     char root[PATH_MAX];
     if (!r && !s && pkginst_session_root(m->home, name, root) == 0 && access(root, F_OK) != 0) {

@@ -101,6 +101,11 @@ struct km_manager {
     pthread_mutex_t slot_mu;
     pthread_cond_t slot_cv;
     unsigned long slot_gen;
+    /* held by close from taking a session off the list until its package
+     * directory is gone, and by an install for a name that has no session:
+     * such an install runs wholly before or wholly after a close of that
+     * name (lock order: session lock, pkg_mu, lock) */
+    pthread_mutex_t pkg_mu;
     int lifeline[2]; /* klaunch_lifeline_open: kept for the manager's life */
     int owner_held;  /* klaunch_owner_hold(run_dir) succeeded */
 };
