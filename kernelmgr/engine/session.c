@@ -739,10 +739,22 @@ json_t *km_sessions(km_manager *m)
             else
                 json_object_set_new(ks, kmcfg_lang_name(l), json_null());
         }
-        json_array_append_new(
-            arr, json_pack("{s:s s:s s:f s:f s:b s:b s:o}", "name", s->name, "workspace",
-                           s->workspace, "created", s->created, "last_used", s->last_used, "busy",
-                           atomic_load(&s->busy), "from_pool", s->from_pool, "kernels", ks));
+        /* the limits its kernels run under (the session's own, else the
+         * configuration's; null: none / the kernel's default) */
+        unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
+        double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
+        double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
+        json_t *lim = json_pack("{s:s s:s s:o s:o s:o}", "network",
+                                (s->network >= 0 ? s->network : m->cfg.network) ? "on" : "off",
+                                "sandbox", s->sandbox[0] ? s->sandbox : m->cfg.sandbox, "memory",
+                                mem ? json_integer((json_int_t)mem) : json_null(), "cpus",
+                                cpus > 0 ? json_real(cpus) : json_null(), "cpu_time",
+                                cpu_time > 0 ? json_real(cpu_time) : json_null());
+        json_array_append_new(arr,
+                              json_pack("{s:s s:s s:f s:f s:b s:b s:o s:o}", "name", s->name,
+                                        "workspace", s->workspace, "created", s->created,
+                                        "last_used", s->last_used, "busy", atomic_load(&s->busy),
+                                        "from_pool", s->from_pool, "kernels", ks, "limits", lim));
     }
     pthread_mutex_unlock(&m->lock);
     return arr;

@@ -169,6 +169,15 @@ def test_every_method(api, tmp_path):
     assert r["created"] is True and Path(r["workspace"]).is_dir(), r
     ws = Path(r["workspace"])
     assert c.ok("sessions.list")["sessions"][0]["kernels"] == {"python": None, "bash": None}
+    # the limits it runs under: its own options, else the configuration's
+    c.ok("session.create", {"session": "s0", "cpus": 0.5, "cpu_time": 30})
+    lims = {x["name"]: x["limits"] for x in c.ok("sessions.list")["sessions"]}
+    assert lims["s1"]["memory"] == 1 << 30 and lims["s1"]["network"] == "off", lims
+    assert lims["s1"]["cpus"] is None and lims["s1"]["cpu_time"] is None, lims
+    assert lims["s0"]["cpus"] == 0.5 and lims["s0"]["cpu_time"] == 30, lims
+    # no memory option anywhere: null, the sandbox's own default (2 GiB)
+    assert lims["s0"]["memory"] is None and lims["s0"]["sandbox"] == mgrutil.SANDBOX, lims
+    c.ok("close", {"session": "s0"})
     # again with other options: kept, and a warning says so
     r = c.ok("session.create", {"session": "s1", "memory": "2G"})
     assert r["created"] is False and "memory" in " ".join(r["warnings"]), r
