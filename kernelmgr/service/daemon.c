@@ -1421,16 +1421,21 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
     }
     dloop L = {-1, -1, NULL, 0};
     L.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    /* Bound and listening under a temporary name, then renamed into place:
+     * whoever sees kernelmgr.sock can connect (a client that found the file
+     * between bind and listen was refused). The temporary name is shorter
+     * than the socket's, so it fits where the socket's does. */
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", sock);
-    unlink(sock);
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s/.s%d", home, (int)getpid());
+    unlink(sun.sun_path);
     mode_t old = umask(0177);
     int brc = L.lfd >= 0 ? bind(L.lfd, (struct sockaddr *)&sun, sizeof sun) : -1;
     umask(old);
     /* the kernel caps the backlog at net.core.somaxconn */
-    if (brc || chmod(sock, 0600) || listen(L.lfd, 65535)) {
+    if (brc || chmod(sun.sun_path, 0600) || listen(L.lfd, 65535) || rename(sun.sun_path, sock)) {
         err->code = KM_EDAEMON;
         snprintf(err->msg, sizeof err->msg, "cannot listen on %s: %s", sock, strerror(errno));
+        unlink(sun.sun_path);
         if (L.lfd >= 0)
             close(L.lfd);
         km_manager_destroy(&daemon_mgr);
