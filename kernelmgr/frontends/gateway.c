@@ -9,6 +9,7 @@
  * a relay (gwrelay.c) with its own thread and ZeroMQ sockets.
  */
 #include "kernelmgr/frontends/gateway.h"
+#include "common/cm_clock.h"
 #include "kernelmgr/frontends/gwapi.h"
 #include "kernelmgr/frontends/gwrelay.h"
 #include "kernelmgr/frontends/gwwire.h"
@@ -57,7 +58,8 @@ typedef struct gw_conn {
     int is_ws;
     gw_form form;
     char kernel_id[40];
-    char *cf; /* the connection file the relay was made from */
+    char session[KM_NAME_MAX + 1], lang[16]; /* the kernel's, found at the upgrade */
+    char *cf;                                /* the connection file the relay was made from */
     gwrelay *relay;
     gwapi_conn *api; /* instead of relay: /api/kernelmgr/ws, the kernelmgr API */
     unsigned char *rx;
@@ -116,17 +118,10 @@ static int gw_err(char *err, size_t errlen, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- helpers */
 
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* The token bucket of one connection: 0 when this event is within the rate. */
 static int rate_exceeded(gw_conn *c, double rate)
 {
-    double t = now_mono();
+    double t = cm_mono_s();
     if (c->last == 0) {
         c->tokens = 2 * rate;
         c->last = t;
@@ -985,6 +980,8 @@ static int ws_established(struct lws *wsi, gw_conn *c, gateway *g)
         km_err e = {0};
         char cf[4096];
         char *dup = NULL;
+        snprintf(c->session, sizeof c->session, "%s", gk.session);
+        snprintf(c->lang, sizeof c->lang, "%s", gk.lang);
         if (km_connection_file(g->m, gk.session, gk.lang, cf, sizeof cf, &e))
             snprintf(why, sizeof why, "%.500s", e.msg);
         else if (!(dup = strdup(cf)))
@@ -1255,10 +1252,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return ws_writeable(wsi, c);
     case LWS_CALLBACK_TIMER:
         if (c && c->is_ws && g && !c->api) {
-            gw_kernel gk = {0};
-            if (find_kernel(g, c->kernel_id, &gk) == 0)
-                ws_follow(g, c, gk.session, gk.lang);
-            json_decref(gk.model);
+            ws_follow(g, c, c->session, c->lang);
             lws_set_timer_usecs(wsi, 1000000);
         }
         return 0;
@@ -1402,6 +1396,23 @@ static void write_info(gateway *g)
     free(path);
 }
 
+/* Frees what gateway_start allocated (the context is already destroyed);
+ * the token is wiped first. */
+static void gateway_free(gateway *g)
+{
+    if (g->token)
+        sodium_memzero(g->token, strlen(g->token));
+    free(g->token);
+    free(g->home);
+    free(g->origin);
+    free(g->listen_addr);
+    free(g->tls_cert);
+    free(g->tls_key);
+    pthread_cond_destroy(&g->jobs_cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
 gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t errlen)
 {
     if (!o->listen || !*o->listen) {
@@ -1500,16 +1511,7 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
 fail:
     if (g->ctx)
         lws_context_destroy(g->ctx);
-    g->ctx = NULL;
-    free(g->token);
-    free(g->home);
-    free(g->origin);
-    free(g->listen_addr);
-    free(g->tls_cert);
-    free(g->tls_key);
-    pthread_cond_destroy(&g->jobs_cv);
-    pthread_mutex_destroy(&g->mu);
-    free(g);
+    gateway_free(g);
     return NULL;
 }
 
@@ -1537,16 +1539,7 @@ void gateway_stop(gateway **pg)
         unlink(path);
         free(path);
     }
-    sodium_memzero(g->token, strlen(g->token));
-    free(g->token);
-    free(g->home);
-    free(g->origin);
-    free(g->listen_addr);
-    free(g->tls_cert);
-    free(g->tls_key);
-    pthread_cond_destroy(&g->jobs_cv);
-    pthread_mutex_destroy(&g->mu);
-    free(g);
+    gateway_free(g);
     *pg = NULL;
 }
 

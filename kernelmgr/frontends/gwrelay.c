@@ -2,6 +2,7 @@
  * gwrelay.c — one WebSocket client to one kernel (see gwrelay.h).
  */
 #include "kernelmgr/frontends/gwrelay.h"
+#include "common/cm_clock.h"
 #include "kernelmgr/engine/kclient.h"
 
 #include <errno.h>
@@ -110,13 +111,6 @@ static void *open_socket(void *ctx, int type, const jp_connection *c, jp_channel
     return s;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A kernel message for the client: encoded and queued, unless the client
  * is too far behind (then the relay fails). */
 static void deliver(gwrelay *r, jp_channel ch, jmsg *m)
@@ -177,7 +171,7 @@ static void *relay_main(void *arg)
         goto out;
 
     int welcomed = 0;
-    double started = now_s();
+    double started = cm_mono_s();
     for (;;) {
         zmq_pollitem_t items[5] = {
             {sock[JP_SHELL], 0, ZMQ_POLLIN, 0}, {sock[JP_CONTROL], 0, ZMQ_POLLIN, 0},
@@ -221,7 +215,7 @@ static void *relay_main(void *arg)
                 jmsg_destroy(&m);
             }
         }
-        if (!welcomed && now_s() - started > GWRELAY_WELCOME_WAIT_S)
+        if (!welcomed && cm_mono_s() - started > GWRELAY_WELCOME_WAIT_S)
             welcomed = 1; /* a kernel without JEP 65: go on */
         if (!welcomed)
             continue;

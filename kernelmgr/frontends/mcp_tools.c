@@ -27,6 +27,27 @@
 
 /* ---------------------------------------------------------------- schemas */
 
+/* The options of a session a tool call may create (both tools that can
+ * create one take them; the daemon validates them). */
+#define SESSION_OPTS_SCHEMA                                                                        \
+    "\"network\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"],\"description\":\"Network "        \
+    "inside the sandbox (default off; \\\"on\\\" only when the server allows it). Applied when "   \
+    "this call creates the session.\"},"                                                           \
+    "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each "        \
+    "kernel, "                                                                                     \
+    "e.g. \\\"1G\\\" (at least 16M). Applied when this call creates the session.\"},"              \
+    "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"             \
+    "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "         \
+    "session.\"},"                                                                                 \
+    "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "  \
+    "of each block in seconds. Applied when this call creates the session.\"},"                    \
+    "\"python\":{\"type\":\"string\",\"description\":\"Absolute path of the Python interpreter "   \
+    "of the Python kernel (only when the server allows it). Applied when this call creates the "   \
+    "session.\"},"                                                                                 \
+    "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "   \
+    "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "     \
+    "session.\"}"
+
 static const char *const tools_json =
     "["
     "{\"name\":\"code_exec\","
@@ -52,23 +73,7 @@ static const char *const tools_json =
     "first use.\"},"
     "\"timeout_s\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"
     "\"description\":\"Time limit of each block in seconds (default: the server's, usually "
-    "60).\"},"
-    "\"network\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"],\"description\":\"Network "
-    "inside the sandbox (default off; \\\"on\\\" only when the server allows it). Applied when "
-    "this call creates the session.\"},"
-    "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each kernel, "
-    "e.g. \\\"1G\\\" (at least 16M). Applied when this call creates the session.\"},"
-    "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"
-    "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "
-    "session.\"},"
-    "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "
-    "of each block in seconds. Applied when this call creates the session.\"},"
-    "\"python\":{\"type\":\"string\",\"description\":\"Absolute path of the Python interpreter "
-    "of the Python kernel (only when the server allows it). Applied when this call creates the "
-    "session.\"},"
-    "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "
-    "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "
-    "session.\"},"
+    "60).\"}," SESSION_OPTS_SCHEMA ","
     "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
     "\"maxProperties\":64,\"description\":\"Environment variables for the code, "
     "{NAME: value}; applied when this call creates the session (a session keeps the variables "
@@ -116,23 +121,7 @@ static const char *const tools_json =
     "\"content\":{\"type\":\"string\",\"description\":\"The file's content.\"},"
     "\"encoding\":{\"type\":\"string\",\"enum\":[\"text\",\"base64\"],\"default\":\"text\"},"
     "\"append\":{\"type\":\"boolean\",\"default\":false,\"description\":\"Append instead of "
-    "overwriting.\"},"
-    "\"network\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"],\"description\":\"Network "
-    "inside the sandbox (default off; \\\"on\\\" only when the server allows it). Applied when "
-    "this call creates the session.\"},"
-    "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each kernel, "
-    "e.g. \\\"1G\\\" (at least 16M). Applied when this call creates the session.\"},"
-    "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"
-    "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "
-    "session.\"},"
-    "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "
-    "of each block in seconds. Applied when this call creates the session.\"},"
-    "\"python\":{\"type\":\"string\",\"description\":\"Absolute path of the Python interpreter "
-    "of the Python kernel (only when the server allows it). Applied when this call creates the "
-    "session.\"},"
-    "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "
-    "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "
-    "session.\"}},"
+    "overwriting.\"}," SESSION_OPTS_SCHEMA "},"
     "\"required\":[\"session\",\"path\",\"content\"],\"additionalProperties\":false},"
     "\"annotations\":{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}},"
 
