@@ -603,3 +603,23 @@ def test_api_over_websocket_streams_exec_events(gw):
     finally:
         ws.close()
     agent_works(gw)
+
+
+def test_websocket_follows_a_restart_made_by_the_agent(gw):
+    """A kernel restarted by someone else (here the agent's CLI) has new
+    endpoints; an open WebSocket follows it and keeps working."""
+    k = gw.kernel_of("agent")
+    ws = gw.ws(k["id"])
+    try:
+        out, reply, _ = execute(ws, "print(x + 1)")
+        assert out == "42\n"
+        before = gw.kernel_of("agent")["kernelmgr"]["pid"]
+        p = gw.m.run("restart", "agent")
+        assert p.returncode == 0, p.stderr
+        assert gw.kernel_of("agent")["kernelmgr"]["pid"] != before
+        wait_ready(ws)  # answered by the new kernel, through the same connection
+        out, reply, _ = execute(ws, "print('x' in globals())")
+        assert out == "False\n" and reply["status"] == "ok", (out, reply)
+    finally:
+        ws.close()
+    agent_works(gw, "x = 41; print(x + 1)")
