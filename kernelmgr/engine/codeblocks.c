@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* A growable string. */
 typedef struct sbuf {
@@ -66,22 +67,15 @@ void cblocks_free(cblock_list *list)
     list->n = 0;
 }
 
-/* Language of a fence's info word; -2 for console transcripts, -1 for prose. */
-static int fence_lang(const char *info)
+/* Language (index in t) of a fence's info word: a name or alias of the
+ * table, ignoring case; -2 for console transcripts, -1 for prose. */
+static int fence_lang(const km_langs *t, const char *info)
 {
-    static const char *py[] = {"python", "py", "python3", "ipython", "ipython3", NULL};
-    static const char *sh[] = {"bash", "sh", "shell", "zsh", NULL};
     static const char *con[] = {"console", "shell-session", "shellsession", NULL};
-    for (int i = 0; py[i]; i++)
-        if (!strcasecmp(info, py[i]))
-            return KMCFG_LANG_PYTHON;
-    for (int i = 0; sh[i]; i++)
-        if (!strcasecmp(info, sh[i]))
-            return KMCFG_LANG_BASH;
     for (int i = 0; con[i]; i++)
         if (!strcasecmp(info, con[i]))
             return -2;
-    return -1;
+    return km_langs_find_nocase(t, info);
 }
 
 /* Is line (len bytes) a fence? Returns the fence length and fills ch. */
@@ -102,10 +96,10 @@ static size_t fence_at(const char *line, size_t len, char *ch)
     return j - i;
 }
 
-static int shebang_lang(const char *code)
+static km_lang_role shebang_role(const char *code)
 {
     if (strncmp(code, "#!", 2))
-        return -1;
+        return KM_LANG_ROLE_NONE;
     const char *nl = strchr(code, '\n');
     size_t n = nl ? (size_t)(nl - code) : strlen(code);
     char line[256];
@@ -114,19 +108,30 @@ static int shebang_lang(const char *code)
     memcpy(line, code, n);
     line[n] = 0;
     if (strstr(line, "python"))
-        return KMCFG_LANG_PYTHON;
+        return KM_LANG_ROLE_PYTHON;
     if (strstr(line, "sh"))
-        return KMCFG_LANG_BASH;
-    return -1;
+        return KM_LANG_ROLE_SHELL;
+    return KM_LANG_ROLE_NONE;
 }
 
-int cblocks_split(const char *text, int lang, cblock_list *out)
+int cblocks_split(const char *text, const km_langs *langs, int lang, cblock_list *out)
 {
     memset(out, 0, sizeof *out);
+    km_langs *own = NULL;
+    if (!langs) {
+        own = malloc(sizeof *own);
+        if (!own)
+            return -1;
+        km_langs_builtin(own);
+        langs = own;
+    }
+    /* console transcripts run in the shell-like language */
+    int shell = km_langs_role(langs, KM_LANG_ROLE_SHELL);
     sbuf code = {0};
     if (lang >= 0) {
         if (sbuf_add(&code, text, strlen(text)) || list_push(out, lang, &code, "", 1))
             goto oom;
+        free(own);
         return 0;
     }
 
@@ -156,7 +161,9 @@ int cblocks_split(const char *text, int lang, cblock_list *out)
                    *q != ',')
                 info[k++] = *q++;
             info[k] = 0;
-            flang = fence_lang(info);
+            flang = fence_lang(langs, info);
+            if (flang == -2 && shell < 0)
+                flang = -1;
             start_line = lineno + 1;
         } else if (in_fence && fl >= flen && ch == fch) {
             /* a closing fence has nothing but spaces after it */
@@ -167,7 +174,7 @@ int cblocks_split(const char *text, int lang, cblock_list *out)
             if (r == q) {
                 in_fence = 0;
                 if (flang != -1 &&
-                    list_push(out, flang == -2 ? KMCFG_LANG_BASH : flang, &code, info, start_line))
+                    list_push(out, flang == -2 ? shell : flang, &code, info, start_line))
                     goto oom;
                 free(code.p);
                 code = (sbuf){0};
@@ -195,21 +202,23 @@ int cblocks_split(const char *text, int lang, cblock_list *out)
     }
     if (in_fence && flang != -1) {
         /* an unterminated fence runs to the end of the input (CommonMark) */
-        if (list_push(out, flang == -2 ? KMCFG_LANG_BASH : flang, &code, info, start_line))
+        if (list_push(out, flang == -2 ? shell : flang, &code, info, start_line))
             goto oom;
     }
     free(code.p);
     code = (sbuf){0};
     if (!any_fence) {
-        int l = shebang_lang(text);
+        int l = km_langs_role(langs, cblocks_guess_language(text));
         if (l < 0)
-            l = cblocks_guess_language(text);
+            l = 0;
         if (sbuf_add(&code, text, strlen(text)) || list_push(out, l, &code, "", 1))
             goto oom;
     }
+    free(own);
     return 0;
 oom:
     free(code.p);
+    free(own);
     cblocks_free(out);
     return -1;
 }
@@ -221,10 +230,10 @@ static int starts_word(const char *s, const char *w)
                                  s[n] == ';' || s[n] == '\r');
 }
 
-int cblocks_guess_language(const char *code)
+km_lang_role cblocks_guess_language(const char *code)
 {
-    int l = shebang_lang(code);
-    if (l >= 0)
+    km_lang_role l = shebang_role(code);
+    if (l != KM_LANG_ROLE_NONE)
         return l;
     static const char *cmds[] = {
         "ls",   "cd",       "echo",    "cat",    "grep",   "awk",     "sed",  "export",  "mkdir",
@@ -296,7 +305,7 @@ int cblocks_guess_language(const char *code)
         }
         p += nl ? len + 1 : len;
     }
-    return sh > py ? KMCFG_LANG_BASH : KMCFG_LANG_PYTHON;
+    return sh > py ? KM_LANG_ROLE_SHELL : KM_LANG_ROLE_PYTHON;
 }
 
 int cblocks_check_code(const char *code, size_t len, uint64_t max, char *err, size_t errlen)

@@ -15,7 +15,7 @@
 
 typedef struct codeexec_params {
     const char *session;    /* name, for the result */
-    const char *language;   /* "python" | "bash" */
+    const char *language;   /* the language's name ("python", "bash", ...) */
     int block;              /* index of the block, for events */
     double timeout;         /* seconds until interrupt */
     double grace;           /* seconds after interrupt until the kernel is killed */

@@ -39,8 +39,9 @@ unsigned kmcfg_auto_max_kernels(uint64_t memory)
 void kmcfg_defaults(kmcfg *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->allow[KMCFG_LANG_PYTHON] = 1;
-    cfg->allow[KMCFG_LANG_BASH] = 1;
+    km_langs_builtin(&cfg->langs);
+    for (int i = 0; i < cfg->langs.n; i++)
+        cfg->allow[i] = 1;
     cfg->timeout = 60;
     cfg->interrupt_grace = 5;
     cfg->start_timeout = 60;
@@ -82,20 +83,14 @@ void kmcfg_clear(kmcfg *cfg)
     cfg->env = NULL;
 }
 
-int kmcfg_lang_index(const char *name)
+int kmcfg_lang_index(const kmcfg *cfg, const char *name)
 {
-    if (!name)
-        return -1;
-    if (!strcmp(name, "python") || !strcmp(name, "py") || !strcmp(name, "python3"))
-        return KMCFG_LANG_PYTHON;
-    if (!strcmp(name, "bash") || !strcmp(name, "sh") || !strcmp(name, "shell"))
-        return KMCFG_LANG_BASH;
-    return -1;
+    return km_langs_find(&cfg->langs, name);
 }
 
-const char *kmcfg_lang_name(int idx)
+const char *kmcfg_lang_name(const kmcfg *cfg, int idx)
 {
-    return idx == KMCFG_LANG_BASH ? "bash" : "python";
+    return idx >= 0 && idx < cfg->langs.n ? cfg->langs.v[idx].name : "?";
 }
 
 int kmcfg_parse_size(const char *s, uint64_t *out)
@@ -198,32 +193,69 @@ static int get_env(const json_t *v, json_t **out, char *err, size_t errlen)
     return 0;
 }
 
+/* "kernels" (lang.h), applied before "languages" so that the allow list may
+ * name a language the same file defines. A language keeps whether it is
+ * allowed; a new one is allowed unless "languages" was given. */
+static int apply_kernels(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+{
+    if (!json_is_object(v))
+        return fail(err, errlen, "kernels",
+                    "must be an object like {\"python\": \"KERNELSPEC\"} or {\"NAME\": "
+                    "{\"backend\": \"kernel-bash\"}}");
+    km_langs old = cfg->langs;
+    int old_allow[KM_LANG_MAX];
+    memcpy(old_allow, cfg->allow, sizeof old_allow);
+    const char *lk;
+    json_t *lv;
+    json_object_foreach((json_t *)v, lk, lv)
+    {
+        if (km_langs_configure(&cfg->langs, lk, lv, err, errlen) < 0) {
+            cfg->langs = old;
+            return -1;
+        }
+    }
+    for (int i = 0; i < cfg->langs.n; i++) {
+        int was = -1;
+        for (int j = 0; j < old.n; j++)
+            if (!strcmp(old.v[j].name, cfg->langs.v[i].name))
+                was = j;
+        cfg->allow[i] = was >= 0 ? old_allow[was] : !cfg->languages_set;
+    }
+    for (int i = cfg->langs.n; i < KM_LANG_MAX; i++)
+        cfg->allow[i] = 0;
+    return 0;
+}
+
 int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
 {
     if (!json_is_object(obj))
         return fail(err, errlen, "(top level)", "must be a JSON object");
+    const json_t *kernels = json_object_get(obj, "kernels");
+    if (kernels && apply_kernels(cfg, kernels, err, errlen))
+        return -1;
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)obj, key, v)
     {
         double d;
         if (!strcmp(key, "languages")) {
+            char known[400];
+            km_langs_names(&cfg->langs, known, sizeof known);
             if (!json_is_array(v))
-                return fail(err, errlen, key, "must be an array of \"python\" / \"bash\"");
-            int allow[KMCFG_NLANG] = {0, 0};
+                return fail(err, errlen, key, "must be an array of language names (%s)", known);
+            int allow[KM_LANG_MAX] = {0};
             size_t i;
             json_t *e;
             json_array_foreach(v, i, e)
             {
-                int li = json_is_string(e) ? kmcfg_lang_index(json_string_value(e)) : -1;
+                int li = json_is_string(e) ? kmcfg_lang_index(cfg, json_string_value(e)) : -1;
                 if (li < 0)
-                    return fail(err, errlen, key,
-                                "unknown language at index %zu (allowed: "
-                                "\"python\", \"bash\")",
-                                i);
+                    return fail(err, errlen, key, "unknown language at index %zu (allowed: %s)", i,
+                                known);
                 allow[li] = 1;
             }
             memcpy(cfg->allow, allow, sizeof allow);
+            cfg->languages_set = 1;
         } else if (!strcmp(key, "timeout")) {
             if (get_number(v, key, 0.001, 86400 * 7, &cfg->timeout, err, errlen))
                 return -1;
@@ -409,29 +441,7 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             if (get_env(v, &cfg->env, err, errlen))
                 return -1;
         } else if (!strcmp(key, "kernels")) {
-            if (!json_is_object(v))
-                return fail(err, errlen, key,
-                            "must be an object like {\"python\": \"KERNELSPEC\"}");
-            const char *lk;
-            json_t *lv;
-            json_object_foreach(v, lk, lv)
-            {
-                int li = kmcfg_lang_index(lk);
-                char sub[64];
-                snprintf(sub, sizeof sub, "kernels.%.40s", lk);
-                if (li < 0)
-                    return fail(err, errlen, sub, "unknown language (allowed: python, bash)");
-                if (json_is_null(lv)) {
-                    cfg->kernelspec[li][0] = 0;
-                    continue;
-                }
-                if (get_string(lv, sub, cfg->kernelspec[li], sizeof cfg->kernelspec[li], err,
-                               errlen))
-                    return -1;
-                for (const char *p = cfg->kernelspec[li]; *p; p++)
-                    if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
-                        return fail(err, errlen, sub, "not a kernelspec name");
-            }
+            /* applied first (apply_kernels) */
         } else {
             return fail(err, errlen, key, "unknown key");
         }
@@ -482,13 +492,10 @@ const char *kmcfg_home(char *buf, size_t len)
 json_t *kmcfg_to_json(const kmcfg *cfg)
 {
     json_t *langs = json_array();
-    for (int i = 0; i < KMCFG_NLANG; i++)
+    for (int i = 0; i < cfg->langs.n; i++)
         if (cfg->allow[i])
-            json_array_append_new(langs, json_string(kmcfg_lang_name(i)));
-    json_t *kernels = json_object();
-    for (int i = 0; i < KMCFG_NLANG; i++)
-        json_object_set_new(kernels, kmcfg_lang_name(i),
-                            cfg->kernelspec[i][0] ? json_string(cfg->kernelspec[i]) : json_null());
+            json_array_append_new(langs, json_string(cfg->langs.v[i].name));
+    json_t *kernels = km_langs_to_json(&cfg->langs);
     json_t *o =
         json_pack("{s:o s:f s:f s:f s:I s:s s:s* s:s s:s s:i s:f s:i s:I s:i s:i s:o}", "languages",
                   langs, "timeout", cfg->timeout, "interrupt_grace", cfg->interrupt_grace,

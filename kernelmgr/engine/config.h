@@ -13,35 +13,35 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KMCFG_LANG_PYTHON 0
-#define KMCFG_LANG_BASH 1
-#define KMCFG_NLANG 2
+#include "kernelmgr/engine/lang.h"
 
 typedef struct kmcfg {
-    int allow[KMCFG_NLANG];            /* "languages": allowed languages */
-    double timeout;                    /* "timeout": seconds per execution (default 60) */
-    double interrupt_grace;            /* "interrupt_grace": seconds after interrupt (default 5) */
-    double start_timeout;              /* "start_timeout": kernel start (default 60) */
-    uint64_t memory;                   /* "memory": bytes, 0 = kernel default */
-    double cpus;                       /* "cpus": CPU rate cap per sandbox, 0 = none */
-    double cpu_time;                   /* "cpu_time": CPU seconds per block, 0 = none */
-    int network;                       /* "network": 0 off (default), 1 on */
-    char python[4096];                 /* "python": interpreter path, "" = detected */
-    char sandbox[16];                  /* "sandbox": "strict" (default) | "none" */
-    char transport[8];                 /* "transport": "ipc" (default) | "tcp" */
-    unsigned pool;                     /* "pool": warm sessions kept ready (default 0) */
-    double idle_timeout;               /* "idle_timeout": seconds, 0 = never (default 3600) */
-    unsigned max_kernels;              /* "max_kernels": live kernels (default: from memory,
-                                          kmcfg_auto_max_kernels) */
-    size_t output_cap;                 /* "output_cap": bytes kept per stream (default 64 KiB) */
-    unsigned files_max;                /* "files_max": changes reported per execution (100) */
-    unsigned files_scan_max;           /* "files_scan_max": entries walked (default 50000) */
-    char kernelspec[KMCFG_NLANG][256]; /* "kernels": {"python": "kernelspec name"} */
-    unsigned outputs_keep_runs;        /* "outputs_keep_runs": one-shot run outputs kept (20) */
-    double outputs_max_age;            /* "outputs_max_age": seconds, 0 = no age limit (7 d) */
-    json_t *env; /* "env": {NAME: "value"} for the code of every session, or NULL.
-                    Owned: replaced by kmcfg_apply_json, released by kmcfg_clear; a
-                    struct copy shares it (copy it with json_deep_copy to keep it). */
+    km_langs langs;             /* the languages: the built-ins and "kernels" (lang.h) */
+    int allow[KM_LANG_MAX];     /* "languages": allowed, by index in langs (default: all) */
+    int languages_set;          /* "languages" was given: a language configured later is
+                                   not allowed unless listed */
+    double timeout;             /* "timeout": seconds per execution (default 60) */
+    double interrupt_grace;     /* "interrupt_grace": seconds after interrupt (default 5) */
+    double start_timeout;       /* "start_timeout": kernel start (default 60) */
+    uint64_t memory;            /* "memory": bytes, 0 = kernel default */
+    double cpus;                /* "cpus": CPU rate cap per sandbox, 0 = none */
+    double cpu_time;            /* "cpu_time": CPU seconds per block, 0 = none */
+    int network;                /* "network": 0 off (default), 1 on */
+    char python[4096];          /* "python": interpreter path, "" = detected */
+    char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
+    char transport[8];          /* "transport": "ipc" (default) | "tcp" */
+    unsigned pool;              /* "pool": warm sessions kept ready (default 0) */
+    double idle_timeout;        /* "idle_timeout": seconds, 0 = never (default 3600) */
+    unsigned max_kernels;       /* "max_kernels": live kernels (default: from memory,
+                                   kmcfg_auto_max_kernels) */
+    size_t output_cap;          /* "output_cap": bytes kept per stream (default 64 KiB) */
+    unsigned files_max;         /* "files_max": changes reported per execution (100) */
+    unsigned files_scan_max;    /* "files_scan_max": entries walked (default 50000) */
+    unsigned outputs_keep_runs; /* "outputs_keep_runs": one-shot run outputs kept (20) */
+    double outputs_max_age;     /* "outputs_max_age": seconds, 0 = no age limit (7 d) */
+    json_t *env;                /* "env": {NAME: "value"} for the code of every session, or NULL.
+                                   Owned: replaced by kmcfg_apply_json, released by kmcfg_clear; a
+                                   struct copy shares it (copy it with json_deep_copy to keep it). */
     /* Host-side bounds on what sandboxed code can make the manager store */
     uint64_t spill_max;           /* "spill_max": spill file bytes per stream per block (64M) */
     uint64_t display_max;         /* "display_max": rich output bytes per block (16M) */
@@ -94,10 +94,10 @@ int kmcfg_load_file(kmcfg *cfg, const char *path, int must_exist, char *err, siz
 /* Parses "512M", "2G", "1048576", "1.5GiB" into bytes. 0 or -1. */
 int kmcfg_parse_size(const char *s, uint64_t *out);
 
-/* Index of a language name ("python"/"py" → 0, "bash"/"sh"/"shell" → 1), or -1. */
-int kmcfg_lang_index(const char *name);
-/* borrowed: "python" / "bash". */
-const char *kmcfg_lang_name(int idx);
+/* Index in cfg->langs of a language name or alias, or -1. */
+int kmcfg_lang_index(const kmcfg *cfg, const char *name);
+/* borrowed: the name of language idx ("python"). */
+const char *kmcfg_lang_name(const kmcfg *cfg, int idx);
 
 /* Writes the manager's home into buf and returns buf: $KERNELMGR_HOME, else
  * $XDG_STATE_HOME/kernelmgr, else $HOME/.local/state/kernelmgr (HOME unset:

@@ -163,40 +163,136 @@ static json_t *unfinished_outputs(const json_t *h)
                      ours ? "StillRunning" : "DaemonStopped", "evalue", why, "traceback", why);
 }
 
-json_t *export_notebook(const char *session_dir, const char *session_name, const char *kernel_name,
-                        int *bad_request, char *err, size_t errlen)
+/* The language (index in t) of a history record: its name; a language no
+ * longer in the table counts as -1 (a cell of an unknown language). */
+static int record_lang(const km_langs *t, const json_t *h)
+{
+    const char *ln = json_string_value(json_object_get(h, "language"));
+    for (int i = 0; ln && i < t->n; i++)
+        if (!strcmp(t->v[i].name, ln))
+            return i;
+    return -1;
+}
+
+/* "Python" for the built-in python (today's messages), else the name. */
+static const char *cell_label(const km_lang *l)
+{
+    return !strcmp(l->name, "python") ? "Python" : l->name;
+}
+
+/* The language of the kernel kn asked for: kernelmgr-NAME; python3 and the
+ * python-like language's kernelspec are that language; else a language's
+ * own kernelspec; else the python-like one (any other kernel). */
+static int kernel_lang(const km_langs *t, const char *kn)
+{
+    int py = km_langs_role(t, KM_LANG_ROLE_PYTHON);
+    if (py < 0)
+        py = 0;
+    for (int i = 0; i < t->n; i++)
+        if (!strncmp(kn, "kernelmgr-", 10) && !strcmp(kn + 10, t->v[i].name))
+            return i;
+    if (!strcmp(kn, "python3") || !strcmp(kn, t->v[py].kernelspec))
+        return py;
+    for (int i = 0; i < t->n; i++)
+        if (t->v[i].kernelspec[0] && !strcmp(kn, t->v[i].kernelspec))
+            return i;
+    return py;
+}
+
+/* Refuses (0 or -1 with err) a notebook for kernel kn (language main_l)
+ * that cannot hold the cells of another language: an IPython notebook runs
+ * them by their cell magic (%%bash), any other kernel only its own. */
+static int check_cells(const km_langs *langs, const size_t *count, size_t nunknown, int main_l,
+                       const char *kn, char *err, size_t errlen)
+{
+    const km_lang *ml = &langs->v[main_l];
+    int ipython = ml->role == KM_LANG_ROLE_PYTHON;
+    for (int l = 0; l < langs->n; l++) {
+        if (l == main_l || !count[l] || (ipython && langs->v[l].cell_magic[0]))
+            continue;
+        char hint[200];
+        if (ipython)
+            snprintf(hint, sizeof hint,
+                     "%s has no cell magic (\"cell_magic\" in its configuration) to run in a "
+                     "%s notebook",
+                     langs->v[l].name, ml->name);
+        else
+            snprintf(hint, sizeof hint, "use --kernel python3 or --kernel " EXPORT_PYTHON_KERNEL);
+        snprintf(err, errlen,
+                 "the session has %zu %s cell(s): a notebook for kernel %s can only hold %s "
+                 "cells (%s)",
+                 count[l], cell_label(&langs->v[l]), kn, ml->name, hint);
+        return -1;
+    }
+    if (nunknown) {
+        snprintf(err, errlen,
+                 "the session has %zu cell(s) of a language this manager does not know (not in "
+                 "\"kernels\"): they cannot go into a notebook",
+                 nunknown);
+        return -1;
+    }
+    return 0;
+}
+
+json_t *export_notebook(const char *session_dir, const char *session_name, const km_langs *langs,
+                        const char *kernel_name, int *bad_request, char *err, size_t errlen)
 {
     *bad_request = 0;
+    km_langs *own = NULL;
+    if (!langs) {
+        own = malloc(sizeof *own);
+        if (!own) {
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        km_langs_builtin(own);
+        langs = own;
+    }
     json_t *unreadable = NULL;
     json_t *hist = export_read_history(session_dir, &unreadable, err, errlen);
-    if (!hist)
+    if (!hist) {
+        free(own);
         return NULL;
-    size_t i, nbash = 0, npy = 0;
+    }
+    size_t i, count[KM_LANG_MAX] = {0}, nunknown = 0;
+    int only = -2; /* the one language of every cell, -1 when several */
     json_t *h;
     json_array_foreach(hist, i, h)
     {
         if (!record_ok(h))
             continue;
-        if (!strcmp(json_string_value(json_object_get(h, "language")), "bash"))
-            nbash++;
-        else
-            npy++;
+        int l = record_lang(langs, h);
+        if (l < 0) {
+            nunknown++;
+            continue;
+        }
+        count[l]++;
+        only = only == -2 || only == l ? l : -1;
     }
-    /* A bash-only session re-runs faithfully on our bash kernel (one shell,
-     * its variables and cwd carry over between cells, as they did); a
-     * notebook with Python cells needs a Python kernel, bash cells as %%bash. */
-    const char *kn = kernel_name && *kernel_name ? kernel_name
-                     : nbash && !npy             ? EXPORT_BASH_KERNEL
-                                                 : "python3";
-    int bash_kernel = !strcmp(kn, EXPORT_BASH_KERNEL);
-    if (bash_kernel && npy) {
-        snprintf(err, errlen,
-                 "the session has %zu Python cell(s): a notebook for kernel %s can only hold "
-                 "bash cells (use --kernel python3 or --kernel " EXPORT_PYTHON_KERNEL ")",
-                 npy, kn);
+    /* A session of one language re-runs faithfully on that language's
+     * kernel (one shell: its variables and cwd carry over between cells,
+     * as they did); a notebook of several needs an IPython kernel, the
+     * other languages' cells as their cell magic (%%bash). */
+    char own_kn[KM_LANG_NAME_MAX + 16];
+    const char *kn = kernel_name && *kernel_name ? kernel_name : "python3";
+    int main_l = kernel_lang(langs, kn);
+    if (!(kernel_name && *kernel_name) && only >= 0 && !nunknown &&
+        langs->v[only].role != KM_LANG_ROLE_PYTHON) {
+        const km_lang *o = &langs->v[only];
+        if (o->kernelspec[0]) {
+            kn = o->kernelspec;
+        } else {
+            snprintf(own_kn, sizeof own_kn, "kernelmgr-%s", o->name);
+            kn = own_kn;
+        }
+        main_l = only;
+    }
+    const km_lang *ml = &langs->v[main_l];
+    if (check_cells(langs, count, nunknown, main_l, kn, err, errlen)) {
         *bad_request = 1;
         json_decref(hist);
         json_decref(unreadable);
+        free(own);
         return NULL;
     }
     json_t *warnings = json_array();
@@ -223,12 +319,15 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
     }
     /* ipykernel and our Python kernel both run %%bash cells in a new bash
      * process each: say what does not carry over. */
-    if (nbash && !bash_kernel)
-        json_array_append_new(
-            warnings, json_sprintf("%zu bash cell(s) are written as %%%%bash cells: re-run with "
-                                   "%s, each runs in its own bash process (workspace files carry "
-                                   "over, shell variables and cwd do not)",
-                                   nbash, kn));
+    for (int l = 0; l < langs->n; l++)
+        if (l != main_l && count[l])
+            json_array_append_new(
+                warnings,
+                json_sprintf("%zu %s cell(s) are written as %s cells: re-run with %s, each runs "
+                             "in its own %s process (workspace files carry over, shell variables "
+                             "and cwd do not)",
+                             count[l], langs->v[l].name, langs->v[l].cell_magic, kn,
+                             langs->v[l].name));
 
     json_t *cells = json_array();
     unsigned idx = 0;
@@ -256,13 +355,12 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
         int unfinished = ev && !strcmp(ev, "started");
         const char *lang = json_string_value(json_object_get(h, "language"));
         const char *code = json_string_value(json_object_get(h, "code"));
-        int bash = !strcmp(lang, "bash");
+        int cl = record_lang(langs, h);
+        const km_lang *clang = &langs->v[cl >= 0 ? cl : main_l];
         char *src = NULL;
-        if (bash && !bash_kernel) {
-            size_t l = strlen(code);
-            src = malloc(l + 16);
-            if (src)
-                snprintf(src, l + 16, "%%%%bash\n%s", code);
+        if (cl != main_l && clang->cell_magic[0]) {
+            if (asprintf(&src, "%s\n%s", clang->cell_magic, code) < 0)
+                src = NULL;
         } else {
             src = strdup(code);
         }
@@ -281,8 +379,8 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
                                unfinished ? "unknown"
                                           : json_string_value(json_object_get(h, "status")) ?: "ok",
                                "execution_count", ec ? ec : json_null());
-        if (bash)
-            json_object_set_new(md, "vscode", json_pack("{s:s}", "languageId", "shellscript"));
+        if (clang->vscode_id[0])
+            json_object_set_new(md, "vscode", json_pack("{s:s}", "languageId", clang->vscode_id));
         char cid[64];
         snprintf(cid, sizeof cid, "%s-%u", id, idx++);
         json_array_append_new(cells,
@@ -293,13 +391,15 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
         free(src);
     }
     json_decref(hist);
-    const char *display = !strcmp(kn, "python3")              ? "Python 3"
-                          : bash_kernel                       ? "Bash (kernelmgr sandbox)"
-                          : !strcmp(kn, EXPORT_PYTHON_KERNEL) ? "Python 3 (kernelmgr sandbox)"
-                                                              : kn;
-    json_t *li = bash_kernel ? json_pack("{s:s s:s s:s}", "name", "bash", "file_extension", ".sh",
-                                         "mimetype", "text/x-sh")
-                             : json_pack("{s:s s:s}", "name", "python", "file_extension", ".py");
+    const char *display = !strcmp(kn, "python3") ? "Python 3"
+                          : !strncmp(kn, "kernelmgr-", 10) && !strcmp(kn + 10, ml->name)
+                              ? ml->display_name
+                              : kn;
+    json_t *li = json_pack("{s:s}", "name", ml->name);
+    if (ml->file_extension[0])
+        json_object_set_new(li, "file_extension", json_string(ml->file_extension));
+    if (ml->mimetype[0])
+        json_object_set_new(li, "mimetype", json_string(ml->mimetype));
     json_t *km = json_pack("{s:s}", "session", session_name);
     if (unreadable)
         json_object_set(km, "unreadable_records", unreadable);
@@ -307,8 +407,10 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
     if (json_array_size(warnings))
         json_object_set(km, "warnings", warnings);
     json_decref(warnings);
-    return json_pack("{s:i s:i s:{s:{s:s s:s s:s} s:o s:o} s:o}", "nbformat", 4, "nbformat_minor",
-                     5, "metadata", "kernelspec", "name", kn, "display_name", display, "language",
-                     bash_kernel ? "bash" : "python", "language_info", li, "kernelmgr", km, "cells",
-                     cells);
+    json_t *nb =
+        json_pack("{s:i s:i s:{s:{s:s s:s s:s} s:o s:o} s:o}", "nbformat", 4, "nbformat_minor", 5,
+                  "metadata", "kernelspec", "name", kn, "display_name", display, "language",
+                  ml->name, "language_info", li, "kernelmgr", km, "cells", cells);
+    free(own);
+    return nb;
 }

@@ -11,31 +11,37 @@
  * its language
  * ({"kernelmgr": {"language": "bash"}}).
  *
- * Which kernel re-runs it (metadata.kernelspec):
- *  - a bash-only session: kernelmgr-bash, cells as plain bash. One shell runs
- *    them all, so variables and cwd carry over as they did in the session.
- *  - otherwise python3 (ipykernel), or the kernel_name asked for. Bash cells
- *    are IPython "%%bash" cells, each in its own bash process (workspace files
- *    carry over, shell variables do not). The kernelmgr Python driver has no
- *    %%bash cell magic, so with kernelmgr-python such cells fail: the
- *    notebook's metadata.kernelmgr.warnings says so.
+ * Which kernel re-runs it (metadata.kernelspec), by the language table
+ * (lang.h):
+ *  - a session of one language other than python: that language's kernel
+ *    (kernelmgr-bash; a kernelspec language's kernelspec), cells as they are.
+ *    One shell runs them all, so variables and cwd carry over as they did.
+ *  - otherwise python3 (ipykernel), or the kernel_name asked for. Cells of
+ *    another language are written with its cell magic ("%%bash" cells, each
+ *    in its own bash process: workspace files carry over, shell variables
+ *    do not; metadata.kernelmgr.warnings says so, naming the language and
+ *    the count). A language without a cell magic in a Python notebook, or
+ *    any other language in a non-Python notebook, is refused (*bad_request)
+ *    naming the language and the count: never dropped silently.
  */
 #ifndef KERNELMGR_EXPORT_H
 #define KERNELMGR_EXPORT_H
+
+#include "kernelmgr/engine/lang.h"
 
 #include <jansson.h>
 #include <stddef.h>
 
 #define EXPORT_PYTHON_KERNEL "kernelmgr-python"
-#define EXPORT_BASH_KERNEL "kernelmgr-bash"
 
-/* new: the notebook of session_dir/history.jsonl; kernel_name (NULL = chosen
- * as above) goes to metadata.kernelspec. NULL with err on failure, e.g.
+/* new: the notebook of session_dir/history.jsonl, its cells' languages
+ * looked up in langs (borrowed; NULL = the built-ins); kernel_name (NULL =
+ * chosen as above) goes to metadata.kernelspec. NULL with err on failure, e.g.
  * kernelmgr-bash asked for a session with Python cells (*bad_request set to
  * 1 then; 0 for I/O errors). Caveats for the
  * chosen kernel are in metadata.kernelmgr.warnings (array of strings). */
-json_t *export_notebook(const char *session_dir, const char *session_name, const char *kernel_name,
-                        int *bad_request, char *err, size_t errlen);
+json_t *export_notebook(const char *session_dir, const char *session_name, const km_langs *langs,
+                        const char *kernel_name, int *bad_request, char *err, size_t errlen);
 
 /* This process's manager id (random, per process; borrowed): written in
  * "started" history records, so export tells a cell still running in this

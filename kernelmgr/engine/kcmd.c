@@ -204,23 +204,17 @@ static char *python_resolved(const char *explicit_py, const char *workspace)
 int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err, size_t errlen)
 {
     memset(cmd, 0, sizeof *cmd);
-    if (m->cfg.kernelspec[lang][0])
-        return klaunch_cmd_from_kernelspec(cmd, m->cfg.kernelspec[lang], err, errlen);
-    char dir[PATH_MAX], bin[PATH_MAX + 32];
-    const char *env = getenv("KERNELMGR_KERNEL_DIR");
-    if (env && *env)
-        snprintf(dir, sizeof dir, "%s", env);
-    else if (klaunch_self_dir(dir, sizeof dir)) {
-        snprintf(err, errlen, "cannot find the directory of the kernelmgr binary");
+    const km_lang *lg = &m->cfg.langs.v[lang];
+    if (lg->kernelspec[0])
+        return klaunch_cmd_from_kernelspec(cmd, lg->kernelspec, err, errlen);
+    /* a backend of the kernel server: the built-ins' binaries or a
+     * configured one, all launched alike (sandbox options, lifeline) */
+    char *bin = km_lang_backend_path(lg, NULL, err, errlen);
+    if (!bin)
         return -1;
-    }
-    snprintf(bin, sizeof bin, "%s/kernel-%s", dir, kmcfg_lang_name(lang));
-    if (access(bin, X_OK)) {
-        snprintf(err, errlen, "%s: %s", bin, strerror(errno));
-        return -1;
-    }
     char num[64];
     int rc = klaunch_cmd_add(cmd, bin);
+    free(bin);
     /* the lifeline: our kernel dies with this process however it ends
      * (kernels of a user's kernelspec have no such option: the next
      * start-up scan reaps them) */
@@ -252,11 +246,10 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     }
     const char *py = s->python[0] ? s->python : m->cfg.python;
     /* resolved once for all kernels of sessions that chose none */
-    char *shared_py =
-        lang == KMCFG_LANG_PYTHON && !s->python[0] ? python_resolved(py, s->workspace) : NULL;
+    char *shared_py = lg->takes_python && !s->python[0] ? python_resolved(py, s->workspace) : NULL;
     if (shared_py)
         py = shared_py;
-    if (lang == KMCFG_LANG_PYTHON && py[0])
+    if (lg->takes_python && py[0])
         rc |= klaunch_cmd_add(cmd, "--python") | klaunch_cmd_add(cmd, py);
     free(shared_py);
     snprintf(num, sizeof num, "%g", m->cfg.interrupt_grace);
@@ -272,7 +265,12 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     int have_root = s->pool_entry
                         ? snprintf(root, sizeof root, "%.4000s/packages", s->pool_dir) < PATH_MAX
                         : pkginst_session_root(m->home, s->name, root) == 0;
-    char **penv = have_root ? pkginst_kernel_env(root, kmcfg_lang_name(lang), ro) : NULL;
+    char **penv = have_root ? pkginst_kernel_env(root,
+                                                 lg->packages == KM_LANG_PKG_PIP   ? "pip"
+                                                 : lg->packages == KM_LANG_PKG_NPM ? "npm"
+                                                                                   : NULL,
+                                                 ro)
+                            : NULL;
     if (!penv) {
         klaunch_cmd_clear(cmd);
         snprintf(err, errlen, "cannot prepare the package directory of session %s: %s", s->name,
@@ -314,7 +312,8 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     }
     rc |= klaunch_cmd_add(cmd, "--env-file") | klaunch_cmd_add(cmd, env_path);
     free(env_path);
-    rc |= klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, ro);
+    if (ro[0])
+        rc |= klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, ro);
     cmd->interrupt_signal = 0;
     if (rc) {
         klaunch_cmd_clear(cmd);

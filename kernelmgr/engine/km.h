@@ -56,7 +56,8 @@ typedef struct km_session_opts {
 void km_session_opts_init(km_session_opts *o);
 
 typedef struct km_exec_opts {
-    const char *lang;      /* "python" | "bash" | "auto" (NULL = auto) */
+    const char *lang;      /* a name or alias of the language table (lang.h: "python",
+                              "bash", configured ones) | "auto" (NULL = auto) */
     double timeout;        /* seconds; <= 0 = config */
     int continue_on_error; /* run the remaining blocks after a failure */
 } km_exec_opts;
@@ -98,7 +99,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 const km_exec_opts *opts, const char *code, km_event_fn fn, void *ud, km_err *err);
 
 /* [{"name","workspace","created","last_used","busy","kernels":{"python":
- *   {"state":"idle|busy|stopped","pid":N,"connection_file":P}|null, ...}}] */
+ *   {"state":"idle|busy|stopped","pid":N,"connection_file":P}|null, ...}}]
+ * ("kernels": one key per language of the table, in table order) */
 json_t *km_sessions(km_manager *m);
 
 /* Interrupts what runs in the session (both kernels). */
@@ -146,9 +148,9 @@ json_t *km_packages_install(km_manager *m, const char *name, const char *allowli
                             const char *manager, const json_t *packages, km_err *err);
 
 /* new: the warm pool: {"size": configured entries, "ready": started entries,
- * "live_kernels": N, "entries": [{"python": pid|null, "bash": pid|null}]}.
- * A new session created with default options takes a ready entry (its
- * kernels are already running); km_tick refills the pool. */
+ * "live_kernels": N, "entries": [{"python": pid|null, "bash": pid|null, ...}]} (one key per
+ * language). A new session created with default options takes a ready entry (its kernels are
+ * already running); km_tick refills the pool. */
 json_t *km_pool_status(km_manager *m);
 
 /* Periodic work for a long-running manager: idle culling (kernels idle for

@@ -16,8 +16,8 @@ json_t *km_pool_status(km_manager *m)
     pthread_mutex_lock(&m->lock);
     for (session *s = m->pool; s; s = s->next) {
         json_t *e = json_object();
-        for (int l = 0; l < KMCFG_NLANG; l++)
-            json_object_set_new(e, kmcfg_lang_name(l),
+        for (int l = 0; l < m->cfg.langs.n; l++)
+            json_object_set_new(e, kmcfg_lang_name(&m->cfg, l),
                                 s->k[l].proc ? json_integer(s->k[l].proc->pid) : json_null());
         json_array_append_new(entries, e);
     }
@@ -33,11 +33,13 @@ json_t *km_pool_status(km_manager *m)
  * does not pay for what every first cell loads (the Python driver imports
  * ast, json and tokenize on first use). Silent: no execution count, no
  * history, nothing on IOPub but busy/idle. Best effort. */
-static void pool_warm(kslot *k, int l)
+static void pool_warm(kslot *k, const km_lang *lg)
 {
     char msg_id[37] = "";
+    if (!lg->warm_code[0])
+        return;
     json_t *content =
-        json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", l ? ":" : "None", "silent", 1,
+        json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", lg->warm_code, "silent", 1,
                   "store_history", 0, "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
     if (!k->client || !content ||
         kclient_send(k->client, JP_SHELL, "execute_request", content, NULL, msg_id) < 0)
@@ -66,7 +68,7 @@ static void pool_warm(kslot *k, int l)
 static void pool_fill(km_manager *m)
 {
     unsigned per_entry = 0;
-    for (int l = 0; l < KMCFG_NLANG; l++)
+    for (int l = 0; l < m->cfg.langs.n; l++)
         per_entry += m->cfg.allow[l] ? 1u : 0u;
     for (;;) {
         pthread_mutex_lock(&m->lock);
@@ -94,18 +96,18 @@ static void pool_fill(km_manager *m)
         char why[1024];
         int ok = kmfs_mkdirs(s->workspace, 0700) == 0;
         pthread_mutex_lock(&s->lock);
-        for (int l = 0; ok && l < KMCFG_NLANG; l++)
+        for (int l = 0; ok && l < m->cfg.langs.n; l++)
             if (m->cfg.allow[l]) {
                 if (slot_start(m, s, l, why, sizeof why)) {
                     fprintf(stderr, "kernelmgr: warm pool: %s\n", why);
                     ok = 0;
                 } else {
-                    pool_warm(&s->k[l], l);
+                    pool_warm(&s->k[l], &m->cfg.langs.v[l]);
                 }
             }
         pthread_mutex_unlock(&s->lock);
         if (!ok) {
-            for (int l = 0; l < KMCFG_NLANG; l++)
+            for (int l = 0; l < m->cfg.langs.n; l++)
                 slot_stop(m, &s->k[l]);
             session_rmtree(s->pool_dir);
             session_free(s);
@@ -131,7 +133,7 @@ static void cull_idle(km_manager *m)
         if (s->gone || atomic_load(&s->busy))
             continue;
         int due = 0;
-        for (int l = 0; l < KMCFG_NLANG; l++)
+        for (int l = 0; l < m->cfg.langs.n; l++)
             if (s->k[l].proc && now - s->k[l].last_used > m->cfg.idle_timeout)
                 due = 1;
         if (due) {
@@ -146,7 +148,7 @@ static void cull_idle(km_manager *m)
         session *s = victims[i];
         if (pthread_mutex_trylock(&s->lock) == 0) {
             int changed = 0;
-            for (int l = 0; l < KMCFG_NLANG; l++) {
+            for (int l = 0; l < m->cfg.langs.n; l++) {
                 kslot *k = &s->k[l];
                 if (s->gone || !k->proc || now - k->last_used <= m->cfg.idle_timeout)
                     continue;
@@ -154,9 +156,9 @@ static void cull_idle(km_manager *m)
                 snprintf(k->pending, sizeof k->pending,
                          "culled: the %s kernel was stopped after %g s idle (idle_timeout=%g); "
                          "a fresh kernel was started and its state was lost (workspace kept)",
-                         kmcfg_lang_name(l), now - k->last_used, m->cfg.idle_timeout);
+                         kmcfg_lang_name(&m->cfg, l), now - k->last_used, m->cfg.idle_timeout);
                 fprintf(stderr, "kernelmgr: culled %s/%s after %g s idle\n", s->name,
-                        kmcfg_lang_name(l), now - k->last_used);
+                        kmcfg_lang_name(&m->cfg, l), now - k->last_used);
                 changed = 1;
             }
             if (changed)
@@ -186,7 +188,7 @@ static void drain_idle_iopub(km_manager *m)
     for (size_t i = 0; i < n; i++) {
         session *s = idle[i];
         if (pthread_mutex_trylock(&s->lock) == 0) {
-            for (int l = 0; l < KMCFG_NLANG; l++)
+            for (int l = 0; l < m->cfg.langs.n; l++)
                 if (!s->gone && s->k[l].client)
                     kclient_discard_iopub(s->k[l].client, 100000);
             pthread_mutex_unlock(&s->lock);

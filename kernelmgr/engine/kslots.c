@@ -93,7 +93,7 @@ static int cap_reserve(km_manager *m, session *s, int l, char *err, size_t errle
     if (waited >= 0.5)
         fprintf(stderr,
                 "kernelmgr: %s/%s waited %.1f s for a kernel slot (max_kernels=%u, %d evicted)\n",
-                s->name, kmcfg_lang_name(l), waited, m->cfg.max_kernels, evicted);
+                s->name, kmcfg_lang_name(&m->cfg, l), waited, m->cfg.max_kernels, evicted);
     return 0;
 }
 
@@ -124,9 +124,9 @@ void slot_stop(km_manager *m, kslot *k)
  * per language. Caller holds s->lock. */
 void slots_stop_all(km_manager *m, session *s)
 {
-    for (int l = 0; l < KMCFG_NLANG; l++)
+    for (int l = 0; l < m->cfg.langs.n; l++)
         klaunch_stop_begin(s->k[l].proc);
-    for (int l = 0; l < KMCFG_NLANG; l++)
+    for (int l = 0; l < m->cfg.langs.n; l++)
         slot_stop(m, &s->k[l]);
 }
 
@@ -160,17 +160,18 @@ static int evict_one(km_manager *m, session *self, int self_lang)
 {
     if (evict_pool_entry(m) == 0)
         return 0;
-    for (int l = 0; l < KMCFG_NLANG; l++) {
+    for (int l = 0; l < m->cfg.langs.n; l++) {
         if (l == self_lang || !self->k[l].proc)
             continue;
         slot_stop(m, &self->k[l]);
         snprintf(self->k[l].pending, sizeof self->k[l].pending,
                  "evicted: the %s kernel was stopped to stay under max_kernels=%u (the "
                  "%s kernel of this session needed the slot); state was lost (workspace kept)",
-                 kmcfg_lang_name(l), m->cfg.max_kernels, kmcfg_lang_name(self_lang));
+                 kmcfg_lang_name(&m->cfg, l), m->cfg.max_kernels,
+                 kmcfg_lang_name(&m->cfg, self_lang));
         session_save(m, self);
         fprintf(stderr, "kernelmgr: max_kernels=%u reached: stopped %s/%s\n", m->cfg.max_kernels,
-                self->name, kmcfg_lang_name(l));
+                self->name, kmcfg_lang_name(&m->cfg, l));
         return 0;
     }
     pthread_mutex_lock(&m->lock);
@@ -180,7 +181,7 @@ static int evict_one(km_manager *m, session *self, int self_lang)
     for (session *s = m->list; s; s = s->next) {
         if (s == self || s->gone || atomic_load(&s->busy))
             continue;
-        for (int l = 0; l < KMCFG_NLANG; l++)
+        for (int l = 0; l < m->cfg.langs.n; l++)
             if (s->k[l].proc && (!best || s->k[l].last_used < oldest)) {
                 best = s;
                 best_l = l;
@@ -197,10 +198,10 @@ static int evict_one(km_manager *m, session *self, int self_lang)
                      "evicted: the %s kernel was stopped to stay under max_kernels=%u (session "
                      "\"%s\" needed one; this session was the least recently used); state was "
                      "lost (workspace kept)",
-                     kmcfg_lang_name(best_l), m->cfg.max_kernels, self->name);
+                     kmcfg_lang_name(&m->cfg, best_l), m->cfg.max_kernels, self->name);
             session_save(m, best);
             fprintf(stderr, "kernelmgr: max_kernels=%u reached: stopped %s/%s for %s\n",
-                    m->cfg.max_kernels, best->name, kmcfg_lang_name(best_l), self->name);
+                    m->cfg.max_kernels, best->name, kmcfg_lang_name(&m->cfg, best_l), self->name);
             rc = 0;
         }
         pthread_mutex_unlock(&best->lock);
@@ -222,9 +223,9 @@ static int cap_try_reserve(km_manager *m)
     return -1;
 }
 
-static void slot_log_path(const session *s, int l, char *log, size_t size)
+static void slot_log_path(const km_manager *m, const session *s, int l, char *log, size_t size)
 {
-    snprintf(log, size, "%.4000s/%s.log", s->dir, kmcfg_lang_name(l));
+    snprintf(log, size, "%.4000s/%s.log", s->dir, kmcfg_lang_name(&m->cfg, l));
 }
 
 /* First half of a kernel start: takes the slot's unit of max_kernels
@@ -245,8 +246,9 @@ static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err
     char id[48], log[PATH_MAX], label[128];
     char u[37];
     jp_uuid4(u);
-    snprintf(id, sizeof id, "%.8s%.4s-%s", u, u + 9, l ? "bash" : "py");
-    slot_log_path(s, l, log, sizeof log);
+    const km_lang *lg = &m->cfg.langs.v[l];
+    snprintf(id, sizeof id, "%.8s%.4s-%s", u, u + 9, lg->id);
+    slot_log_path(m, s, l, log, sizeof log);
     /* every kernel of the slot appends to one log; each stops writing at
      * kernel_log_max, and a log near it (within one line, at most 1200
      * bytes) is rotated once (to .1) here, so a slot's logs stay under
@@ -259,11 +261,11 @@ static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err
             free(old);
         }
     }
-    snprintf(label, sizeof label, "%s/%s", s->name, kmcfg_lang_name(l));
+    snprintf(label, sizeof label, "%s/%s", s->name, kmcfg_lang_name(&m->cfg, l));
+    char kname[KM_LANG_NAME_MAX + 16];
+    snprintf(kname, sizeof kname, "kernelmgr-%s", lg->name);
     k->proc = klaunch_start(&cmd, m->run_dir, id, m->cfg.transport, log,
-                            m->cfg.kernelspec[l][0] ? m->cfg.kernelspec[l]
-                                                    : (l ? "kernelmgr-bash" : "kernelmgr-python"),
-                            err, errlen);
+                            lg->kernelspec[0] ? lg->kernelspec : kname, err, errlen);
     klaunch_cmd_clear(&cmd);
     if (!k->proc) {
         cap_release(m);
@@ -283,7 +285,7 @@ static int slot_finish(km_manager *m, session *s, int l, char *err, size_t errle
 {
     kslot *k = &s->k[l];
     char log[PATH_MAX];
-    slot_log_path(s, l, log, sizeof log);
+    slot_log_path(m, s, l, log, sizeof log);
     json_t *info = NULL;
     if (k->client) {
         char why[256];
@@ -293,8 +295,8 @@ static int slot_finish(km_manager *m, session *s, int l, char *err, size_t errle
             char how[128] = "";
             if (!klaunch_alive(k->proc))
                 klaunch_describe_exit(k->proc, how, sizeof how);
-            snprintf(err, errlen, "%s kernel did not start: %s%s%s (log: %s)", kmcfg_lang_name(l),
-                     why, how[0] ? "; " : "", how, log);
+            snprintf(err, errlen, "%s kernel did not start: %s%s%s (log: %s)",
+                     kmcfg_lang_name(&m->cfg, l), why, how[0] ? "; " : "", how, log);
         }
     }
     if (!info) {
@@ -325,8 +327,8 @@ int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen)
  * s->lock. */
 void slots_prestart(km_manager *m, session *s, const cblock_list *blocks)
 {
-    int need[KMCFG_NLANG] = {0}, n = 0;
-    for (int l = 0; l < KMCFG_NLANG; l++)
+    int need[KM_LANG_MAX] = {0}, n = 0;
+    for (int l = 0; l < m->cfg.langs.n; l++)
         s->k[l].start_err[0] = 0; /* only ever about this execution */
     for (size_t i = 0; i < blocks->n; i++) {
         int l = blocks->v[i].lang;
@@ -334,17 +336,17 @@ void slots_prestart(km_manager *m, session *s, const cblock_list *blocks)
          * starts (a .venv an earlier block creates applies): one first
          * needed after a block of another language starts then, as
          * before, not ahead of it. */
-        if (l == KMCFG_LANG_PYTHON && i > 0)
+        if (l >= 0 && m->cfg.langs.v[l].takes_python && i > 0)
             continue;
-        if (l >= 0 && l < KMCFG_NLANG && m->cfg.allow[l] && !need[l] && !s->k[l].proc) {
+        if (l >= 0 && l < m->cfg.langs.n && m->cfg.allow[l] && !need[l] && !s->k[l].proc) {
             need[l] = 1;
             n++;
         }
     }
     if (n < 2 || s->gone)
         return;
-    int launched[KMCFG_NLANG] = {0};
-    for (int l = 0; l < KMCFG_NLANG; l++) {
+    int launched[KM_LANG_MAX] = {0};
+    for (int l = 0; l < m->cfg.langs.n; l++) {
         if (!need[l])
             continue;
         int rc = slot_launch(m, s, l, 1, s->k[l].start_err, sizeof s->k[l].start_err);
@@ -352,7 +354,7 @@ void slots_prestart(km_manager *m, session *s, const cblock_list *blocks)
         if (rc == -2)
             s->k[l].start_err[0] = 0; /* no free unit: started when needed */
     }
-    for (int l = 0; l < KMCFG_NLANG; l++)
+    for (int l = 0; l < m->cfg.langs.n; l++)
         if (launched[l])
             slot_finish(m, s, l, s->k[l].start_err, sizeof s->k[l].start_err);
 }
@@ -375,7 +377,7 @@ int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *reason, 
         snprintf(k->pending, sizeof k->pending,
                  "the %s kernel died since the last execution (%s); a fresh kernel was started "
                  "and its state was lost (workspace kept)",
-                 kmcfg_lang_name(l), klaunch_describe_exit(k->proc, how, sizeof how));
+                 kmcfg_lang_name(&m->cfg, l), klaunch_describe_exit(k->proc, how, sizeof how));
         slot_stop(m, k);
     }
     if (!k->proc && slot_start(m, s, l, err, errlen))

@@ -309,7 +309,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         pooled->pool_entry = 0;
         pooled->created = pooled->last_used = cm_wall_s();
         /* idle time is counted from the handout, not from the pre-start */
-        for (int l = 0; l < KMCFG_NLANG; l++)
+        for (int l = 0; l < m->cfg.langs.n; l++)
             pooled->k[l].last_used = kclient_now();
         char link[PATH_MAX];
         snprintf(link, sizeof link, "%.4000s/workspace", s->dir);
@@ -368,7 +368,7 @@ fail:
     if (made_dir)
         session_rmtree(s->dir);
     if (pooled) {
-        for (int l = 0; l < KMCFG_NLANG; l++)
+        for (int l = 0; l < m->cfg.langs.n; l++)
             slot_stop(m, &s->k[l]);
         session_rmtree(s->pool_dir);
     }
@@ -549,9 +549,11 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     }
     int lang = -1;
     if (opts && opts->lang && strcmp(opts->lang, "auto")) {
-        lang = kmcfg_lang_index(opts->lang);
+        lang = kmcfg_lang_index(&m->cfg, opts->lang);
         if (lang < 0) {
-            kerr(err, KM_EUSAGE, "unknown language \"%s\" (python, bash or auto)", opts->lang);
+            char known[400];
+            kerr(err, KM_EUSAGE, "unknown language \"%s\" (%s or auto)", opts->lang,
+                 km_langs_names(&m->cfg.langs, known, sizeof known));
             return NULL;
         }
     }
@@ -564,7 +566,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         return NULL;
     }
     cblock_list blocks;
-    if (cblocks_split(code ? code : "", lang, &blocks)) {
+    if (cblocks_split(code ? code : "", &m->cfg.langs, lang, &blocks)) {
         kerr(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
@@ -591,7 +593,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     size_t ran = 0;
     for (size_t i = 0; i < blocks.n; i++) {
         cblock *b = &blocks.v[i];
-        const char *lname = kmcfg_lang_name(b->lang);
+        const char *lname = kmcfg_lang_name(&m->cfg, b->lang);
         json_t *r = NULL;
         if (s->gone) {
             r = result_new(name, lname);
@@ -728,16 +730,16 @@ json_t *km_sessions(km_manager *m)
         if (s->gone)
             continue;
         json_t *ks = json_object();
-        for (int l = 0; l < KMCFG_NLANG; l++) {
+        for (int l = 0; l < m->cfg.langs.n; l++) {
             kproc *kp = s->k[l].proc;
             /* reading another session's slot without its lock: a snapshot only */
             if (kp)
-                json_object_set_new(ks, kmcfg_lang_name(l),
+                json_object_set_new(ks, kmcfg_lang_name(&m->cfg, l),
                                     json_pack("{s:s s:i s:s}", "state",
                                               atomic_load(&s->busy) ? "busy" : "idle", "pid",
                                               (int)kp->pid, "connection_file", kp->cf_path));
             else
-                json_object_set_new(ks, kmcfg_lang_name(l), json_null());
+                json_object_set_new(ks, kmcfg_lang_name(&m->cfg, l), json_null());
         }
         /* the limits its kernels run under (the session's own, else the
          * configuration's; null: none / the kernel's default) */
@@ -768,7 +770,7 @@ int km_interrupt(km_manager *m, const char *name, km_err *err)
     if (atomic_load(&s->busy)) {
         atomic_store(&s->interrupt_flag, 1);
     } else if (pthread_mutex_trylock(&s->lock) == 0) {
-        for (int l = 0; l < KMCFG_NLANG; l++)
+        for (int l = 0; l < m->cfg.langs.n; l++)
             if (s->k[l].client && klaunch_alive(s->k[l].proc))
                 kclient_send(s->k[l].client, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
         pthread_mutex_unlock(&s->lock);
@@ -787,7 +789,7 @@ int km_restart(km_manager *m, const char *name, km_err *err)
     atomic_store(&s->interrupt_flag, 1);
     pthread_mutex_lock(&s->lock);
     int rc = 0;
-    for (int l = 0; l < KMCFG_NLANG; l++) {
+    for (int l = 0; l < m->cfg.langs.n; l++) {
         if (!s->k[l].proc)
             continue;
         slot_stop(m, &s->k[l]);
@@ -889,7 +891,7 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
     }
     char why[512];
     int bad = 0;
-    json_t *nb = export_notebook(dir, name, kernel_name, &bad, why, sizeof why);
+    json_t *nb = export_notebook(dir, name, &m->cfg.langs, kernel_name, &bad, why, sizeof why);
     if (!nb)
         kerr(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
     return nb;
@@ -898,12 +900,16 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
 int km_connection_file(km_manager *m, const char *name, const char *lang, char *out, size_t size,
                        km_err *err)
 {
-    int l = kmcfg_lang_index(lang ? lang : "python");
-    if (l < 0)
-        return kerr(err, KM_EUSAGE, "unknown language \"%s\" (python or bash)", lang);
+    /* default: the first language of the table (python) */
+    int l = lang ? kmcfg_lang_index(&m->cfg, lang) : 0;
+    if (l < 0) {
+        char known[400];
+        return kerr(err, KM_EUSAGE, "unknown language \"%s\" (%s)", lang,
+                    km_langs_names(&m->cfg.langs, known, sizeof known));
+    }
     if (!m->cfg.allow[l])
         return kerr(err, KM_EUSAGE, "language \"%s\" is not allowed by the configuration",
-                    kmcfg_lang_name(l));
+                    kmcfg_lang_name(&m->cfg, l));
     session *s = session_get(m, name);
     if (!s)
         return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);

@@ -71,7 +71,7 @@ typedef struct session {
     json_t *env; /* owned: the session's own {NAME: "value"} (on top of the
                     configuration's), NULL when none; persisted in session.json */
     pthread_mutex_t lock;
-    kslot k[KMCFG_NLANG];
+    kslot k[KM_LANG_MAX];
     atomic_int busy;
     atomic_int interrupt_flag;
     int refs;

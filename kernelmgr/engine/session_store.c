@@ -209,9 +209,9 @@ int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
 {
     (void)m;
     json_t *kernels = json_object();
-    for (int l = 0; l < KMCFG_NLANG; l++)
+    for (int l = 0; l < m->cfg.langs.n; l++)
         if (s->k[l].proc)
-            json_object_set_new(kernels, kmcfg_lang_name(l),
+            json_object_set_new(kernels, kmcfg_lang_name(&m->cfg, l),
                                 json_pack("{s:i s:s}", "pid", (int)s->k[l].proc->pid,
                                           "connection_file", s->k[l].proc->cf_path));
     json_t *o =
@@ -344,15 +344,21 @@ session *session_load(km_manager *m, const char *name)
     json_t *kv;
     json_object_foreach(json_object_get(o, "kernels"), lk, kv)
     {
-        int l = kmcfg_lang_index(lk);
-        if (l < 0)
-            continue;
+        /* by name (session.json records names, never aliases); a kernel
+         * of a language the configuration no longer has is still ours to
+         * stop */
+        int l = -1;
+        for (int i = 0; i < m->cfg.langs.n; i++)
+            if (!strcmp(m->cfg.langs.v[i].name, lk))
+                l = i;
         kill_stale((int)json_integer_value(json_object_get(kv, "pid")),
                    json_string_value(json_object_get(kv, "connection_file")));
+        if (l < 0)
+            continue;
         snprintf(s->k[l].pending, sizeof s->k[l].pending,
                  "the manager restarted; the %s kernel was replaced by a fresh one and its "
                  "state was lost (workspace kept)",
-                 kmcfg_lang_name(l));
+                 kmcfg_lang_name(&m->cfg, l));
     }
     json_decref(o);
     return s;

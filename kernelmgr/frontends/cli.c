@@ -62,12 +62,14 @@ static const char usage_text[] =
     "  doctor                                 sandbox capabilities, Python, versions\n"
     "                                         (exit 1: configured sandbox unavailable)\n"
     "  kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n"
-    "                                         install kernelmgr-python / kernelmgr-bash "
-    "kernelspecs\n"
+    "        [--network on|off] [--memory SIZE] [--cpus N] [--cpu-time S]\n"
+    "                                         install kernelmgr-LANG kernelspecs (python,\n"
+    "                                         bash and each configured backend language)\n"
     "\n"
     "Options:\n"
     "  --lang python|bash|auto   language of the input (default auto: Markdown fences,\n"
-    "                            shebang, else a heuristic)\n"
+    "                            shebang, else a heuristic); or a language the\n"
+    "                            configuration's \"kernels\" adds\n"
     "  --timeout SECONDS         per block (default 60): interrupt, grace, then kill+restart\n"
     "  --network on|off          network inside the sandbox (new sessions; default off)\n"
     "  --memory SIZE             memory limit of each kernel, e.g. 1G (new sessions)\n"
@@ -754,16 +756,18 @@ static int cmd_simple(cli *c, const char *op)
                     json_string_value(json_object_get(s, "workspace")) ?: "",
                     strlen(json_string_value(json_object_get(s, "workspace")) ?: ""), TERMSAFE_NAME,
                     NULL, NULL);
-                printf("%-20s %-5s python:%-8s bash:%-8s %s\n",
-                       json_string_value(json_object_get(s, "name")),
-                       json_is_true(json_object_get(s, "busy")) ? "busy" : "idle",
-                       json_object_get(k, "python") && !json_is_null(json_object_get(k, "python"))
-                           ? "live"
-                           : "-",
-                       json_object_get(k, "bash") && !json_is_null(json_object_get(k, "bash"))
-                           ? "live"
-                           : "-",
-                       ws ? ws : "?");
+                /* one column per language of the daemon's table */
+                printf("%-20s %-5s", json_string_value(json_object_get(s, "name")),
+                       json_is_true(json_object_get(s, "busy")) ? "busy" : "idle");
+                const char *ln;
+                json_t *kv;
+                json_object_foreach(k, ln, kv)
+                {
+                    char *lsafe = termsafe_escape(ln, strlen(ln), TERMSAFE_NAME, NULL, NULL);
+                    printf(" %s:%-8s", lsafe ? lsafe : "?", json_is_null(kv) ? "-" : "live");
+                    free(lsafe);
+                }
+                printf(" %s\n", ws ? ws : "?");
                 free(ws);
             }
         }
@@ -942,7 +946,7 @@ static int cmd_kernelspec(cli *c)
     if (c->npos != 1 || strcmp(c->pos[0], "install"))
         return usage_error("usage: kernelmgr kernelspec install [--user | --prefix DIR] "
                            "[--sandbox strict|none] [--python PATH] [--network on|off] "
-                           "[--memory SIZE]");
+                           "[--memory SIZE] [--cpus N] [--cpu-time S]");
     if (c->user && c->prefix)
         return usage_error("kernelspec install: give --user or --prefix DIR, not both");
     char self[4096];
@@ -954,10 +958,13 @@ static int cmd_kernelspec(cli *c)
     kspecinst_opts o = {
         .prefix = c->prefix,
         .kernel_dir = self,
+        .langs = &c->cfg.langs,
         .sandbox = c->sandbox,
         .python = c->python,
         .memory = c->memory_s,
         .network = c->network,
+        .cpus = c->cpus,
+        .cpu_time = c->cpu_time,
         .version = KM_VERSION,
     };
     char why[1024];
@@ -1137,8 +1144,10 @@ static int cli_dispatch(int argc, char **argv)
             c.output = optarg;
             break;
         case OPT_LANG:
-            if (strcmp(optarg, "auto") && kmcfg_lang_index(optarg) < 0)
-                return usage_error("--lang must be python, bash or auto (got \"%s\")", optarg);
+            /* checked by the manager (the daemon for exec), which knows the
+             * configured languages (lang.h) */
+            if (!*optarg)
+                return usage_error("--lang must be python, bash, a configured language or auto");
             c.lang = optarg;
             break;
         case OPT_TIMEOUT:

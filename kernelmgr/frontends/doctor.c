@@ -118,15 +118,24 @@ json_t *doctor_report(const kmcfg *cfg, const char *home, const char *version)
     const char *env = getenv("KERNELMGR_KERNEL_DIR");
     char *self = env && *env ? strdup(env) : klaunch_exe_dir();
     int have_dir = self != NULL;
-    for (int l = 0; l < KMCFG_NLANG; l++) {
+    /* one entry per language of the table (lang.h) */
+    for (int l = 0; l < cfg->langs.n; l++) {
+        const km_lang *lg = &cfg->langs.v[l];
         char *bin = NULL;
-        if (asprintf(&bin, "%s/kernel-%s", have_dir ? self : "?", kmcfg_lang_name(l)) < 0)
+        int abs = lg->backend[0] == '/';
+        if (!lg->backend[0])
             bin = NULL;
-        json_object_set_new(kernels, kmcfg_lang_name(l),
+        else if (asprintf(&bin, "%s%s%s",
+                          abs        ? ""
+                          : have_dir ? self
+                                     : "?",
+                          abs ? "" : "/", lg->backend) < 0)
+            bin = NULL;
+        json_object_set_new(kernels, lg->name,
                             json_pack("{s:s s:b s:b s:s*}", "path", bin ? bin : "?", "found",
-                                      bin && have_dir && access(bin, X_OK) == 0, "allowed",
+                                      bin && (abs || have_dir) && access(bin, X_OK) == 0, "allowed",
                                       cfg->allow[l], "kernelspec",
-                                      cfg->kernelspec[l][0] ? cfg->kernelspec[l] : NULL));
+                                      lg->kernelspec[0] ? lg->kernelspec : NULL));
         free(bin);
     }
     free(self);

@@ -18,7 +18,8 @@
 /* new: the report as JSON:
  *   {"kernelmgr": VERSION, "host": {"kernel","arch","uid"}, "home",
  *    "versions": {"libzmq","libsodium","jansson","libseccomp","bash","python"},
- *    "kernels": {"python": {"path","found","kernelspec"}, "bash": {...}},
+ *    "kernels": {"python": {"path","found","allowed","kernelspec"}, "bash": {...}, ...}
+ *                 (one per language of the table, lang.h),
  *    "python": {"found": bool, "interpreter","version","source","is_venv",
  *               "prefix","error"},
  *    "bash": {"found": bool, "path","version"},

@@ -58,8 +58,9 @@ typedef struct gw_conn {
     int is_ws;
     gw_form form;
     char kernel_id[40];
-    char session[KM_NAME_MAX + 1], lang[16]; /* the kernel's, found at the upgrade */
-    char *cf;                                /* the connection file the relay was made from */
+    char session[KM_NAME_MAX + 1],
+        lang[KM_LANG_NAME_MAX + 1]; /* the kernel's, found at the upgrade */
+    char *cf;                       /* the connection file the relay was made from */
     gwrelay *relay;
     gwapi_conn *api; /* instead of relay: /api/kernelmgr/ws, the kernelmgr API */
     unsigned char *rx;
@@ -183,46 +184,43 @@ static void kernel_id(const char *session, const char *lang, char out[40])
              h[14], h[15]);
 }
 
-static const char *spec_lang(const char *name);
-
-static const char *spec_name(const char *lang) /* static */
+/* "kernelmgr-LANG" (the language table's kernelspec names, lang.h) into
+ * buf. Returns buf. */
+static const char *spec_name(const char *lang, char *buf, size_t len)
 {
-    return !strcmp(lang, "bash") ? "kernelmgr-bash" : "kernelmgr-python";
+    snprintf(buf, len, "kernelmgr-%s", lang);
+    return buf;
 }
 
-/* The language of a kernelspec name (ours, or the usual aliases), or NULL;
- * a session's own kernelspec "kernelmgr-LANG--SESSION" also gives the
- * session in *session (borrowed from name). */
+/* The language of a kernelspec name: kernelmgr-LANG, or a name or alias of
+ * the table (python3, bash), or NULL; a session's own kernelspec
+ * "kernelmgr-LANG--SESSION" also gives the session in *session (borrowed
+ * from name). The language is borrowed from the manager's table. */
 #define GW_SPEC_SEP "--"
-static const char *spec_lang_session(const char *name, const char **session)
+static const char *spec_lang_session(const gateway *g, const char *name, const char **session)
 {
     *session = NULL;
-    static const char *langs[] = {"python", "bash"};
-    for (int i = 0; i < 2; i++) {
-        char pre[64];
-        snprintf(pre, sizeof pre, "kernelmgr-%s" GW_SPEC_SEP, langs[i]);
+    const km_langs *t = &km_manager_config(g->m)->langs;
+    for (int i = 0; i < t->n; i++) {
+        char pre[KM_LANG_NAME_MAX + 16];
+        snprintf(pre, sizeof pre, "kernelmgr-%s" GW_SPEC_SEP, t->v[i].name);
         if (!strncmp(name, pre, strlen(pre)) && name[strlen(pre)]) {
             *session = name + strlen(pre);
-            return langs[i];
+            return t->v[i].name;
         }
     }
-    return spec_lang(name);
-}
-
-static const char *spec_lang(const char *name)
-{
-    if (!strcmp(name, "kernelmgr-python") || !strcmp(name, "python3") || !strcmp(name, "python"))
-        return "python";
-    if (!strcmp(name, "kernelmgr-bash") || !strcmp(name, "bash"))
-        return "bash";
-    return NULL;
+    for (int i = 0; i < t->n; i++)
+        if (!strncmp(name, "kernelmgr-", 10) && !strcmp(name + 10, t->v[i].name))
+            return t->v[i].name;
+    int l = km_langs_find(t, name);
+    return l >= 0 ? t->v[l].name : NULL;
 }
 
 /* A kernel of the manager found by id: session and language, whether it
  * is live, and its model (new). 0 found, -1 not. */
 typedef struct gw_kernel {
     char session[KM_NAME_MAX + 1];
-    char lang[16];
+    char lang[KM_LANG_NAME_MAX + 1];
     int live;
     json_t *model;
 } gw_kernel;
@@ -236,15 +234,16 @@ static json_t *kernel_model(const char *id, const char *session, const char *lan
     /* A session the gateway did not create is named by its own kernelspec,
      * so a frontend that saves the kernelspec into the notebook reopens it
      * on that session, not on a new one. */
-    char *name = NULL;
+    char *name = NULL, nbuf[KM_LANG_NAME_MAX + 16];
+    spec_name(lang, nbuf, sizeof nbuf);
     if (strncmp(session, GW_SESSION_PREFIX, strlen(GW_SESSION_PREFIX)) &&
-        asprintf(&name, "%s" GW_SPEC_SEP "%s", spec_name(lang), session) < 0)
+        asprintf(&name, "%s" GW_SPEC_SEP "%s", nbuf, session) < 0)
         name = NULL;
     json_t *m =
-        json_pack("{s:s s:s s:s s:s s:i s:{s:s s:s s:o}}", "id", id, "name",
-                  name ? name : spec_name(lang), "last_activity", when, "execution_state",
-                  k ? state : "dead", "connections", 0, "kernelmgr", "session", session, "language",
-                  lang, "pid", k ? json_incref(json_object_get(k, "pid")) : json_null());
+        json_pack("{s:s s:s s:s s:s s:i s:{s:s s:s s:o}}", "id", id, "name", name ? name : nbuf,
+                  "last_activity", when, "execution_state", k ? state : "dead", "connections", 0,
+                  "kernelmgr", "session", session, "language", lang, "pid",
+                  k ? json_incref(json_object_get(k, "pid")) : json_null());
     free(name);
     return m;
 }
@@ -358,15 +357,17 @@ static json_t *kernelspecs(gateway *g)
     json_t *specs = json_object();
     const kmcfg *cfg = km_manager_config(g->m);
     json_t *ss = km_sessions(g->m);
-    for (int l = 0; l < KMCFG_NLANG; l++) {
+    for (int l = 0; l < cfg->langs.n; l++) {
         if (!cfg->allow[l])
             continue;
-        const char *lang = kmcfg_lang_name(l);
-        const char *name = spec_name(lang);
-        json_object_set_new(
-            specs, name,
-            one_spec(name, l == 0 ? "Python (kernelmgr sandbox)" : "Bash (kernelmgr sandbox)", lang,
-                     NULL));
+        const km_lang *lg = &cfg->langs.v[l];
+        const char *lang = lg->name;
+        char nbuf[KM_LANG_NAME_MAX + 16], *title = NULL;
+        const char *name = spec_name(lang, nbuf, sizeof nbuf);
+        if (asprintf(&title, "%s (kernelmgr%s)", lg->title, lg->backend[0] ? " sandbox" : "") < 0)
+            title = NULL;
+        json_object_set_new(specs, name, one_spec(name, title ? title : lang, lang, NULL));
+        free(title);
         size_t i;
         json_t *s;
         json_array_foreach(ss, i, s)
@@ -374,7 +375,7 @@ static json_t *kernelspecs(gateway *g)
             const char *sn = json_string_value(json_object_get(s, "name"));
             char *n2 = NULL, *disp = NULL;
             if (sn && asprintf(&n2, "%s" GW_SPEC_SEP "%s", name, sn) >= 0 &&
-                asprintf(&disp, "%s — session %s (kernelmgr)", l == 0 ? "Python" : "Bash", sn) >= 0)
+                asprintf(&disp, "%s — session %s (kernelmgr)", lg->title, sn) >= 0)
                 json_object_set_new(specs, n2, one_spec(n2, disp, lang, sn));
             free(n2);
             free(disp);
@@ -391,7 +392,10 @@ static void start_kernel(gw_job *j)
     json_error_t je;
     json_t *req =
         j->body_len ? json_loadb((const char *)j->body, j->body_len, 0, &je) : json_object();
-    const char *name = "kernelmgr-python", *session = NULL;
+    /* default: the first language of the table (kernelmgr-python) */
+    char defname[KM_LANG_NAME_MAX + 16];
+    const char *name = spec_name(km_manager_config(g->m)->langs.v[0].name, defname, sizeof defname);
+    const char *session = NULL;
     json_t *env = NULL, *path = NULL, *kmo = NULL, *kenv = NULL;
     if (!req ||
         json_unpack_ex(req, &je, 0, "{s?:s s?:o s?:o s?:o}", "name", &name, "env", &env, "path",
@@ -403,7 +407,7 @@ static void start_kernel(gw_job *j)
         return;
     }
     const char *attach = NULL;
-    const char *lang = spec_lang_session(name, &attach);
+    const char *lang = spec_lang_session(g, name, &attach);
     if (attach && session && strcmp(attach, session)) {
         respond(j, 400,
                 error_body("Bad Request",
@@ -431,11 +435,13 @@ static void start_kernel(gw_job *j)
         return;
     }
     if (!lang) {
+        char known[400];
         respond(j, 404,
                 error_body("Not Found",
-                           "no kernelspec named \"%s\" (kernelmgr-python, "
-                           "kernelmgr-bash)",
-                           name));
+                           "no kernelspec named \"%s\" (kernelmgr-LANG for a language of "
+                           "this manager: %s)",
+                           name,
+                           km_langs_names(&km_manager_config(g->m)->langs, known, sizeof known)));
         json_decref(req);
         return;
     }
@@ -521,9 +527,10 @@ static void route(gw_job *j, char *segs[5], int n)
     if (!strcmp(segs[1], "kernelspecs") && get && n <= 3) {
         json_t *specs = kernelspecs(g);
         if (n == 2) {
+            char defname[KM_LANG_NAME_MAX + 16];
+            spec_name(km_manager_config(g->m)->langs.v[0].name, defname, sizeof defname);
             respond(j, 200,
-                    json_text(json_pack("{s:s s:o}", "default", "kernelmgr-python", "kernelspecs",
-                                        specs)));
+                    json_text(json_pack("{s:s s:o}", "default", defname, "kernelspecs", specs)));
             return;
         }
         json_t *one = json_object_get(specs, segs[2]);

@@ -1,5 +1,6 @@
 /*
- * kspecinstall.c — write kernelmgr-python / kernelmgr-bash kernelspecs.
+ * kspecinstall.c — write the kernelmgr-LANG kernelspecs (one per backend
+ * language of the table: kernelmgr-python, kernelmgr-bash, ...).
  */
 #include "kernelmgr/frontends/kspecinstall.h"
 #include "common/cm_path.h"
@@ -65,13 +66,14 @@ static int kspecinst_write(const char *path, const json_t *spec, char *err, size
 
 /* Installs the kernelspec of language l under base: new {"name","path",
  * "argv"}, or NULL with err. */
-static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, int l, char *err,
-                             size_t errlen)
+static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, const km_lang *lg,
+                             char *err, size_t errlen)
 {
-    const char *ln = kmcfg_lang_name(l);
+    const char *ln = lg->name;
     char *bin = NULL, *dir = NULL, *path = NULL;
     json_t *spec = NULL, *out = NULL;
-    if (asprintf(&bin, "%s/kernel-%s", o->kernel_dir, ln) < 0) {
+    if ((lg->backend[0] == '/' ? asprintf(&bin, "%s", lg->backend)
+                               : asprintf(&bin, "%s/%s", o->kernel_dir, lg->backend)) < 0) {
         bin = NULL;
         snprintf(err, errlen, "out of memory");
         goto done;
@@ -92,13 +94,21 @@ static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, int l, c
         kspecinst_opt(argv, "--network", o->network ? "on" : "off");
     if (o->memory)
         kspecinst_opt(argv, "--memory", o->memory);
-    if (o->python && l == KMCFG_LANG_PYTHON)
+    char num[64];
+    if (o->cpus > 0) {
+        snprintf(num, sizeof num, "%.6g", o->cpus);
+        kspecinst_opt(argv, "--cpus", num);
+    }
+    if (o->cpu_time > 0) {
+        snprintf(num, sizeof num, "%.6g", o->cpu_time);
+        kspecinst_opt(argv, "--cpu-time", num);
+    }
+    if (o->python && lg->takes_python)
         kspecinst_opt(argv, "--python", o->python);
-    spec = json_pack(
-        "{s:o s:s s:s s:s s:{s:{s:s s:s}}}", "argv", argv, "display_name",
-        l == KMCFG_LANG_BASH ? "Bash (kernelmgr sandbox)" : "Python 3 (kernelmgr sandbox)",
-        "language", ln, "interrupt_mode", "message", "metadata", "kernelmgr", "version",
-        o->version ? o->version : "", "sandbox", o->sandbox ? o->sandbox : "strict");
+    spec = json_pack("{s:o s:s s:s s:s s:{s:{s:s s:s}}}", "argv", argv, "display_name",
+                     lg->display_name, "language", ln, "interrupt_mode", "message", "metadata",
+                     "kernelmgr", "version", o->version ? o->version : "", "sandbox",
+                     o->sandbox ? o->sandbox : "strict");
     if (asprintf(&dir, "%s/kernelmgr-%s", base, ln) < 0 ||
         asprintf(&path, "%s/kernelmgr-%s/kernel.json", base, ln) < 0) {
         snprintf(err, errlen, "out of memory");
@@ -134,9 +144,17 @@ json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen)
                                    "--prefix DIR");
         return NULL;
     }
+    km_langs builtin;
+    const km_langs *t = o->langs;
+    if (!t) {
+        km_langs_builtin(&builtin);
+        t = &builtin;
+    }
     json_t *done = json_array();
-    for (int l = 0; l < KMCFG_NLANG; l++) {
-        json_t *one = kspecinst_one(o, base, l, err, errlen);
+    for (int l = 0; l < t->n; l++) {
+        if (!t->v[l].backend[0])
+            continue; /* run by a Jupyter kernelspec: nothing of ours */
+        json_t *one = kspecinst_one(o, base, &t->v[l], err, errlen);
         if (!one) {
             json_decref(done);
             done = NULL;

@@ -1,6 +1,7 @@
 /*
  * kspecinstall.h — `kernelmgr kernelspec install`: Jupyter kernelspecs
- * "kernelmgr-python" and "kernelmgr-bash" for our kernels, so that
+ * "kernelmgr-python", "kernelmgr-bash" (and "kernelmgr-NAME" for each
+ * configured backend language, lang.h) for our kernels, so that
  * `jupyter console --kernel kernelmgr-python`, nbconvert/nbclient and
  * JupyterLab start a sandboxed kernel.
  *
@@ -12,21 +13,29 @@
 #ifndef KERNELMGR_KSPECINSTALL_H
 #define KERNELMGR_KSPECINSTALL_H
 
+#include "kernelmgr/engine/lang.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
 typedef struct kspecinst_opts {
     const char *prefix;     /* --prefix DIR, or NULL */
     const char *kernel_dir; /* directory holding kernel-python / kernel-bash */
-    /* Kernel options written into argv (NULL / -1 = the kernel's default). */
+    const km_langs *langs;  /* one kernelspec per backend language (lang.h);
+                               NULL = the built-ins */
+    /* Kernel options written into argv (NULL / -1 / 0 = the kernel's default). */
     const char *sandbox;
-    const char *python;
+    const char *python; /* only for languages that take --python */
     const char *memory;
     int network;
+    double cpus;         /* --cpus, 0 = none */
+    double cpu_time;     /* --cpu-time, 0 = none */
     const char *version; /* kernelmgr version, recorded in the metadata */
 } kspecinst_opts;
 
-/* Installs both kernelspecs. Returns a new array
+/* Installs kernelmgr-NAME for every language of o->langs run by a
+ * kernel-server backend (not those run by a Jupyter kernelspec: that
+ * kernelspec is already installed). Returns a new array
  * [{"name","path","argv"}] or NULL with a reason in err. */
 json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen);
 

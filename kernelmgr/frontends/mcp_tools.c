@@ -65,9 +65,10 @@ static const char *const tools_json =
     "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
     "\"code\":{\"type\":\"string\",\"description\":\"The code to run, or Markdown with "
     "```python / ```bash blocks.\"},"
-    "\"language\":{\"type\":\"string\",\"enum\":[\"python\",\"bash\",\"auto\"],\"default\":"
+    "\"language\":{\"type\":\"string\",\"default\":"
     "\"auto\",\"description\":\"python or bash to run `code` as-is in that language; auto "
-    "(default) runs Markdown fences by their language and guesses for unfenced code.\"},"
+    "(default) runs Markdown fences by their language and guesses for unfenced code. The "
+    "server's configuration may add languages (its error for an unknown one lists them).\"},"
     "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
     "\"default\":\"default\",\"description\":\"Session name; reuse it to keep state. Created on "
     "first use.\"},"
@@ -355,8 +356,11 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
     const char *l = "auto";
     if (lang) {
         l = json_string_value(lang);
-        if (!l || (strcmp(l, "python") && strcmp(l, "bash") && strcmp(l, "auto")))
-            return tool_error("`language` must be \"python\", \"bash\" or \"auto\"");
+        /* which languages exist is the daemon's to say (its configuration's
+         * "kernels"): its error lists them */
+        if (!l || !*l)
+            return tool_error("`language` must be a string: \"python\", \"bash\", \"auto\" "
+                              "or a language the server's configuration adds");
     }
     json_t *req = json_pack("{s:s,s:s,s:s}", "session", session, "code", code, "lang", l);
     json_t *t = json_object_get(args, "timeout_s");

@@ -91,11 +91,16 @@ int pkginst_remove_session(const char *home, const char *session, char *err, siz
     return rc;
 }
 
-char **pkginst_kernel_env(const char *root, const char *lang, char *ro)
+char **pkginst_kernel_env(const char *root, const char *kind, char *ro)
 {
-    if (!root || root[0] != '/' || !lang)
+    if (!root || root[0] != '/')
         return NULL;
-    int python = strcmp(lang, "python") == 0;
+    if (!kind) {
+        /* a language without packages: nothing to see */
+        ro[0] = 0;
+        return calloc(1, sizeof(char *));
+    }
+    int python = strcmp(kind, "pip") == 0;
     char *dir = cm_path_join(root, python ? "python" : "npm");
     /* Empty from the start: Python's path finder re-reads a directory whose
      * mtime changed, node resolves NODE_PATH on every require, and the

@@ -40,13 +40,15 @@ int pkginst_session_root(const char *home, const char *session, char *root);
 int pkginst_remove_session(const char *home, const char *session, char *err, size_t errlen);
 
 /* new: the extra environment ("NAME=value" strings, NULL-terminated array,
- * free with pkginst_env_free) a kernel of `lang` ("python" / "bash") needs to
- * see the packages under root (a package root as pkginst_session_root()
- * gives), and in ro (PATH_MAX) the directory to bind read-only into its
- * sandbox. The manager passes them as the kernel's --env / --ro-path.
- *   python: PYTHONPATH=root/python;                      ro = root/python
- *   bash:   NODE_PATH=root/npm/node_modules,
- *           PATH=root/npm/node_modules/.bin:$PATH;       ro = root/npm
+ * free with pkginst_env_free) a kernel whose language has package kind
+ * `kind` ("pip" / "npm" / NULL: none; lang.h) needs to see the packages
+ * under root (a package root as pkginst_session_root() gives), and in ro
+ * (PATH_MAX) the directory to bind read-only into its sandbox ("" for none).
+ * The manager passes them as the kernel's --env / --ro-path.
+ *   pip (python): PYTHONPATH=root/python;                ro = root/python
+ *   npm (bash):   NODE_PATH=root/npm/node_modules,
+ *                 PATH=root/npm/node_modules/.bin:$PATH; ro = root/npm
+ *   NULL:         no variable;                           ro = ""
  * The directories are created (empty) here, so a kernel started before an
  * install sees the packages as soon as they land. NULL on a bad root or no
  * memory. */

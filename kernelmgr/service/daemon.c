@@ -725,8 +725,13 @@ static void m_exec(conn *c, const char *method, const json_t *p)
                    &coe, "stream", &stream, "raw_text", &raw, SOPTS_ARGS(r)) ||
         sopts_fill(&r, &so, why, sizeof why))
         return reply_invalid(c, method, why);
-    if (lang && strcmp(lang, "auto") && kmcfg_lang_index(lang) < 0) {
-        snprintf(why, sizeof why, "field \"lang\": must be \"python\", \"bash\" or \"auto\"");
+    /* the one check of the language: the configuration's table (lang.h);
+     * the CLI and MCP pass it through */
+    const kmcfg *cfg = km_manager_config(daemon_mgr);
+    if (lang && strcmp(lang, "auto") && kmcfg_lang_index(cfg, lang) < 0) {
+        char known[400];
+        snprintf(why, sizeof why, "field \"lang\": unknown language \"%.64s\" (known: %s or auto)",
+                 lang, km_langs_names(&cfg->langs, known, sizeof known));
         return reply_invalid(c, method, why);
     }
     if (json_object_get(p, "timeout") && !(timeout > 0 && timeout <= 604800)) {

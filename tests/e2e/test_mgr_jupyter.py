@@ -106,6 +106,37 @@ def test_kernelspec_install_user_and_bad_usage(tmp_path):
                 "kernel.json").exists()
 
 
+def test_kernelspec_install_cpu_options_and_configured_languages(tmp_path):
+    """--cpus / --cpu-time reach every kernelspec's argv like --memory; a
+    configured backend language gets its own kernelspec, a kernelspec
+    language none (it already has one)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_text(json.dumps({"kernels": {
+        "sh": {"backend": "kernel-bash", "display_name": "POSIX sh (kernelmgr sandbox)"},
+        "ipy": "python3"}}))
+    env = dict(os.environ, KERNELMGR_HOME=str(home))
+    prefix = tmp_path / "p"
+    p = subprocess.run([mgrutil.KM, "kernelspec", "install", "--prefix", str(prefix),
+                        "--cpus", "1.5", "--cpu-time", "30", "--memory", "512M", "--json"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    names = [e["name"] for e in json.loads(p.stdout)["installed"]]
+    assert names == ["kernelmgr-python", "kernelmgr-bash", "kernelmgr-sh"]
+    kernels = prefix / "share" / "jupyter" / "kernels"
+    for name in names:
+        spec = json.loads((kernels / name / "kernel.json").read_text())
+        argv = spec["argv"]
+        assert argv[argv.index("--cpus") + 1] == "1.5", argv
+        assert argv[argv.index("--cpu-time") + 1] == "30", argv
+        assert argv[argv.index("--memory") + 1] == "512M", argv
+    sh = json.loads((kernels / "kernelmgr-sh" / "kernel.json").read_text())
+    assert sh["argv"][0] == os.path.realpath(kutil.binary("kernel-bash"))
+    assert sh["language"] == "sh" and sh["display_name"] == "POSIX sh (kernelmgr sandbox)"
+    assert "--python" not in sh["argv"]
+    assert not (kernels / "kernelmgr-ipy").exists()
+
+
 # ------------------------------------------------------------------ jupyter console
 
 @pytest.mark.parametrize("lang,code,expect", [

@@ -8,20 +8,23 @@
 #include "kernelmgr/engine/codeblocks.h"
 #include "kernelmgr/engine/config.h"
 
+/* the built-ins' places in the table (lang.c) */
+enum { PY = 0, SH = 1 };
+
 static void fences_route_languages(void **state)
 {
     (void)state;
     const char *md = "# t\n\n```python\nx = 1\n```\ntext\n```text\nnot code\n```\n"
                      "~~~bash\necho hi\n~~~\n```sh\nls\n```\n```py\nprint(x)\n```\n";
     cblock_list l;
-    assert_int_equal(cblocks_split(md, -1, &l), 0);
+    assert_int_equal(cblocks_split(md, NULL, -1, &l), 0);
     assert_int_equal(l.n, 4);
-    assert_int_equal(l.v[0].lang, KMCFG_LANG_PYTHON);
+    assert_int_equal(l.v[0].lang, PY);
     assert_string_equal(l.v[0].code, "x = 1\n");
     assert_int_equal(l.v[0].line, 4);
-    assert_int_equal(l.v[1].lang, KMCFG_LANG_BASH);
+    assert_int_equal(l.v[1].lang, SH);
     assert_string_equal(l.v[1].code, "echo hi\n");
-    assert_int_equal(l.v[2].lang, KMCFG_LANG_BASH);
+    assert_int_equal(l.v[2].lang, SH);
     assert_string_equal(l.v[3].code, "print(x)\n");
     cblocks_free(&l);
     assert_null(l.v);
@@ -32,9 +35,9 @@ static void console_prompts_stripped(void **state)
     (void)state;
     const char *md = "```console\n$ echo a\na\n$ ls \\\n> -l\noutput\n$\n```\n";
     cblock_list l;
-    assert_int_equal(cblocks_split(md, -1, &l), 0);
+    assert_int_equal(cblocks_split(md, NULL, -1, &l), 0);
     assert_int_equal(l.n, 1);
-    assert_int_equal(l.v[0].lang, KMCFG_LANG_BASH);
+    assert_int_equal(l.v[0].lang, SH);
     assert_string_equal(l.v[0].code, "echo a\nls \\\n-l\n");
     cblocks_free(&l);
 }
@@ -44,7 +47,7 @@ static void longer_fence_and_unterminated(void **state)
     (void)state;
     const char *md = "````python\n```\nprint(1)\n````\n```bash\necho open";
     cblock_list l;
-    assert_int_equal(cblocks_split(md, -1, &l), 0);
+    assert_int_equal(cblocks_split(md, NULL, -1, &l), 0);
     assert_int_equal(l.n, 2);
     assert_string_equal(l.v[0].code, "```\nprint(1)\n");
     assert_string_equal(l.v[1].code, "echo open");
@@ -55,18 +58,18 @@ static void raw_input_and_forced_language(void **state)
 {
     (void)state;
     cblock_list l;
-    assert_int_equal(cblocks_split("```python\nx\n```\n", KMCFG_LANG_BASH, &l), 0);
+    assert_int_equal(cblocks_split("```python\nx\n```\n", NULL, SH, &l), 0);
     assert_int_equal(l.n, 1);
-    assert_int_equal(l.v[0].lang, KMCFG_LANG_BASH);
+    assert_int_equal(l.v[0].lang, SH);
     assert_string_equal(l.v[0].code, "```python\nx\n```\n");
     cblocks_free(&l);
-    assert_int_equal(cblocks_split("#!/usr/bin/env bash\nx=1\n", -1, &l), 0);
-    assert_int_equal(l.v[0].lang, KMCFG_LANG_BASH);
+    assert_int_equal(cblocks_split("#!/usr/bin/env bash\nx=1\n", NULL, -1, &l), 0);
+    assert_int_equal(l.v[0].lang, SH);
     cblocks_free(&l);
-    assert_int_equal(cblocks_split("#!/usr/bin/python3\nls\n", -1, &l), 0);
-    assert_int_equal(l.v[0].lang, KMCFG_LANG_PYTHON);
+    assert_int_equal(cblocks_split("#!/usr/bin/python3\nls\n", NULL, -1, &l), 0);
+    assert_int_equal(l.v[0].lang, PY);
     cblocks_free(&l);
-    assert_int_equal(cblocks_split("", -1, &l), 0);
+    assert_int_equal(cblocks_split("", NULL, -1, &l), 0);
     assert_int_equal(l.n, 1);
     cblocks_free(&l);
 }
@@ -74,15 +77,16 @@ static void raw_input_and_forced_language(void **state)
 static void heuristic(void **state)
 {
     (void)state;
-    assert_int_equal(cblocks_guess_language("import os\nprint(os.getcwd())\n"), KMCFG_LANG_PYTHON);
+    assert_int_equal(cblocks_guess_language("import os\nprint(os.getcwd())\n"),
+                     KM_LANG_ROLE_PYTHON);
     assert_int_equal(cblocks_guess_language("x = [1, 2]\nfor i in x:\n    print(i)\n"),
-                     KMCFG_LANG_PYTHON);
-    assert_int_equal(cblocks_guess_language("ls -la | grep foo\n"), KMCFG_LANG_BASH);
-    assert_int_equal(cblocks_guess_language("X=1\necho $X > out.txt\n"), KMCFG_LANG_BASH);
+                     KM_LANG_ROLE_PYTHON);
+    assert_int_equal(cblocks_guess_language("ls -la | grep foo\n"), KM_LANG_ROLE_SHELL);
+    assert_int_equal(cblocks_guess_language("X=1\necho $X > out.txt\n"), KM_LANG_ROLE_SHELL);
     assert_int_equal(cblocks_guess_language("for f in *.csv; do wc -l \"$f\"; done\n"),
-                     KMCFG_LANG_BASH);
-    assert_int_equal(cblocks_guess_language("def f():\n    return 1\n"), KMCFG_LANG_PYTHON);
-    assert_int_equal(cblocks_guess_language("1 + 1\n"), KMCFG_LANG_PYTHON); /* tie: python */
+                     KM_LANG_ROLE_SHELL);
+    assert_int_equal(cblocks_guess_language("def f():\n    return 1\n"), KM_LANG_ROLE_PYTHON);
+    assert_int_equal(cblocks_guess_language("1 + 1\n"), KM_LANG_ROLE_PYTHON); /* tie: python */
 }
 
 static void code_checks(void **state)

@@ -31,14 +31,14 @@ static void defaults_and_valid(void **state)
                            "\"python3\"}, \"output_cap\": \"8K\", \"sandbox\": \"none\"}",
                            err, sizeof err),
                      0);
-    assert_false(c.allow[KMCFG_LANG_PYTHON]);
-    assert_true(c.allow[KMCFG_LANG_BASH]);
+    assert_false(c.allow[kmcfg_lang_index(&c, "python")]);
+    assert_true(c.allow[kmcfg_lang_index(&c, "bash")]);
     assert_true(c.timeout == 5);
     assert_int_equal(c.memory, 1ull << 30);
     assert_int_equal(c.network, 1);
     assert_int_equal(c.pool, 2);
     assert_int_equal(c.output_cap, 8192);
-    assert_string_equal(c.kernelspec[KMCFG_LANG_PYTHON], "python3");
+    assert_string_equal(c.langs.v[kmcfg_lang_index(&c, "python")].kernelspec, "python3");
     json_t *j = kmcfg_to_json(&c);
     kmcfg d;
     kmcfg_defaults(&d);
@@ -62,7 +62,7 @@ static void invalid_names_key_and_reason(void **state)
         {"{\"network\": 1}", "network: must be"},
         {"{\"python\": \"python3\"}", "python: must be an absolute path"},
         {"{\"pool\": 1.5}", "pool: must be an integer"},
-        {"{\"kernels\": {\"ruby\": \"x\"}}", "kernels.ruby: unknown language"},
+        {"{\"kernels\": {\"Ruby\": \"x\"}}", "kernels.Ruby: not a language name"},
         {"{\"kernels\": {\"python\": \"../x\"}}", "kernels.python: not a kernelspec name"},
         {"[]", "(top level): must be a JSON object"},
     };

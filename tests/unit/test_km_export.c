@@ -52,7 +52,7 @@ static void started_finished_unreadable(void **state)
         "\"time\":2,\"manager\":\"gone\"}\n");
     int bad = 0;
     char err[256];
-    json_t *nb = export_notebook(dir, "s", "python3", &bad, err, sizeof err);
+    json_t *nb = export_notebook(dir, "s", NULL, "python3", &bad, err, sizeof err);
     assert_non_null(nb);
     json_t *cells = json_object_get(nb, "cells");
     assert_int_equal(json_array_size(cells), 4);
@@ -90,7 +90,7 @@ static void running_cell_of_this_manager(void **state)
     assert_int_equal(
         session_history_start(dir, "x1", "python", "while True: pass", 0, err, sizeof err), 0);
     int bad = 0;
-    json_t *nb = export_notebook(dir, "s", NULL, &bad, err, sizeof err);
+    json_t *nb = export_notebook(dir, "s", NULL, NULL, &bad, err, sizeof err);
     assert_non_null(nb);
     json_t *cells = json_object_get(nb, "cells");
     assert_int_equal(json_array_size(cells), 1);
@@ -104,7 +104,7 @@ static void running_cell_of_this_manager(void **state)
     assert_int_equal(session_history_append(dir, "x1", "python", "while True: pass", r, outs, 0,
                                             err, sizeof err),
                      0);
-    nb = export_notebook(dir, "s", NULL, &bad, err, sizeof err);
+    nb = export_notebook(dir, "s", NULL, NULL, &bad, err, sizeof err);
     cells = json_object_get(nb, "cells");
     assert_int_equal(json_array_size(cells), 1);
     out = json_array_get(json_object_get(json_array_get(cells, 0), "outputs"), 0);
