@@ -480,7 +480,7 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp, double t0)
 
     while (!(x->idle && x->reply)) {
         double now = cm_mono_s();
-        if (p->interrupt_flag && *p->interrupt_flag && !user_interrupt_seen) {
+        if (p->interrupt_flag && atomic_load(p->interrupt_flag) && !user_interrupt_seen) {
             user_interrupt_seen = 1;
             x->interrupted = 1;
             give_up = now + p->grace + 2;

@@ -13,6 +13,8 @@
 #include "kernelmgr/engine/klaunch.h"
 #include "kernelmgr/engine/km.h"
 
+#include <stdatomic.h>
+
 typedef struct codeexec_params {
     const char *session;    /* name, for the result */
     const char *language;   /* the language's name ("python", "bash", ...) */
@@ -29,8 +31,8 @@ typedef struct codeexec_params {
     const char *tag;        /* unique file name prefix, e.g. "0007-python" */
     const char *workspace;
     size_t files_max, scan_max;
-    volatile int *interrupt_flag; /* set by another thread to interrupt; may be NULL */
-    km_event_fn fn;               /* live events; may be NULL */
+    atomic_int *interrupt_flag; /* set by another thread to interrupt; may be NULL */
+    km_event_fn fn;             /* live events; may be NULL */
     void *ud;
 } codeexec_params;
 

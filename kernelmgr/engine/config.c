@@ -480,12 +480,19 @@ const char *kmcfg_home(char *buf, size_t len)
 {
     const char *h = getenv("KERNELMGR_HOME");
     const char *x = getenv("XDG_STATE_HOME");
+    int n;
     if (h && *h)
-        snprintf(buf, len, "%s", h);
+        n = snprintf(buf, len, "%s", h);
     else if (x && *x)
-        snprintf(buf, len, "%s/kernelmgr", x);
+        n = snprintf(buf, len, "%s/kernelmgr", x);
     else
-        snprintf(buf, len, "%s/.local/state/kernelmgr", getenv("HOME") ? getenv("HOME") : "/tmp");
+        n = snprintf(buf, len, "%s/.local/state/kernelmgr",
+                     getenv("HOME") ? getenv("HOME") : "/tmp");
+    if (n < 0 || (size_t)n >= len) {
+        if (len)
+            buf[0] = 0;
+        return NULL;
+    }
     return buf;
 }
 

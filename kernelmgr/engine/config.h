@@ -101,7 +101,8 @@ const char *kmcfg_lang_name(const kmcfg *cfg, int idx);
 
 /* Writes the manager's home into buf and returns buf: $KERNELMGR_HOME, else
  * $XDG_STATE_HOME/kernelmgr, else $HOME/.local/state/kernelmgr (HOME unset:
- * /tmp). Not made absolute. */
+ * /tmp). Not made absolute. NULL (buf "") when it does not fit in len bytes:
+ * a home is never truncated. */
 const char *kmcfg_home(char *buf, size_t len);
 
 /* new: the configuration as a JSON object (the keys kmcfg_apply_json takes). */

@@ -37,6 +37,10 @@ typedef struct km_err {
 } km_err;
 
 #define KM_NAME_MAX 64
+/* The longest kernelmgr home (KERNELMGR_HOME) km_manager_new accepts: every
+ * path the manager builds under it (at most home + ~150 bytes) then fits its
+ * buffers, so none is ever truncated. */
+#define KM_HOME_MAX 2048
 
 /* Options fixed when a session is created; restart does not change them.
  * NULL / -1 = config. Given to an existing session with another value, they

@@ -89,9 +89,15 @@ static void pool_fill(km_manager *m)
         s->pool_entry = 1;
         s->network = m->cfg.network;
         snprintf(s->sandbox, sizeof s->sandbox, "%s", m->cfg.sandbox);
-        snprintf(s->pool_dir, sizeof s->pool_dir, "%.3000s/pool/%.8s", m->home, u);
-        snprintf(s->dir, sizeof s->dir, "%s", s->pool_dir);
-        snprintf(s->workspace, sizeof s->workspace, "%s/workspace", s->pool_dir);
+        if (snprintf(s->pool_dir, sizeof s->pool_dir, "%s/pool/%.8s", m->home, u) >=
+                (int)sizeof s->pool_dir ||
+            snprintf(s->dir, sizeof s->dir, "%s", s->pool_dir) >= (int)sizeof s->dir ||
+            snprintf(s->workspace, sizeof s->workspace, "%s/workspace", s->pool_dir) >=
+                (int)sizeof s->workspace) {
+            fprintf(stderr, "kernelmgr: warm pool: %s/pool: path too long\n", m->home);
+            session_free(s);
+            return;
+        }
         s->own_workspace = 1;
         char why[1024];
         int ok = kmfs_mkdirs(s->workspace, 0700) == 0;

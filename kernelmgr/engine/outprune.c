@@ -7,6 +7,7 @@
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
 #include "common/cm_clock.h"
+#include "common/cm_path.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -109,11 +110,12 @@ void prune_orphans(km_manager *m)
  * exists is never touched: a `run` may be in progress. */
 void outputs_prune(km_manager *m, int orphans)
 {
-    char dir[PATH_MAX], p[PATH_MAX];
-    snprintf(dir, sizeof dir, "%.3000s/outputs", m->home);
-    DIR *d = opendir(dir);
-    if (!d)
+    char *dir = cm_path_join(m->home, "outputs");
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) {
+        free(dir);
         return;
+    }
     outrun *runs = NULL;
     size_t n = 0, cap = 0;
     double now = cm_wall_s();
@@ -121,16 +123,19 @@ void outputs_prune(km_manager *m, int orphans)
     while ((de = readdir(d))) {
         if (!km_name_valid(de->d_name))
             continue;
-        snprintf(p, sizeof p, "%.3000s/sessions/%.64s", m->home, de->d_name);
-        if (access(p, F_OK) == 0)
+        char *p = cm_path_fmt("%s/sessions/%s", m->home, de->d_name);
+        int live = !p || access(p, F_OK) == 0;
+        free(p);
+        if (live)
             continue;
-        snprintf(p, sizeof p, "%s/%.64s", dir, de->d_name);
         struct stat st;
-        if (lstat(p, &st) || !S_ISDIR(st.st_mode))
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISDIR(st.st_mode))
             continue;
         if (strncmp(de->d_name, "run-", 4) != 0) {
-            if (orphans)
+            if (orphans && (p = cm_path_join(dir, de->d_name))) {
                 session_rmtree(p);
+                free(p);
+            }
             continue;
         }
         if (n == cap) {
@@ -141,7 +146,7 @@ void outputs_prune(km_manager *m, int orphans)
             runs = r;
             cap = nc;
         }
-        snprintf(runs[n].name, sizeof runs[n].name, "%s", de->d_name);
+        snprintf(runs[n].name, sizeof runs[n].name, "%.*s", KM_NAME_MAX, de->d_name);
         runs[n].mtime = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9;
         n++;
     }
@@ -151,12 +156,13 @@ void outputs_prune(km_manager *m, int orphans)
     for (size_t i = 0; i < n; i++) {
         int too_many = i >= m->cfg.outputs_keep_runs;
         int too_old = m->cfg.outputs_max_age > 0 && now - runs[i].mtime > m->cfg.outputs_max_age;
-        if (too_many || too_old) {
-            snprintf(p, sizeof p, "%s/%s", dir, runs[i].name);
+        char *p = too_many || too_old ? cm_path_join(dir, runs[i].name) : NULL;
+        if (p)
             session_rmtree(p);
-        }
+        free(p);
     }
     free(runs);
+    free(dir);
 }
 
 /* 1 when session.json names a manager process other than this one that is
@@ -170,9 +176,9 @@ int owned_by_live_manager(const km_manager *m, const char *name)
     if (sscanf(name, "run-%lu-%lld", &rpid, &rtime) == 2 && rpid > 1 && rpid <= INT_MAX &&
         rtime > 0)
         return klaunch_owner_alive(m->run_dir, (pid_t)rpid, 0, (double)rtime);
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%.3000s/sessions/%.64s/session.json", m->home, name);
-    json_t *o = json_load_file(path, 0, NULL);
+    char *path = cm_path_fmt("%s/sessions/%s/session.json", m->home, name);
+    json_t *o = path ? json_load_file(path, 0, NULL) : NULL;
+    free(path);
     json_int_t pid = json_integer_value(json_object_get(o, "manager_pid"));
     json_decref(o);
     return pid > 1 && pid != getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);

@@ -80,6 +80,11 @@ static void manager_free(km_manager *m)
 
 km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_err *err)
 {
+    if (strlen(home) > KM_HOME_MAX) {
+        kerr(err, KM_EUSAGE, "the kernelmgr home (KERNELMGR_HOME) is %zu bytes long: at most %d",
+             strlen(home), KM_HOME_MAX);
+        return NULL;
+    }
     km_manager *m = calloc(1, sizeof *m);
     if (!m) {
         kerr(err, KM_EINTERNAL, "out of memory");
@@ -378,13 +383,60 @@ fail:
 
 /* ---------------------------------------------------------------- code_exec */
 
-static void warn_ignored(json_t *arr, const char *sname, const char *opt, const char *given,
-                         const char *kept)
+/* Appends to arr the warning that option opt (value given) was ignored
+ * because session sname keeps what kept_fmt formats. */
+__attribute__((format(printf, 5, 6))) static void warn_ignored(json_t *arr, const char *sname,
+                                                               const char *opt, const char *given,
+                                                               const char *kept_fmt, ...)
 {
+    va_list ap;
+    va_start(ap, kept_fmt);
+    char *kept = NULL;
+    int n = vasprintf(&kept, kept_fmt, ap);
+    va_end(ap);
     json_array_append_new(arr, json_sprintf("session \"%s\" already exists: %s %s was ignored "
                                             "(the session keeps %s); options of a session are "
                                             "fixed when it is created: close it to change them",
-                                            sname, opt, given, kept));
+                                            sname, opt, given, n < 0 ? "another value" : kept));
+    free(n < 0 ? NULL : kept);
+}
+
+/* new: "A,B,C", the names of env's variables (not their values), or NULL
+ * when out of memory */
+static char *env_names(const json_t *env)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f)
+        return NULL;
+    const char *n;
+    json_t *v;
+    int first = 1;
+    json_object_foreach((json_t *)env, n, v)
+    {
+        fprintf(f, "%s%s", first ? "" : ",", n);
+        first = 0;
+    }
+    if (fclose(f)) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* The same for a numeric limit: kept 0 means the session has none (what
+ * unlimited says). */
+static void warn_ignored_limit(json_t *arr, const char *sname, const char *opt, double given,
+                               const char *unit, const char *kept_name, double kept,
+                               const char *unlimited)
+{
+    char g[80];
+    snprintf(g, sizeof g, "%.15g%s", given, unit);
+    if (kept > 0)
+        warn_ignored(arr, sname, opt, g, "%s %.15g%s", kept_name, kept, unit);
+    else
+        warn_ignored(arr, sname, opt, g, "%s", unlimited);
 }
 
 /* new: warnings for session options given to an existing session whose value
@@ -396,82 +448,45 @@ static json_t *ignored_options(km_manager *m, session *s, const km_session_opts 
     if (!o)
         return NULL;
     json_t *arr = json_array();
-    char a[64], b[64];
     int net = s->network < 0 ? m->cfg.network : s->network;
     if (o->network >= 0 && o->network != net)
-        warn_ignored(arr, s->name, "--network", o->network ? "on" : "off",
-                     net ? "network on" : "network off");
+        warn_ignored(arr, s->name, "--network", o->network ? "on" : "off", "network %s",
+                     net ? "on" : "off");
     unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
-    if (o->memory && o->memory != mem) {
-        snprintf(a, sizeof a, "%llu bytes", o->memory);
-        if (mem)
-            snprintf(b, sizeof b, "memory %llu bytes", mem);
-        else
-            snprintf(b, sizeof b, "the kernel's default memory limit");
-        warn_ignored(arr, s->name, "--memory", a, b);
-    }
+    if (o->memory && o->memory != mem)
+        warn_ignored_limit(arr, s->name, "--memory", (double)o->memory, " bytes", "memory",
+                           (double)mem, "the kernel's default memory limit");
     double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
-    if (o->cpus > 0 && o->cpus != cpus) {
-        snprintf(a, sizeof a, "%g", o->cpus);
-        if (cpus > 0)
-            snprintf(b, sizeof b, "cpus %g", cpus);
-        else
-            snprintf(b, sizeof b, "no CPU rate cap");
-        warn_ignored(arr, s->name, "--cpus", a, b);
-    }
+    if (o->cpus > 0 && o->cpus != cpus)
+        warn_ignored_limit(arr, s->name, "--cpus", o->cpus, "", "cpus", cpus, "no CPU rate cap");
     double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
-    if (o->cpu_time > 0 && o->cpu_time != cpu_time) {
-        snprintf(a, sizeof a, "%g", o->cpu_time);
-        if (cpu_time > 0)
-            snprintf(b, sizeof b, "cpu_time %g s per block", cpu_time);
-        else
-            snprintf(b, sizeof b, "no CPU-time limit per block");
-        warn_ignored(arr, s->name, "--cpu-time", a, b);
-    }
+    if (o->cpu_time > 0 && o->cpu_time != cpu_time)
+        warn_ignored_limit(arr, s->name, "--cpu-time", o->cpu_time, " s per block", "cpu_time",
+                           cpu_time, "no CPU-time limit per block");
     const char *py = s->python[0] ? s->python : m->cfg.python;
-    if (o->python && strcmp(o->python, py)) {
-        char kept[1100];
-        snprintf(kept, sizeof kept, "python %s", py[0] ? py : "(detected)");
-        warn_ignored(arr, s->name, "--python", o->python, kept);
-    }
+    if (o->python && strcmp(o->python, py))
+        warn_ignored(arr, s->name, "--python", o->python, "python %s", py[0] ? py : "(detected)");
     if (o->workspace) {
         char *real = realpath(o->workspace, NULL);
-        if (strcmp(real ? real : o->workspace, s->workspace)) {
-            char kept[PATH_MAX];
-            snprintf(kept, sizeof kept, "workspace %s", s->workspace);
-            warn_ignored(arr, s->name, "--workspace", o->workspace, kept);
-        }
+        if (strcmp(real ? real : o->workspace, s->workspace))
+            warn_ignored(arr, s->name, "--workspace", o->workspace, "workspace %s", s->workspace);
         free(real);
     }
     if (json_object_size(o->env) && !(s->env && json_equal((json_t *)o->env, s->env))) {
         /* names only: values may be secrets, and warnings are shown and logged */
-        char given[256] = "", kept[300];
-        const char *n;
-        json_t *v;
-        json_object_foreach((json_t *)o->env, n, v)
-        {
-            size_t l = strlen(given);
-            snprintf(given + l, sizeof given - l, "%s%.64s", l ? "," : "", n);
-        }
-        if (json_object_size(s->env)) {
-            snprintf(kept, sizeof kept, "its env (");
-            json_object_foreach(s->env, n, v)
-            {
-                size_t l = strlen(kept);
-                snprintf(kept + l, sizeof kept - l, "%s%.64s", kept[l - 1] == '(' ? "" : ",", n);
-            }
-            size_t l = strlen(kept);
-            snprintf(kept + l, sizeof kept - l, ")");
-        } else {
-            snprintf(kept, sizeof kept, "no env of its own");
-        }
-        warn_ignored(arr, s->name, "--env", given, kept);
+        char *given = env_names(o->env), *kept = env_names(s->env);
+        if (json_object_size(s->env))
+            warn_ignored(arr, s->name, "--env", given ? given : "(names unknown)", "its env (%s)",
+                         kept ? kept : "names unknown");
+        else
+            warn_ignored(arr, s->name, "--env", given ? given : "(names unknown)", "%s",
+                         "no env of its own");
+        free(given);
+        free(kept);
     }
     const char *sb = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
-    if (o->sandbox && strcmp(o->sandbox, sb)) {
-        snprintf(b, sizeof b, "sandbox %s", sb);
-        warn_ignored(arr, s->name, "--sandbox", o->sandbox, b);
-    }
+    if (o->sandbox && strcmp(o->sandbox, sb))
+        warn_ignored(arr, s->name, "--sandbox", o->sandbox, "sandbox %s", sb);
     if (!json_array_size(arr)) {
         json_decref(arr);
         return NULL;
@@ -633,7 +648,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                     .workspace = s->workspace,
                     .files_max = m->cfg.files_max,
                     .scan_max = m->cfg.files_scan_max,
-                    .interrupt_flag = (volatile int *)&s->interrupt_flag,
+                    .interrupt_flag = &s->interrupt_flag,
                     .fn = fn,
                     .ud = ud,
                 };

@@ -37,15 +37,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* Messages and paths here are bounded by construction; a truncated error
- * message is acceptable, a truncated path is never used to create files
- * (PATH_MAX is far above what mkdir would accept anyway). */
-/* Paths are built into fixed PATH_MAX buffers whose overflow is checked
- * where it matters; gcc's truncation guesses are noise here (clang has no
- * such warning). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
+/* A session's own directories are kept in fixed arrays (below); every path
+ * built from them is checked for truncation or built to its length
+ * (common/cm_path.h). A truncated error message is acceptable. */
 
 typedef struct kslot {
     kproc *proc;

@@ -17,6 +17,7 @@
 #include "kernelmgr/engine/result.h"
 #include "kernelmgr/frontends/termsafe.h"
 #include "kernels/server/kenv.h"
+#include "common/cm_path.h"
 #include "jp.h"
 
 #include <errno.h>
@@ -30,13 +31,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* Paths are built into fixed PATH_MAX buffers whose overflow is checked
- * where it matters; gcc's truncation guesses are noise here (clang has no
- * such warning). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
 
 #define KM_VERSION "0.1.0"
 
@@ -93,6 +87,22 @@ static const char usage_text[] =
     "not start, 5 daemon unreachable, 6 internal error, 7 the output could not be\n"
     "written, 130 interrupted.\n";
 
+/* The elapsed-time ticker of a running command, and what it interrupts: a
+ * thread (ticker_main) that shows "[running N s]" on a terminal and turns
+ * Ctrl-C or a `run`'s stop signal into interrupts. Owned by the command's
+ * cli; stop, cond under lock; on, shown, t0 under out_lock. */
+typedef struct cli_ticker {
+    int on, shown;
+    double t0;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* ticker_end() wakes the thread at once */
+    int stop;
+    km_manager *mgr;      /* `run`: the in-process manager, else NULL */
+    const char *session;  /* `run`: its session */
+    double stop_deadline; /* `run` stopped by a signal: give up on the cell */
+} cli_ticker;
+
 typedef struct cli {
     const char *cmd;
     const char *lang, *code, *file, *session, *workspace, *python, *sandbox, *config;
@@ -109,8 +119,10 @@ typedef struct cli {
     size_t code_len; /* bytes of the code read from FILE or stdin */
     int npos;
     char *pos[64];
-    char home[2048];
+    char home[KM_HOME_MAX + 1];
     kmcfg cfg;
+    cli_ticker ticker;
+    char *serve_extra[4]; /* connect_daemon: options for an autostarted daemon */
 } cli;
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -143,17 +155,26 @@ static int fail(int code, const char *msg)
     return code;
 }
 
-static void resolve_home(cli *c)
+/* c->home: the manager's home, made absolute; -1 (said) when it is longer
+ * than KM_HOME_MAX */
+static int resolve_home(cli *c)
 {
-    kmcfg_home(c->home, sizeof c->home);
-    if (c->home[0] != '/') {
-        char cwd[1024];
-        if (getcwd(cwd, sizeof cwd)) {
-            char tmp[2048];
-            snprintf(tmp, sizeof tmp, "%s/%s", cwd, c->home);
-            snprintf(c->home, sizeof c->home, "%s", tmp);
-        }
+    int ok = kmcfg_home(c->home, sizeof c->home) != NULL;
+    if (ok && c->home[0] != '/') {
+        char *cwd = getcwd(NULL, 0);
+        char *abs = cwd ? cm_path_join(cwd, c->home) : NULL;
+        ok = abs && strlen(abs) < sizeof c->home;
+        if (ok)
+            memcpy(c->home, abs, strlen(abs) + 1);
+        free(abs);
+        free(cwd);
     }
+    if (!ok)
+        fprintf(stderr,
+                "kernelmgr: the kernelmgr home (KERNELMGR_HOME, XDG_STATE_HOME or HOME) is "
+                "longer than %d bytes: choose a shorter one\n",
+                KM_HOME_MAX);
+    return ok ? 0 : -1;
 }
 
 /* new (free()): the code of -c, FILE or - (stdin), checked like km_exec
@@ -256,32 +277,24 @@ static void out_flush(void)
     }
 }
 static volatile sig_atomic_t sigint_count;
-static int ticker_on, ticker_shown;
-static double ticker_t0;
-static pthread_t ticker_thread;
-/* ticker_end() wakes the ticker at once (it used to sleep out its 200 ms
- * tick: 200 ms added to every exec); both under ticker_lock */
-static pthread_mutex_t ticker_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t ticker_cond;
-static int ticker_stop;
-static km_manager *run_mgr;
-static const char *run_session;
 /* `run`: the first of SIGTERM, SIGHUP, SIGPIPE (or SIGINT) received: the
  * cell is interrupted, the run tears down and exits with 128 + it */
 static volatile sig_atomic_t run_stop_sig;
-static double run_stop_deadline; /* ticker thread: give up waiting for the cell */
+/* The command running (set by cli_dispatch before it runs one): what a failed
+ * stdout write interrupts (output_failed, called from out_flush). */
+static cli *active_cli;
 
-static void clear_ticker_locked(void)
+static void clear_ticker_locked(cli_ticker *t)
 {
-    if (ticker_shown) {
+    if (t->shown) {
         fputs("\r\033[K", stderr);
-        ticker_shown = 0;
+        t->shown = 0;
     }
 }
 
 static void *ticker_main(void *arg)
 {
-    (void)arg;
+    cli_ticker *t = arg;
     int interrupted = 0;
     for (;;) {
         struct timespec ts;
@@ -291,25 +304,24 @@ static void *ticker_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_mutex_lock(&ticker_lock);
-        while (!ticker_stop && pthread_cond_timedwait(&ticker_cond, &ticker_lock, &ts) == 0) {
+        pthread_mutex_lock(&t->lock);
+        while (!t->stop && pthread_cond_timedwait(&t->cond, &t->lock, &ts) == 0) {
         }
-        int stop = ticker_stop;
-        pthread_mutex_unlock(&ticker_lock);
+        int stop = t->stop;
+        pthread_mutex_unlock(&t->lock);
         if (stop)
             break;
-        if (sigint_count && !interrupted && run_mgr) {
+        if (sigint_count && !interrupted && t->mgr) {
             interrupted = 1;
-            km_interrupt(run_mgr, run_session, NULL);
+            km_interrupt(t->mgr, t->session, NULL);
         }
-        if (run_stop_sig && run_mgr) {
+        if (run_stop_sig && t->mgr) {
             /* again on every tick: a cell that had not started yet when the
              * signal came (a kernel still starting) is interrupted too */
-            km_interrupt(run_mgr, run_session, NULL);
-            if (run_stop_deadline == 0) {
-                run_stop_deadline =
-                    kclient_now() + km_manager_config(run_mgr)->interrupt_grace + 10;
-            } else if (kclient_now() > run_stop_deadline) {
+            km_interrupt(t->mgr, t->session, NULL);
+            if (t->stop_deadline == 0) {
+                t->stop_deadline = kclient_now() + km_manager_config(t->mgr)->interrupt_grace + 10;
+            } else if (kclient_now() > t->stop_deadline) {
                 /* the cell does not end: leave; the kernels' lifeline ends them
                  * and the next manager start removes the session directory */
                 static const char msg[] = "kernelmgr: the cell did not stop; exiting\n";
@@ -318,14 +330,12 @@ static void *ticker_main(void *arg)
                 _exit(128 + run_stop_sig);
             }
         }
-        if (!ticker_on)
-            continue;
-        double el = kclient_now() - ticker_t0;
-        if (el < 2)
-            continue;
         pthread_mutex_lock(&out_lock);
-        fprintf(stderr, "\r\033[K[running %.0f s]", el);
-        ticker_shown = 1;
+        double el = kclient_now() - t->t0;
+        if (t->on && el >= 2) {
+            fprintf(stderr, "\r\033[K[running %.0f s]", el);
+            t->shown = 1;
+        }
         pthread_mutex_unlock(&out_lock);
     }
     return NULL;
@@ -382,7 +392,7 @@ static void on_event(void *ud, const json_t *ev)
     if (!type)
         return;
     pthread_mutex_lock(&out_lock);
-    clear_ticker_locked();
+    clear_ticker_locked(&rc->c->ticker);
     if (!strcmp(type, "stream") && !rc->c->json) {
         const char *name = json_string_value(json_object_get(ev, "name"));
         const char *text = json_string_value(json_object_get(ev, "text"));
@@ -424,41 +434,52 @@ static void on_event(void *ud, const json_t *ev)
             out_flush();
         }
         rc->streamed = 0;
-        ticker_t0 = kclient_now();
+        rc->c->ticker.t0 = kclient_now();
     }
     pthread_mutex_unlock(&out_lock);
 }
 
-static void ticker_start(cli *c)
+/* Starts c's ticker for a command (mgr, session: a `run`'s, else NULL);
+ * ticker_end() stops it. */
+static void ticker_start(cli *c, km_manager *mgr, const char *session)
 {
-    ticker_on = isatty(2) && !c->json;
-    ticker_t0 = kclient_now();
-    ticker_stop = 0;
-    static int cond_ready;
-    if (!cond_ready) {
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&ticker_cond, &ca);
-        pthread_condattr_destroy(&ca);
-        cond_ready = 1;
-    }
+    cli_ticker *t = &c->ticker;
+    pthread_mutex_lock(&out_lock);
+    t->on = isatty(2) && !c->json;
+    t->shown = 0;
+    t->t0 = kclient_now();
+    pthread_mutex_unlock(&out_lock);
+    t->stop = 0;
+    t->mgr = mgr;
+    t->session = session;
+    t->stop_deadline = 0;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->cond, &ca);
+    pthread_condattr_destroy(&ca);
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
-    pthread_create(&ticker_thread, NULL, ticker_main, NULL);
+    pthread_create(&t->thread, NULL, ticker_main, t);
 }
 
-static void ticker_end(void)
+static void ticker_end(cli *c)
 {
-    pthread_mutex_lock(&ticker_lock);
-    ticker_stop = 1;
-    pthread_cond_signal(&ticker_cond);
-    pthread_mutex_unlock(&ticker_lock);
-    pthread_join(ticker_thread, NULL);
+    cli_ticker *t = &c->ticker;
+    pthread_mutex_lock(&t->lock);
+    t->stop = 1;
+    pthread_cond_signal(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+    pthread_join(t->thread, NULL);
+    pthread_cond_destroy(&t->cond);
+    pthread_mutex_destroy(&t->lock);
     pthread_mutex_lock(&out_lock);
-    clear_ticker_locked();
+    clear_ticker_locked(t);
     pthread_mutex_unlock(&out_lock);
+    t->mgr = NULL;
+    t->session = NULL;
 }
 
 /* ---------------------------------------------------------------- commands */
@@ -509,9 +530,7 @@ static int cmd_run(cli *c)
     fill_session_opts(c, &so);
     km_exec_opts eo = {c->lang, c->timeout, c->continue_on_error};
     render_ctx rc = {c, 0, {0, 0}};
-    run_mgr = m;
-    run_session = name;
-    ticker_start(c);
+    ticker_start(c, m, name);
     json_t *res = NULL;
     if (run_stop_sig) {
         err.code = KM_EINTERNAL;
@@ -520,8 +539,7 @@ static int cmd_run(cli *c)
     } else {
         res = km_exec(m, name, &so, &eo, code, on_event, &rc, &err);
     }
-    ticker_end();
-    run_mgr = NULL;
+    ticker_end(c);
     free(code);
     int status;
     if (!res) {
@@ -541,31 +559,29 @@ static int cmd_run(cli *c)
     return sigint_count ? 130 : status;
 }
 
-static char *serve_extra[4];
-
 static int connect_daemon(cli *c, int autostart, km_err *err)
 {
     int k = 0;
     if (c->config) {
-        serve_extra[k++] = "--config";
-        serve_extra[k++] = (char *)c->config;
+        c->serve_extra[k++] = "--config";
+        c->serve_extra[k++] = (char *)c->config;
     }
-    serve_extra[k] = NULL;
-    return daemon_connect(c->home, autostart, serve_extra, err);
+    c->serve_extra[k] = NULL;
+    return daemon_connect(c->home, autostart, c->serve_extra, err);
 }
 
-static cli *cancel_cli;
-
+/* Interrupts the cell of the running command's session through the daemon
+ * (on a connection of its own: the command's waits for the response). */
 static void send_interrupt(void *ud)
 {
     (void)ud;
+    cli *c = active_cli;
     km_err err;
-    int fd = connect_daemon(cancel_cli, 0, &err);
+    int fd = connect_daemon(c, 0, &err);
     if (fd < 0)
         return;
     json_t *rep = NULL;
-    daemon_call(fd, "interrupt", json_pack("{s:s}", "session", cancel_cli->session), NULL, &rep,
-                &err);
+    daemon_call(fd, "interrupt", json_pack("{s:s}", "session", c->session), NULL, &rep, &err);
     json_decref(rep);
     close(fd);
 }
@@ -573,9 +589,10 @@ static void send_interrupt(void *ud)
 /* Nobody reads what the cell prints any more: stop it (like Ctrl-C). */
 static void output_failed(void)
 {
-    if (run_mgr)
-        km_interrupt(run_mgr, run_session, NULL);
-    else if (cancel_cli && cancel_cli->session)
+    cli *c = active_cli;
+    if (c && c->ticker.mgr)
+        km_interrupt(c->ticker.mgr, c->ticker.session, NULL);
+    else if (c && c->session)
         send_interrupt(NULL);
 }
 
@@ -598,7 +615,7 @@ static int call(cli *c, const char *method, json_t *params, int autostart,
         json_decref(params);
         return fail(err.code ? err.code : KM_EDAEMON, err.msg);
     }
-    cancel_cli = c;
+    active_cli = c;
     daemon_callbacks cb = {ev, tick_sigint, send_interrupt, ud};
     int rc = daemon_call(fd, method, params, &cb, reply, &err);
     close(fd);
@@ -674,10 +691,10 @@ static int cmd_exec(cli *c)
     add_session_opts(c, req, ws);
     free(ws);
     render_ctx rc = {c, 0, {0, 0}};
-    ticker_start(c);
+    ticker_start(c, NULL, NULL);
     json_t *rep;
     int st = call(c, "exec", req, 1, on_event, &rc, &rep);
-    ticker_end();
+    ticker_end(c);
     if (st)
         return st;
     print_warnings(rep);
@@ -1052,6 +1069,7 @@ int cli_main(int argc, char **argv)
         return cli_dispatch(argc, argv);
     signal(SIGPIPE, SIG_IGN);
     int st = cli_dispatch(argc, argv);
+    active_cli = NULL; /* it was cli_dispatch's */
     int before = errno;
     errno = 0;
     if ((fflush(stdout) == EOF || ferror(stdout)) && !out_errno)
@@ -1291,7 +1309,9 @@ static int cli_dispatch(int argc, char **argv)
         c.pos[c.npos++] = argv[i];
     }
 
-    resolve_home(&c);
+    if (resolve_home(&c))
+        return KM_EUSAGE;
+    active_cli = &c;
     kmcfg_defaults(&c.cfg);
     char why[1024];
     char cfgpath[4096];

@@ -32,9 +32,8 @@ static double now_s(void)
 
 static char *home_path(void)
 {
-    char buf[4096];
-    kmcfg_home(buf, sizeof buf);
-    return strdup(buf);
+    char buf[KM_HOME_MAX + 1];
+    return kmcfg_home(buf, sizeof buf) ? strdup(buf) : NULL;
 }
 
 static void on_event(void *ud, const json_t *params)
@@ -79,7 +78,8 @@ json_t *mcpd_request(const char *method, json_t *params, mcpd_event_fn ev, mcpd_
         ev, tick, ud, home_path(), json_string_value(json_object_get(params, "session")), now_s()};
     if (!w.home) {
         json_decref(params);
-        snprintf(err, errlen, "out of memory");
+        snprintf(err, errlen, "the kernelmgr home is longer than %d bytes (or out of memory)",
+                 KM_HOME_MAX);
         return NULL;
     }
     json_incref(params); /* w.session borrows from it */

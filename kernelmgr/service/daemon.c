@@ -13,6 +13,7 @@
 #include "kernelmgr/service/rpc.h"
 #include "kernelmgr/engine/wsfile.h"
 #include "kernels/server/kenv.h"
+#include "common/cm_path.h"
 
 #include <sodium.h>
 
@@ -36,13 +37,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-/* Paths are built into fixed PATH_MAX buffers whose overflow is checked
- * where it matters; gcc's truncation guesses are noise here (clang has no
- * such warning). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
 
 #define DAEMON_MAX_LINE (64u << 20)
 
@@ -1380,18 +1374,20 @@ static unsigned default_workers(void)
 
 int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
 {
-    char sock[256], path[4200];
+    char sock[256];
     if (daemon_socket_path(home, sock, sizeof sock, err))
         return KM_EDAEMON;
     mkdir(home, 0700);
     /* one daemon per home: the lock outlives crashes (the kernel drops it) */
-    snprintf(path, sizeof path, "%s/daemon.lock", home);
-    int lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    char *path = cm_path_join(home, "daemon.lock");
+    int lockfd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
     if (lockfd < 0) {
         err->code = KM_EDAEMON;
-        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        snprintf(err->msg, sizeof err->msg, "%s/daemon.lock: %s", home, strerror(errno));
+        free(path);
         return KM_EDAEMON;
     }
+    free(path);
     /* The lock is held by a serving daemon (its socket answers: nothing to
      * do) or by one still stopping its kernels (wait for it, up to 30 s). */
     for (int tries = 0; flock(lockfd, LOCK_EX | LOCK_NB); tries++) {
@@ -1519,8 +1515,8 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
         fprintf(stderr, "kernelmgr: Jupyter gateway at %s (token in %s/http-token)\n",
                 gateway_url(gw), home);
     }
-    snprintf(path, sizeof path, "%s/daemon.pid", home);
-    FILE *pf = fopen(path, "w");
+    char *pidfile = cm_path_join(home, "daemon.pid");
+    FILE *pf = pidfile ? fopen(pidfile, "w") : NULL;
     if (pf) {
         fprintf(pf, "%d\n", (int)getpid());
         fclose(pf);
@@ -1563,8 +1559,9 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
     /* kernels go down with the daemon; workspaces and session.json stay, so
      * the next daemon brings the sessions back with fresh kernels */
     km_manager_destroy(&daemon_mgr);
-    snprintf(path, sizeof path, "%s/daemon.pid", home);
-    unlink(path);
+    if (pidfile)
+        unlink(pidfile);
+    free(pidfile);
     close(lockfd);
     /* workers still running a request die with the process */
     return 0;
