@@ -35,6 +35,11 @@ ALL_LIBS    := $(LIB_MGR) $(KERNEL_LIBS)
 HEADERS  := $(wildcard common/*.h sandbox/*.h protocol/*.h kernels/*/*.h kernelmgr/*/*.h)
 BINS     := $(BUILD)/kernelmgr $(BUILD)/kernel-python $(BUILD)/kernel-bash
 SHARE    := $(patsubst kernels/%,$(BUILD)/share/kernelmgr/%,$(wildcard kernels/python/*.py kernels/bash/*.sh))
+# The Python driver precompiled (checked-hash .pyc in share/.../__pycache__,
+# see PYKERNEL_BOOT in kernels/python/pykernel.h) for each interpreter in
+# PYC_PYTHONS that exists: $(PYTHON) and the python3 on PATH by default.
+PYC_STAMP := $(BUILD)/share/kernelmgr/python/__pycache__/.kernelmgr-pyc
+PYC_PYTHONS ?= $(PYTHON) python3
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -50,7 +55,7 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   jupyter-notebook python3-notebook chromium chromium-driver python3-selenium
 
 .PHONY: all deps test check unit unit-bins e2e demo fuzz bench format lint clean
-all: $(BINS) $(SHARE)
+all: $(BINS) $(SHARE) $(PYC_STAMP)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -75,6 +80,16 @@ $(BUILD)/kernel-bash: $(BUILD)/obj/kernels/bash/main.o $(KERNEL_LIBS)
 $(BUILD)/share/kernelmgr/%: kernels/%
 	@mkdir -p $(dir $@)
 	cp $< $@
+
+# -I: no PYTHONPYCACHEPREFIX or other PYTHON* settings of the builder. Not
+# an error when an interpreter is missing: the driver then compiles at start.
+$(PYC_STAMP): $(BUILD)/share/kernelmgr/python/driver.py
+	@mkdir -p $(dir $@)
+	@for py in $(PYC_PYTHONS); do command -v $$py >/dev/null 2>&1 || continue; \
+	  $$py -I -c 'import py_compile as p, sys; [p.compile(sys.argv[1], optimize=o, doraise=True, \
+	    invalidation_mode=p.PycInvalidationMode.CHECKED_HASH) for o in (0, 1, 2)]' $< || \
+	  echo "note: $$py could not precompile $< (the driver compiles at start)"; done
+	@touch $@
 
 $(BUILD)/tests/%: tests/unit/%.c $(ALL_LIBS) $(HEADERS)
 	@mkdir -p $(dir $@)

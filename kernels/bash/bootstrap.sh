@@ -1,9 +1,10 @@
 # bootstrap.sh — the kernelmgr Bash worker (see kernels/WORKER_PROTOCOL.md).
 #
 # Started by kernel-bash as
-#   bash --noprofile --norc -c 'exec 9>&2 2>/dev/null; exec "$0" --noprofile --norc -i "$1"' BASH bootstrap.sh
-# i.e. an *interactive* shell reading this file, with its startup chatter sent
-# to /dev/null and the real stderr on fd 9. Interactive, because only then does
+#   bash --noprofile --norc -i bootstrap.sh
+# i.e. an *interactive* shell reading this file, with fd 2 on /dev/null for its
+# startup chatter (job control) and the real stderr on fd 5 (the server's
+# quiet_start, backend.h). Interactive, because only then does
 # an expansion error (`${x:?}`, `set -u`) abort the cell instead of the shell.
 #
 # fds: 0 an empty pipe (end-of-file), 1/2 stdout/stderr pipes, 3 requests
@@ -12,7 +13,7 @@
 # Everything the driver defines starts with __km_, except the user-facing
 # functions `read` (routes the kernel's stdin to the client) and `display`.
 
-exec 2>&9 9>&-
+exec 2>&5 5>&-
 builtin set +o history +m +H
 unset HISTFILE MAILCHECK PROMPT_COMMAND TMOUT
 PS1='' PS2='' PS4='+ '

@@ -100,14 +100,14 @@ static int bash_prepare(const char *share_dir, const char *workspace, kworker_sp
     }
     bash_version(bash, version, sizeof version);
     /* An interactive shell (see bootstrap.sh) whose startup messages about
-     * job control go to /dev/null; the real stderr waits on fd 9. */
+     * job control go to /dev/null; the real stderr waits on fd
+     * KSPEC_STDERR_FD (5), which bootstrap.sh moves back to 2. */
+    spec->quiet_start = 1;
     if (kspec_add_arg(spec, bash) < 0 || kspec_add_arg(spec, "--noprofile") < 0 ||
-        kspec_add_arg(spec, "--norc") < 0 || kspec_add_arg(spec, "-c") < 0 ||
-        kspec_add_arg(spec, "exec 9>&2 2>/dev/null; exec \"$0\" --noprofile --norc -i \"$1\"") <
-            0 ||
-        kspec_add_arg(spec, bash) < 0 || kspec_add_arg(spec, boot) < 0 ||
-        kspec_add_ro_path(spec, dir) < 0 || kspec_add_env(spec, "PAGER", "cat") < 0 ||
-        kspec_add_env(spec, "GIT_PAGER", "cat") < 0 || kspec_add_env(spec, "TERM", "dumb") < 0) {
+        kspec_add_arg(spec, "--norc") < 0 || kspec_add_arg(spec, "-i") < 0 ||
+        kspec_add_arg(spec, boot) < 0 || kspec_add_ro_path(spec, dir) < 0 ||
+        kspec_add_env(spec, "PAGER", "cat") < 0 || kspec_add_env(spec, "GIT_PAGER", "cat") < 0 ||
+        kspec_add_env(spec, "TERM", "dumb") < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }

@@ -61,12 +61,16 @@ def _driver_import(name):
                 sys.path.insert(i, p)
 
 
-# The standard-library modules the driver uses, imported now: _setup() puts
-# the workspace first on sys.path afterwards. The functions below still say
-# `import x` where they use x; that finds the module loaded here.
-for _name in ("_thread", "ast", "base64", "builtins", "codeop", "faulthandler", "inspect",
-              "io", "json", "keyword", "linecache", "pprint", "re", "select", "shlex",
-              "signal", "subprocess", "time", "tokenize", "traceback", "types", "uuid",
+# The standard-library modules the driver needs to start and run a first
+# simple cell, imported now: _setup() puts the workspace first on sys.path
+# afterwards. The functions below still say `import x` where they use x;
+# that finds the module loaded here. The others (base64, codeop, inspect,
+# pprint, shlex, subprocess, traceback, uuid: about 8 ms of a start) load
+# on first use through _driver_import, with the workspace hidden. Of ast the
+# driver needs only what the C module _ast has (ast.py loads if user code
+# or IPython wants it).
+for _name in ("_thread", "_ast", "builtins", "faulthandler", "io", "json", "keyword",
+              "linecache", "re", "select", "signal", "time", "tokenize", "types",
               "warnings"):
     try:
         _driver_import(_name)
@@ -353,7 +357,7 @@ def _after_fork_child():
 def _default(o):
     # Last resort for values a formatter returned that json cannot encode.
     if isinstance(o, (bytes, bytearray)):
-        import base64
+        base64 = _driver_import("base64")
 
         return base64.b64encode(bytes(o)).decode("ascii")
     if isinstance(o, (set, frozenset, tuple)):
@@ -577,7 +581,7 @@ def _formatter_failed(obj, method):
 
 def _encode_mime(mime, value):
     if mime in _BINARY_MIME and isinstance(value, (bytes, bytearray)):
-        import base64
+        base64 = _driver_import("base64")
 
         return base64.b64encode(bytes(value)).decode("ascii")
     if mime == "application/json" and isinstance(value, str):
@@ -625,7 +629,7 @@ def _native_pretty(obj):
         mod, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", obj.__name__)
         return name if mod in (None, "builtins", "exceptions") else "%s.%s" % (mod, name)
     if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)):
-        import inspect
+        inspect = _driver_import("inspect")
 
         name = getattr(obj, "__qualname__", None) or obj.__name__
         mod = getattr(obj, "__module__", None)
@@ -653,7 +657,7 @@ def _native_pretty(obj):
     r = repr(obj)
     if len(r) > 79 and type(obj) in (dict, list, tuple, set, frozenset):
         try:
-            import pprint
+            pprint = _driver_import("pprint")
 
             return pprint.pformat(obj, width=79, sort_dicts=False)
         except Exception:
@@ -827,7 +831,7 @@ def _format(obj, include=None, exclude=None):
 
 
 def _new_display_id():
-    import uuid
+    uuid = _driver_import("uuid")
 
     return uuid.uuid4().hex
 
@@ -1431,7 +1435,7 @@ def _magic(line):
     name, _, arg = line.partition(" ")
     arg = arg.strip()
     if name in ("pip", "conda", "uv"):
-        import shlex
+        shlex = _driver_import("shlex")
 
         if name == "pip":
             cmd = "%s -m pip %s" % (shlex.quote(sys.executable), arg)
@@ -1456,7 +1460,7 @@ def _magic(line):
 
 
 def _user_tb_exception(etype, value, tb):
-    import traceback
+    traceback = _driver_import("traceback")
 
     te = traceback.TracebackException(etype, value, tb, compact=True) if sys.version_info >= (
         3,
@@ -1589,7 +1593,7 @@ def _run_script_magic(name, options, body):
     shell process whose output goes straight to the cell's stdout/stderr; a
     non-zero exit status raises CalledProcessError (unless
     --no-raise-error)."""
-    import subprocess
+    subprocess = _driver_import("subprocess")
 
     raise_error = True
     for o in options:
@@ -1637,7 +1641,7 @@ def _transform_ipython(code, magic, error):
 
 def _run_code(code, count):
     """Compiles and runs one cell; exceptions propagate to the caller."""
-    import ast
+    import _ast as ast
 
     raw = code
     filename = _cell_filename(count)
@@ -1676,7 +1680,7 @@ def _run_code(code, count):
 
 
 def _run_tree(tree, code, filename, flags):
-    import ast
+    import _ast as ast
 
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_with_semicolon(code):
@@ -2005,7 +2009,7 @@ def _resolve(name):
 
 
 def _inspect_text(name, obj, detail):
-    import inspect
+    inspect = _driver_import("inspect")
 
     lines = []
     try:
@@ -2110,7 +2114,7 @@ def _is_complete_reply(code):
 
 
 def _is_complete_python(code):
-    import codeop
+    codeop = _driver_import("codeop")
 
     ev = {"type": "is_complete_reply", "status": "complete"}
     lines = code.split("\n")

@@ -142,8 +142,12 @@ int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const c
      * events, fd-level writers (os.system, subprocesses) and every 50 ms
      * (driver.py, "output buffering"); an unbuffered stdout costs one
      * write() per print. No -I/-E/-s: PYTHONPATH and the user site are
-     * honoured as in any Python, and a venv's pyvenv.cfg applies either way. */
-    if (kspec_add_arg(spec, exe) < 0 || kspec_add_arg(spec, driver_real) < 0)
+     * honoured as in any Python, and a venv's pyvenv.cfg applies either way.
+     * The driver runs as __main__ through PYKERNEL_BOOT (pykernel.h), which
+     * uses its precompiled code when valid instead of compiling it on every
+     * start as `python driver.py` would. */
+    if (kspec_add_arg(spec, exe) < 0 || kspec_add_arg(spec, "-c") < 0 ||
+        kspec_add_arg(spec, PYKERNEL_BOOT) < 0 || kspec_add_arg(spec, driver_real) < 0)
         goto oom;
 
     /* User code that runs `python3`, `pip` or a console script of the venv

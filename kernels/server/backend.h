@@ -26,7 +26,14 @@ typedef struct kworker_spec {
     json_t *kernel_info;              /* owned: object merged into kernel_info_reply
                                          content: language_info, implementation,
                                          implementation_version, banner, help_links */
+    int quiet_start;                  /* 1: the worker starts with fd 2 on /dev/null
+                                         and its stderr pipe on fd KSPEC_STDERR_FD,
+                                         and moves it back itself once its start-up
+                                         chatter is over (bash -i); 0: fd 2 */
 } kworker_spec;
+
+/* Where a quiet_start worker finds its stderr pipe. */
+#define KSPEC_STDERR_FD 5
 
 /* Frees every owned member and zeroes the spec. NULL-safe. */
 void kspec_clear(kworker_spec *spec);

@@ -107,7 +107,7 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
                        size_t errlen)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, req[2] = {-1, -1},
-        evt[2] = {-1, -1};
+        evt[2] = {-1, -1}, devnull = -1;
     char **env = NULL;
     kworker *w = calloc(1, sizeof *w);
     if (!w) {
@@ -139,8 +139,20 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
     }
     sandbox_config c = *cfg;
     c.ro_paths = (const char *const *)spec->ro_paths;
-    int child_fds[5] = {in[0], out[1], errp[1], req[0], evt[1]};
-    w->sb = sandbox_spawn(&c, spec->argv, env, child_fds, 5, err, errlen);
+    int child_fds[KSPEC_STDERR_FD + 1] = {in[0], out[1], errp[1], req[0], evt[1], errp[1]};
+    int nfds = 5;
+    if (spec->quiet_start) {
+        /* Saves the worker a shell whose only job is to move stderr aside. */
+        devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (devnull < 0) {
+            snprintf(err, errlen, "open /dev/null: %s", strerror(errno));
+            goto fail;
+        }
+        child_fds[2] = devnull;
+        nfds = KSPEC_STDERR_FD + 1;
+    }
+    w->sb = sandbox_spawn(&c, spec->argv, env, child_fds, nfds, err, errlen);
+    close_fd(&devnull);
     if (!w->sb)
         goto fail;
     w->pid = sandbox_pid(w->sb);
@@ -160,8 +172,8 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
     return w;
 fail:
     free_env(env);
-    int *all[] = {&in[0],   &in[1],  &out[0], &out[1], &errp[0],
-                  &errp[1], &req[0], &req[1], &evt[0], &evt[1]};
+    int *all[] = {&in[0],  &in[1],  &out[0], &out[1], &errp[0], &errp[1],
+                  &req[0], &req[1], &evt[0], &evt[1], &devnull};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         close_fd(all[i]);
     free(w);

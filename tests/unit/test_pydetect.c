@@ -375,9 +375,12 @@ static void test_fill_spec(void **state)
     assert_int_equal(pykernel_fill_spec(&info, share, ws, &spec, err, sizeof err), 0);
     snprintf(driver, sizeof driver, "%s/python/driver.py", share);
     assert_string_equal(spec.argv[0], "/usr/bin/python3");
-    /* no -u: the driver buffers stdout itself (driver.py, output buffering) */
-    assert_string_equal(spec.argv[1], driver);
-    assert_null(spec.argv[2]);
+    /* no -u: the driver buffers stdout itself (driver.py, output buffering);
+     * run through the boot program that uses its precompiled code (pykernel.h) */
+    assert_string_equal(spec.argv[1], "-c");
+    assert_string_equal(spec.argv[2], PYKERNEL_BOOT);
+    assert_string_equal(spec.argv[3], driver);
+    assert_null(spec.argv[4]);
     /* the interpreter's directory first, then the fixed sandbox PATH, never the host's */
     assert_string_equal(spec.env[0], "PATH=/usr/bin:/usr/local/bin:/usr/bin:/bin");
     /* /usr is bound by the sandbox anyway: only the driver's directory. */
