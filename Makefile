@@ -1,7 +1,7 @@
 # kernelmgr — build, test, demo. See README.md.
 #
 #   make deps    install missing Debian packages (root; apt-get update first)
-#   make         build/kernelmgr, build/kernel-python, build/kernel-bash
+#   make         build/kernelmgr, build/kernelmgr-gateway, build/kernel-python, build/kernel-bash
 #   make test    deps + build + every test, ends with one summary line
 #   make check   fast tier: build, unit tests (no valgrind) and a smoke e2e (< 1 min)
 #   make demo    deps + build + run examples/quickstart.md
@@ -22,7 +22,11 @@ LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 # order (higher layers first) enforces the dependency direction: a lower
 # layer that used a higher one's symbol would not link. The kernels do not
 # link the manager at all.
-LAYER_SRC = $(filter-out %/main.c,$(wildcard $(1)))
+LAYER_SRC = $(filter-out %/main.c $(GW_SRC),$(wildcard $(1)))
+# The gateway (libwebsockets) and its stand-in are linked into the binaries
+# directly: kernelmgr has gateway_none.c, kernelmgr-gateway has gateway.c
+# (gateway.h, "Two binaries"), so `kernelmgr exec` never loads libwebsockets.
+GW_SRC   := kernelmgr/frontends/gateway.c kernelmgr/frontends/gateway_none.c
 LIB_SRC  := $(call LAYER_SRC,common/*.c sandbox/*.c protocol/*.c kernels/*/*.c kernelmgr/*/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_COMMON := $(BUILD)/libcommon.a
@@ -33,7 +37,7 @@ LIB_MGR    := $(BUILD)/libkm.a
 KERNEL_LIBS := $(LIB_KERN) $(LIB_PROTO) $(LIB_SBX) $(LIB_COMMON)
 ALL_LIBS    := $(LIB_MGR) $(KERNEL_LIBS)
 HEADERS  := $(wildcard common/*.h sandbox/*.h protocol/*.h kernels/*/*.h kernelmgr/*/*.h)
-BINS     := $(BUILD)/kernelmgr $(BUILD)/kernel-python $(BUILD)/kernel-bash
+BINS     := $(BUILD)/kernelmgr $(BUILD)/kernelmgr-gateway $(BUILD)/kernel-python $(BUILD)/kernel-bash
 SHARE    := $(patsubst kernels/%,$(BUILD)/share/kernelmgr/%,$(wildcard kernels/python/*.py kernels/bash/*.sh))
 # The Python driver precompiled (checked-hash .pyc in share/.../__pycache__,
 # see PYKERNEL_BOOT in kernels/python/pykernel.h) for each interpreter in
@@ -70,7 +74,9 @@ $(ALL_LIBS):
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/kernelmgr: $(BUILD)/obj/kernelmgr/main.o $(ALL_LIBS)
+$(BUILD)/kernelmgr: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/obj/kernelmgr/frontends/gateway_none.o $(ALL_LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ -Wl,--as-needed $(LDLIBS)
+$(BUILD)/kernelmgr-gateway: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/obj/kernelmgr/frontends/gateway.o $(ALL_LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/kernel-python: $(BUILD)/obj/kernels/python/main.o $(KERNEL_LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)

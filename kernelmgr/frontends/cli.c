@@ -123,6 +123,8 @@ typedef struct cli {
     kmcfg cfg;
     cli_ticker ticker;
     char *serve_extra[4]; /* connect_daemon: options for an autostarted daemon */
+    int argc;             /* the command line (borrowed), for exec_gateway_binary */
+    char **argv;
 } cli;
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -911,6 +913,34 @@ static int cmd_install(cli *c)
     return 0;
 }
 
+/* `serve` with an HTTP address: this binary has no gateway (gateway.h, "Two
+ * binaries"), so the same command continues in kernelmgr-gateway beside it,
+ * in this process. Returns only on failure. */
+static int exec_gateway_binary(cli *c)
+{
+    char dir[4096];
+    if (klaunch_self_dir(dir, sizeof dir))
+        return fail(KM_EINTERNAL, "cannot find the kernelmgr binary's directory");
+    char *bin = cm_path_join(dir, "kernelmgr-gateway");
+    char **av = calloc((size_t)c->argc + 1, sizeof *av);
+    if (!bin || !av) {
+        free(bin);
+        free(av);
+        return fail(KM_EINTERNAL, "out of memory");
+    }
+    av[0] = bin;
+    for (int i = 1; i < c->argc; i++)
+        av[i] = c->argv[i];
+    fflush(NULL);
+    execv(bin, av);
+    char why[4200];
+    snprintf(why, sizeof why, "serving HTTP needs %s (built beside kernelmgr by make): %s", bin,
+             strerror(errno));
+    free(bin);
+    free(av);
+    return fail(KM_EINTERNAL, why);
+}
+
 static int cmd_serve(cli *c)
 {
     if (c->stop) {
@@ -950,6 +980,8 @@ static int cmd_serve(cli *c)
             return fail(KM_EUSAGE, why);
         if ((c->cfg.http_tls_cert[0] != 0) != (c->cfg.http_tls_key[0] != 0))
             return fail(KM_EUSAGE, "TLS needs both --tls-cert and --tls-key");
+        if (!gateway_built_in())
+            return exec_gateway_binary(c);
     }
     km_err err = {0, ""};
     int st = daemon_serve(c->home, &c->cfg, &err);
@@ -1135,6 +1167,8 @@ static int cli_dispatch(int argc, char **argv)
         return 0;
     }
     c.cmd = argv[1];
+    c.argc = argc;
+    c.argv = argv;
     if (!strcmp(c.cmd, "mcp")) {
         return mcp_main(argc - 1, argv + 1);
     }

@@ -1278,49 +1278,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 /* ---------------------------------------------------------------- start/stop */
 
-static int parse_listen(const char *listen, char *addr, size_t alen, int *port, char *err,
-                        size_t errlen)
+int gateway_built_in(void)
 {
-    const char *colon = strrchr(listen, ':');
-    const char *ps = colon ? colon + 1 : listen;
-    char *end;
-    errno = 0;
-    long p = strtol(ps, &end, 10);
-    if (!*ps || *end || errno || p < 0 || p > 65535)
-        return gw_err(err, errlen, "invalid HTTP listen address \"%s\": expected [ADDR:]PORT",
-                      listen);
-    *port = (int)p;
-    if (colon) {
-        size_t n = (size_t)(colon - listen);
-        if (n >= alen || n == 0)
-            return gw_err(err, errlen, "invalid address in \"%s\"", listen);
-        memcpy(addr, listen, n);
-        addr[n] = 0;
-    } else {
-        snprintf(addr, alen, "127.0.0.1");
-    }
-    struct in_addr a4;
-    if (inet_pton(AF_INET, addr, &a4) != 1)
-        return gw_err(err, errlen, "HTTP address \"%s\" is not an IPv4 address", addr);
-    return 0;
-}
-
-int gateway_listen_valid(const char *listen, int tls, int insecure, char *err, size_t errlen)
-{
-    char addr[64];
-    int port;
-    if (parse_listen(listen, addr, sizeof addr, &port, err, errlen))
-        return -1;
-    struct in_addr a4;
-    inet_pton(AF_INET, addr, &a4);
-    int loopback = (ntohl(a4.s_addr) >> 24) == 127;
-    if (!loopback && !tls && !insecure)
-        return gw_err(err, errlen,
-                      "refusing to serve HTTP on %s without TLS: it is not a loopback address "
-                      "(give --tls-cert and --tls-key, or --insecure to accept that the token "
-                      "and the code travel in clear)",
-                      addr);
-    return 0;
+    return 1;
 }
 
 /* The token: given, or read from / generated into HOME/http-token (0600). */
@@ -1462,7 +1422,7 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
     g->listen_addr = calloc(1, 64);
     g->o.listen = g->o.token = g->o.tls_cert = g->o.tls_key = g->o.origin = NULL;
     if (!g->home || !g->listen_addr ||
-        parse_listen(o->listen, g->listen_addr, 64, &g->port, err, errlen))
+        gw_parse_listen(o->listen, g->listen_addr, 64, &g->port, err, errlen))
         goto fail;
     g->token = load_token(g->home, o->token, err, errlen);
     if (!g->token)

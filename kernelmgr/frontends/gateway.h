@@ -77,7 +77,20 @@ void gateway_stop(gateway **g);
 const char *gateway_url(const gateway *g);
 int gateway_port(const gateway *g);
 
-/* Checks a listen address without binding: 0, or -1 with a reason. */
+/* Checks a listen address without binding: 0, or -1 with a reason
+ * (gwlisten.c). */
 int gateway_listen_valid(const char *listen, int tls, int insecure, char *err, size_t errlen);
+
+/* "[ADDR:]PORT" into addr (alen bytes; default 127.0.0.1, IPv4 only) and
+ * *port: 0, or -1 with a reason (gwlisten.c). */
+int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, char *err,
+                    size_t errlen);
+
+/* Two binaries: libwebsockets and the OpenSSL it loads would cost every
+ * `kernelmgr exec` ~1.5 ms of dynamic loading, so the `kernelmgr` binary is
+ * built without gateway.c (gateway_none.c stands in) and `serve` with an
+ * HTTP address execs kernelmgr-gateway beside it: the same program with the
+ * gateway linked. 1 in the binary that has it. */
+int gateway_built_in(void);
 
 #endif

@@ -623,3 +623,39 @@ def test_websocket_follows_a_restart_made_by_the_agent(gw):
     finally:
         ws.close()
     agent_works(gw, "x = 41; print(x + 1)")
+
+
+def test_two_binaries_exec_never_loads_the_gateway(gw):
+    """`kernelmgr` (what every `exec` runs) is built without libwebsockets
+    and OpenSSL; the daemon serving HTTP is kernelmgr-gateway, which the
+    `serve` command became (same process, exec'd)."""
+    libs = subprocess.run(["ldd", mgrutil.KM], capture_output=True, text=True,
+                          check=True).stdout
+    for lib in ("libwebsockets", "libssl", "libcrypto"):
+        assert lib not in libs, libs
+    pid = gw.m.daemon_pid()
+    assert pid
+    exe = os.readlink(f"/proc/{pid}/exe")
+    assert os.path.basename(exe) == "kernelmgr-gateway", exe
+    assert os.path.dirname(exe) == os.path.dirname(os.path.realpath(mgrutil.KM))
+    # the agent's session works through the CLI after all that
+    rc, res, p = gw.m.exec("agent", "print(x + 1)")
+    assert rc == 0 and res[-1]["stdout"] == "42\n", (p.stderr, res)
+
+
+def test_serve_http_without_the_gateway_binary_says_so(tmp_path):
+    """A kernelmgr copied somewhere without kernelmgr-gateway beside it:
+    `serve --http` fails at once, naming the missing binary."""
+    km = tmp_path / "kernelmgr"
+    shutil.copy2(mgrutil.KM, km)
+    home = tempfile.mkdtemp(prefix="kmg", dir="/tmp")
+    try:
+        p = subprocess.run([str(km), "serve", "--http", "127.0.0.1:0"], capture_output=True,
+                           text=True, timeout=60,
+                           env=dict(os.environ, KERNELMGR_HOME=home))
+        assert p.returncode != 0
+        assert f"serving HTTP needs {tmp_path}/kernelmgr-gateway" in p.stderr, p.stderr
+        assert "No such file or directory" in p.stderr, p.stderr
+        assert not os.path.exists(os.path.join(home, "kernelmgr.sock"))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,69 @@
+/*
+ * gwlisten.c — the gateway's listen address, parsed and checked without
+ * libwebsockets: the CLI validates `serve --http` with it in the binary
+ * that has no gateway (gateway.h, "Two binaries").
+ */
+#include "kernelmgr/frontends/gateway.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int gw_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int gw_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, char *err,
+                    size_t errlen)
+{
+    const char *colon = strrchr(listen, ':');
+    const char *ps = colon ? colon + 1 : listen;
+    char *end;
+    errno = 0;
+    long p = strtol(ps, &end, 10);
+    if (!*ps || *end || errno || p < 0 || p > 65535)
+        return gw_err(err, errlen, "invalid HTTP listen address \"%s\": expected [ADDR:]PORT",
+                      listen);
+    *port = (int)p;
+    if (colon) {
+        size_t n = (size_t)(colon - listen);
+        if (n >= alen || n == 0)
+            return gw_err(err, errlen, "invalid address in \"%s\"", listen);
+        memcpy(addr, listen, n);
+        addr[n] = 0;
+    } else {
+        snprintf(addr, alen, "127.0.0.1");
+    }
+    struct in_addr a4;
+    if (inet_pton(AF_INET, addr, &a4) != 1)
+        return gw_err(err, errlen, "HTTP address \"%s\" is not an IPv4 address", addr);
+    return 0;
+}
+
+int gateway_listen_valid(const char *listen, int tls, int insecure, char *err, size_t errlen)
+{
+    char addr[64];
+    int port;
+    if (gw_parse_listen(listen, addr, sizeof addr, &port, err, errlen))
+        return -1;
+    struct in_addr a4;
+    inet_pton(AF_INET, addr, &a4);
+    int loopback = (ntohl(a4.s_addr) >> 24) == 127;
+    if (!loopback && !tls && !insecure)
+        return gw_err(err, errlen,
+                      "refusing to serve HTTP on %s without TLS: it is not a loopback address "
+                      "(give --tls-cert and --tls-key, or --insecure to accept that the token "
+                      "and the code travel in clear)",
+                      addr);
+    return 0;
+}
