@@ -412,14 +412,15 @@ _rtt_state = {"err": None, "built": False}
 
 def rtt_client():
     """Builds build/bench/rtt_client from tests/bench/rtt_client.c and the
-    protocol sources (only protocol/ is needed, so a half-built manager does
-    not matter). Returns its path or raises Skip."""
+    protocol and common sources (only those layers are needed, so a
+    half-built manager does not matter). Returns its path or raises Skip."""
     if _rtt_state["built"]:
         return str(RTT_BIN)
     if _rtt_state["err"]:
         raise Skip(_rtt_state["err"])
     src = ROOT / "tests" / "bench" / "rtt_client.c"
-    proto = sorted(str(p) for p in (ROOT / "protocol").glob("*.c"))
+    # protocol/ and the common/ helpers it uses (the layer below it)
+    proto = sorted(str(p) for d in ("protocol", "common") for p in (ROOT / d).glob("*.c"))
     try:
         flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libzmq", "libsodium",
                                 "jansson"], capture_output=True, text=True, check=True,
