@@ -533,42 +533,42 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp, double t0)
 /* How the execution ended: the status, and (reason, for a kernel that must
  * be restarted or a timeout) why; sets out->need_restart and the error
  * where the kernel gave none. */
-static const char *exec_status(exec_state *x, kproc *kp, int unsendable, int sent, char *reason,
-                               size_t rsize)
+static result_status exec_status(exec_state *x, kproc *kp, int unsendable, int sent, char *reason,
+                                 size_t rsize)
 {
     codeexec_outcome *out = x->out;
-    const char *status = "ok";
+    result_status status = RESULT_OK;
     if (unsendable) {
-        status = "error";
+        status = RESULT_ERROR;
         x->error = result_error("InvalidCode", "the code is not valid UTF-8 text", NULL);
     } else if (!sent) {
-        status = "killed";
+        status = RESULT_KILLED;
         out->need_restart = 1;
         snprintf(reason, rsize, "could not send the request to the kernel");
     } else if (x->died || (!x->reply && !klaunch_alive(kp))) {
         char how[128];
-        status = "killed";
+        status = RESULT_KILLED;
         out->need_restart = 1;
         snprintf(reason, rsize, "kernel died during execution (%s)",
                  klaunch_describe_exit(kp, how, sizeof how));
     } else if (x->stuck) {
-        status = "killed";
+        status = RESULT_KILLED;
         out->need_restart = 1;
         snprintf(reason, rsize,
                  "%s; the kernel did not stop within %.0f s of the interrupt and was killed",
                  x->timed_out ? "timeout" : "interrupted", x->p->grace);
     } else if (x->timed_out) {
-        status = out->state_lost ? "killed" : "timeout";
+        status = out->state_lost ? RESULT_KILLED : RESULT_TIMEOUT;
         snprintf(reason, rsize, "timeout after %.1f s; %.400s", x->p->timeout,
                  out->state_lost ? out->reason : "interrupted, state preserved");
     } else if (x->reply) {
         const char *st = json_string_value(json_object_get(x->reply, "status"));
         if (out->state_lost)
-            status = "killed";
+            status = RESULT_KILLED;
         else if (st && !strcmp(st, "ok"))
-            status = "ok";
+            status = RESULT_OK;
         else
-            status = "error";
+            status = RESULT_ERROR;
         if (st && !strcmp(st, "error") && json_is_null(x->error)) {
             const char *en = json_string_value(json_object_get(x->reply, "ename"));
             const char *ev = json_string_value(json_object_get(x->reply, "evalue"));
@@ -582,29 +582,22 @@ static const char *exec_status(exec_state *x, kproc *kp, int unsendable, int sen
 
 /* Puts the status into the result: status, exit_code, the error a timeout
  * or a kill implies, the notebook's error output, the execution count. */
-static void exec_set_status(exec_state *x, const char *status, const char *reason)
+static void exec_set_status(exec_state *x, result_status status, const char *reason)
 {
     codeexec_outcome *out = x->out;
     json_t *r = x->r;
     if (out->need_restart && !out->reason[0])
         snprintf(out->reason, sizeof out->reason, "%s", reason);
-    json_object_set_new(r, "status", json_string(status));
-    json_t *ecv = json_object_get(r, "exit_code");
-    if (!strcmp(status, "timeout"))
-        json_object_set_new(r, "exit_code", json_integer(124));
-    else if (!strcmp(status, "killed"))
-        json_object_set_new(r, "exit_code", json_integer(137));
-    else if (!strcmp(status, "error") && json_integer_value(ecv) == 0)
-        json_object_set_new(r, "exit_code", json_integer(1));
-    if (!strcmp(status, "killed") && json_is_null(x->error))
+    result_set_status(r, status);
+    if (status == RESULT_KILLED && json_is_null(x->error))
         x->error = result_error("KernelKilled", out->reason[0] ? out->reason : reason, NULL);
-    if (!strcmp(status, "timeout") && json_is_null(x->error))
+    if (status == RESULT_TIMEOUT && json_is_null(x->error))
         x->error = result_error("Timeout", reason, NULL);
-    if (!strcmp(status, "timeout") || !strcmp(status, "killed")) {
+    if (status == RESULT_TIMEOUT || status == RESULT_KILLED) {
         /* say it even when the kernel reported a KeyboardInterrupt */
         json_object_set_new(x->error, "timeout", json_boolean(x->timed_out));
     }
-    if (strcmp(status, "ok") && json_is_object(x->error) && !nb_has_error(out->nb_outputs))
+    if (status != RESULT_OK && json_is_object(x->error) && !nb_has_error(out->nb_outputs))
         /* the history (and an exported notebook) says how the cell ended */
         json_array_append_new(
             out->nb_outputs,
@@ -731,7 +724,7 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
         exec_wait(&x, kc, kp, t0);
 
     char reason[512] = "";
-    const char *status = exec_status(&x, kp, unsendable, sent, reason, sizeof reason);
+    result_status status = exec_status(&x, kp, unsendable, sent, reason, sizeof reason);
     exec_set_status(&x, status, reason);
     exec_set_outputs(&x);
     exec_set_files(r, p, &before);

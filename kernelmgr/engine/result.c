@@ -28,13 +28,49 @@ void result_set_kernel(json_t *r, int restarted, int state_preserved, const char
                                   reason && *reason ? json_string(reason) : json_null()));
 }
 
-void result_set_failure(json_t *r, const char *status, const char *name, const char *value)
+const char *result_status_name(result_status s)
 {
-    json_object_set_new(r, "status", json_string(status));
-    json_object_set_new(r, "exit_code",
-                        json_integer(status && !strcmp(status, "killed")    ? 137
-                                     : status && !strcmp(status, "timeout") ? 124
-                                                                            : 1));
+    switch (s) {
+    case RESULT_OK:
+        return "ok";
+    case RESULT_ERROR:
+        return "error";
+    case RESULT_TIMEOUT:
+        return "timeout";
+    case RESULT_KILLED:
+        return "killed";
+    }
+    return "error";
+}
+
+int result_status_exit_code(result_status s)
+{
+    switch (s) {
+    case RESULT_OK:
+        return 0;
+    case RESULT_TIMEOUT:
+        return 124;
+    case RESULT_KILLED:
+        return 137;
+    case RESULT_ERROR:
+        break;
+    }
+    return 1;
+}
+
+void result_set_status(json_t *r, result_status s)
+{
+    json_object_set_new(r, "status", json_string(result_status_name(s)));
+    json_t *ec = json_object_get(r, "exit_code");
+    if (s == RESULT_TIMEOUT || s == RESULT_KILLED ||
+        (s == RESULT_ERROR && json_integer_value(ec) == 0))
+        json_object_set_new(r, "exit_code", json_integer(result_status_exit_code(s)));
+}
+
+void result_set_failure(json_t *r, result_status status, const char *name, const char *value)
+{
+    json_object_set_new(r, "status", json_string(result_status_name(status)));
+    json_object_set_new(r, "exit_code", json_integer(result_status_exit_code(status)));
     json_t *tb = json_array();
     json_array_append_new(tb, json_string(value ? value : ""));
     json_object_set_new(r, "error", result_error(name, value, tb));

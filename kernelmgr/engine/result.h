@@ -28,6 +28,24 @@
 #include <jansson.h>
 #include <stdio.h>
 
+/* How a block ended: the result's "status". */
+typedef enum result_status {
+    RESULT_OK,      /* "ok" */
+    RESULT_ERROR,   /* "error": the code raised / failed, or the manager refused it */
+    RESULT_TIMEOUT, /* "timeout": interrupted at its timeout, state preserved */
+    RESULT_KILLED,  /* "killed": its kernel died or was killed; state lost */
+} result_status;
+
+/* "ok", "error", "timeout", "killed" */
+const char *result_status_name(result_status s);
+
+/* The exit code a status implies: 124 timeout, 137 killed, 1 error, 0 ok. */
+int result_status_exit_code(result_status s);
+
+/* Sets r's "status" and, unless ok, its "exit_code" (an error keeps a
+ * non-zero exit code the kernel reported). */
+void result_set_status(json_t *r, result_status s);
+
 /* new: a result with every member at its neutral value (status "ok"). */
 json_t *result_new(const char *session, const char *language);
 
@@ -45,9 +63,9 @@ json_t *result_error(const char *name, const char *value, json_t *traceback);
  * "value_omitted_bytes" (integer)); else 0 with what is wrong in why. */
 int result_error_valid(const json_t *e, char *why, size_t whylen);
 
-/* Sets status and error {name, value, traceback: [value]} (a manager-side
- * failure such as a kernel that would not start). */
-void result_set_failure(json_t *r, const char *status, const char *name, const char *value);
+/* Sets status, its exit code and error {name, value, traceback: [value]} (a
+ * manager-side failure such as a kernel that would not start). */
+void result_set_failure(json_t *r, result_status status, const char *name, const char *value);
 
 /* 1 when the block counts as failed (status other than "ok"). */
 int result_failed(const json_t *r);

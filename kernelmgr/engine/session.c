@@ -612,19 +612,19 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         json_t *r = NULL;
         if (s->gone) {
             r = result_new(name, lname);
-            result_set_failure(r, "error", "SessionClosed", "the session was closed");
+            result_set_failure(r, RESULT_ERROR, "SessionClosed", "the session was closed");
         } else if (!m->cfg.allow[b->lang]) {
             r = result_new(name, lname);
             char msg[256];
             snprintf(msg, sizeof msg,
                      "language \"%s\" is not allowed by the configuration (\"languages\")", lname);
-            result_set_failure(r, "error", "LanguageNotAllowed", msg);
+            result_set_failure(r, RESULT_ERROR, "LanguageNotAllowed", msg);
         } else {
             int restarted = 0;
             char reason[512] = "", why[1024] = "";
             if (slot_ensure(m, s, b->lang, &restarted, reason, sizeof reason, why, sizeof why)) {
                 r = result_new(name, lname);
-                result_set_failure(r, "error", "KernelStartError", why);
+                result_set_failure(r, RESULT_ERROR, "KernelStartError", why);
             } else {
                 kslot *k = &s->k[b->lang];
                 char tag[64];

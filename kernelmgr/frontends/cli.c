@@ -1089,6 +1089,50 @@ enum {
 
 static int cli_dispatch(int argc, char **argv);
 
+/* run / exec: the code from -c, a FILE or - (stdin) */
+static int cmd_code(cli *c)
+{
+    if (c->npos > 1)
+        return usage_error("%s takes one FILE (or - for stdin)", c->cmd);
+    if (c->npos == 1 && c->code)
+        return usage_error("give either -c CODE or a FILE, not both");
+    if (c->npos == 1)
+        c->file = c->pos[0];
+    return !strcmp(c->cmd, "run") ? cmd_run(c) : cmd_exec(c);
+}
+
+static int cmd_mcp(cli *c)
+{
+    return mcp_main(c->argc - 1, c->argv + 1);
+}
+
+/* The commands: one entry each. A command either runs a function or is one
+ * daemon request of the same shape (cmd_simple, with its API method);
+ * own_args: it parses its own options (before any of ours). */
+typedef struct cli_command {
+    const char *name;
+    int (*run)(cli *c);
+    const char *method;
+    int own_args;
+} cli_command;
+
+static const cli_command cli_commands[] = {
+    {"run", cmd_code, NULL, 0},
+    {"exec", cmd_code, NULL, 0},
+    {"sessions", NULL, "sessions", 0},
+    {"close", NULL, "close", 0},
+    {"interrupt", NULL, "interrupt", 0},
+    {"restart", NULL, "restart", 0},
+    {"files", NULL, "files", 0},
+    {"export", NULL, "export", 0},
+    {"connection-file", NULL, "connection_file", 0},
+    {"serve", cmd_serve, NULL, 0},
+    {"doctor", cmd_doctor, NULL, 0},
+    {"kernelspec", cmd_kernelspec, NULL, 0},
+    {"install", cmd_install, NULL, 0},
+    {"mcp", cmd_mcp, NULL, 1},
+};
+
 /* Every command's output is checked: a write error on stdout (a closed pipe,
  * a full disk, EIO) is said on stderr and gives KM_EOUTPUT, never exit 0.
  * SIGPIPE is ignored so that a closed pipe is an EPIPE we report (`run`
@@ -1169,19 +1213,14 @@ static int cli_dispatch(int argc, char **argv)
     c.cmd = argv[1];
     c.argc = argc;
     c.argv = argv;
-    if (!strcmp(c.cmd, "mcp")) {
-        return mcp_main(argc - 1, argv + 1);
-    }
-    static const char *cmds[] = {
-        "run",     "exec",   "sessions",        "close", "interrupt", "restart",
-        "files",   "export", "connection-file", "serve", "doctor",    "kernelspec",
-        "install", NULL};
-    int known = 0;
-    for (int i = 0; cmds[i]; i++)
-        if (!strcmp(cmds[i], c.cmd))
-            known = 1;
-    if (!known)
+    const cli_command *command = NULL;
+    for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++)
+        if (!strcmp(cli_commands[i].name, c.cmd))
+            command = &cli_commands[i];
+    if (!command)
         return usage_error("unknown command \"%s\"", c.cmd);
+    if (command->own_args)
+        return command->run(&c);
 
     optind = 2;
     opterr = 0;
@@ -1376,38 +1415,5 @@ static int cli_dispatch(int argc, char **argv)
     if (c.sandbox)
         snprintf(c.cfg.sandbox, sizeof c.cfg.sandbox, "%s", c.sandbox);
 
-    if (!strcmp(c.cmd, "run") || !strcmp(c.cmd, "exec")) {
-        if (c.npos > 1)
-            return usage_error("%s takes one FILE (or - for stdin)", c.cmd);
-        if (c.npos == 1 && c.code)
-            return usage_error("give either -c CODE or a FILE, not both");
-        if (c.npos == 1)
-            c.file = c.pos[0];
-        if (!strcmp(c.cmd, "run"))
-            return cmd_run(&c);
-        return cmd_exec(&c);
-    }
-    if (!strcmp(c.cmd, "sessions"))
-        return cmd_simple(&c, "sessions");
-    if (!strcmp(c.cmd, "close"))
-        return cmd_simple(&c, "close");
-    if (!strcmp(c.cmd, "interrupt"))
-        return cmd_simple(&c, "interrupt");
-    if (!strcmp(c.cmd, "restart"))
-        return cmd_simple(&c, "restart");
-    if (!strcmp(c.cmd, "files"))
-        return cmd_simple(&c, "files");
-    if (!strcmp(c.cmd, "export"))
-        return cmd_simple(&c, "export");
-    if (!strcmp(c.cmd, "connection-file"))
-        return cmd_simple(&c, "connection_file");
-    if (!strcmp(c.cmd, "serve"))
-        return cmd_serve(&c);
-    if (!strcmp(c.cmd, "doctor"))
-        return cmd_doctor(&c);
-    if (!strcmp(c.cmd, "kernelspec"))
-        return cmd_kernelspec(&c);
-    if (!strcmp(c.cmd, "install"))
-        return cmd_install(&c);
-    return usage_error("unknown command \"%s\"", c.cmd);
+    return command->run ? command->run(&c) : cmd_simple(&c, command->method);
 }

@@ -47,28 +47,60 @@ static void new_result_has_every_member(void **state)
 static void failures_have_name_value_traceback(void **state)
 {
     (void)state;
-    static const char *const kinds[][3] = {
-        {"error", "KernelStartError", "too many live kernels (max_kernels=1)"},
-        {"error", "LanguageNotAllowed", "language \"bash\" is not allowed"},
-        {"error", "SessionClosed", "the session was closed"},
-        {"killed", "KernelKilled", "kernel died during execution (killed by signal 9)"},
-        {"timeout", "Timeout", "timeout after 1.0 s; interrupted, state preserved"},
+    static const struct {
+        result_status status;
+        const char *status_name, *name, *value;
+        int exit_code;
+    } kinds[] = {
+        {RESULT_ERROR, "error", "KernelStartError", "too many live kernels (max_kernels=1)", 1},
+        {RESULT_ERROR, "error", "LanguageNotAllowed", "language \"bash\" is not allowed", 1},
+        {RESULT_ERROR, "error", "SessionClosed", "the session was closed", 1},
+        {RESULT_KILLED, "killed", "KernelKilled",
+         "kernel died during execution (killed by signal 9)", 137},
+        {RESULT_TIMEOUT, "timeout", "Timeout", "timeout after 1.0 s; interrupted, state preserved",
+         124},
     };
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         json_t *r = result_new("s", "bash");
-        result_set_failure(r, kinds[i][0], kinds[i][1], kinds[i][2]);
+        result_set_failure(r, kinds[i].status, kinds[i].name, kinds[i].value);
+        assert_string_equal(json_string_value(json_object_get(r, "status")), kinds[i].status_name);
         json_t *e = json_object_get(r, "error");
-        assert_error_shape(e, kinds[i][1], kinds[i][2]);
+        assert_error_shape(e, kinds[i].name, kinds[i].value);
         json_t *tb = json_object_get(e, "traceback");
         assert_int_equal(json_array_size(tb), 1);
-        assert_string_equal(json_string_value(json_array_get(tb, 0)), kinds[i][2]);
+        assert_string_equal(json_string_value(json_array_get(tb, 0)), kinds[i].value);
         assert_true(result_failed(r));
         json_int_t ec = json_integer_value(json_object_get(r, "exit_code"));
-        assert_int_equal(ec, !strcmp(kinds[i][0], "killed")    ? 137
-                             : !strcmp(kinds[i][0], "timeout") ? 124
-                                                               : 1);
+        assert_int_equal(ec, kinds[i].exit_code);
         json_decref(r);
     }
+}
+
+/* result_set_status: the name and exit code of each status; an error keeps
+ * the non-zero exit code a kernel reported (bash's 2), else becomes 1. */
+static void status_enum_names_and_exit_codes(void **state)
+{
+    (void)state;
+    assert_string_equal(result_status_name(RESULT_OK), "ok");
+    assert_string_equal(result_status_name(RESULT_ERROR), "error");
+    assert_string_equal(result_status_name(RESULT_TIMEOUT), "timeout");
+    assert_string_equal(result_status_name(RESULT_KILLED), "killed");
+    json_t *r = result_new("s", "bash");
+    result_set_status(r, RESULT_OK);
+    assert_false(result_failed(r));
+    assert_int_equal(json_integer_value(json_object_get(r, "exit_code")), 0);
+    result_set_status(r, RESULT_ERROR);
+    assert_int_equal(json_integer_value(json_object_get(r, "exit_code")), 1);
+    json_object_set_new(r, "exit_code", json_integer(2));
+    result_set_status(r, RESULT_ERROR);
+    assert_int_equal(json_integer_value(json_object_get(r, "exit_code")), 2);
+    result_set_status(r, RESULT_TIMEOUT);
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "timeout");
+    assert_int_equal(json_integer_value(json_object_get(r, "exit_code")), 124);
+    result_set_status(r, RESULT_KILLED);
+    assert_int_equal(json_integer_value(json_object_get(r, "exit_code")), 137);
+    assert_true(result_failed(r));
+    json_decref(r);
 }
 
 static void error_builder_shapes(void **state)
@@ -147,6 +179,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(new_result_has_every_member),
         cmocka_unit_test(failures_have_name_value_traceback),
+        cmocka_unit_test(status_enum_names_and_exit_codes),
         cmocka_unit_test(error_builder_shapes),
         cmocka_unit_test(validator_rejects_bad_shapes),
         cmocka_unit_test(kernel_member),
