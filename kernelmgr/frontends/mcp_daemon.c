@@ -13,6 +13,7 @@
 
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/frontends/mcp_int.h"
+#include "common/cm_clock.h"
 
 typedef struct mcpd_wait {
     mcpd_event_fn ev;
@@ -22,13 +23,6 @@ typedef struct mcpd_wait {
     const char *session; /* borrowed from the params */
     double start;
 } mcpd_wait;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static char *home_path(void)
 {
@@ -45,7 +39,7 @@ static void on_event(void *ud, const json_t *params)
 static int on_tick(void *ud)
 {
     mcpd_wait *w = ud;
-    return w->tick ? w->tick(w->ud, now_s() - w->start) : 0;
+    return w->tick ? w->tick(w->ud, cm_mono_s() - w->start) : 0;
 }
 
 static void on_cancel(void *ud)
@@ -75,7 +69,8 @@ json_t *mcpd_request(const char *method, json_t *params, mcpd_event_fn ev, mcpd_
         json_object_set_new(params, "raw_text", json_true());
     }
     mcpd_wait w = {
-        ev, tick, ud, home_path(), json_string_value(json_object_get(params, "session")), now_s()};
+        ev,         tick, ud, home_path(), json_string_value(json_object_get(params, "session")),
+        cm_mono_s()};
     if (!w.home) {
         json_decref(params);
         snprintf(err, errlen, "the kernelmgr home is longer than %d bytes (or out of memory)",

@@ -14,6 +14,7 @@
 #include "kernelmgr/engine/wsfile.h"
 #include "kernels/server/kenv.h"
 #include "common/cm_path.h"
+#include "common/cm_clock.h"
 
 #include <sodium.h>
 
@@ -282,13 +283,6 @@ static struct {
     double client_timeout;
 } D = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .efd = -1};
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void loop_wake(void)
 {
     uint64_t one = 1;
@@ -317,7 +311,7 @@ static int obuf_append(dconn *c, const char *p, size_t n)
         c->ocap = cap;
     }
     if (c->olen == c->ohead)
-        c->last_progress = mono_now();
+        c->last_progress = cm_mono_s();
     memcpy(c->obuf + c->olen, p, n);
     c->olen += n;
     return 0;
@@ -339,7 +333,7 @@ static void obuf_flush(dconn *c)
             break;
         }
         c->ohead += (size_t)w;
-        c->last_progress = mono_now();
+        c->last_progress = cm_mono_s();
     }
     if (c->dead || c->olen == c->ohead) {
         free(c->obuf);
@@ -393,7 +387,7 @@ static void conn_write(dconn *c, const char *s, size_t n, int is_event)
             if (c->dead || c->olen - c->ohead + n <= D.obuf_max || c->olen == c->ohead)
                 break;
             double give_up = c->last_progress + DAEMON_STALL_S;
-            double now = mono_now();
+            double now = cm_mono_s();
             if (now >= give_up) {
                 c->discarding = 1;
                 c->discarded += n;
@@ -1018,7 +1012,7 @@ static void *worker_thread(void *arg)
 
         conn c = {j->c, json_object_get(j->req, "id"), 0, 0};
         job_bytes = 0;
-        double t0 = mono_now();
+        double t0 = cm_mono_s();
         j->meth->fn(&c, j->meth->name, json_object_get(j->req, "params"));
         json_decref(j->req);
         j->req = NULL;
@@ -1029,7 +1023,7 @@ static void *worker_thread(void *arg)
          * not stream). malloc_trim walks every arena, ~0.1-0.3 ms: after
          * every trivial exec it was a fifth of the daemon's CPU; here it
          * costs at most ~1 % of the request it follows. */
-        if (lng && (job_bytes >= ((size_t)1 << 20) || mono_now() - t0 >= 0.020))
+        if (lng && (job_bytes >= ((size_t)1 << 20) || cm_mono_s() - t0 >= 0.020))
             malloc_trim(0);
 
         pthread_mutex_lock(&D.mu);
@@ -1251,9 +1245,9 @@ static void loop_accept(dloop *L)
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE) {
                 static double last;
-                if (mono_now() - last > 10) {
+                if (cm_mono_s() - last > 10) {
                     fprintf(stderr, "kernelmgr: cannot accept a connection: %s\n", strerror(errno));
-                    last = mono_now();
+                    last = cm_mono_s();
                 }
             }
             return;
@@ -1325,7 +1319,7 @@ static void loop_done(dloop *L)
  * client_timeout seconds. */
 static void loop_scan(dloop *L)
 {
-    double now = mono_now();
+    double now = cm_mono_s();
     dconn *next;
     for (dconn *c = L->all; c; c = next) {
         next = c->next;
@@ -1525,7 +1519,7 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
             (int)getpid(), started, cfg->max_kernels);
     pthread_t ticker;
     int have_ticker = pthread_create(&ticker, NULL, tick_thread, NULL) == 0;
-    double last_scan = mono_now();
+    double last_scan = cm_mono_s();
     while (!daemon_stop) {
         struct epoll_event evs[256];
         int n = epoll_wait(L.ep, evs, 256, 250);
@@ -1544,7 +1538,7 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
             }
         }
         loop_done(&L);
-        double now = mono_now();
+        double now = cm_mono_s();
         if (now - last_scan >= 0.25) {
             loop_scan(&L);
             last_scan = now;
@@ -1693,14 +1687,14 @@ int daemon_call(int fd, const char *method, json_t *params, const daemon_callbac
     int cancelled = 0, rc = KM_EDAEMON;
     json_t *pending = NULL; /* a raw stream event waiting for its text */
     size_t pending_n = 0;
-    double next_tick = mono_now() + 0.2;
+    double next_tick = cm_mono_s() + 0.2;
     for (;;) {
         int to;
         char *line = NULL, *text = NULL;
         /* ticks by the clock: a request streaming output without pause
          * still gets them (progress, cancellation) */
-        if (cb->on_tick && mono_now() >= next_tick) {
-            next_tick = mono_now() + 0.2;
+        if (cb->on_tick && cm_mono_s() >= next_tick) {
+            next_tick = cm_mono_s() + 0.2;
             if (cb->on_tick(cb->ud) && !cancelled) {
                 cancelled = 1;
                 if (cb->on_cancel)
