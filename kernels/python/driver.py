@@ -16,7 +16,8 @@ Constraints that shape this file:
     shadows the standard library for user code (as in any Python started in
     that directory) but never for the driver, which imports its modules
     before the workspace goes on sys.path, and later ones with it hidden
-    (_driver_import);
+    (_driver_import) — or, when user code took that name from the workspace
+    first, as a private copy of the real module;
   * nothing of the driver shows in user-facing tracebacks, and a SIGINT that
     lands between cells or while an event is half written cannot kill or
     desynchronise the driver.
@@ -26,17 +27,43 @@ import os
 import sys
 
 
+def _cwd():
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _from_workspace(mod, cwd):
+    """Whether module mod was loaded from a file under cwd (the workspace)."""
+    f = getattr(mod, "__file__", None)
+    if not f or cwd is None:
+        return False
+    try:
+        return os.path.abspath(f).startswith(cwd.rstrip("/") + "/")
+    except (TypeError, ValueError):
+        return True
+
+
+# Private copies of modules user code shadowed from the workspace before the
+# driver first needed them (_driver_import): name -> module, never in
+# sys.modules.
+_driver_private = {}
+
+
 def _driver_import(name):
     """Imports module `name` (and whatever it imports) for the driver itself,
     never from the workspace: while it loads, sys.path lacks "", "." and the
-    cwd (an empty PYTHONPATH entry means that). Returns the module."""
+    cwd (an empty PYTHONPATH entry means that). Returns the module. When user
+    code already imported a workspace file of that name (a traceback.py or
+    base64.py of its own, as plain Python lets it), the driver gets a private
+    copy of the real one instead and user code keeps its own."""
+    cwd = _cwd()
     mod = sys.modules.get(name)
     if mod is not None:
-        return mod
-    try:
-        cwd = os.getcwd()
-    except OSError:
-        cwd = None
+        if not _from_workspace(mod, cwd):
+            return mod
+        return _driver_private_copy(name, mod, cwd)
     saved = list(sys.path)
     removed, kept = [], []
     for i, p in enumerate(saved):
@@ -59,6 +86,32 @@ def _driver_import(name):
         else:  # changed meanwhile (by the import, or a thread of user code)
             for i, p in removed:
                 sys.path.insert(i, p)
+
+
+def _driver_private_copy(name, shadow, cwd):
+    """The real module `name` loaded privately (not into sys.modules), for a
+    name user code took from the workspace; the shadow when there is no other
+    (a top-level module only: the driver imports no dotted name that way)."""
+    priv = _driver_private.get(name)
+    if priv is not None:
+        return priv
+    import importlib.machinery
+    import importlib.util
+
+    paths = []
+    for p in sys.path:
+        try:
+            if p not in ("", ".") and (cwd is None or os.path.abspath(p) != cwd):
+                paths.append(p)
+        except (OSError, TypeError, ValueError):
+            pass
+    spec = importlib.machinery.PathFinder.find_spec(name, paths) if "." not in name else None
+    if spec is None or spec.loader is None:
+        return shadow
+    priv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(priv)
+    _driver_private[name] = priv
+    return priv
 
 
 # The standard-library modules the driver needs to start and run a first

@@ -610,6 +610,40 @@ def test_workspace_modules_do_not_shadow_the_driver(kernel_factory, tmp_path):
     assert "planted" not in k.log_text()
 
 
+def test_user_imports_of_workspace_modules_leave_the_driver_its_own(kernel_factory, tmp_path):
+    # The driver loads traceback, pprint, uuid, base64, inspect on first use.
+    # User code that imports a workspace file of one of those names first
+    # gets its own module (as in plain Python); the driver then uses a
+    # private copy of the real one, so errors, displays and inspection work.
+    ws = tmp_path / "k0" / "ws"
+    ws.mkdir(parents=True)
+    k = kernel_factory("python", args=[*SANDBOX_ARGS, "--python", SYS_PY])
+    assert k.workspace == ws
+    names = ("traceback", "pprint", "uuid", "base64", "inspect")
+    for n in names:
+        (ws / (n + ".py")).write_text("SHADOW = %r\n" % n)
+    c, io = run(k, "import importlib; importlib.invalidate_caches()\n"
+                   "import traceback, pprint, uuid, base64, inspect\n"
+                   "print([m.SHADOW for m in (traceback, pprint, uuid, base64, inspect)])")
+    assert c["status"] == "ok", c
+    assert stream_text(io) == str(list(names)) + "\n"
+    c, io = run(k, "def f():\n    raise ValueError('bad value')\nf()")
+    assert c["status"] == "error" and c["ename"] == "ValueError", c
+    [err] = [m["content"] for m in of_type(io, "error")]
+    assert "raise ValueError('bad value')" in "\n".join(err["traceback"]), err
+    c, io = run(k, "h = display({'k%d' % i: 'v' * 8 for i in range(9)}, display_id=True)\n"
+                   "h.update('changed')")
+    assert c["status"] == "ok", c
+    [dd] = of_type(io, "display_data")
+    assert "'k8': 'vvvvvvvv'" in dd["content"]["data"]["text/plain"]
+    k.kc.inspect("len", 3, detail_level=0)
+    m = k.kc.get_shell_msg(timeout=30)
+    assert m["msg_type"] == "inspect_reply" and m["content"]["found"] is True, m["content"]
+    # user code keeps its own modules
+    c, io = run(k, "print(traceback.SHADOW, pprint.SHADOW)")
+    assert stream_text(io) == "traceback pprint\n", io
+
+
 # ------------------------------------------------------------------ output order (issue 15)
 # Streams, displays, clear_output, results and errors must reach IOPub in the
 # order the cell produced them (WORKER_PROTOCOL.md, "Ordering").
