@@ -106,17 +106,6 @@ struct gateway {
     struct lws_protocols protocols[3];
 };
 
-static int gw_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int gw_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* ---------------------------------------------------------------- helpers */
 
 /* The token bucket of one connection: 0 when this event is within the rate. */

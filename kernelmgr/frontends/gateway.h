@@ -81,6 +81,9 @@ int gateway_port(const gateway *g);
  * (gwlisten.c). */
 int gateway_listen_valid(const char *listen, int tls, int insecure, char *err, size_t errlen);
 
+/* Formats a reason into err (errlen bytes) and returns -1 (gwlisten.c). */
+int gw_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* "[ADDR:]PORT" into addr (alen bytes; default 127.0.0.1, IPv4 only) and
  * *port: 0, or -1 with a reason (gwlisten.c). */
 int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, char *err,

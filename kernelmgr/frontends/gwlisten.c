@@ -12,9 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int gw_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int gw_err(char *err, size_t errlen, const char *fmt, ...)
+int gw_err(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -65,17 +65,10 @@ def _driver_import(name):
             return mod
         return _driver_private_copy(name, mod, cwd)
     saved = list(sys.path)
-    removed, kept = [], []
-    for i, p in enumerate(saved):
-        try:
-            here = p in ("", ".") or (cwd is not None and os.path.abspath(p) == cwd)
-        except (OSError, TypeError, ValueError):
-            here = True
-        (removed if here else kept).append((i, p))
+    kept, removed = _driver_path(saved, cwd)
     if not removed:
         __import__(name)
         return sys.modules[name]
-    kept = [p for _, p in kept]
     sys.path[:] = kept
     try:
         __import__(name)
@@ -88,6 +81,19 @@ def _driver_import(name):
                 sys.path.insert(i, p)
 
 
+def _driver_path(path, cwd):
+    """path without its workspace entries ("", "." and cwd): (the rest,
+    [(index, entry) removed])."""
+    removed, kept = [], []
+    for i, p in enumerate(path):
+        try:
+            here = p in ("", ".") or (cwd is not None and os.path.abspath(p) == cwd)
+        except (OSError, TypeError, ValueError):
+            here = True
+        (removed if here else kept).append((i, p))
+    return [p for _, p in kept], removed
+
+
 def _driver_private_copy(name, shadow, cwd):
     """The real module `name` loaded privately (not into sys.modules), for a
     name user code took from the workspace; the shadow when there is no other
@@ -98,13 +104,7 @@ def _driver_private_copy(name, shadow, cwd):
     import importlib.machinery
     import importlib.util
 
-    paths = []
-    for p in sys.path:
-        try:
-            if p not in ("", ".") and (cwd is None or os.path.abspath(p) != cwd):
-                paths.append(p)
-        except (OSError, TypeError, ValueError):
-            pass
+    paths = _driver_path(list(sys.path), cwd)[0]
     spec = importlib.machinery.PathFinder.find_spec(name, paths) if "." not in name else None
     if spec is None or spec.loader is None:
         return shadow
