@@ -622,8 +622,11 @@ def test_memory_limit_kill_is_reported(bash):
         # No memory cgroup for this caller (unprivileged on cgroup v1): the
         # limit is RLIMIT_DATA, so the allocation fails inside bash and
         # nothing is killed that could be attributed (sandbox.h). The limit
-        # must still hold, and the kernel must still answer.
+        # must still hold, and the kernel must still answer; when the
+        # failed allocation ended the worker, the result names the limit.
         assert "200000000" not in stream_text(iopub), stream_text(iopub)
+        if reply["content"].get("ename") == "KernelRestarted":
+            assert "capped at 64 MiB here by RLIMIT_DATA" in reply["content"]["evalue"], reply
     else:
         assert any(p.endswith("-memory") for p in protections), protections
         assert reply["content"]["ename"] == "KernelRestarted"
