@@ -4,6 +4,7 @@
  */
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
+#include "common/cm_clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,13 +78,7 @@ static int cap_reserve(km_manager *m, session *s, int l, char *err, size_t errle
             return -1;
         }
         /* until a slot may have freed (slot_changed), at most one poll */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += (long)(KM_ADMIT_POLL_S * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = cm_mono_deadline(KM_ADMIT_POLL_S);
         pthread_mutex_lock(&m->slot_mu);
         while (m->slot_gen == gen && pthread_cond_timedwait(&m->slot_cv, &m->slot_mu, &ts) == 0)
             ;

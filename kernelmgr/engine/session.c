@@ -96,11 +96,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->slot_mu, NULL);
     pthread_mutex_init(&m->pkg_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->slot_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cm_cond_init_mono(&m->slot_cv);
     snprintf(m->home, sizeof m->home, "%s", home);
     char p[PATH_MAX];
     if (kmfs_mkdirs(home, 0700)) {

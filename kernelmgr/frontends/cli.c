@@ -17,6 +17,7 @@
 #include "kernelmgr/engine/result.h"
 #include "kernelmgr/frontends/termsafe.h"
 #include "kernels/server/kenv.h"
+#include "common/cm_clock.h"
 #include "common/cm_path.h"
 #include "jp.h"
 
@@ -299,13 +300,7 @@ static void *ticker_main(void *arg)
     cli_ticker *t = arg;
     int interrupted = 0;
     for (;;) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = cm_mono_deadline(0.2);
         pthread_mutex_lock(&t->lock);
         while (!t->stop && pthread_cond_timedwait(&t->cond, &t->lock, &ts) == 0) {
         }
@@ -456,11 +451,7 @@ static void ticker_start(cli *c, km_manager *mgr, const char *session)
     t->session = session;
     t->stop_deadline = 0;
     pthread_mutex_init(&t->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    cm_cond_init_mono(&t->cond);
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);

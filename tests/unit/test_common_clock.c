@@ -8,6 +8,8 @@
 
 #include "common/cm_clock.h"
 
+#include <errno.h>
+
 static void monotonic_agrees_and_never_goes_back(void **state)
 {
     (void)state;
@@ -42,11 +44,41 @@ static void wall_agrees(void **state)
     assert_true(s > 1.7e9); /* after 2023: the epoch, not the boot */
 }
 
+/* cm_mono_deadline: now + s on CLOCK_MONOTONIC, nanoseconds normalised;
+ * a cm_cond_init_mono condition times out at such a deadline. */
+static void deadline_and_monotonic_condition(void **state)
+{
+    (void)state;
+    struct timespec a;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    struct timespec d = cm_mono_deadline(1.75);
+    double ad = (double)a.tv_sec + (double)a.tv_nsec / 1e9;
+    double dd = (double)d.tv_sec + (double)d.tv_nsec / 1e9;
+    assert_true(dd - ad >= 1.75 && dd - ad < 2.75);
+    assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+    struct timespec z = cm_mono_deadline(-3);
+    assert_true((double)z.tv_sec + (double)z.tv_nsec / 1e9 >= ad);
+    pthread_cond_t cv;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    assert_int_equal(cm_cond_init_mono(&cv), 0);
+    double t0 = cm_mono_s();
+    struct timespec w = cm_mono_deadline(0.05);
+    pthread_mutex_lock(&mu);
+    int rc;
+    while ((rc = pthread_cond_timedwait(&cv, &mu, &w)) == 0) {
+    }
+    pthread_mutex_unlock(&mu);
+    assert_int_equal(rc, ETIMEDOUT);
+    assert_true(cm_mono_s() - t0 >= 0.05);
+    pthread_cond_destroy(&cv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(monotonic_agrees_and_never_goes_back),
         cmocka_unit_test(wall_agrees),
+        cmocka_unit_test(deadline_and_monotonic_condition),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
