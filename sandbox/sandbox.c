@@ -823,6 +823,14 @@ int sandbox_signal(sandbox *sb, int sig)
     return sb->init_pid > 0 ? kill(sb->init_pid, sig) : -1;
 }
 
+unsigned long long sandbox_memory_rlimit(const sandbox *sb)
+{
+    if (!sb || sb->cfg.level != SANDBOX_STRICT || !sb->cfg.memory_bytes ||
+        sbx_limits_has_memory_cgroup(sb->lim))
+        return 0;
+    return (unsigned long long)sb->cfg.memory_bytes;
+}
+
 const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t size)
 {
     if (!sb || !buf || size == 0)

@@ -124,6 +124,12 @@ int sandbox_signal(sandbox *sb, int sig);
  * Call it after the worker was reaped, before sandbox_destroy(). */
 const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t size);
 
+/* The memory limit in bytes when it is only RLIMIT_DATA (strict, a limit
+ * set, no memory cgroup for this caller): an allocation over it just fails
+ * in the process that made it, and nothing counts that, so
+ * sandbox_limit_hit() cannot name it. 0 otherwise. */
+unsigned long long sandbox_memory_rlimit(const sandbox *sb);
+
 /* How many processes of the sandbox the kernel's OOM killer has killed so
  * far (the memory cgroup's oom_kill counter: v2 memory.events, v1
  * memory.oom_control), any process, not only the worker; -1 when unknown

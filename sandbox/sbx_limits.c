@@ -358,9 +358,9 @@ const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_
         return buf;
     }
     int failed = WIFSIGNALED(wait_status) || (WIFEXITED(wait_status) && WEXITSTATUS(wait_status));
-    if (!failed)
+    if (!lim || !failed)
         return NULL;
-    if (lim && lim->mem[0]) {
+    if (lim->mem[0]) {
         long long ooms = lim->version == 2
                              ? sbx_limits_read_key(lim->mem, "memory.events", "oom_kill")
                              : sbx_limits_read_key(lim->mem, "memory.oom_control", "oom_kill");
@@ -370,17 +370,8 @@ const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_
             return buf;
         }
     }
-    if (lim && lim->pids[0] && sbx_limits_read_key(lim->pids, "pids.events", "max") > 0) {
+    if (lim->pids[0] && sbx_limits_read_key(lim->pids, "pids.events", "max") > 0) {
         snprintf(buf, size, "process limit reached (limit %u)", lim->max_procs);
-        return buf;
-    }
-    if ((!lim || !lim->mem[0]) && cfg->memory_bytes) {
-        /* the rlimit fallback: an allocation fails in the process that made
-         * it and nothing counts that; say the limit, conditionally */
-        snprintf(buf, size,
-                 "memory is capped at %s here by RLIMIT_DATA (no memory cgroup for this "
-                 "caller): if an allocation failed, that limit is why",
-                 sbx_util_bytes(cfg->memory_bytes, n, sizeof n));
         return buf;
     }
     return NULL;

@@ -4,6 +4,8 @@
 #include "kernels/server/kworker.h"
 #include "kernels/server/kserver.h"
 
+#include "common/cm_size.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -364,6 +366,22 @@ const char *kworker_describe_exit(kworker *w, char *buf, size_t size)
     const char *hit =
         w->exited ? sandbox_limit_hit(w->sb, w->wait_status, limit, sizeof limit) : NULL;
     int st = w->wait_status;
+    /* Under the RLIMIT_DATA fallback a failed allocation is not counted:
+     * a worker that exited with an error, or aborted or crashed (what a
+     * failed malloc leads to; never SIGKILL), gets the limit named, as a
+     * possibility. */
+    unsigned long long rl = w->exited && !hit ? sandbox_memory_rlimit(w->sb) : 0;
+    int maybe_alloc = (WIFEXITED(st) && WEXITSTATUS(st)) ||
+                      (WIFSIGNALED(st) && (WTERMSIG(st) == SIGABRT || WTERMSIG(st) == SIGSEGV ||
+                                           WTERMSIG(st) == SIGBUS));
+    if (rl && maybe_alloc) {
+        char n[32];
+        snprintf(limit, sizeof limit,
+                 "memory is capped at %s here by RLIMIT_DATA (no memory cgroup for this "
+                 "caller): if an allocation failed, that limit is why",
+                 cm_size_format(rl, n, sizeof n));
+        hit = limit;
+    }
     if (!w->exited)
         snprintf(buf, size, "is still running");
     else if (WIFSIGNALED(st))
