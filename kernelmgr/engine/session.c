@@ -548,16 +548,38 @@ static json_t *session_lock_exec(km_manager *m, session *s, km_event_fn fn, void
     return waited;
 }
 
+/* 0 when name is a valid session name, else KM_EUSAGE in err naming the rule */
+static int check_name(const char *name, km_err *err)
+{
+    if (km_name_valid(name))
+        return 0;
+    return kerr(err, KM_EUSAGE,
+                "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
+                "at most %d, not starting with '.')",
+                name ? name : "", KM_NAME_MAX);
+}
+
+/* The session named name with a reference taken (session_put), created with
+ * o when there is none (*existed then 0); NULL with err. */
+static session *session_acquire(km_manager *m, const char *name, const km_session_opts *o,
+                                int *existed, km_err *err)
+{
+    pthread_mutex_lock(&m->lock);
+    *existed = 1;
+    session *s = find_locked(m, name);
+    if (!s)
+        s = create_locked(m, name, o, existed, err);
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&m->lock);
+    return s;
+}
+
 json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 const km_exec_opts *opts, const char *code, km_event_fn fn, void *ud, km_err *err)
 {
-    if (!km_name_valid(name)) {
-        kerr(err, KM_EUSAGE,
-             "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
-             "at most %d, not starting with '.')",
-             name ? name : "", KM_NAME_MAX);
+    if (check_name(name, err))
         return NULL;
-    }
     int lang = -1;
     if (opts && opts->lang && strcmp(opts->lang, "auto")) {
         lang = kmcfg_lang_index(&m->cfg, opts->lang);
@@ -581,14 +603,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         kerr(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
-    pthread_mutex_lock(&m->lock);
     int existed = 1;
-    session *s = find_locked(m, name);
-    if (!s)
-        s = create_locked(m, name, sopts, &existed, err);
-    if (s)
-        s->refs++;
-    pthread_mutex_unlock(&m->lock);
+    session *s = session_acquire(m, name, sopts, &existed, err);
     if (!s) {
         cblocks_free(&blocks);
         return NULL;
@@ -952,21 +968,10 @@ int km_connection_file(km_manager *m, const char *name, const char *lang, char *
 json_t *km_session_create(km_manager *m, const char *name, const km_session_opts *sopts,
                           km_err *err)
 {
-    if (!km_name_valid(name)) {
-        kerr(err, KM_EUSAGE,
-             "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
-             "at most %d, not starting with '.')",
-             name ? name : "", KM_NAME_MAX);
+    if (check_name(name, err))
         return NULL;
-    }
-    pthread_mutex_lock(&m->lock);
     int existed = 1;
-    session *s = find_locked(m, name);
-    if (!s)
-        s = create_locked(m, name, sopts, &existed, err);
-    if (s)
-        s->refs++;
-    pthread_mutex_unlock(&m->lock);
+    session *s = session_acquire(m, name, sopts, &existed, err);
     if (!s)
         return NULL;
     json_t *warnings = existed ? ignored_options(m, s, sopts) : NULL;

@@ -492,6 +492,17 @@ static void fill_session_opts(cli *c, km_session_opts *so)
     so->env = c->env;
 }
 
+/* The exit status of run / exec from its reply (1 when a block failed),
+ * saying on stderr how many later blocks were not run. */
+static int exec_status(const cli *c, const json_t *reply)
+{
+    json_int_t skipped = json_integer_value(json_object_get(reply, "skipped"));
+    if (skipped && !c->json)
+        fprintf(stderr, "kernelmgr: %lld later block(s) not run (use --continue-on-error)\n",
+                (long long)skipped);
+    return json_is_true(json_object_get(reply, "failed")) ? 1 : 0;
+}
+
 static int cmd_run(cli *c)
 {
     char why[512];
@@ -538,11 +549,7 @@ static int cmd_run(cli *c)
     if (!res) {
         status = fail(err.code, err.msg);
     } else {
-        status = json_is_true(json_object_get(res, "failed")) ? 1 : 0;
-        json_int_t skipped = json_integer_value(json_object_get(res, "skipped"));
-        if (skipped && !c->json)
-            fprintf(stderr, "kernelmgr: %lld later block(s) not run (use --continue-on-error)\n",
-                    (long long)skipped);
+        status = exec_status(c, res);
         json_decref(res);
     }
     km_close(m, name, KM_KEEP_OUTPUTS, NULL);
@@ -691,11 +698,7 @@ static int cmd_exec(cli *c)
     if (st)
         return st;
     print_warnings(rep);
-    st = json_is_true(json_object_get(rep, "failed")) ? 1 : 0;
-    json_int_t skipped = json_integer_value(json_object_get(rep, "skipped"));
-    if (skipped && !c->json)
-        fprintf(stderr, "kernelmgr: %lld later block(s) not run (use --continue-on-error)\n",
-                (long long)skipped);
+    st = exec_status(c, rep);
     json_decref(rep);
     return sigint_count ? 130 : st;
 }

@@ -941,6 +941,16 @@ static void ws_follow(gateway *g, gw_conn *c, const char *session, const char *l
     free(cf);
 }
 
+/* Closes a WebSocket with status and why as its close reason (at most 120
+ * bytes: a close frame's reason must fit in 123); returns -1 for the lws
+ * callback to return. */
+static int ws_close(struct lws *wsi, enum lws_close_status status, const char *why)
+{
+    size_t n = strlen(why);
+    lws_close_reason(wsi, status, (unsigned char *)why, n > 120 ? 120 : n);
+    return -1;
+}
+
 static int ws_established(struct lws *wsi, gw_conn *c, gateway *g)
 {
     char uri[1024];
@@ -957,9 +967,7 @@ static int ws_established(struct lws *wsi, gw_conn *c, gateway *g)
         c->api = gwapi_open(g->home, g->o.max_pending, g->o.allow_unsafe, relay_wake, g, why,
                             sizeof why);
         if (!c->api) {
-            lws_close_reason(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, (unsigned char *)why,
-                             strlen(why) > 120 ? 120 : strlen(why));
-            return -1;
+            return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why);
         }
         c->next = g->ws;
         g->ws = c;
@@ -989,9 +997,7 @@ static int ws_established(struct lws *wsi, gw_conn *c, gateway *g)
     if (!c->relay) {
         fprintf(stderr, "kernelmgr gateway: WebSocket for kernel %s refused: %s\n", c->kernel_id,
                 why);
-        lws_close_reason(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, (unsigned char *)why,
-                         strlen(why) > 120 ? 120 : strlen(why));
-        return -1;
+        return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why);
     }
     c->next = g->ws;
     g->ws = c;
@@ -1054,9 +1060,7 @@ static int ws_receive(struct lws *wsi, gw_conn *c, const void *in, size_t len)
     if (c->api) {
         if (gwapi_send(c->api, (const char *)c->rx, c->rx_len)) {
             gwapi_failed(c->api, why, sizeof why);
-            lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why,
-                             strlen(why) > 120 ? 120 : strlen(why));
-            return -1;
+            return ws_close(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, why);
         }
         return 0;
     }
@@ -1073,9 +1077,7 @@ static int ws_receive(struct lws *wsi, gw_conn *c, const void *in, size_t len)
     }
     if (gwrelay_send(c->relay, ch, m)) {
         gwrelay_failed(c->relay, why, sizeof why);
-        lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why,
-                         strlen(why) > 120 ? 120 : strlen(why));
-        return -1;
+        return ws_close(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, why);
     }
     return 0;
 }
@@ -1118,9 +1120,7 @@ static int ws_writeable(struct lws *wsi, gw_conn *c)
         if (gwapi_pop(c->api, &line, &n))
             return ws_write_frame(wsi, c, (unsigned char *)line, n, 0);
         if (gwapi_failed(c->api, why, sizeof why)) {
-            lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)why,
-                             strlen(why) > 120 ? 120 : strlen(why));
-            return -1;
+            return ws_close(wsi, LWS_CLOSE_STATUS_GOINGAWAY, why);
         }
         return 0;
     }
@@ -1132,9 +1132,7 @@ static int ws_writeable(struct lws *wsi, gw_conn *c)
     if (gwrelay_pop(c->relay, &data, &len, &binary))
         return ws_write_frame(wsi, c, data, len, binary);
     if (gwrelay_failed(c->relay, why, sizeof why)) {
-        lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why,
-                         strlen(why) > 120 ? 120 : strlen(why));
-        return -1;
+        return ws_close(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, why);
     }
     return 0;
 }
