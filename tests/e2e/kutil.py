@@ -162,6 +162,18 @@ def wait_ready(kc, proc, timeout, log_text=lambda: ""):
                 break
 
 
+def poll_until(what, pred, deadline=60, msg="condition", step=0.05):
+    """Calls what() until pred(value) holds and returns that value; fails
+    the test naming msg and the last value after deadline seconds."""
+    end = time.monotonic() + deadline
+    while True:
+        v = what()
+        if pred(v):
+            return v
+        assert time.monotonic() < end, f"{msg} never held; last value: {v!r}"
+        time.sleep(step)
+
+
 def children_of(pid):
     """Direct children of pid (from /proc/PID/task/*/children)."""
     out = []

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -47,14 +46,7 @@ def km_binary(user):
 
 
 def poll(what, pred, deadline=60, msg="condition"):
-    """Calls what() until pred(value) holds; returns the value."""
-    end = time.monotonic() + deadline
-    while True:
-        v = what()
-        if pred(v):
-            return v
-        assert time.monotonic() < end, f"{msg} never held; last value: {v!r}"
-        time.sleep(0.1)
+    return kutil.poll_until(what, pred, deadline, msg, step=0.1)
 
 
 ASK_PING = r"""

@@ -23,20 +23,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mgrutil  # noqa: E402
+from kutil import poll_until as poll  # noqa: E402
 
 import websocket  # noqa: E402  (Debian python3-websocket, in make deps)
 
 pytestmark = pytest.mark.skipif(not mgrutil.have_kernel("python"), reason="no kernel-python")
-
-
-def poll(what, pred, deadline=60, msg="condition"):
-    end = time.monotonic() + deadline
-    while True:
-        v = what()
-        if pred(v):
-            return v
-        assert time.monotonic() < end, f"{msg} never held; last value: {v!r}"
-        time.sleep(0.05)
 
 
 class GW:

@@ -16,13 +16,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kutil  # noqa: E402
 import mgrutil  # noqa: E402
 from test_gateway import GW  # noqa: E402
 
@@ -53,13 +53,7 @@ def free_port():
 
 
 def wait_until(what, pred, deadline, msg):
-    end = time.monotonic() + deadline
-    while True:
-        v = what()
-        if pred(v):
-            return v
-        assert time.monotonic() < end, f"{msg} never held; last value: {v!r}"
-        time.sleep(0.1)
+    return kutil.poll_until(what, pred, deadline, msg, step=0.1)
 
 
 @pytest.fixture
