@@ -4,8 +4,12 @@
 #include "common/cm_io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int cm_write_all(int fd, const void *buf, size_t len)
@@ -90,5 +94,51 @@ int cm_read_all(int fd, size_t max, char **data, size_t *len)
     buf[got] = '\0';
     *data = buf;
     *len = got;
+    return 0;
+}
+
+int cm_read_regular(const char *path, size_t max, unsigned flags, char **data, size_t *len,
+                    const char **why)
+{
+    *data = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        *why = errno == ELOOP ? "is a symbolic link" : strerror(errno);
+        return -1;
+    }
+    struct stat st;
+    int e = 0;
+    if (fstat(fd, &st)) {
+        e = errno;
+        *why = strerror(e);
+    } else if (!S_ISREG(st.st_mode)) {
+        e = EINVAL;
+        *why = "is not a regular file";
+    } else if ((uint64_t)st.st_size > (uint64_t)max) {
+        e = EFBIG;
+        *why = "is larger than the limit";
+    } else if ((flags & CM_RR_OWNED) && st.st_uid != geteuid()) {
+        e = EPERM;
+        *why = "is not owned by this user";
+    } else if ((flags & CM_RR_OWNED) && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        e = EPERM;
+        *why = "is writable by group or others";
+    }
+    if (e) {
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    /* a regular file: O_NONBLOCK does not apply to its reads; it may still
+     * grow after the fstat, which cm_read_all's bound catches */
+    if (cm_read_all(fd, max, data, len)) {
+        e = errno;
+        *why = e == EFBIG ? "is larger than the limit" : strerror(e);
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    close(fd);
     return 0;
 }

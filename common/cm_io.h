@@ -24,4 +24,23 @@ ssize_t cm_read_full(int fd, void *buf, size_t len);
  * 0, or -1 with errno set and *data NULL. */
 int cm_read_all(int fd, size_t max, char **data, size_t *len);
 
+/* What cm_read_regular checks beyond "a regular file of at most max bytes". */
+enum {
+    CM_RR_OWNED = 1u << 0, /* owned by the effective uid, not group- or world-writable */
+};
+
+/* Reads a whole file that a less-trusted party may have named or made (a
+ * client's path, a file in a home another user could have planted): opened
+ * O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC, so a symbolic link is refused and
+ * a FIFO or device never blocks the caller; fstat on the open fd must show a
+ * regular file of at most max bytes (and, with CM_RR_OWNED, the ownership
+ * above) before a byte is read. On success 0 with *data (malloc'd,
+ * NUL-terminated, the caller's) and *len. On failure -1, errno set, *data
+ * NULL and *why a static phrase naming the reason ("is a symbolic link", "is
+ * not a regular file", "is larger than the limit", "is not owned by this
+ * user", "is writable by group or others", or strerror(errno)): the caller
+ * prefixes the path. The file's contents are never part of a reason. */
+int cm_read_regular(const char *path, size_t max, unsigned flags, char **data, size_t *len,
+                    const char **why);
+
 #endif

@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -212,6 +214,73 @@ static void read_full_stops_at_eof(void **state)
     assert_int_equal(errno, EBADF);
 }
 
+static char *tmpdir_new(void)
+{
+    char tmpl[] = "/tmp/cm-io-test.XXXXXX";
+    char *d = mkdtemp(tmpl);
+    assert_non_null(d);
+    return strdup(d);
+}
+
+static void rr_refuses(const char *path, size_t max, unsigned flags, const char *why_expected)
+{
+    char *data = (char *)"untouched";
+    size_t len = 99;
+    const char *why = NULL;
+    assert_int_equal(cm_read_regular(path, max, flags, &data, &len, &why), -1);
+    assert_null(data);
+    assert_int_equal(len, 0);
+    assert_non_null(why);
+    if (!strstr(why, why_expected))
+        fail_msg("%s: reason \"%s\" lacks \"%s\"", path, why, why_expected);
+}
+
+static void read_regular_refuses_what_is_not_a_plain_file(void **state)
+{
+    (void)state;
+    char *d = tmpdir_new(), p[512], l[512], fifo[512], big[512];
+    snprintf(p, sizeof p, "%s/plain", d);
+    snprintf(l, sizeof l, "%s/link", d);
+    snprintf(fifo, sizeof fifo, "%s/fifo", d);
+    snprintf(big, sizeof big, "%s/big", d);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("secret-token rest", f);
+    fclose(f);
+    assert_int_equal(chmod(p, 0600), 0);
+    assert_int_equal(symlink(p, l), 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    f = fopen(big, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 100; i++)
+        fputs("0123456789", f);
+    fclose(f);
+
+    char *data = NULL;
+    size_t len = 0;
+    const char *why = NULL;
+    assert_int_equal(cm_read_regular(p, 1024, CM_RR_OWNED, &data, &len, &why), 0);
+    assert_string_equal(data, "secret-token rest");
+    assert_int_equal(len, 17);
+    free(data);
+
+    rr_refuses(l, 1024, 0, "symbolic link");
+    rr_refuses(fifo, 1024, 0, "not a regular file"); /* and did not block */
+    rr_refuses(d, 1024, 0, "not a regular file");
+    rr_refuses(big, 999, 0, "larger than the limit");
+    assert_int_equal(chmod(p, 0622), 0);
+    rr_refuses(p, 1024, CM_RR_OWNED, "writable by group or others");
+    assert_int_equal(cm_read_regular(p, 1024, 0, &data, &len, &why), 0);
+    free(data);
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/missing", d);
+    rr_refuses(missing, 1024, 0, "No such file");
+
+    unlink(p), unlink(l), unlink(fifo), unlink(big);
+    rmdir(d);
+    free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -220,6 +289,7 @@ int main(void)
         cmocka_unit_test(write_all_reports_errors),
         cmocka_unit_test(read_all_limits),
         cmocka_unit_test(read_full_stops_at_eof),
+        cmocka_unit_test(read_regular_refuses_what_is_not_a_plain_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
