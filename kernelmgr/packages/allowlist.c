@@ -616,9 +616,7 @@ allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen)
     return from_json(cfg, &c);
 }
 
-/* Why jansson refused a text, from its error code alone: its own message
- * quotes the bytes near the error. */
-static const char *json_reason(const json_error_t *jerr)
+const char *allowlist_json_reason(const json_error_t *jerr)
 {
     switch (json_error_code(jerr)) {
     case json_error_out_of_memory:
@@ -667,7 +665,8 @@ allowlist *allowlist_load(const char *path, int must_exist, char *err, size_t er
     explicit_bzero(text, len);
     free(text);
     if (!cfg) {
-        ERR("%s: %s at line %d, column %d", path, json_reason(&jerr), jerr.line, jerr.column);
+        ERR("%s: %s at line %d, column %d", path, allowlist_json_reason(&jerr), jerr.line,
+            jerr.column);
         return NULL;
     }
     char reason[512] = "";

@@ -70,6 +70,13 @@ allowlist *allowlist_load(const char *path, int must_exist, char *err, size_t er
 
 void allowlist_destroy(allowlist **al);
 
+/* borrowed static: why jansson refused a text ("not valid JSON", "not valid
+ * JSON (it ends early)", ...), from its error code alone — jansson's own
+ * message quotes the bytes near the error, which must not reach a client
+ * when the text is a file it may not read. The caller adds jerr's line and
+ * column. */
+const char *allowlist_json_reason(const json_error_t *jerr);
+
 /* ALLOWLIST_PIP / ALLOWLIST_NPM for "pip" / "npm", else -1. */
 int allowlist_mgr_from_name(const char *name);
 /* borrowed static: "pip" / "npm". */
