@@ -718,7 +718,10 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     for (int i = 0; i < KLAUNCH_MAX_ARGS && cmd->argv[i]; i++)
         if (!(argv[i] = subst(cmd->argv[i], kp->cf_path, cmd->resource_dir)))
             ok = 0;
-    int logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    /* no link followed, no FIFO waited on (a writer-less FIFO would block
+     * the open): the log is a file the manager makes */
+    int logfd =
+        open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (!ok || logfd < 0 || nullfd < 0) {
         snprintf(err, errlen, "cannot prepare kernel start (log %s): %s", log_path,
