@@ -640,7 +640,7 @@ static int write_pid_file(const kproc *kp, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     ssize_t w = fd >= 0 ? write(fd, line, (size_t)len) : -1;
     int rc = fd >= 0 && w == len && close(fd) == 0 ? rename(tmp, kp->pid_path) : -1;
     if (rc) {
