@@ -269,12 +269,12 @@ def host_only_name():
     if not name or any(not (c.isalnum() or c in "-.") for c in name):
         return None
     try:
-        addrs = {a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET,
-                                                    socket.SOCK_STREAM)}
+        addrs = {a[4][0] for a in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)}
     except OSError:
         return None
     own = set(host_addresses())
-    return name if addrs and all(a.startswith("127.") or a in own for a in addrs) else None
+    return name if addrs and all(a.startswith("127.") or a == "::1" or a in own
+                                 for a in addrs) else None
 
 
 def test_listed_name_resolving_to_this_host_is_refused(mgr):
