@@ -640,7 +640,7 @@ static int write_pid_file(const kproc *kp, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     ssize_t w = fd >= 0 ? write(fd, line, (size_t)len) : -1;
     int rc = fd >= 0 && w == len && close(fd) == 0 ? rename(tmp, kp->pid_path) : -1;
     if (rc) {
@@ -718,7 +718,10 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     for (int i = 0; i < KLAUNCH_MAX_ARGS && cmd->argv[i]; i++)
         if (!(argv[i] = subst(cmd->argv[i], kp->cf_path, cmd->resource_dir)))
             ok = 0;
-    int logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    /* no link followed, no FIFO waited on (a writer-less FIFO would block
+     * the open): the log is a file the manager makes */
+    int logfd =
+        open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (!ok || logfd < 0 || nullfd < 0) {
         snprintf(err, errlen, "cannot prepare kernel start (log %s): %s", log_path,

@@ -163,8 +163,9 @@ static int spill_open(outcap *oc)
 {
     if (!oc->spill_path || oc->spill_failed)
         return -1;
-    oc->spill_fd =
-        open(oc->spill_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* no link written through, no FIFO in its place waited on */
+    oc->spill_fd = open(oc->spill_path,
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     if (oc->spill_fd < 0) {
         spill_fail(oc, errno);
         return -1;

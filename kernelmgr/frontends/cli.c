@@ -861,6 +861,33 @@ static int cmd_simple(cli *c, const char *op)
 }
 
 /* `kernelmgr install`: the API's packages.install, as MCP's install_packages. */
+
+/* new: path made absolute with its directory resolved (realpath) and its
+ * last component kept as given, so a symbolic link there stays one. NULL
+ * with errno (ENOENT for a missing directory, EINVAL for a path ending in
+ * "/", "." or ".."). */
+static char *absolute_keep_last(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+        errno = EINVAL;
+        return NULL;
+    }
+    char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+    if (!dir)
+        return NULL;
+    char *real = realpath(*dir ? dir : "/", NULL);
+    free(dir);
+    if (!real)
+        return NULL;
+    char *abs = cm_path_join(real, base);
+    free(real);
+    if (!abs)
+        errno = ENOMEM;
+    return abs;
+}
+
 static int cmd_install(cli *c)
 {
     if (!c->session)
@@ -878,13 +905,16 @@ static int cmd_install(cli *c)
     json_t *req =
         json_pack("{s:s s:s s:o}", "session", c->session, "manager", manager, "packages", pk);
     if (c->allowlist) {
-        char *real = realpath(c->allowlist, NULL);
-        if (!real) {
+        /* absolute for the daemon (another cwd), but the last component as
+         * given: the daemon refuses a symbolic link there, which resolving
+         * it here would hide */
+        char *abs = absolute_keep_last(c->allowlist);
+        if (!abs) {
             json_decref(req);
             return usage_error("--allowlist %s: %s", c->allowlist, strerror(errno));
         }
-        json_object_set_new(req, "allowlist", json_string(real));
-        free(real);
+        json_object_set_new(req, "allowlist", json_string(abs));
+        free(abs);
     }
     json_t *rep;
     int st = call(c, "packages.install", req, 1, NULL, NULL, &rep);

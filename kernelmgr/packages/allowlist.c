@@ -7,6 +7,7 @@
  * model a useful reason, not to be the only line of defence.
  */
 #include "kernelmgr/packages/allowlist.h"
+#include "common/cm_io.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -222,12 +223,14 @@ static int spec_valid(allowlist_mgr m, const char *spec)
 
 /* ---------------------------------------------------------------- config */
 
-int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *port, int *tls,
-                        char *err, size_t errlen)
+/* The grammar of an index URL: 0, or -1 with *why a static reason that
+ * quotes nothing (the callers decide whether the URL may be quoted). */
+static int parse_url(const char *url, char *host, size_t hostlen, unsigned *port, int *tls,
+                     const char **why)
 {
     const char *p;
     if (!url || !*url) {
-        ERR("empty URL");
+        *why = "empty URL";
         return -1;
     }
     if (strncmp(url, "http://", 7) == 0) {
@@ -239,30 +242,30 @@ int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *p
         *port = 443;
         p = url + 8;
     } else {
-        ERR("'%s': only http:// and https:// indexes are supported", url);
+        *why = "only http:// and https:// indexes are supported";
         return -1;
     }
     size_t auth = strcspn(p, "/?#");
     if (memchr(p, '@', auth)) {
-        ERR("'%s': credentials in the URL are not supported", url);
+        *why = "credentials in the URL are not supported";
         return -1;
     }
     const char *colon = NULL;
     if (p[0] == '[') {
         const char *close = memchr(p, ']', auth);
         if (!close) {
-            ERR("'%s': bad IPv6 host", url);
+            *why = "bad IPv6 host";
             return -1;
         }
         if ((size_t)(close - p - 1) + 1 > hostlen || close == p + 1) {
-            ERR("'%s': bad host", url);
+            *why = "bad host";
             return -1;
         }
         memcpy(host, p + 1, (size_t)(close - p - 1));
         host[close - p - 1] = '\0';
         if (close + 1 < p + auth) {
             if (close[1] != ':') {
-                ERR("'%s': bad host", url);
+                *why = "bad host";
                 return -1;
             }
             colon = close + 1;
@@ -271,12 +274,12 @@ int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *p
         colon = memchr(p, ':', auth);
         size_t hl = colon ? (size_t)(colon - p) : auth;
         if (hl == 0 || hl + 1 > hostlen) {
-            ERR("'%s': missing or too long host", url);
+            *why = "missing or too long host";
             return -1;
         }
         for (size_t i = 0; i < hl; i++)
             if (!isalnum((unsigned char)p[i]) && p[i] != '-' && p[i] != '.') {
-                ERR("'%s': bad host", url);
+                *why = "bad host";
                 return -1;
             }
         memcpy(host, p, hl);
@@ -287,7 +290,7 @@ int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *p
         errno = 0;
         unsigned long v = strtoul(colon + 1, &end, 10);
         if (end == colon + 1 || end != p + auth || errno || v == 0 || v > 65535) {
-            ERR("'%s': bad port", url);
+            *why = "bad port";
             return -1;
         }
         *port = (unsigned)v;
@@ -295,38 +298,55 @@ int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *p
     return 0;
 }
 
-int allowlist_parse_hostport(const char *s, char *out, size_t outlen, char *err, size_t errlen)
+int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *port, int *tls,
+                        char *err, size_t errlen)
+{
+    const char *why;
+    if (parse_url(url, host, hostlen, port, tls, &why) < 0) {
+        if (url && *url)
+            ERR("'%s': %s", url, why);
+        else
+            ERR("%s", why);
+        return -1;
+    }
+    return 0;
+}
+
+/* The grammar of an allowed_hosts entry: 0, or -1 with *why a static reason
+ * that quotes nothing. */
+static int parse_hostport(const char *s, char *out, size_t outlen, const char **why)
 {
     /* The same grammar as an index URL's authority, so one parser decides
      * what a host is; but no scheme, no path and an explicit port. */
     if (!s || !*s || strlen(s) > 262) {
-        ERR("'%s': expected host:port", s ? s : "");
+        *why = "expected host:port";
         return -1;
     }
     if (strpbrk(s, "/?#@ ") || strstr(s, "://")) {
-        ERR("'%s': expected host:port (no scheme, path or credentials)", s);
+        *why = "expected host:port (no scheme, path or credentials)";
         return -1;
     }
     const char *colon = s[0] == '[' ? strstr(s, "]:") : strrchr(s, ':');
     if (!colon || (s[0] != '[' && strchr(s, ':') != colon)) {
-        ERR("'%s': expected host:port (the port is required)", s);
+        *why = "expected host:port (the port is required)";
         return -1;
     }
-    char url[300], host[256], why[300];
+    char url[300], host[256];
+    const char *uwhy;
     unsigned port;
     int tls;
     snprintf(url, sizeof url, "http://%s/", s);
-    if (allowlist_parse_url(url, host, sizeof host, &port, &tls, why, sizeof why) < 0) {
-        ERR("'%s': expected host:port (bad host or port)", s);
+    if (parse_url(url, host, sizeof host, &port, &tls, &uwhy) < 0) {
+        *why = "expected host:port (bad host or port)";
         return -1;
     }
     if (strcmp(host, ".") == 0 || host[0] == '.' || host[0] == '-') {
-        ERR("'%s': bad host", s);
+        *why = "bad host";
         return -1;
     }
     int n = snprintf(out, outlen, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
     if (n < 0 || (size_t)n >= outlen) {
-        ERR("'%s': too long", s);
+        *why = "too long";
         return -1;
     }
     for (char *p = out; *p; p++)
@@ -334,8 +354,33 @@ int allowlist_parse_hostport(const char *s, char *out, size_t outlen, char *err,
     return 0;
 }
 
-static int parse_hosts(allowlist *al, allowlist_mgr m, const json_t *val, char *err, size_t errlen)
+int allowlist_parse_hostport(const char *s, char *out, size_t outlen, char *err, size_t errlen)
 {
+    const char *why;
+    if (parse_hostport(s, out, outlen, &why) < 0) {
+        ERR("'%s': %s", s ? s : "", why);
+        return -1;
+    }
+    return 0;
+}
+
+/* How configuration errors name what they are about. From a caller's JSON
+ * (allowlist_from_json) they quote the offending key or value, which is what
+ * an operator editing the list wants. From a file (allowlist_load) they
+ * never do: the file may be one the requester could not read itself (a path
+ * a client named), so a member is named by its place ("pip.packages[2]",
+ * "pip.allowed_hosts[0]", key 1 of the top level) and a reason from a fixed
+ * set, never by bytes of the file. */
+typedef struct cfg_ctx {
+    int quote;
+    char *err;
+    size_t errlen;
+} cfg_ctx;
+
+static int parse_hosts(allowlist *al, allowlist_mgr m, const json_t *val, const cfg_ctx *c)
+{
+    char *err = c->err;
+    size_t errlen = c->errlen;
     const char *mname = allowlist_mgr_name(m);
     if (!json_is_array(val)) {
         ERR("%s.allowed_hosts: must be an array of \"host:port\" strings", mname);
@@ -353,14 +398,17 @@ static int parse_hosts(allowlist *al, allowlist_mgr m, const json_t *val, char *
     const json_t *h;
     json_array_foreach(val, i, h)
     {
-        char norm[300], why[400];
+        char norm[300];
+        const char *why;
         if (!json_is_string(h)) {
             ERR("%s.allowed_hosts[%zu]: must be a string", mname, i);
             return -1;
         }
-        if (allowlist_parse_hostport(json_string_value(h), norm, sizeof norm, why, sizeof why) <
-            0) {
-            ERR("%s.allowed_hosts[%zu]: %s", mname, i, why);
+        if (parse_hostport(json_string_value(h), norm, sizeof norm, &why) < 0) {
+            if (c->quote)
+                ERR("%s.allowed_hosts[%zu]: '%s': %s", mname, i, json_string_value(h), why);
+            else
+                ERR("%s.allowed_hosts[%zu]: %s", mname, i, why);
             return -1;
         }
         if (!(al->hosts[m][i] = strdup(norm))) {
@@ -371,19 +419,28 @@ static int parse_hosts(allowlist *al, allowlist_mgr m, const json_t *val, char *
     return 0;
 }
 
-static int add_entry(allowlist *al, allowlist_mgr m, const char *name, const char *spec, char *err,
-                     size_t errlen)
+/* Adds the pos-th member (0-based) of m's "packages". */
+static int add_entry(allowlist *al, allowlist_mgr m, const char *name, const char *spec, size_t pos,
+                     const cfg_ctx *c)
 {
+    char *err = c->err;
+    size_t errlen = c->errlen;
+    const char *mname = allowlist_mgr_name(m);
     alw_entry e;
     memset(&e, 0, sizeof e);
     if (allowlist_normalize_name(m, name, e.name) < 0) {
-        ERR("%s.packages: '%s' is not a valid %s package name", allowlist_mgr_name(m), name,
-            allowlist_mgr_name(m));
+        if (c->quote)
+            ERR("%s.packages: '%s' is not a valid %s package name", mname, name, mname);
+        else
+            ERR("%s.packages[%zu]: not a valid %s package name", mname, pos, mname);
         return -1;
     }
     char s[ALLOWLIST_SPEC_MAX / 2];
     if (strlen(spec ? spec : "") >= sizeof s) {
-        ERR("%s.packages.%s: the version specifier is too long", allowlist_mgr_name(m), name);
+        if (c->quote)
+            ERR("%s.packages.%s: the version specifier is too long", mname, name);
+        else
+            ERR("%s.packages[%zu]: the version specifier is too long", mname, pos);
         return -1;
     }
     snprintf(s, sizeof s, "%s", spec ? spec : "");
@@ -391,14 +448,19 @@ static int add_entry(allowlist *al, allowlist_mgr m, const char *name, const cha
     if (strcmp(s, "*") == 0 && m == ALLOWLIST_PIP)
         s[0] = '\0';
     if (strlen(spec ? spec : "") > ALLOWLIST_SPEC_MAX / 2 || !spec_valid(m, s)) {
-        ERR("%s.packages.%s: '%s' is not a valid version specifier", allowlist_mgr_name(m), name,
-            spec);
+        if (c->quote)
+            ERR("%s.packages.%s: '%s' is not a valid version specifier", mname, name, spec);
+        else
+            ERR("%s.packages[%zu]: not a valid version specifier", mname, pos);
         return -1;
     }
     memcpy(e.spec, s, sizeof e.spec);
     for (size_t i = 0; i < al->n[m]; i++)
         if (strcmp(al->v[m][i].name, e.name) == 0) {
-            ERR("%s.packages: '%s' is listed twice", allowlist_mgr_name(m), name);
+            if (c->quote)
+                ERR("%s.packages: '%s' is listed twice", mname, name);
+            else
+                ERR("%s.packages[%zu]: the package is listed twice", mname, pos);
             return -1;
         }
     alw_entry *nv = realloc(al->v[m], (al->n[m] + 1) * sizeof *nv);
@@ -411,9 +473,51 @@ static int add_entry(allowlist *al, allowlist_mgr m, const char *name, const cha
     return 0;
 }
 
-static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, char *err,
-                         size_t errlen)
+static int parse_packages(allowlist *al, allowlist_mgr m, const json_t *val, const cfg_ctx *c)
 {
+    char *err = c->err;
+    size_t errlen = c->errlen;
+    const char *mname = allowlist_mgr_name(m);
+    size_t pos = 0;
+    if (json_is_object(val)) {
+        const char *pk;
+        const json_t *pv;
+        json_object_foreach((json_t *)val, pk, pv)
+        {
+            if (!json_is_string(pv)) {
+                if (c->quote)
+                    ERR("%s.packages.%s: the version specifier must be a string", mname, pk);
+                else
+                    ERR("%s.packages[%zu]: the version specifier must be a string", mname, pos);
+                return -1;
+            }
+            if (add_entry(al, m, pk, json_string_value(pv), pos, c) < 0)
+                return -1;
+            pos++;
+        }
+        return 0;
+    }
+    if (json_is_array(val)) {
+        const json_t *pv;
+        json_array_foreach(val, pos, pv)
+        {
+            if (!json_is_string(pv)) {
+                ERR("%s.packages[%zu]: must be a string", mname, pos);
+                return -1;
+            }
+            if (add_entry(al, m, json_string_value(pv), "", pos, c) < 0)
+                return -1;
+        }
+        return 0;
+    }
+    ERR("%s.packages: must be an object {name: specifier} or an array of names", mname);
+    return -1;
+}
+
+static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, const cfg_ctx *c)
+{
+    char *err = c->err;
+    size_t errlen = c->errlen;
     const char *mname = allowlist_mgr_name(m);
     const char *index_key = m == ALLOWLIST_PIP ? "index_url" : "registry";
     if (!json_is_object(obj)) {
@@ -422,58 +526,44 @@ static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, char
     }
     const char *key;
     const json_t *val;
+    size_t pos = 0;
     json_object_foreach((json_t *)obj, key, val)
     {
+        pos++;
         if (strcmp(key, index_key) == 0) {
             char host[256];
             unsigned port;
             int tls;
-            char why[300];
+            const char *why;
             if (!json_is_string(val)) {
-                ERR("%s.%s: must be a string", mname, key);
+                ERR("%s.%s: must be a string", mname, index_key);
                 return -1;
             }
-            if (allowlist_parse_url(json_string_value(val), host, sizeof host, &port, &tls, why,
-                                    sizeof why) < 0) {
-                ERR("%s.%s: %s", mname, key, why);
+            if (parse_url(json_string_value(val), host, sizeof host, &port, &tls, &why) < 0) {
+                if (c->quote && *json_string_value(val))
+                    ERR("%s.%s: '%s': %s", mname, index_key, json_string_value(val), why);
+                else
+                    ERR("%s.%s: %s", mname, index_key, why);
                 return -1;
             }
             free(al->index[m]);
-            al->index[m] = strdup(json_string_value(val));
-        } else if (strcmp(key, "allowed_hosts") == 0) {
-            if (parse_hosts(al, m, val, err, errlen) < 0)
-                return -1;
-        } else if (strcmp(key, "packages") == 0) {
-            if (json_is_object(val)) {
-                const char *pk;
-                const json_t *pv;
-                json_object_foreach((json_t *)val, pk, pv)
-                {
-                    if (!json_is_string(pv)) {
-                        ERR("%s.packages.%s: the version specifier must be a string", mname, pk);
-                        return -1;
-                    }
-                    if (add_entry(al, m, pk, json_string_value(pv), err, errlen) < 0)
-                        return -1;
-                }
-            } else if (json_is_array(val)) {
-                size_t i;
-                const json_t *pv;
-                json_array_foreach(val, i, pv)
-                {
-                    if (!json_is_string(pv)) {
-                        ERR("%s.packages[%zu]: must be a string", mname, i);
-                        return -1;
-                    }
-                    if (add_entry(al, m, json_string_value(pv), "", err, errlen) < 0)
-                        return -1;
-                }
-            } else {
-                ERR("%s.packages: must be an object {name: specifier} or an array of names", mname);
+            if (!(al->index[m] = strdup(json_string_value(val)))) {
+                ERR("out of memory");
                 return -1;
             }
+        } else if (strcmp(key, "allowed_hosts") == 0) {
+            if (parse_hosts(al, m, val, c) < 0)
+                return -1;
+        } else if (strcmp(key, "packages") == 0) {
+            if (parse_packages(al, m, val, c) < 0)
+                return -1;
         } else {
-            ERR("%s.%s: unknown key (expected %s, allowed_hosts, packages)", mname, key, index_key);
+            if (c->quote)
+                ERR("%s.%s: unknown key (expected %s, allowed_hosts, packages)", mname, key,
+                    index_key);
+            else
+                ERR("%s: key %zu is unknown (expected %s, allowed_hosts, packages)", mname, pos,
+                    index_key);
             return -1;
         }
     }
@@ -484,8 +574,10 @@ static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, char
     return 0;
 }
 
-allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen)
+static allowlist *from_json(const json_t *cfg, const cfg_ctx *c)
 {
+    char *err = c->err;
+    size_t errlen = c->errlen;
     if (!json_is_object(cfg)) {
         ERR("the allowlist must be a JSON object");
         return NULL;
@@ -497,15 +589,20 @@ allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen)
     }
     const char *key;
     const json_t *val;
+    size_t pos = 0;
     json_object_foreach((json_t *)cfg, key, val)
     {
+        pos++;
         int m = allowlist_mgr_from_name(key);
         if (m < 0) {
-            ERR("%s: unknown key (expected pip, npm)", key);
+            if (c->quote)
+                ERR("%s: unknown key (expected pip, npm)", key);
+            else
+                ERR("key %zu of the top-level object is unknown (expected pip, npm)", pos);
             allowlist_destroy(&al);
             return NULL;
         }
-        if (parse_manager(al, (allowlist_mgr)m, val, err, errlen) < 0) {
+        if (parse_manager(al, (allowlist_mgr)m, val, c) < 0) {
             allowlist_destroy(&al);
             return NULL;
         }
@@ -513,27 +610,71 @@ allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen)
     return al;
 }
 
+allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen)
+{
+    cfg_ctx c = {.quote = 1, .err = err, .errlen = errlen};
+    return from_json(cfg, &c);
+}
+
+const char *allowlist_json_reason(const json_error_t *jerr)
+{
+    switch (json_error_code(jerr)) {
+    case json_error_out_of_memory:
+        return "out of memory while parsing";
+    case json_error_stack_overflow:
+        return "not valid JSON (nested too deeply)";
+    case json_error_invalid_utf8:
+        return "not valid JSON (not UTF-8)";
+    case json_error_premature_end_of_input:
+        return "not valid JSON (it ends early)";
+    case json_error_end_of_input_expected:
+        return "not valid JSON (more after the value)";
+    case json_error_null_character:
+        return "not valid JSON (a NUL byte)";
+    case json_error_duplicate_key:
+        return "not valid JSON (a key occurs twice)";
+    case json_error_numeric_overflow:
+        return "not valid JSON (a number out of range)";
+    default:
+        return "not valid JSON";
+    }
+}
+
 allowlist *allowlist_load(const char *path, int must_exist, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
+    /* no symbolic link, no FIFO or device (never blocks), a regular file of
+     * at most ALLOWLIST_FILE_MAX bytes; the reasons never hold its bytes */
+    char *text;
+    size_t len;
+    const char *why;
+    if (cm_read_regular(path, ALLOWLIST_FILE_MAX, 0, &text, &len, &why) < 0) {
         if (errno == ENOENT && !must_exist)
             return allowlist_new();
-        ERR("%s: %s", path, strerror(errno));
+        /* cm_read_regular's own phrases read after the path ("P is a
+         * symbolic link"), strerror's after a colon */
+        const char *sep = strncmp(why, "is ", 3) == 0 ? " " : ": ";
+        if (errno == EFBIG)
+            ERR("%s%s%s of %d KiB for an allowlist", path, sep, why, ALLOWLIST_FILE_MAX >> 10);
+        else
+            ERR("%s%s%s", path, sep, why);
         return NULL;
     }
     json_error_t jerr;
-    json_t *cfg = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    fclose(f);
+    json_t *cfg = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    /* it may be a file the requester could not read: no copy outlives this */
+    explicit_bzero(text, len);
+    free(text);
     if (!cfg) {
-        ERR("%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        ERR("%s: %s at line %d, column %d", path, allowlist_json_reason(&jerr), jerr.line,
+            jerr.column);
         return NULL;
     }
-    char why[512];
-    allowlist *al = allowlist_from_json(cfg, why, sizeof why);
+    char reason[512] = "";
+    cfg_ctx c = {.quote = 0, .err = reason, .errlen = sizeof reason};
+    allowlist *al = from_json(cfg, &c);
     json_decref(cfg);
     if (!al)
-        ERR("%s: %s", path, why);
+        ERR("%s: %s", path, reason);
     return al;
 }
 

@@ -30,7 +30,7 @@
  * request and the list: allowlist_check() returns the two specifiers joined
  * (pip: "a,b" is an intersection; npm: "a b" is one).
  *
- * Pure C (no I/O except allowlist_load), unit-tested in
+ * Pure C (no I/O except allowlist_load, see there), unit-tested in
  * tests/unit/test_km_allowlist.c.
  */
 #ifndef KERNELMGR_ALLOWLIST_H
@@ -54,10 +54,28 @@ allowlist *allowlist_new(void);
  * in err on any unknown key, bad name, bad specifier or bad index URL. */
 allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen);
 
-/* new: reads path. A missing file gives an empty list when !must_exist. */
+/* The largest allowlist file read: a list of thousands of packages is a few
+ * hundred KiB. */
+#define ALLOWLIST_FILE_MAX (1 << 20)
+
+/* new: reads path, which a client may have named: through cm_read_regular
+ * (a symbolic link, a FIFO, a device or a directory is refused at once, never
+ * waited on; at most ALLOWLIST_FILE_MAX bytes). A missing file gives an empty
+ * list when !must_exist. NULL with "PATH: reason" in err, and the reason
+ * never holds bytes of the file: a parse error gives line, column and a
+ * generic reason ("not valid JSON at line 1, column 5"), a configuration
+ * error names the member by its place ("pip.packages[2]: not a valid
+ * version specifier"), unlike allowlist_from_json, which quotes it. */
 allowlist *allowlist_load(const char *path, int must_exist, char *err, size_t errlen);
 
 void allowlist_destroy(allowlist **al);
+
+/* borrowed static: why jansson refused a text ("not valid JSON", "not valid
+ * JSON (it ends early)", ...), from its error code alone — jansson's own
+ * message quotes the bytes near the error, which must not reach a client
+ * when the text is a file it may not read. The caller adds jerr's line and
+ * column. */
+const char *allowlist_json_reason(const json_error_t *jerr);
 
 /* ALLOWLIST_PIP / ALLOWLIST_NPM for "pip" / "npm", else -1. */
 int allowlist_mgr_from_name(const char *name);

@@ -234,9 +234,13 @@ static void note_refusals(pkgproxy *px, char *err, size_t errlen)
     size_t i;
     json_t *it;
     char list[600] = "";
+    int host_only = 0;
     json_array_foreach(refused, i, it)
     {
         const char *t = json_string_value(json_object_get(it, "target"));
+        const char *why = json_string_value(json_object_get(it, "reason"));
+        if (why && strcmp(why, PKGPROXY_HOST_ONLY) == 0)
+            host_only = 1;
         if (t && !strstr(list, t))
             list_append(list, sizeof list, t);
     }
@@ -245,8 +249,12 @@ static void note_refusals(pkgproxy *px, char *err, size_t errlen)
     if (list[0] && n + 1 < errlen)
         snprintf(err + n, errlen - n,
                  "; the install proxy refused: %s (only the index and the allowlist's "
-                 "allowed_hosts are reachable)",
-                 list);
+                 "allowed_hosts are reachable%s)",
+                 list,
+                 host_only ? "; a listed name that resolves only to this host's own addresses "
+                             "(loopback, link-local, the host's interfaces) is refused by policy "
+                             "unless the allowlist names the address itself"
+                           : "");
 }
 
 /* Runs argv in a fresh install sandbox (workspace = dir, network only to
@@ -512,7 +520,13 @@ static json_t *install_pip(const allowlist *al, const char *py, const char *prox
     free(out);
     json_t *items = json_object_get(report, "install");
     if (!json_is_array(items)) {
-        snprintf(err, errlen, "pip's resolution report does not parse: %s", jerr.text);
+        /* the report is the sandbox's output: reasons only, never its bytes */
+        if (report)
+            snprintf(err, errlen, "pip's resolution report has no \"install\" list");
+        else
+            snprintf(err, errlen,
+                     "pip's resolution report does not parse: %s at line %d, column %d",
+                     allowlist_json_reason(&jerr), jerr.line, jerr.column);
         json_decref(report);
         return NULL;
     }
@@ -583,10 +597,15 @@ static json_t *npm_lock_packages(const char *npmdir, char *err, size_t errlen)
     free(text);
     json_t *pk = json_object_get(lock, "packages");
     if (!json_is_object(pk)) {
-        snprintf(err, errlen, "npm's lock file %s/package-lock.json does not parse: %s", npmdir,
+        /* the file was written in the sandbox: reasons only, never its bytes */
+        char where[64] = "";
+        if (!why[0] && !lock)
+            snprintf(where, sizeof where, " at line %d, column %d", jerr.line, jerr.column);
+        snprintf(err, errlen, "npm's lock file %s/package-lock.json does not parse: %s%s", npmdir,
                  why[0] ? why
                  : lock ? "no \"packages\" object"
-                        : jerr.text);
+                        : allowlist_json_reason(&jerr),
+                 where);
         json_decref(lock);
         return NULL;
     }

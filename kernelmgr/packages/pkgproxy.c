@@ -5,11 +5,15 @@
  */
 #include "kernelmgr/packages/pkgproxy.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,15 +116,91 @@ static ssize_t read_head(pkgproxy *px, int fd, char *buf, size_t cap, size_t *go
     }
 }
 
+/* 1 when the IPv4 address a (network order) is reachable only on this
+ * host: "this network" 0.0.0.0/8 (0.0.0.0 is the host itself), loopback
+ * 127.0.0.0/8, link-local 169.254.0.0/16. */
+static int host_only_v4(uint32_t a)
+{
+    uint32_t h = ntohl(a);
+    return (h >> 24) == 0 || (h >> 24) == 127 || (h >> 16) == 0xa9fe;
+}
+
+/* 1 when sa is an address only this host answers on: host_only_v4 (also in
+ * its IPv4-mapped and -compatible IPv6 forms), ::, ::1, link-local
+ * fe80::/10, or an address of one of the host's own interfaces (whatever
+ * its range: connecting to it reaches this host's services). */
+static int host_only_addr(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        if (host_only_v4(in->sin_addr.s_addr))
+            return 1;
+    } else if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        uint32_t v4;
+        memcpy(&v4, a6->s6_addr + 12, 4);
+        if (IN6_IS_ADDR_UNSPECIFIED(a6) || IN6_IS_ADDR_LOOPBACK(a6) || IN6_IS_ADDR_LINKLOCAL(a6) ||
+            ((IN6_IS_ADDR_V4MAPPED(a6) || IN6_IS_ADDR_V4COMPAT(a6)) && host_only_v4(v4)))
+            return 1;
+    } else {
+        return 1; /* not an internet address: never dialled */
+    }
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) < 0)
+        return 1; /* cannot tell: refuse */
+    int own = 0;
+    for (struct ifaddrs *i = ifs; i && !own; i = i->ifa_next) {
+        const struct sockaddr *ia = i->ifa_addr;
+        if (!ia)
+            continue;
+        if (ia->sa_family == AF_INET && sa->sa_family == AF_INET)
+            own = ((const struct sockaddr_in *)ia)->sin_addr.s_addr ==
+                  ((const struct sockaddr_in *)sa)->sin_addr.s_addr;
+        else if (ia->sa_family == AF_INET && sa->sa_family == AF_INET6) {
+            const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+            own = IN6_IS_ADDR_V4MAPPED(a6) &&
+                  memcmp(a6->s6_addr + 12, &((const struct sockaddr_in *)ia)->sin_addr, 4) == 0;
+        } else if (ia->sa_family == AF_INET6 && sa->sa_family == AF_INET6)
+            own =
+                memcmp(&((const struct sockaddr_in6 *)ia)->sin6_addr,
+                       &((const struct sockaddr_in6 *)sa)->sin6_addr, sizeof(struct in6_addr)) == 0;
+    }
+    freeifaddrs(ifs);
+    return own;
+}
+
+/* 1 when the operator named a host-only destination itself: an address
+ * literal (it is on the list as written) or "localhost". A name that merely
+ * resolves to such an address (DNS the operator does not control, a
+ * rebinding answer, the host's own name) does not. */
+static int names_host_only(const char *host)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    return strcasecmp(host, "localhost") == 0 || inet_pton(AF_INET, host, buf) == 1 ||
+           inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* Resolves host once and connects to the first address that passes the
+ * policy — the very sockaddr checked, so no second lookup can change it.
+ * The socket; -2 when every address was host-only and the operator did not
+ * name one (PKGPROXY_HOST_ONLY); -1 when unreachable. */
 static int dial(const char *host, const char *port)
 {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
     if (getaddrinfo(host, port, &hints, &res) != 0)
         return -1;
-    int fd = -1;
+    int named = names_host_only(host), fd = -1, refused = 0, tried = 0;
     for (struct addrinfo *a = res; a; a = a->ai_next) {
+        if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
+            continue;
+        if (!named && host_only_addr(a->ai_addr)) {
+            refused++;
+            continue;
+        }
+        tried++;
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0)
             continue;
@@ -130,7 +210,7 @@ static int dial(const char *host, const char *port)
         fd = -1;
     }
     freeaddrinfo(res);
-    return fd;
+    return fd < 0 && refused && !tried ? -2 : fd;
 }
 
 /* Copies both ways until both sides are done, the proxy stops, or nothing
@@ -210,6 +290,11 @@ static int open_upstream(pkgproxy *px, int fd, const char *target, const char *h
         return -1;
     }
     int up = dial(host, port);
+    if (up == -2) {
+        refuse_log(px, target, PKGPROXY_HOST_ONLY);
+        http_error(fd, 403, "Forbidden", PKGPROXY_HOST_ONLY);
+        return -1;
+    }
     if (up < 0)
         http_error(fd, 502, "Bad Gateway", "cannot connect to the index");
     return up;

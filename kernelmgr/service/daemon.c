@@ -1374,7 +1374,9 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
     mkdir(home, 0700);
     /* one daemon per home: the lock outlives crashes (the kernel drops it) */
     char *path = cm_path_join(home, "daemon.lock");
-    int lockfd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+    /* files the manager makes: no link followed, no FIFO waited on */
+    int lockfd =
+        path ? open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600) : -1;
     if (lockfd < 0) {
         err->code = KM_EDAEMON;
         snprintf(err->msg, sizeof err->msg, "%s/daemon.lock: %s", home, strerror(errno));
@@ -1510,10 +1512,13 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
                 gateway_url(gw), home);
     }
     char *pidfile = cm_path_join(home, "daemon.pid");
-    FILE *pf = pidfile ? fopen(pidfile, "w") : NULL;
-    if (pf) {
-        fprintf(pf, "%d\n", (int)getpid());
-        fclose(pf);
+    int pfd = pidfile
+                  ? open(pidfile,
+                         O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644)
+                  : -1;
+    if (pfd >= 0) {
+        dprintf(pfd, "%d\n", (int)getpid());
+        close(pfd);
     }
     fprintf(stderr, "kernelmgr: serving %s (pid %d, %u workers, max_kernels %u)\n", sock,
             (int)getpid(), started, cfg->max_kernels);
@@ -1591,7 +1596,8 @@ static int spawn_daemon(const char *home, char *const argv_extra[])
     argv[k] = NULL;
     char log[4200];
     snprintf(log, sizeof log, "%s/daemon.log", home);
-    int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int logfd =
+        open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (logfd < 0 || nullfd < 0)
         return -1;

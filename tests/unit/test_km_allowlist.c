@@ -14,6 +14,9 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "kernelmgr/packages/allowlist.h"
 
@@ -344,13 +347,153 @@ static void test_load_file(void **state)
     unlink(path);
 }
 
+/* A temporary file holding text; path (PATH_MAX) gets its name. */
+static void write_temp(char *path, const char *text, size_t len)
+{
+    strcpy(path, "/tmp/test_km_allowlist_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, len), (ssize_t)len);
+    close(fd);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A path a client names may be anything: a symbolic link, a FIFO nobody
+ * writes to, a directory. Each is refused, and at once. */
+static void test_load_refuses_what_is_not_a_regular_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_km_allowlist_dir_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char good[PATH_MAX], link[PATH_MAX], fifo[PATH_MAX], err[512];
+    write_temp(good, "{}", 2);
+    snprintf(link, sizeof link, "%s/link.json", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo.json", dir);
+    assert_int_equal(symlink(good, link), 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+
+    assert_null(allowlist_load(link, 1, err, sizeof err));
+    assert_non_null(strstr(err, link));
+    assert_non_null(strstr(err, "symbolic link"));
+    /* even when a missing file would be an empty list */
+    assert_null(allowlist_load(link, 0, err, sizeof err));
+
+    /* a FIFO without a writer: a blocking open would wait forever; the
+     * alarm turns that into a failure instead of a hung test */
+    alarm(20);
+    double t0 = now_s();
+    assert_null(allowlist_load(fifo, 0, err, sizeof err));
+    assert_true(now_s() - t0 < 2.0);
+    alarm(0);
+    assert_non_null(strstr(err, "not a regular file"));
+
+    assert_null(allowlist_load(dir, 0, err, sizeof err));
+    assert_non_null(strstr(err, "not a regular file"));
+
+    unlink(link);
+    unlink(fifo);
+    unlink(good);
+    rmdir(dir);
+}
+
+/* At most ALLOWLIST_FILE_MAX bytes: the limit itself is accepted. */
+static void test_load_size_cap(void **state)
+{
+    (void)state;
+    size_t n = ALLOWLIST_FILE_MAX;
+    char *text = malloc(n + 1);
+    assert_non_null(text);
+    memset(text, ' ', n + 1);
+    text[0] = '{';
+    text[n - 1] = '}';
+    char path[PATH_MAX], err[512];
+    write_temp(path, text, n);
+    allowlist *al = allowlist_load(path, 1, err, sizeof err);
+    assert_non_null(al);
+    allowlist_destroy(&al);
+    unlink(path);
+
+    text[n - 1] = ' ';
+    text[n] = '}';
+    write_temp(path, text, n + 1);
+    free(text);
+    assert_null(allowlist_load(path, 1, err, sizeof err));
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "larger than the limit"));
+    unlink(path);
+}
+
+/* The file may be one the requester could not read: no error quotes a byte
+ * of it — not jansson's "near 'token'", not a key, a name, a URL, a
+ * specifier or a host. Each text hides "SECRET" where the error is. */
+static void test_load_errors_never_quote_the_file(void **state)
+{
+    (void)state;
+    struct {
+        const char *text;
+        const char *why;
+    } cases[] = {
+        {"root:$6$SECRET$hash:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n",
+         "not valid JSON at line 1, column "},
+        {"SECRET", "not valid JSON at line 1, column "},
+        {"{\"a\": SECRET}", "not valid JSON at line 1, column "},
+        {"{\"SECRET\": 1, \"SECRET\": 2}", "a key occurs twice) at line 1, column "},
+        {"{} SECRET", "more after the value) at line 1, column "},
+        {"{\"SECRET\": ", "it ends early) at line 1, column "},
+        {"[\"SECRET\"]", "must be a JSON object"},
+        {"{\"SECRET\": {}}", "key 1 of the top-level object is unknown"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"SECRET\": 1}}", "pip: key 2 is unknown"},
+        {"{\"pip\": {\"index_url\": \"http://user:SECRET@x/\"}}",
+         "pip.index_url: credentials in the URL"},
+        {"{\"pip\": {\"index_url\": \"ftp://SECRET/\"}}", "pip.index_url: only http"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"packages\": {\"a\": \"\", \"SECRET X\": "
+         "\"\"}}}",
+         "pip.packages[1]: not a valid pip package name"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"packages\": {\"a\": \"SECRET\"}}}",
+         "pip.packages[0]: not a valid version specifier"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"packages\": {\"SECRET\": 1}}}",
+         "pip.packages[0]: the version specifier must be a string"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"packages\": [\"SECRET\", \"secret\"]}}",
+         "pip.packages[1]: the package is listed twice"},
+        {"{\"npm\": {\"registry\": \"http://x/\", \"packages\": [\"SECRET\"]}}",
+         "npm.packages[0]: not a valid npm package name"},
+        {"{\"pip\": {\"index_url\": \"http://x/\", \"allowed_hosts\": [\"SECRET\"]}}",
+         "pip.allowed_hosts[0]: expected host:port (the port is required)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[PATH_MAX], err[512] = "";
+        write_temp(path, cases[i].text, strlen(cases[i].text));
+        allowlist *al = allowlist_load(path, 1, err, sizeof err);
+        unlink(path);
+        if (al || !strstr(err, path) || !strstr(err, cases[i].why) || strstr(err, "SECRET") ||
+            strstr(err, "root") || strstr(err, "hash")) {
+            allowlist_destroy(&al);
+            fail_msg("file %s: err '%s', expected '%s' and no byte of the file", cases[i].text, err,
+                     cases[i].why);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty_allows_nothing), cmocka_unit_test(test_pip_accepts_listed),
-        cmocka_unit_test(test_pip_refusals),         cmocka_unit_test(test_npm),
-        cmocka_unit_test(test_config_errors),        cmocka_unit_test(test_url_parse),
-        cmocka_unit_test(test_allowed_hosts),        cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_empty_allows_nothing),
+        cmocka_unit_test(test_pip_accepts_listed),
+        cmocka_unit_test(test_pip_refusals),
+        cmocka_unit_test(test_npm),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_url_parse),
+        cmocka_unit_test(test_allowed_hosts),
+        cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_load_refuses_what_is_not_a_regular_file),
+        cmocka_unit_test(test_load_size_cap),
+        cmocka_unit_test(test_load_errors_never_quote_the_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

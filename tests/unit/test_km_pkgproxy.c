@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -255,6 +256,73 @@ static void test_oversized_head(void **state)
     assert_non_null(strstr(out, "400"));
 }
 
+/* A proxy of its own over f's upstream, for the allowed entry "HOST:port". */
+static pkgproxy *proxy_for(fixture *f, const char *host, unsigned short *port)
+{
+    int plfd = listen_any(port);
+    char allowed[300], err[256];
+    snprintf(allowed, sizeof allowed, "%s:%u", host, f->up_port);
+    const char *list[] = {allowed, NULL};
+    pkgproxy *px = pkgproxy_start(plfd, list, err, sizeof err);
+    assert_non_null(px);
+    return px;
+}
+
+/* This host's own name resolves to an address of this host (here through
+ * /etc/hosts, as a rebinding DNS answer would): listed by name, it is
+ * refused by policy — the upstream hears nothing — while "localhost" and
+ * the address literal, which name the host itself, keep working. */
+static void test_host_only_addresses(void **state)
+{
+    fixture *f = *state;
+    char name[256] = "";
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (gethostname(name, sizeof name - 1) < 0 || getaddrinfo(name, NULL, &hints, &res) != 0)
+        skip();
+    /* only where every address is loopback (/etc/hosts' usual 127.0.1.1):
+     * anything else would be dialled, which this test must not depend on */
+    int loopback = 1;
+    for (struct addrinfo *a = res; a; a = a->ai_next)
+        if (a->ai_family == AF_INET)
+            loopback &= (ntohl(((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+        else if (a->ai_family == AF_INET6)
+            loopback &= IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr);
+    freeaddrinfo(res);
+    if (!loopback)
+        skip();
+    char req[512], out[4096];
+    unsigned short port;
+    pkgproxy *px = proxy_for(f, name, &port);
+    for (size_t i = 0; i < 2; i++) {
+        if (i == 0)
+            snprintf(req, sizeof req, "CONNECT %s:%u HTTP/1.1\r\n\r\n", name, f->up_port);
+        else
+            snprintf(req, sizeof req, "GET http://%s:%u/simple/ HTTP/1.1\r\nHost: x\r\n\r\n", name,
+                     f->up_port);
+        int fd = dial_port(port);
+        f->up.seen[0] = '\0';
+        roundtrip(fd, req, out, sizeof out);
+        close(fd);
+        if (!strstr(out, "403") || !strstr(out, "refused by policy"))
+            fail_msg("%s: got '%.200s', expected a 403 naming the policy", req, out);
+        assert_int_equal(f->up.seen[0], '\0');
+    }
+    json_t *rep = pkgproxy_report(px);
+    json_t *r0 = json_array_get(json_object_get(rep, "refused"), 0);
+    assert_string_equal(json_string_value(json_object_get(r0, "reason")), PKGPROXY_HOST_ONLY);
+    json_decref(rep);
+    pkgproxy_stop(&px);
+
+    px = proxy_for(f, "localhost", &port);
+    snprintf(req, sizeof req, "GET http://localhost:%u/simple/ HTTP/1.1\r\nHost: x\r\n\r\n",
+             f->up_port);
+    int fd = dial_port(port);
+    roundtrip(fd, req, out, sizeof out);
+    close(fd);
+    assert_non_null(strstr(out, "\r\n\r\nhi"));
+    pkgproxy_stop(&px);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -262,6 +330,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_forward_allowed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_head, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_host_only_addresses, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
