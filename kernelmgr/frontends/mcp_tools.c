@@ -21,6 +21,7 @@
 #include "kernelmgr/frontends/mcp_daemon.h"
 #include "kernelmgr/frontends/mcp_render.h"
 #include "kernelmgr/engine/wsfile.h"
+#include "kernelmgr/service/dtier.h"
 
 #define DEFAULT_SESSION "default"
 #define LIST_MAX 2000
@@ -35,15 +36,13 @@
     "this call creates the session.\"},"                                                           \
     "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each "        \
     "kernel, "                                                                                     \
-    "e.g. \\\"1G\\\" (at least 16M). Applied when this call creates the session.\"},"              \
+    "e.g. \\\"1G\\\" (at least 16M, at most the operator's limit). Applied when this call "        \
+    "creates the session.\"},"                                                                     \
     "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"             \
     "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "         \
     "session.\"},"                                                                                 \
     "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "  \
     "of each block in seconds. Applied when this call creates the session.\"},"                    \
-    "\"python\":{\"type\":\"string\",\"description\":\"Absolute path of the Python interpreter "   \
-    "of the Python kernel (only when the server allows it). Applied when this call creates the "   \
-    "session.\"},"                                                                                 \
     "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "   \
     "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "     \
     "session.\"}"
@@ -249,29 +248,25 @@ static json_t *api(const char *method, json_t *params, char *err, size_t errlen)
     return mcpd_request(method, params, NULL, NULL, NULL, err, errlen);
 }
 
-/* The session options a tool that may create a session accepts, copied to
- * the API request as they are (the daemon validates them). Those that
- * relax the sandbox (network on, sandbox none, an interpreter of the
- * caller's choice) need the operator's --allow-unsafe-session-options.
- * NULL, or a tool error. */
+/* The session options a tool that may create a session accepts: those of
+ * the daemon's table (dtier.h) the mcp tier may set, copied to the API
+ * request as they are. The daemon validates them, applies the operator's
+ * ceilings and refuses what the tier may not send; the relaxing values
+ * (network on, sandbox none) are refused here too with the operator's
+ * remedy. NULL, or a tool error. */
 static json_t *copy_session_opts(mcp_call *call, json_t *args, json_t *req)
 {
-    static const char *const names[] = {"network", "memory",  "cpus", "cpu_time",
-                                        "python",  "sandbox", "env",  NULL};
     int unsafe_ok = mcp_server_options(call->srv)->allow_unsafe_session_options;
-    for (int i = 0; names[i]; i++) {
-        json_t *v = json_object_get(args, names[i]);
-        if (!v)
+    for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++) {
+        json_t *v = json_object_get(args, o->f.name);
+        if (!v || !(o->f.tiers & DT_M))
             continue;
         const char *sv = json_string_value(v);
-        int unsafe = (!strcmp(names[i], "network") && sv && !strcmp(sv, "on")) ||
-                     (!strcmp(names[i], "sandbox") && sv && !strcmp(sv, "none")) ||
-                     !strcmp(names[i], "python");
-        if (unsafe && !unsafe_ok)
-            return tool_error("`%s` %s%s%s is not allowed by this server (its operator can allow "
+        if (o->relaxing && sv && !strcmp(sv, o->relaxing) && !unsafe_ok)
+            return tool_error("`%s` \"%s\" is not allowed by this server (its operator can allow "
                               "it with `kernelmgr mcp --allow-unsafe-session-options`)",
-                              names[i], sv ? "\"" : "", sv ? sv : "", sv ? "\"" : "");
-        json_object_set(req, names[i], v);
+                              o->f.name, sv);
+        json_object_set(req, o->f.name, v);
     }
     return NULL;
 }
@@ -340,9 +335,9 @@ static int exec_tick(void *ud, double elapsed)
 
 static json_t *tool_code_exec(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"code",     "language", "session", "timeout_s",
-                                       "env",      "network",  "memory",  "cpus",
-                                       "cpu_time", "python",   "sandbox", NULL};
+    static const char *const keys[] = {"code", "language", "session", "timeout_s",
+                                       "env",  "network",  "memory",  "cpu_time",
+                                       "cpus", "sandbox",  NULL};
     json_t *res = check_keys(args, keys);
     if (res)
         return res;
@@ -510,9 +505,9 @@ static json_t *tool_read_file(json_t *args)
 
 static json_t *tool_write_file(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "path",   "content", "encoding", "append",
-                                       "network", "memory", "cpus",    "cpu_time", "python",
-                                       "sandbox", "env",    NULL};
+    static const char *const keys[] = {"session",  "path",    "content", "encoding",
+                                       "append",   "network", "memory",  "cpus",
+                                       "cpu_time", "sandbox", "env",     NULL};
     json_t *res = check_keys(args, keys);
     if (res)
         return res;
@@ -634,17 +629,9 @@ static json_t *do_install(mcp_call *call, json_t *args)
     json_t *pk = json_object_get(args, "packages");
     if (!json_is_array(pk))
         return tool_error("`packages` must be a list of 1 to 50 package names");
+    /* the operator's allowlist of this server was fixed on the connection
+     * (mcpd_configure): the request never names a file */
     json_t *req = json_pack("{s:s,s:s,s:O}", "session", session, "manager", mgr, "packages", pk);
-    /* the operator's allowlist of this server: --allowlist, else the
-     * environment's; neither: the daemon's default (home/allowlist.json) */
-    const mcp_options *o = mcp_server_options(call->srv);
-    const char *env = getenv("KERNELMGR_ALLOWLIST");
-    const char *al = o->allowlist_path ? o->allowlist_path : env && *env ? env : NULL;
-    if (al) {
-        char *real = realpath(al, NULL);
-        json_object_set_new(req, "allowlist", json_string(real ? real : al));
-        free(real);
-    }
     mcp_call_progress(call, 0, "installing");
     char err[1024];
     json_t *r = api("packages.install", req, err, sizeof err);
