@@ -504,7 +504,9 @@ static void scrub_value(json_t *v, const char *home, int depth)
     void *tmp;
     json_object_foreach_safe(v, tmp, key, e)
     {
-        if (is_code_data(key))
+        /* truncated.stdout is ours (an object), a result's stdout the code's */
+        if (is_code_data(key) &&
+            !(json_is_object(e) && (!strcmp(key, "stdout") || !strcmp(key, "stderr"))))
             continue;
         if (json_is_string(e)) {
             char *r = replace_home(json_string_value(e), home);
