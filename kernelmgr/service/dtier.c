@@ -397,16 +397,13 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
 
 /* ---------------------------------------------------------------- scrub */
 
-/* Keys whose strings are the code's own output or data: never rewritten. */
-static int is_code_data(const char *key)
+/* Keys whose strings are data that must stay exact: a file's bytes and the
+ * workspace-relative file reports (a symlink's target is the code's). The
+ * code's output is rewritten like the rest: the daemon's truncation notes
+ * in it name spill files under the home. */
+static int is_exact_data(const char *key)
 {
-    static const char *const keys[] = {"stdout",   "stderr",    "text",     "result", "displays",
-                                       "error",    "content",   "notebook", "files",  "traceback",
-                                       "packages", "installed", NULL};
-    for (int i = 0; keys[i]; i++)
-        if (!strcmp(key, keys[i]))
-            return 1;
-    return 0;
+    return !strcmp(key, "content") || !strcmp(key, "files");
 }
 
 /* new: s with every occurrence of home (as a path: followed by '/' or the
@@ -504,9 +501,7 @@ static void scrub_value(json_t *v, const char *home, int depth)
     void *tmp;
     json_object_foreach_safe(v, tmp, key, e)
     {
-        /* truncated.stdout is ours (an object), a result's stdout the code's */
-        if (is_code_data(key) &&
-            !(json_is_object(e) && (!strcmp(key, "stdout") || !strcmp(key, "stderr"))))
+        if (is_exact_data(key))
             continue;
         if (json_is_string(e)) {
             char *r = replace_home(json_string_value(e), home);

@@ -128,9 +128,10 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
  * party of tier t carries no host path: for http, "home", "workspace" and
  * "connection_file" are removed everywhere, a packages.install "target" at
  * the top, "spill" and images' "path" become the file's name, and the
- * daemon's home in any other string of ours (not the code's output: stdout,
- * stderr, text, result, displays, error, content, notebook) is replaced by
- * "$KERNELMGR_HOME". Other tiers: unchanged. home may be NULL. */
+ * daemon's home in every other string (the code's output too: the
+ * daemon's truncation notes there name spill files; not a file's "content"
+ * nor the "files" reports, which are exact or workspace-relative) is
+ * replaced by "$KERNELMGR_HOME". Other tiers: unchanged. home may be NULL. */
 void dtier_scrub(dtier t, json_t *reply, const char *home);
 
 /* The same for a message in buf (n bytes): the home replaced. */
