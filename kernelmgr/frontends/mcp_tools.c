@@ -28,25 +28,9 @@
 
 /* ---------------------------------------------------------------- schemas */
 
-/* The options of a session a tool call may create (both tools that can
- * create one take them; the daemon validates them). */
-#define SESSION_OPTS_SCHEMA                                                                        \
-    "\"network\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"],\"description\":\"Network "        \
-    "inside the sandbox (default off; \\\"on\\\" only when the server allows it). Applied when "   \
-    "this call creates the session.\"},"                                                           \
-    "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each "        \
-    "kernel, "                                                                                     \
-    "e.g. \\\"1G\\\" (at least 16M, at most the operator's limit). Applied when this call "        \
-    "creates the session.\"},"                                                                     \
-    "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"             \
-    "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "         \
-    "session.\"},"                                                                                 \
-    "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "  \
-    "of each block in seconds. Applied when this call creates the session.\"},"                    \
-    "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "   \
-    "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "     \
-    "session.\"}"
-
+/* The options of a session a tool call may create (code_exec and
+ * write_file) are not in these schemas: mcpt_list adds them from the
+ * daemon's table (dtier.h), those the mcp tier may set. */
 static const char *const tools_json =
     "["
     "{\"name\":\"code_exec\","
@@ -73,12 +57,7 @@ static const char *const tools_json =
     "first use.\"},"
     "\"timeout_s\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"
     "\"description\":\"Time limit of each block in seconds (default: the server's, usually "
-    "60).\"}," SESSION_OPTS_SCHEMA ","
-    "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
-    "\"maxProperties\":64,\"description\":\"Environment variables for the code, "
-    "{NAME: value}; applied when this call creates the session (a session keeps the variables "
-    "it was created with). The code sees no other variable of the server's but LANG, LC_*, "
-    "TERM and TZ.\"}},"
+    "60).\"}},"
     "\"required\":[\"code\"],\"additionalProperties\":false},"
     "\"annotations\":{\"title\":\"Run code\",\"readOnlyHint\":false,\"destructiveHint\":false,"
     "\"idempotentHint\":false,\"openWorldHint\":false}},"
@@ -121,7 +100,7 @@ static const char *const tools_json =
     "\"content\":{\"type\":\"string\",\"description\":\"The file's content.\"},"
     "\"encoding\":{\"type\":\"string\",\"enum\":[\"text\",\"base64\"],\"default\":\"text\"},"
     "\"append\":{\"type\":\"boolean\",\"default\":false,\"description\":\"Append instead of "
-    "overwriting.\"}," SESSION_OPTS_SCHEMA "},"
+    "overwriting.\"}},"
     "\"required\":[\"session\",\"path\",\"content\"],\"additionalProperties\":false},"
     "\"annotations\":{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}},"
 
@@ -165,13 +144,60 @@ static const char *const tools_json =
     "\"annotations\":{\"destructiveHint\":false,\"idempotentHint\":true,\"openWorldHint\":true}}"
     "]";
 
+/* new: the JSON schema of a session option (a row of the daemon's table). */
+static json_t *sessopt_schema(const dtier_sessopt *o)
+{
+    json_t *p = NULL;
+    switch (o->type) {
+    case DT_SO_CHOICE:
+        p = json_pack("{s:s s:[]}", "type", "string", "enum");
+        for (int i = 0; p && o->values[i]; i++)
+            json_array_append_new(json_object_get(p, "enum"), json_string(o->values[i]));
+        break;
+    case DT_SO_SIZE:
+        p = json_pack("{s:[s,s]}", "type", "string", "integer");
+        break;
+    case DT_SO_NUMBER:
+        p = json_pack("{s:s s:f s:f}", "type", "number", "minimum", o->min, "maximum", o->max);
+        break;
+    case DT_SO_ENV:
+        p = json_pack("{s:s s:{s:s} s:i}", "type", "object", "additionalProperties", "type",
+                      "string", "maxProperties", 64);
+        break;
+    case DT_SO_PATH:
+        p = json_pack("{s:s}", "type", "string");
+        break;
+    }
+    char d[600];
+    snprintf(d, sizeof d, "%s%s%s%s Applied when this call creates the session.", o->help,
+             o->relaxing ? " \"" : "", o->relaxing ? o->relaxing : "",
+             o->relaxing ? "\" only when the server allows it." : "");
+    if (p)
+        json_object_set_new(p, "description", json_string(d));
+    return p;
+}
+
 json_t *mcpt_list(void)
 {
     json_error_t jerr;
     json_t *tools = json_loads(tools_json, 0, &jerr);
-    if (!tools)
+    if (!tools) {
         mcp_log("BUG: tool schemas do not parse: %s at %d", jerr.text, jerr.position);
-    return tools ? tools : json_array();
+        return json_array();
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (strcmp(name, "code_exec") && strcmp(name, "write_file"))
+            continue;
+        json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+        for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++)
+            if (o->f.tiers & DT_M)
+                json_object_set_new(props, o->f.name, sessopt_schema(o));
+    }
+    return tools;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -219,23 +245,36 @@ static const char *arg_session(json_t *args, const char *dflt, json_t **errres)
     return json_string_value(v);
 }
 
+/* 1 when name is a session option the mcp tier may set (dtier.h). */
+static int mcp_sessopt(const char *name)
+{
+    const dtier_sessopt *o = dtier_sessopt_find(name);
+    return o && (o->f.tiers & DT_M);
+}
+
 /* Refuses unknown argument names: a typo ("timeout" for "timeout_s") must
- * not be silently ignored. */
-static json_t *check_keys(json_t *args, const char *const *allowed)
+ * not be silently ignored. With sopts, the session options the mcp tier
+ * may set are known too. */
+static json_t *check_keys(json_t *args, const char *const *allowed, int sopts)
 {
     const char *key;
     json_t *v;
     json_object_foreach(args, key, v)
     {
-        int ok = 0;
+        int ok = sopts && mcp_sessopt(key);
         for (int i = 0; allowed[i]; i++)
             ok |= strcmp(key, allowed[i]) == 0;
         if (!ok) {
-            char list[300] = "";
+            char list[400] = "";
             for (int i = 0; allowed[i]; i++) {
                 strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
                 strncat(list, allowed[i], sizeof list - strlen(list) - 1);
             }
+            for (const dtier_sessopt *o = dtier_sessopts; sopts && o->f.name; o++)
+                if (o->f.tiers & DT_M) {
+                    strncat(list, ", ", sizeof list - strlen(list) - 1);
+                    strncat(list, o->f.name, sizeof list - strlen(list) - 1);
+                }
             return tool_error("unknown argument '%.60s' (expected: %s)", key, list);
         }
     }
@@ -335,10 +374,8 @@ static int exec_tick(void *ud, double elapsed)
 
 static json_t *tool_code_exec(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"code", "language", "session", "timeout_s",
-                                       "env",  "network",  "memory",  "cpu_time",
-                                       "cpus", "sandbox",  NULL};
-    json_t *res = check_keys(args, keys);
+    static const char *const keys[] = {"code", "language", "session", "timeout_s", NULL};
+    json_t *res = check_keys(args, keys, 1);
     if (res)
         return res;
     const char *code = json_string_value(json_object_get(args, "code"));
@@ -390,7 +427,7 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
 static json_t *tool_list_files(json_t *args)
 {
     static const char *const keys[] = {"session", "path", NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);
@@ -456,7 +493,7 @@ static json_t *tool_list_files(json_t *args)
 static json_t *tool_read_file(json_t *args)
 {
     static const char *const keys[] = {"session", "path", "offset", "length", "encoding", NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);
@@ -505,10 +542,8 @@ static json_t *tool_read_file(json_t *args)
 
 static json_t *tool_write_file(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session",  "path",    "content", "encoding",
-                                       "append",   "network", "memory",  "cpus",
-                                       "cpu_time", "sandbox", "env",     NULL};
-    json_t *res = check_keys(args, keys);
+    static const char *const keys[] = {"session", "path", "content", "encoding", "append", NULL};
+    json_t *res = check_keys(args, keys, 1);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);
@@ -550,7 +585,7 @@ static json_t *tool_write_file(mcp_call *call, json_t *args)
 static json_t *tool_list_sessions(json_t *args)
 {
     static const char *const keys[] = {NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     char err[1024];
@@ -595,7 +630,7 @@ static json_t *tool_list_sessions(json_t *args)
 static json_t *simple_session_op(json_t *args, const char *op, const char *done)
 {
     static const char *const keys[] = {"session", NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);
@@ -617,7 +652,7 @@ static json_t *simple_session_op(json_t *args, const char *op, const char *done)
 static json_t *do_install(mcp_call *call, json_t *args)
 {
     static const char *const keys[] = {"session", "manager", "packages", NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);

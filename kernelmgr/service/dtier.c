@@ -110,7 +110,9 @@ const dtier_sessopt dtier_sessopts[] = {
      {NULL},
      NULL,
      DT_CEIL_NONE,
-     "Environment variables for the code, {NAME: value}."},
+     "Environment variables for the code, {NAME: value} (a session keeps the variables it was "
+     "created with; the code sees no other variable of the server's but LANG, LC_*, TERM and "
+     "TZ)."},
     {{NULL, 0, 0, NULL}, 0, 0, 0, {NULL}, NULL, DT_CEIL_NONE, NULL},
 };
 
