@@ -13,7 +13,6 @@
 #include "kernelmgr/service/rpc.h"
 #include "kernelmgr/service/dtier.h"
 #include "kernelmgr/engine/wsfile.h"
-#include "kernels/server/kenv.h"
 #include "common/cm_path.h"
 #include "common/cm_clock.h"
 
