@@ -8,6 +8,7 @@
 #include "kernelmgr/frontends/cli.h"
 #include "kernelmgr/engine/codeblocks.h"
 #include "kernelmgr/service/daemon.h"
+#include "kernelmgr/service/dtier.h"
 #include "kernelmgr/frontends/doctor.h"
 #include "kernelmgr/frontends/gateway.h"
 #include "kernelmgr/engine/kclient.h"
@@ -1276,28 +1277,34 @@ static int cli_dispatch(int argc, char **argv)
                 return usage_error("--network must be on or off (got \"%s\")", optarg);
             c.network = !strcmp(optarg, "on");
             break;
+        /* the ranges are the session options' table (dtier.h) */
         case OPT_MEMORY:
-            if (kmcfg_parse_size(optarg, &c.memory) || c.memory < (16u << 20))
-                return usage_error("--memory must be a size of at least 16M, like 512M or 2G "
+            if (kmcfg_parse_size(optarg, &c.memory) ||
+                c.memory < (uint64_t)dtier_sessopt_find("memory")->min)
+                return usage_error("--memory must be a size of at least %lluM, like 512M or 2G "
                                    "(got \"%s\")",
+                                   (unsigned long long)dtier_sessopt_find("memory")->min >> 20,
                                    optarg);
             c.memory_s = optarg;
             break;
-        case OPT_CPUS:
+        case OPT_CPUS: {
+            const dtier_sessopt *o = dtier_sessopt_find("cpus");
             c.cpus = strtod(optarg, &end);
-            if (*end || end == optarg || !(c.cpus >= 0.01) || c.cpus > 4096)
-                return usage_error("--cpus must be a number of CPUs from 0.01 to 4096, like 1 or "
-                                   "0.5 "
-                                   "(got \"%s\")",
-                                   optarg);
+            if (*end || end == optarg || !(c.cpus >= o->min) || c.cpus > o->max)
+                return usage_error("--cpus must be a number of CPUs from %g to %.0f, like 1 or "
+                                   "0.5 (got \"%s\")",
+                                   o->min, o->max, optarg);
             break;
-        case OPT_CPU_TIME:
+        }
+        case OPT_CPU_TIME: {
+            const dtier_sessopt *o = dtier_sessopt_find("cpu_time");
             c.cpu_time = strtod(optarg, &end);
-            if (*end || end == optarg || !(c.cpu_time >= 0.001) || c.cpu_time > 86400.0 * 365)
-                return usage_error("--cpu-time must be a number of seconds from 0.001 to "
-                                   "31536000 (got \"%s\")",
-                                   optarg);
+            if (*end || end == optarg || !(c.cpu_time >= o->min) || c.cpu_time > o->max)
+                return usage_error("--cpu-time must be a number of seconds from %g to %.0f (got "
+                                   "\"%s\")",
+                                   o->min, o->max, optarg);
             break;
+        }
         case OPT_MANAGER:
             c.manager = optarg;
             break;

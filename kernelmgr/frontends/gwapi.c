@@ -35,40 +35,29 @@ static json_t *error_response(const json_t *id, int code, const char *fmt, ...)
 
 json_t *gwapi_check(const json_t *req, int allow_unsafe)
 {
+    /* what an HTTP client may ask for is the daemon's table (dtier.h): the
+     * connection declared the http tier; allow_unsafe is the daemon's own
+     * config there */
+    (void)allow_unsafe;
     const json_t *id = json_object_get(req, "id");
     const char *method = json_string_value(json_object_get(req, "method"));
     if (!json_is_object(req) || !method)
         return error_response(id, -32600,
                               "invalid request: a JSON-RPC 2.0 object with a method "
                               "is expected");
-    if (!strcmp(method, "shutdown") || !strcmp(method, "connection_file"))
-        return error_response(id, GWAPI_INVALID_PARAMS, "%s is not available over HTTP (%s)",
-                              method,
-                              !strcmp(method, "shutdown")
-                                  ? "the daemon is its operator's to stop"
-                                  : "a connection file is a host path; use the kernel WebSocket");
-    const json_t *p = json_object_get(req, "params");
-    if (!json_is_object(p))
-        return NULL; /* the daemon says what is wrong with it */
-    if (json_is_true(json_object_get(p, "raw_text")))
-        return error_response(id, GWAPI_INVALID_PARAMS,
-                              "field \"raw_text\" is not available over HTTP (messages are JSON)");
-    if (allow_unsafe)
-        return NULL;
-    const char *sb = json_string_value(json_object_get(p, "sandbox"));
-    const char *net = json_string_value(json_object_get(p, "network"));
-    const char *bad = sb && !strcmp(sb, "none")         ? "\"sandbox\": \"none\""
-                      : net && !strcmp(net, "on")       ? "\"network\": \"on\""
-                      : json_object_get(p, "python")    ? "\"python\""
-                      : json_object_get(p, "workspace") ? "\"workspace\""
-                                                        : NULL;
-    if (bad)
-        return error_response(id, GWAPI_INVALID_PARAMS,
-                              "session option %s is not allowed over HTTP (it relaxes the sandbox "
-                              "or names a host path; the operator can allow it with config "
-                              "http_allow_unsafe_session_options)",
-                              bad);
     return NULL;
+}
+
+/* A connection to the daemon of home at the http tier: fd, or -1 with the
+ * reason in err. */
+static int connect_http(const char *home, km_err *err)
+{
+    int fd = daemon_connect(home, 0, NULL, err);
+    if (fd >= 0 && daemon_declare_tier(fd, "http", NULL, 0, err)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 /* ---------------------------------------------------------------- lines */
@@ -132,7 +121,7 @@ json_t *gwapi_call(const char *home, const json_t *req, size_t max_line)
 {
     const json_t *id = json_object_get(req, "id");
     km_err err = {0, ""};
-    int fd = daemon_connect(home, 0, NULL, &err);
+    int fd = connect_http(home, &err);
     if (fd < 0)
         return error_response(id, GWAPI_SERVER_ERROR, "the daemon: %s", err.msg);
     json_t *out = NULL;
@@ -329,7 +318,7 @@ gwapi_conn *gwapi_open(const char *home, size_t max_pending, int allow_unsafe, v
     c->ud = ud;
     pthread_mutex_init(&c->mu, NULL);
     km_err e = {0, ""};
-    c->fd = daemon_connect(home, 0, NULL, &e);
+    c->fd = connect_http(home, &e);
     if (c->fd < 0) {
         snprintf(err, errlen, "the daemon: %s", e.msg);
         gwapi_close(&c);

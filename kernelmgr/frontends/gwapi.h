@@ -4,12 +4,13 @@
  * passed to the daemon's own unix socket, so HTTP clients get exactly the
  * API local clients get, from the same code.
  *
- * What HTTP clients may not do (refused with JSON-RPC error -32602 and a
- * reason): "shutdown" (the daemon is the operator's), the "raw_text" byte
- * framing (WebSocket messages are JSON), and the session options that relax
- * the sandbox or name host paths — "sandbox": "none", "network": "on",
- * "python", "workspace" — unless the operator allows them
- * (http_allow_unsafe_session_options), as for MCP.
+ * Every connection to the daemon declares the http tier first
+ * (daemon_declare_tier): what an HTTP client may call and send — the
+ * methods, each field, the session options under the operator's ceilings —
+ * is the daemon's table (kernelmgr/service/dtier.h), refused there with
+ * JSON-RPC error -32602 naming the field and the tier, and its replies carry
+ * no host paths. The operator's http_allow_unsafe_session_options relaxes
+ * the tier as documented (README "the gateway").
  */
 #ifndef KERNELMGR_GWAPI_H
 #define KERNELMGR_GWAPI_H
@@ -17,8 +18,9 @@
 #include <jansson.h>
 #include <stddef.h>
 
-/* Checks one request (borrowed). NULL when it may go to the daemon, else a
- * JSON-RPC error response for it (new). */
+/* Checks the shape of one request (borrowed): NULL when it may go to the
+ * daemon, else a JSON-RPC error response for it (new). allow_unsafe is
+ * unused: the daemon applies its own configuration to the http tier. */
 json_t *gwapi_check(const json_t *req, int allow_unsafe);
 
 /* One call: sends req (borrowed, already checked) to the daemon of home and

@@ -53,6 +53,7 @@
 
 #include "kernelmgr/frontends/mcp_int.h"
 #include "kernelmgr/frontends/mcp_tools.h"
+#include "kernelmgr/frontends/mcp_daemon.h"
 #include "kernelmgr/service/rpc.h"
 
 #define MCP_SERVER_NAME "kernelmgr"
@@ -440,8 +441,8 @@ static void usage(FILE *f)
           "                    $KERNELMGR_ALLOWLIST, else $KERNELMGR_HOME/allowlist.json;\n"
           "                    none: nothing is installable)\n"
           "  --allow-unsafe-session-options\n"
-          "                    let tools ask for network \"on\", sandbox \"none\" or a python\n"
-          "                    of their choice for the sessions they create (default: refused)\n",
+          "                    let tools ask for network \"on\" or sandbox \"none\" for the\n"
+          "                    sessions they create (default: refused)\n",
           f);
 }
 
@@ -479,6 +480,7 @@ int mcp_main(int argc, char **argv)
         free(srv.opts.allowlist_path);
         return 2;
     }
+    mcpd_configure(&srv.opts);
     /* A client that goes away must not kill us in the middle of a write;
      * the write fails instead and we notice EOF on stdin. */
     signal(SIGPIPE, SIG_IGN);

@@ -24,6 +24,39 @@ typedef struct mcpd_wait {
     double start;
 } mcpd_wait;
 
+/* What the operator gave this MCP server (mcpd_configure): fixed on every
+ * connection at initialize, before it lowers itself to the mcp tier. */
+static char *op_allowlist;
+static int op_unsafe;
+
+void mcpd_configure(const mcp_options *o)
+{
+    /* --allowlist, else the environment's; neither: the daemon's default
+     * (home/allowlist.json). Made absolute here: the daemon's cwd is not
+     * ours. */
+    const char *env = getenv("KERNELMGR_ALLOWLIST");
+    const char *al = o->allowlist_path ? o->allowlist_path : env && *env ? env : NULL;
+    free(op_allowlist);
+    op_allowlist = NULL;
+    if (al) {
+        char *real = realpath(al, NULL);
+        op_allowlist = real ? real : strdup(al);
+    }
+    op_unsafe = o->allow_unsafe_session_options;
+}
+
+/* A connection to the daemon at the mcp tier (autostarted): fd, or -1. */
+static int connect_mcp(const char *home, km_err *err)
+{
+    int fd = daemon_connect(home, 1, NULL, err);
+    const char *al = op_allowlist && op_allowlist[0] == '/' ? op_allowlist : NULL;
+    if (fd >= 0 && daemon_declare_tier(fd, "mcp", al, op_unsafe, err)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static char *home_path(void)
 {
     char buf[KM_HOME_MAX + 1];
@@ -49,9 +82,12 @@ static void on_cancel(void *ud)
         return;
     json_t *res = NULL;
     km_err err = {0, ""};
-    if (daemon_request(w->home, NULL, "interrupt", json_pack("{s:s}", "session", w->session), NULL,
-                       &res, &err))
+    int fd = connect_mcp(w->home, &err);
+    if (fd < 0 ||
+        daemon_call(fd, "interrupt", json_pack("{s:s}", "session", w->session), NULL, &res, &err))
         mcp_log("interrupt %s: %s", w->session, err.msg);
+    if (fd >= 0)
+        close(fd);
     json_decref(res);
 }
 
@@ -81,7 +117,7 @@ json_t *mcpd_request(const char *method, json_t *params, mcpd_event_fn ev, mcpd_
     daemon_callbacks cb = {ev ? on_event : NULL, on_tick, on_cancel, &w};
     json_t *res = NULL;
     km_err kerr = {0, ""};
-    int fd = daemon_connect(w.home, 1, NULL, &kerr);
+    int fd = connect_mcp(w.home, &kerr);
     if (fd < 0) {
         snprintf(err, errlen, "cannot reach the kernelmgr daemon: %s", kerr.msg);
         json_decref(params);

@@ -4,7 +4,8 @@
  * Every tool is one request of the daemon's API (docs/API.md), made with
  * the daemon's own client (daemon_call); the daemon is started when none
  * runs (as `kernelmgr exec` does), so sessions, workspaces and packages
- * live there and outlive this MCP process. This file only adds what an MCP
+ * live there and outlive this MCP process. Every connection is at the
+ * daemon's mcp tier. This file only adds what an MCP
  * call needs around a request: live events, a heartbeat for progress
  * notifications, and cancellation.
  */
@@ -13,6 +14,14 @@
 
 #include <jansson.h>
 #include <stddef.h>
+
+#include "kernelmgr/frontends/mcp_int.h"
+
+/* Fixes what the operator gave this server (o borrowed: its allowlist, made
+ * absolute, and --allow-unsafe-session-options) for every connection to
+ * the daemon: each declares the mcp tier (docs/API.md "Tiers") with them,
+ * so nothing a model sends can name a host path. Call once at start. */
+void mcpd_configure(const mcp_options *o);
 
 /* A live event of a running request (borrowed), e.g. streamed output. */
 typedef void (*mcpd_event_fn)(void *ud, const json_t *event);

@@ -18,8 +18,8 @@ typedef struct mcp_server mcp_server;
 /* Options of one `kernelmgr mcp` process. Strings are owned by the server. */
 typedef struct mcp_options {
     char *allowlist_path; /* package allowlist (JSON); NULL: the default path */
-    /* --allow-unsafe-session-options: tools may ask for network "on",
-     * sandbox "none" or a python of their choice */
+    /* --allow-unsafe-session-options: tools may ask for network "on" or
+     * sandbox "none" (never a host path: the daemon's mcp tier) */
     int allow_unsafe_session_options;
 } mcp_options;
 

@@ -21,33 +21,16 @@
 #include "kernelmgr/frontends/mcp_daemon.h"
 #include "kernelmgr/frontends/mcp_render.h"
 #include "kernelmgr/engine/wsfile.h"
+#include "kernelmgr/service/dtier.h"
 
 #define DEFAULT_SESSION "default"
 #define LIST_MAX 2000
 
 /* ---------------------------------------------------------------- schemas */
 
-/* The options of a session a tool call may create (both tools that can
- * create one take them; the daemon validates them). */
-#define SESSION_OPTS_SCHEMA                                                                        \
-    "\"network\":{\"type\":\"string\",\"enum\":[\"on\",\"off\"],\"description\":\"Network "        \
-    "inside the sandbox (default off; \\\"on\\\" only when the server allows it). Applied when "   \
-    "this call creates the session.\"},"                                                           \
-    "\"memory\":{\"type\":[\"string\",\"integer\"],\"description\":\"Memory limit of each "        \
-    "kernel, "                                                                                     \
-    "e.g. \\\"1G\\\" (at least 16M). Applied when this call creates the session.\"},"              \
-    "\"cpus\":{\"type\":\"number\",\"minimum\":0.01,\"maximum\":4096,\"description\":"             \
-    "\"CPU rate cap of each kernel in CPUs, e.g. 0.5. Applied when this call creates the "         \
-    "session.\"},"                                                                                 \
-    "\"cpu_time\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"description\":\"CPU-time budget "  \
-    "of each block in seconds. Applied when this call creates the session.\"},"                    \
-    "\"python\":{\"type\":\"string\",\"description\":\"Absolute path of the Python interpreter "   \
-    "of the Python kernel (only when the server allows it). Applied when this call creates the "   \
-    "session.\"},"                                                                                 \
-    "\"sandbox\":{\"type\":\"string\",\"enum\":[\"strict\",\"none\"],\"description\":\"Sandbox "   \
-    "level (\\\"none\\\" only when the server allows it). Applied when this call creates the "     \
-    "session.\"}"
-
+/* The options of a session a tool call may create (code_exec and
+ * write_file) are not in these schemas: mcpt_list adds them from the
+ * daemon's table (dtier.h), those the mcp tier may set. */
 static const char *const tools_json =
     "["
     "{\"name\":\"code_exec\","
@@ -74,12 +57,7 @@ static const char *const tools_json =
     "first use.\"},"
     "\"timeout_s\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"
     "\"description\":\"Time limit of each block in seconds (default: the server's, usually "
-    "60).\"}," SESSION_OPTS_SCHEMA ","
-    "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
-    "\"maxProperties\":64,\"description\":\"Environment variables for the code, "
-    "{NAME: value}; applied when this call creates the session (a session keeps the variables "
-    "it was created with). The code sees no other variable of the server's but LANG, LC_*, "
-    "TERM and TZ.\"}},"
+    "60).\"}},"
     "\"required\":[\"code\"],\"additionalProperties\":false},"
     "\"annotations\":{\"title\":\"Run code\",\"readOnlyHint\":false,\"destructiveHint\":false,"
     "\"idempotentHint\":false,\"openWorldHint\":false}},"
@@ -122,7 +100,7 @@ static const char *const tools_json =
     "\"content\":{\"type\":\"string\",\"description\":\"The file's content.\"},"
     "\"encoding\":{\"type\":\"string\",\"enum\":[\"text\",\"base64\"],\"default\":\"text\"},"
     "\"append\":{\"type\":\"boolean\",\"default\":false,\"description\":\"Append instead of "
-    "overwriting.\"}," SESSION_OPTS_SCHEMA "},"
+    "overwriting.\"}},"
     "\"required\":[\"session\",\"path\",\"content\"],\"additionalProperties\":false},"
     "\"annotations\":{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}},"
 
@@ -166,13 +144,60 @@ static const char *const tools_json =
     "\"annotations\":{\"destructiveHint\":false,\"idempotentHint\":true,\"openWorldHint\":true}}"
     "]";
 
+/* new: the JSON schema of a session option (a row of the daemon's table). */
+static json_t *sessopt_schema(const dtier_sessopt *o)
+{
+    json_t *p = NULL;
+    switch (o->type) {
+    case DT_SO_CHOICE:
+        p = json_pack("{s:s s:[]}", "type", "string", "enum");
+        for (int i = 0; p && o->values[i]; i++)
+            json_array_append_new(json_object_get(p, "enum"), json_string(o->values[i]));
+        break;
+    case DT_SO_SIZE:
+        p = json_pack("{s:[s,s]}", "type", "string", "integer");
+        break;
+    case DT_SO_NUMBER:
+        p = json_pack("{s:s s:f s:f}", "type", "number", "minimum", o->min, "maximum", o->max);
+        break;
+    case DT_SO_ENV:
+        p = json_pack("{s:s s:{s:s} s:i}", "type", "object", "additionalProperties", "type",
+                      "string", "maxProperties", 64);
+        break;
+    case DT_SO_PATH:
+        p = json_pack("{s:s}", "type", "string");
+        break;
+    }
+    char d[600];
+    snprintf(d, sizeof d, "%s%s%s%s Applied when this call creates the session.", o->help,
+             o->relaxing ? " \"" : "", o->relaxing ? o->relaxing : "",
+             o->relaxing ? "\" only when the server allows it." : "");
+    if (p)
+        json_object_set_new(p, "description", json_string(d));
+    return p;
+}
+
 json_t *mcpt_list(void)
 {
     json_error_t jerr;
     json_t *tools = json_loads(tools_json, 0, &jerr);
-    if (!tools)
+    if (!tools) {
         mcp_log("BUG: tool schemas do not parse: %s at %d", jerr.text, jerr.position);
-    return tools ? tools : json_array();
+        return json_array();
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (strcmp(name, "code_exec") && strcmp(name, "write_file"))
+            continue;
+        json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+        for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++)
+            if (o->f.tiers & DT_M)
+                json_object_set_new(props, o->f.name, sessopt_schema(o));
+    }
+    return tools;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -220,23 +245,36 @@ static const char *arg_session(json_t *args, const char *dflt, json_t **errres)
     return json_string_value(v);
 }
 
+/* 1 when name is a session option the mcp tier may set (dtier.h). */
+static int mcp_sessopt(const char *name)
+{
+    const dtier_sessopt *o = dtier_sessopt_find(name);
+    return o && (o->f.tiers & DT_M);
+}
+
 /* Refuses unknown argument names: a typo ("timeout" for "timeout_s") must
- * not be silently ignored. */
-static json_t *check_keys(json_t *args, const char *const *allowed)
+ * not be silently ignored. With sopts, the session options the mcp tier
+ * may set are known too. */
+static json_t *check_keys(json_t *args, const char *const *allowed, int sopts)
 {
     const char *key;
     json_t *v;
     json_object_foreach(args, key, v)
     {
-        int ok = 0;
+        int ok = sopts && mcp_sessopt(key);
         for (int i = 0; allowed[i]; i++)
             ok |= strcmp(key, allowed[i]) == 0;
         if (!ok) {
-            char list[300] = "";
+            char list[400] = "";
             for (int i = 0; allowed[i]; i++) {
                 strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
                 strncat(list, allowed[i], sizeof list - strlen(list) - 1);
             }
+            for (const dtier_sessopt *o = dtier_sessopts; sopts && o->f.name; o++)
+                if (o->f.tiers & DT_M) {
+                    strncat(list, ", ", sizeof list - strlen(list) - 1);
+                    strncat(list, o->f.name, sizeof list - strlen(list) - 1);
+                }
             return tool_error("unknown argument '%.60s' (expected: %s)", key, list);
         }
     }
@@ -249,29 +287,25 @@ static json_t *api(const char *method, json_t *params, char *err, size_t errlen)
     return mcpd_request(method, params, NULL, NULL, NULL, err, errlen);
 }
 
-/* The session options a tool that may create a session accepts, copied to
- * the API request as they are (the daemon validates them). Those that
- * relax the sandbox (network on, sandbox none, an interpreter of the
- * caller's choice) need the operator's --allow-unsafe-session-options.
- * NULL, or a tool error. */
+/* The session options a tool that may create a session accepts: those of
+ * the daemon's table (dtier.h) the mcp tier may set, copied to the API
+ * request as they are. The daemon validates them, applies the operator's
+ * ceilings and refuses what the tier may not send; the relaxing values
+ * (network on, sandbox none) are refused here too with the operator's
+ * remedy. NULL, or a tool error. */
 static json_t *copy_session_opts(mcp_call *call, json_t *args, json_t *req)
 {
-    static const char *const names[] = {"network", "memory",  "cpus", "cpu_time",
-                                        "python",  "sandbox", "env",  NULL};
     int unsafe_ok = mcp_server_options(call->srv)->allow_unsafe_session_options;
-    for (int i = 0; names[i]; i++) {
-        json_t *v = json_object_get(args, names[i]);
-        if (!v)
+    for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++) {
+        json_t *v = json_object_get(args, o->f.name);
+        if (!v || !(o->f.tiers & DT_M))
             continue;
         const char *sv = json_string_value(v);
-        int unsafe = (!strcmp(names[i], "network") && sv && !strcmp(sv, "on")) ||
-                     (!strcmp(names[i], "sandbox") && sv && !strcmp(sv, "none")) ||
-                     !strcmp(names[i], "python");
-        if (unsafe && !unsafe_ok)
-            return tool_error("`%s` %s%s%s is not allowed by this server (its operator can allow "
+        if (o->relaxing && sv && !strcmp(sv, o->relaxing) && !unsafe_ok)
+            return tool_error("`%s` \"%s\" is not allowed by this server (its operator can allow "
                               "it with `kernelmgr mcp --allow-unsafe-session-options`)",
-                              names[i], sv ? "\"" : "", sv ? sv : "", sv ? "\"" : "");
-        json_object_set(req, names[i], v);
+                              o->f.name, sv);
+        json_object_set(req, o->f.name, v);
     }
     return NULL;
 }
@@ -340,10 +374,8 @@ static int exec_tick(void *ud, double elapsed)
 
 static json_t *tool_code_exec(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"code",     "language", "session", "timeout_s",
-                                       "env",      "network",  "memory",  "cpus",
-                                       "cpu_time", "python",   "sandbox", NULL};
-    json_t *res = check_keys(args, keys);
+    static const char *const keys[] = {"code", "language", "session", "timeout_s", NULL};
+    json_t *res = check_keys(args, keys, 1);
     if (res)
         return res;
     const char *code = json_string_value(json_object_get(args, "code"));
@@ -395,7 +427,7 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
 static json_t *tool_list_files(json_t *args)
 {
     static const char *const keys[] = {"session", "path", NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);
@@ -461,7 +493,7 @@ static json_t *tool_list_files(json_t *args)
 static json_t *tool_read_file(json_t *args)
 {
     static const char *const keys[] = {"session", "path", "offset", "length", "encoding", NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);
@@ -510,10 +542,8 @@ static json_t *tool_read_file(json_t *args)
 
 static json_t *tool_write_file(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "path",   "content", "encoding", "append",
-                                       "network", "memory", "cpus",    "cpu_time", "python",
-                                       "sandbox", "env",    NULL};
-    json_t *res = check_keys(args, keys);
+    static const char *const keys[] = {"session", "path", "content", "encoding", "append", NULL};
+    json_t *res = check_keys(args, keys, 1);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);
@@ -555,7 +585,7 @@ static json_t *tool_write_file(mcp_call *call, json_t *args)
 static json_t *tool_list_sessions(json_t *args)
 {
     static const char *const keys[] = {NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     char err[1024];
@@ -600,7 +630,7 @@ static json_t *tool_list_sessions(json_t *args)
 static json_t *simple_session_op(json_t *args, const char *op, const char *done)
 {
     static const char *const keys[] = {"session", NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);
@@ -622,7 +652,7 @@ static json_t *simple_session_op(json_t *args, const char *op, const char *done)
 static json_t *do_install(mcp_call *call, json_t *args)
 {
     static const char *const keys[] = {"session", "manager", "packages", NULL};
-    json_t *res = check_keys(args, keys);
+    json_t *res = check_keys(args, keys, 0);
     if (res)
         return res;
     const char *session = arg_session(args, NULL, &res);
@@ -634,17 +664,9 @@ static json_t *do_install(mcp_call *call, json_t *args)
     json_t *pk = json_object_get(args, "packages");
     if (!json_is_array(pk))
         return tool_error("`packages` must be a list of 1 to 50 package names");
+    /* the operator's allowlist of this server was fixed on the connection
+     * (mcpd_configure): the request never names a file */
     json_t *req = json_pack("{s:s,s:s,s:O}", "session", session, "manager", mgr, "packages", pk);
-    /* the operator's allowlist of this server: --allowlist, else the
-     * environment's; neither: the daemon's default (home/allowlist.json) */
-    const mcp_options *o = mcp_server_options(call->srv);
-    const char *env = getenv("KERNELMGR_ALLOWLIST");
-    const char *al = o->allowlist_path ? o->allowlist_path : env && *env ? env : NULL;
-    if (al) {
-        char *real = realpath(al, NULL);
-        json_object_set_new(req, "allowlist", json_string(real ? real : al));
-        free(real);
-    }
     mcp_call_progress(call, 0, "installing");
     char err[1024];
     json_t *r = api("packages.install", req, err, sizeof err);

@@ -11,8 +11,8 @@
 #include "kernelmgr/frontends/gateway.h"
 #include "kernelmgr/engine/klaunch.h"
 #include "kernelmgr/service/rpc.h"
+#include "kernelmgr/service/dtier.h"
 #include "kernelmgr/engine/wsfile.h"
-#include "kernels/server/kenv.h"
 #include "common/cm_path.h"
 #include "common/cm_clock.h"
 
@@ -256,6 +256,10 @@ typedef struct dconn {
     int discarding; /* stream events are being dropped for this client */
     unsigned long long discarded;
     json_int_t last_block;
+    /* what this connection may do (dtier.h): owner until initialize lowers
+     * it; set and read by the worker running its one request in flight */
+    dtier_grant grant;
+    char *allowlist;           /* the operator's allowlist given at initialize, or NULL */
     struct dconn *prev, *next; /* every registered connection (loop thread) */
 } dconn;
 
@@ -462,18 +466,25 @@ static void conn_write_json(dconn *c, json_t *o, int is_event)
 typedef struct conn {
     dconn *dc;
     json_t *id;
-    int dead; /* the client went away: keep running, stop writing */
-    int raw;  /* exec with "raw_text": stream text follows its event line as bytes */
+    int dead;   /* the client went away: keep running, stop writing */
+    int raw;    /* exec with "raw_text": stream text follows its event line as bytes */
+    dtier tier; /* the connection's when the request started: what replies may carry */
 } conn;
 
-/* One API method: its handler gets the validated request's params. */
+/* One API method: its handler gets the validated request's params, once
+ * the tier of the connection was found to permit the method and every
+ * field it sent (dtier_check_fields) — an allowlist per tier. */
 struct dmethod {
     const char *name;
     void (*fn)(conn *c, const char *method, const json_t *params);
     int is_long;
+    unsigned tiers;            /* DT_* bits: the tiers that may call it */
+    const char *why;           /* why the others may not */
+    const dtier_field *fields; /* the fields it takes and who may send each */
+    int sopts;                 /* it also takes the session options (dtier_sessopts) */
 };
 
-static json_t *hello(km_manager *m);
+static json_t *hello_for(km_manager *m, const dtier_grant *g);
 
 static int conn_dead(conn *c)
 {
@@ -486,7 +497,10 @@ static int conn_dead(conn *c)
 /* An error of the operation (a KM_E* code, see rpc.h). */
 static void reply_err(conn *c, int km_code, const char *msg)
 {
-    json_t *o = rpc_error_km(c->id, km_code, msg);
+    char m2[sizeof((km_err *)0)->msg + 64];
+    snprintf(m2, sizeof m2, "%s", msg);
+    dtier_scrub_text(c->tier, m2, sizeof m2, km_manager_home(daemon_mgr));
+    json_t *o = rpc_error_km(c->id, km_code, m2);
     if (o)
         conn_write_json(c->dc, o, 0);
     json_decref(o);
@@ -497,6 +511,7 @@ static void reply_invalid(conn *c, const char *method, const char *why)
 {
     char msg[1200];
     snprintf(msg, sizeof msg, "%s: %s", method, why);
+    dtier_scrub_text(c->tier, msg, sizeof msg, km_manager_home(daemon_mgr));
     json_t *o = rpc_error(c->id, RPC_INVALID_PARAMS, msg, json_pack("{s:i}", "km_code", KM_EUSAGE));
     if (o)
         conn_write_json(c->dc, o, 0);
@@ -505,6 +520,7 @@ static void reply_invalid(conn *c, const char *method, const char *why)
 
 static void reply_ok(conn *c, json_t *result /* steals */)
 {
+    dtier_scrub(c->tier, result, km_manager_home(daemon_mgr));
     json_t *o = rpc_result(c->id, result);
     if (o)
         conn_write_json(c->dc, o, 0);
@@ -558,7 +574,7 @@ static void on_event(void *ud, const json_t *ev)
     conn *c = ud;
     if (c->dead || (c->dead = conn_dead(c)))
         return;
-    if (c->raw && json_is_string(json_object_get(ev, "text")) &&
+    if (c->tier != DT_HTTP && c->raw && json_is_string(json_object_get(ev, "text")) &&
         !strcmp(json_string_value(json_object_get(ev, "event")) ?: "", "stream") &&
         on_event_raw(c, ev) == 0)
         return;
@@ -566,6 +582,9 @@ static void on_event(void *ud, const json_t *ev)
     if (!params)
         return;
     json_object_set(params, "request_id", c->id);
+    dtier_scrub(c->tier, params, km_manager_home(daemon_mgr));
+    if (json_is_object(json_object_get(params, "result"))) /* a block's result */
+        dtier_scrub(c->tier, json_object_get(params, "result"), km_manager_home(daemon_mgr));
     json_t *b = json_object_get(params, "block");
     if (json_is_integer(b)) {
         pthread_mutex_lock(&c->dc->mu);
@@ -584,80 +603,27 @@ static void on_event(void *ud, const json_t *ev)
  * JSON_STRICT): an unknown, missing or mistyped field is refused naming it,
  * before anything is done. docs/API.md is the reference. */
 
-/* The session options every method that may create a session takes. */
+/* The session options every method that may create a session takes: the
+ * table dtier_sessopts says their types, ranges, ceilings and tiers
+ * (dtier.h); rpc_unpack only has to know their names (JSON_STRICT). */
 typedef struct sopts_raw {
-    const char *network, *python, *workspace, *sandbox;
-    json_t *memory, *env;
-    double cpus, cpu_time;
+    json_t *v[8];
 } sopts_raw;
 
-#define SOPTS_FMT "s?s s?o s?F s?F s?s s?s s?s s?o"
+#define SOPTS_FMT "s?o s?o s?o s?o s?o s?o s?o s?o"
 #define SOPTS_ARGS(r)                                                                              \
-    "network", &(r).network, "memory", &(r).memory, "cpus", &(r).cpus, "cpu_time", &(r).cpu_time,  \
-        "python", &(r).python, "workspace", &(r).workspace, "sandbox", &(r).sandbox, "env",        \
-        &(r).env
+    "network", &(r).v[0], "memory", &(r).v[1], "cpus", &(r).v[2], "cpu_time", &(r).v[3], "python", \
+        &(r).v[4], "workspace", &(r).v[5], "sandbox", &(r).v[6], "env", &(r).v[7]
 
-/* Checks the values of the session options and fills so (borrowing from
- * r). 0, or -1 with the reason naming the field. */
-static int sopts_fill(const sopts_raw *r, km_session_opts *so, char *why, size_t n)
+/* Checks the session options of params by the table and against the
+ * operator's ceilings for c's tier, and fills so (borrowing from params).
+ * 0, or -1 with the reason naming the field. */
+static int sopts_fill(conn *c, const json_t *p, km_session_opts *so, char *why, size_t n)
 {
-    km_session_opts_init(so);
-    if (r->network) {
-        if (strcmp(r->network, "on") && strcmp(r->network, "off")) {
-            snprintf(why, n, "field \"network\": must be \"on\" or \"off\" (got \"%.40s\")",
-                     r->network);
-            return -1;
-        }
-        so->network = !strcmp(r->network, "on");
-    }
-    if (r->memory) {
-        uint64_t bytes = 0;
-        if (json_is_integer(r->memory) && json_integer_value(r->memory) > 0)
-            bytes = (uint64_t)json_integer_value(r->memory);
-        else if (!json_is_string(r->memory) ||
-                 kmcfg_parse_size(json_string_value(r->memory), &bytes))
-            bytes = 0;
-        if (bytes < (16u << 20)) {
-            snprintf(why, n,
-                     "field \"memory\": must be a size of at least 16M, like \"512M\" or "
-                     "\"2G\" (or a number of bytes)");
-            return -1;
-        }
-        so->memory = bytes;
-    }
-    /* the ranges of the configuration's "cpus" and "cpu_time" (config.c)
-     * and of the kernels' --cpus / --cpu-time */
-    if (r->cpus != 0 && !(r->cpus >= 0.01 && r->cpus <= 4096)) {
-        snprintf(why, n, "field \"cpus\": must be a number of CPUs from 0.01 to 4096");
-        return -1;
-    }
-    so->cpus = r->cpus;
-    if (r->cpu_time != 0 && !(r->cpu_time >= 0.001 && r->cpu_time <= 86400.0 * 365)) {
-        snprintf(why, n, "field \"cpu_time\": must be a number of seconds from 0.001 to 31536000");
-        return -1;
-    }
-    so->cpu_time = r->cpu_time;
-    if (r->python && r->python[0] != '/') {
-        snprintf(why, n, "field \"python\": must be an absolute path");
-        return -1;
-    }
-    so->python = r->python;
-    if (r->workspace && r->workspace[0] != '/') {
-        snprintf(why, n, "field \"workspace\": must be an absolute path");
-        return -1;
-    }
-    so->workspace = r->workspace;
-    if (r->sandbox && strcmp(r->sandbox, "strict") && strcmp(r->sandbox, "none")) {
-        snprintf(why, n, "field \"sandbox\": must be \"strict\" or \"none\"");
-        return -1;
-    }
-    so->sandbox = r->sandbox;
-    if (r->env) {
-        if (kenv_check_object(NULL, "field \"env\"", r->env, why, n))
-            return -1;
-        so->env = r->env;
-    }
-    return 0;
+    return dtier_sopts_fill(p, so, why, n) ||
+                   dtier_sopts_ceiling(&c->dc->grant, km_manager_config(daemon_mgr), p, so, why, n)
+               ? -1
+               : 0;
 }
 
 static void m_ping(conn *c, const char *method, const json_t *p)
@@ -665,15 +631,18 @@ static void m_ping(conn *c, const char *method, const json_t *p)
     char why[600];
     if (rpc_unpack(p, why, sizeof why, "{}"))
         return reply_invalid(c, method, why);
-    reply_ok(c, hello(daemon_mgr));
+    reply_ok(c, hello_for(daemon_mgr, &c->dc->grant));
 }
 
 static void m_initialize(conn *c, const char *method, const json_t *p)
 {
     char why[600];
     json_int_t want = DAEMON_API_VERSION;
-    const char *client = NULL;
-    if (rpc_unpack(p, why, sizeof why, "{s?I s?s}", "api_version", &want, "client", &client))
+    const char *client = NULL, *tname = NULL, *allow = NULL;
+    int unsafe = 0;
+    if (rpc_unpack(p, why, sizeof why, "{s?I s?s s?s s?s s?b}", "api_version", &want, "client",
+                   &client, "tier", &tname, "allowlist", &allow, "allow_unsafe_session_options",
+                   &unsafe))
         return reply_invalid(c, method, why);
     if (want != DAEMON_API_VERSION) {
         snprintf(why, sizeof why,
@@ -681,7 +650,42 @@ static void m_initialize(conn *c, const char *method, const json_t *p)
                  (long long)want, DAEMON_API_VERSION);
         return reply_invalid(c, method, why);
     }
-    reply_ok(c, hello(daemon_mgr));
+    dconn *dc = c->dc;
+    dtier t = dc->grant.tier;
+    if (tname && dtier_parse(tname, &t)) {
+        snprintf(why, sizeof why,
+                 "field \"tier\": must be \"owner\", \"mcp\" or \"http\" (got "
+                 "\"%.40s\")",
+                 tname);
+        return reply_invalid(c, method, why);
+    }
+    if (t < dc->grant.tier) {
+        snprintf(why, sizeof why,
+                 "field \"tier\": a connection may only lower its tier (it is \"%s\", asked "
+                 "for \"%s\")",
+                 dtier_name(dc->grant.tier), dtier_name(t));
+        return reply_invalid(c, method, why);
+    }
+    if (allow && allow[0] != '/')
+        return reply_invalid(c, method, "field \"allowlist\": must be an absolute path");
+    /* allowlist and allow_unsafe_session_options are owner fields (the
+     * table): what the operator gave the lowering party, fixed for the
+     * connection before its tier drops */
+    if (allow) {
+        char *a = strdup(allow);
+        if (!a)
+            return reply_err(c, KM_EINTERNAL, "out of memory");
+        free(dc->allowlist);
+        dc->allowlist = a;
+    }
+    if (unsafe)
+        dc->grant.unsafe = 1;
+    /* the operator's configuration opts the HTTP tier in */
+    if (t == DT_HTTP && dc->grant.tier != DT_HTTP)
+        dc->grant.unsafe |= km_manager_config(daemon_mgr)->http_allow_unsafe;
+    dc->grant.tier = t;
+    c->tier = t;
+    reply_ok(c, hello_for(daemon_mgr, &c->dc->grant));
 }
 
 static void m_session_create(conn *c, const char *method, const json_t *p)
@@ -691,7 +695,7 @@ static void m_session_create(conn *c, const char *method, const json_t *p)
     sopts_raw r = {0};
     km_session_opts so;
     if (rpc_unpack(p, why, sizeof why, "{s:s " SOPTS_FMT "}", "session", &name, SOPTS_ARGS(r)) ||
-        sopts_fill(&r, &so, why, sizeof why))
+        sopts_fill(c, p, &so, why, sizeof why))
         return reply_invalid(c, method, why);
     km_err err = {0, ""};
     json_t *res = km_session_create(daemon_mgr, name, &so, &err);
@@ -711,7 +715,7 @@ static void m_exec(conn *c, const char *method, const json_t *p)
     if (rpc_unpack(p, why, sizeof why, "{s:s s:s s?s s?F s?b s?b s?b " SOPTS_FMT "}", "session",
                    &name, "code", &code, "lang", &lang, "timeout", &timeout, "continue_on_error",
                    &coe, "stream", &stream, "raw_text", &raw, SOPTS_ARGS(r)) ||
-        sopts_fill(&r, &so, why, sizeof why))
+        sopts_fill(c, p, &so, why, sizeof why))
         return reply_invalid(c, method, why);
     /* the one check of the language: the configuration's table (lang.h);
      * the CLI and MCP pass it through */
@@ -833,7 +837,7 @@ static void m_files_write(conn *c, const char *method, const json_t *p)
     if (rpc_unpack(p, why, sizeof why, "{s:s s:s s:s s?s s?b s?b " SOPTS_FMT "}", "session", &name,
                    "path", &path, "content", &content, "encoding", &enc, "append", &append,
                    "create", &create, SOPTS_ARGS(r)) ||
-        sopts_fill(&r, &so, why, sizeof why))
+        sopts_fill(c, p, &so, why, sizeof why))
         return reply_invalid(c, method, why);
     if (strcmp(enc, "text") && strcmp(enc, "base64"))
         return reply_invalid(c, method, "field \"encoding\": must be \"text\" or \"base64\"");
@@ -881,6 +885,11 @@ static void m_packages_install(conn *c, const char *method, const json_t *p)
         return reply_invalid(c, method, why);
     if (!json_is_array(pkgs))
         return reply_invalid(c, method, "field \"packages\": expected an array of strings");
+    /* a tier below owner never names the file (the table): the allowlist
+     * its operator fixed for the connection at initialize, else the
+     * daemon's own */
+    if (!allow)
+        allow = c->dc->allowlist;
     km_err err = {0, ""};
     json_t *r = km_packages_install(daemon_mgr, name, allow, manager, pkgs, &err);
     if (!r)
@@ -924,26 +933,92 @@ static void m_shutdown(conn *c, const char *method, const json_t *p)
     loop_wake();
 }
 
+/* The fields of each method and the tiers that may send them (dtier.h).
+ * The session options are the table dtier_sessopts. */
+#define F_ALL(name)                                                                                \
+    {                                                                                              \
+        name, DT_ALL, 0, NULL                                                                      \
+    }
+static const dtier_field f_none[] = {{NULL, 0, 0, NULL}};
+static const dtier_field f_session[] = {F_ALL("session"), {NULL, 0, 0, NULL}};
+static const dtier_field f_initialize[] = {
+    F_ALL("api_version"),
+    F_ALL("client"),
+    F_ALL("tier"),
+    {"allowlist", DT_O, 0, "it names a host path: the operator's allowlist applies"},
+    {"allow_unsafe_session_options", DT_O, 0, "only the operator opts a connection in"},
+    {NULL, 0, 0, NULL}};
+static const dtier_field f_exec[] = {F_ALL("session"),
+                                     F_ALL("code"),
+                                     F_ALL("lang"),
+                                     F_ALL("timeout"),
+                                     F_ALL("continue_on_error"),
+                                     F_ALL("stream"),
+                                     {"raw_text", DT_O | DT_M, 0, "messages over HTTP are JSON"},
+                                     {NULL, 0, 0, NULL}};
+static const dtier_field f_close[] = {F_ALL("session"), F_ALL("keep"), {NULL, 0, 0, NULL}};
+static const dtier_field f_files_list[] = {F_ALL("session"), F_ALL("path"), {NULL, 0, 0, NULL}};
+static const dtier_field f_files_read[] = {F_ALL("session"), F_ALL("path"),     F_ALL("offset"),
+                                           F_ALL("length"),  F_ALL("encoding"), {NULL, 0, 0, NULL}};
+static const dtier_field f_files_write[] = {F_ALL("session"),  F_ALL("path"),   F_ALL("content"),
+                                            F_ALL("encoding"), F_ALL("append"), F_ALL("create"),
+                                            {NULL, 0, 0, NULL}};
+static const dtier_field f_packages[] = {
+    F_ALL("session"),
+    F_ALL("manager"),
+    F_ALL("packages"),
+    {"allowlist", DT_O, 0, "it names a host path: the operator's allowlist applies"},
+    {NULL, 0, 0, NULL}};
+static const dtier_field f_export[] = {F_ALL("session"), F_ALL("kernel_name"), {NULL, 0, 0, NULL}};
+static const dtier_field f_connection_file[] = {
+    F_ALL("session"), F_ALL("lang"), {NULL, 0, 0, NULL}};
+
 /* is_long: may run code, start kernels or wait for a session's running
  * cell; at most all workers but DAEMON_RESERVED run these. */
 static const struct dmethod dmethods[] = {
-    {"initialize", m_initialize, 0},
-    {"ping", m_ping, 0},
-    {"session.create", m_session_create, 0},
-    {"exec", m_exec, 1},
-    {"interrupt", m_interrupt_restart, 0},
-    {"restart", m_interrupt_restart, 1},
-    {"close", m_close, 0},
-    {"sessions.list", m_sessions_list, 0},
-    {"files.list", m_files_list, 0},
-    {"files.read", m_files_read, 0},
-    {"files.write", m_files_write, 1},
-    {"export", m_export, 0},
-    {"packages.install", m_packages_install, 1},
-    {"connection_file", m_connection_file, 1},
-    {"shutdown", m_shutdown, 0},
-    {NULL, NULL, 0},
+    {"initialize", m_initialize, 0, DT_ALL, NULL, f_initialize, 0},
+    {"ping", m_ping, 0, DT_ALL, NULL, f_none, 0},
+    {"session.create", m_session_create, 0, DT_ALL, NULL, f_session, 1},
+    {"exec", m_exec, 1, DT_ALL, NULL, f_exec, 1},
+    {"interrupt", m_interrupt_restart, 0, DT_ALL, NULL, f_session, 0},
+    {"restart", m_interrupt_restart, 1, DT_ALL, NULL, f_session, 0},
+    {"close", m_close, 0, DT_ALL, NULL, f_close, 0},
+    {"sessions.list", m_sessions_list, 0, DT_ALL, NULL, f_none, 0},
+    {"files.list", m_files_list, 0, DT_ALL, NULL, f_files_list, 0},
+    {"files.read", m_files_read, 0, DT_ALL, NULL, f_files_read, 0},
+    {"files.write", m_files_write, 1, DT_ALL, NULL, f_files_write, 1},
+    {"export", m_export, 0, DT_ALL, NULL, f_export, 0},
+    {"packages.install", m_packages_install, 1, DT_ALL, NULL, f_packages, 0},
+    {"connection_file", m_connection_file, 1, DT_O,
+     "a connection file is a host path; over HTTP use the kernel WebSocket", f_connection_file, 0},
+    {"shutdown", m_shutdown, 0, DT_O, "the daemon is its operator's to stop", f_none, 0},
+    {NULL, NULL, 0, 0, NULL, NULL, 0},
 };
+
+/* The tier check before any handler runs: the method and every field the
+ * request sent must be permitted for the connection's tier. 0, or -1 with
+ * the refusal sent. */
+static int tier_check(conn *c, const struct dmethod *d, const json_t *params)
+{
+    const dtier_grant *g = &c->dc->grant;
+    char why[900];
+    if (!(d->tiers & DT_BIT(g->tier))) {
+        snprintf(why, sizeof why, "%s is not available to %s (%s)", d->name, dtier_clients(g->tier),
+                 d->why ? d->why : "not permitted for its tier");
+        json_t *o =
+            rpc_error(c->id, RPC_INVALID_PARAMS, why, json_pack("{s:i}", "km_code", KM_EUSAGE));
+        if (o)
+            conn_write_json(c->dc, o, 0);
+        json_decref(o);
+        return -1;
+    }
+    if (json_is_object(params) &&
+        dtier_check_fields(g, d->fields, d->sopts, params, why, sizeof why)) {
+        reply_invalid(c, d->name, why);
+        return -1;
+    }
+    return 0;
+}
 
 static json_t *hello(km_manager *m)
 {
@@ -953,6 +1028,19 @@ static json_t *hello(km_manager *m)
     return json_pack("{s:i s:s s:s s:i s:s s:o s:o}", "api_version", DAEMON_API_VERSION, "server",
                      "kernelmgr", "version", DAEMON_VERSION, "pid", (int)getpid(), "home",
                      km_manager_home(m), "pool", km_pool_status(m), "methods", methods);
+}
+
+/* The methods a connection of grant g may call, for its hello. */
+static json_t *hello_for(km_manager *m, const dtier_grant *g)
+{
+    json_t *h = hello(m);
+    json_t *methods = json_array();
+    for (const struct dmethod *d = dmethods; d->name; d++)
+        if (d->tiers & DT_BIT(g->tier))
+            json_array_append_new(methods, json_string(d->name));
+    json_object_set_new(h, "methods", methods);
+    json_object_set_new(h, "tier", json_string(dtier_name(g->tier)));
+    return h;
 }
 
 static const struct dmethod *dmethod_find(const char *name)
@@ -1010,10 +1098,11 @@ static void *worker_thread(void *arg)
         D.running_long += (unsigned)lng;
         pthread_mutex_unlock(&D.mu);
 
-        conn c = {j->c, json_object_get(j->req, "id"), 0, 0};
+        conn c = {j->c, json_object_get(j->req, "id"), 0, 0, j->c->grant.tier};
         job_bytes = 0;
         double t0 = cm_mono_s();
-        j->meth->fn(&c, j->meth->name, json_object_get(j->req, "params"));
+        if (tier_check(&c, j->meth, json_object_get(j->req, "params")) == 0)
+            j->meth->fn(&c, j->meth->name, json_object_get(j->req, "params"));
         json_decref(j->req);
         j->req = NULL;
         /* a large result (or a burst of output) was just freed: give the
@@ -1084,6 +1173,7 @@ static void conn_unref(dconn *c)
     if (--c->refs > 0)
         return;
     close(c->fd);
+    free(c->allowlist);
     free(c->rbuf);
     free(c->obuf);
     pthread_mutex_destroy(&c->mu);
@@ -1135,7 +1225,7 @@ static void conn_service(dloop *L, dconn *c)
             int kind = rpc_parse(c->rbuf, n, &msg, why, sizeof why);
             memmove(c->rbuf, nl + 1, c->rlen - n - 1);
             c->rlen -= n + 1;
-            conn cc = {c, msg.id, 0, 0};
+            conn cc = {c, msg.id, 0, 0, c->grant.tier};
             if (kind < 0) {
                 if (!msg.silent) {
                     json_t *o = rpc_error(msg.id, kind, why, NULL);
@@ -1778,6 +1868,19 @@ int daemon_call(int fd, const char *method, json_t *params, const daemon_callbac
     free(r.buf);
     json_decref(pending);
     json_decref(id);
+    return rc;
+}
+
+int daemon_declare_tier(int fd, const char *tier, const char *allowlist, int unsafe, km_err *err)
+{
+    json_t *p = json_pack("{s:i s:s}", "api_version", DAEMON_API_VERSION, "tier", tier);
+    if (p && allowlist)
+        json_object_set_new(p, "allowlist", json_string(allowlist));
+    if (p && unsafe)
+        json_object_set_new(p, "allow_unsafe_session_options", json_true());
+    json_t *res = NULL;
+    int rc = daemon_call(fd, "initialize", p, NULL, &res, err);
+    json_decref(res);
     return rc;
 }
 

@@ -76,6 +76,14 @@ typedef struct daemon_callbacks {
 int daemon_call(int fd, const char *method, json_t *params, const daemon_callbacks *cb,
                 json_t **result, km_err *err);
 
+/* Lowers the tier of connection fd to tier ("mcp" or "http"; dtier.h,
+ * docs/API.md "Tiers") with an initialize request; what the operator gave
+ * the lowering party goes with it, fixed for the connection before its
+ * tier drops: allowlist (an absolute path or NULL: the daemon's default)
+ * for packages.install, and unsafe (the operator's opt-in to the values
+ * that relax the sandbox). 0, or a KM_E* code with err. */
+int daemon_declare_tier(int fd, const char *tier, const char *allowlist, int unsafe, km_err *err);
+
 /* One request on a fresh connection (daemon_connect with autostart; argv_extra
  * as there); same results as daemon_call. */
 int daemon_request(const char *home, char *const argv_extra[], const char *method, json_t *params,

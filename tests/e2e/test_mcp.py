@@ -84,10 +84,10 @@ def test_initialize_and_list_tools(mgr):
     assert "enum" not in ce["properties"]["language"]
     assert all(w in ce["properties"]["language"]["description"]
                for w in ("python", "bash", "auto"))
-    # the session options (applied when the call creates the session)
+    # the session options (applied when the call creates the session); no
+    # host path (python, workspace): the model never names one
     assert set(ce["properties"]) == {"code", "language", "session", "timeout_s", "env",
-                                     "network", "memory", "cpus", "cpu_time", "python",
-                                     "sandbox"}
+                                     "network", "memory", "cpus", "cpu_time", "sandbox"}
     assert ce["properties"]["env"]["additionalProperties"] == {"type": "string"}
     assert tools["install_packages"]["inputSchema"]["properties"]["manager"]["enum"] == \
         ["pip", "npm"]

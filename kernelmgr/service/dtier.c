@@ -1,0 +1,535 @@
+/*
+ * dtier.c — the tiers of a daemon connection, the table of session
+ * options, the operator's ceilings and the scrubbing of replies (see
+ * dtier.h).
+ */
+#include "kernelmgr/service/dtier.h"
+#include "kernels/server/kenv.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const tier_names[DT_NTIERS] = {"owner", "mcp", "http"};
+static const char *const tier_clients[DT_NTIERS] = {"the socket's owner", "MCP clients",
+                                                    "HTTP clients"};
+/* how the operator opts a tier into the relaxing values */
+static const char *const tier_optin[DT_NTIERS] = {"",
+                                                  "`kernelmgr mcp --allow-unsafe-session-options`",
+                                                  "config http_allow_unsafe_session_options"};
+
+const char *dtier_name(dtier t)
+{
+    return (unsigned)t < DT_NTIERS ? tier_names[t] : "?";
+}
+
+const char *dtier_clients(dtier t)
+{
+    return (unsigned)t < DT_NTIERS ? tier_clients[t] : "?";
+}
+
+int dtier_parse(const char *name, dtier *t)
+{
+    for (int i = 0; name && i < DT_NTIERS; i++)
+        if (!strcmp(name, tier_names[i])) {
+            *t = (dtier)i;
+            return 0;
+        }
+    return -1;
+}
+
+#define HOST_PATH "it names a host path"
+#define RELAXES "it relaxes the sandbox"
+
+/* The session options. The ranges are the kernels' own (--cpus, --cpu-time,
+ * --memory) and the configuration's (config.c). Host paths are the owner's;
+ * over HTTP the operator's opt-in also allows them (as it always did); the
+ * model behind MCP never names one. */
+const dtier_sessopt dtier_sessopts[] = {
+    {{"network", DT_ALL, DT_M | DT_H, RELAXES},
+     DT_SO_CHOICE,
+     0,
+     0,
+     {"on", "off", NULL},
+     "on",
+     DT_CEIL_NETWORK,
+     "Network inside the sandbox (default off)."},
+    {{"memory", DT_ALL, 0, NULL},
+     DT_SO_SIZE,
+     16u << 20,
+     0,
+     {NULL},
+     NULL,
+     DT_CEIL_MEMORY,
+     "Memory limit of each kernel, e.g. \"1G\" (at least 16M, at most the operator's)."},
+    {{"cpus", DT_ALL, 0, NULL},
+     DT_SO_NUMBER,
+     0.01,
+     4096,
+     {NULL},
+     NULL,
+     DT_CEIL_CPUS,
+     "CPU rate cap of each kernel in CPUs, e.g. 0.5 (at most the operator's)."},
+    {{"cpu_time", DT_ALL, 0, NULL},
+     DT_SO_NUMBER,
+     0.001,
+     86400.0 * 365,
+     {NULL},
+     NULL,
+     DT_CEIL_CPU_TIME,
+     "CPU-time budget of each block in seconds (at most the operator's)."},
+    {{"python", DT_O, DT_H, HOST_PATH},
+     DT_SO_PATH,
+     0,
+     0,
+     {NULL},
+     NULL,
+     DT_CEIL_NONE,
+     "Absolute path of the Python kernel's interpreter."},
+    {{"workspace", DT_O, DT_H, HOST_PATH},
+     DT_SO_PATH,
+     0,
+     0,
+     {NULL},
+     NULL,
+     DT_CEIL_NONE,
+     "Absolute path of an existing directory used as the workspace."},
+    {{"sandbox", DT_ALL, DT_M | DT_H, RELAXES},
+     DT_SO_CHOICE,
+     0,
+     0,
+     {"strict", "none", NULL},
+     "none",
+     DT_CEIL_SANDBOX,
+     "Sandbox level (default strict)."},
+    {{"env", DT_ALL, 0, NULL},
+     DT_SO_ENV,
+     0,
+     0,
+     {NULL},
+     NULL,
+     DT_CEIL_NONE,
+     "Environment variables for the code, {NAME: value} (a session keeps the variables it was "
+     "created with; the code sees no other variable of the server's but LANG, LC_*, TERM and "
+     "TZ)."},
+    {{NULL, 0, 0, NULL}, 0, 0, 0, {NULL}, NULL, DT_CEIL_NONE, NULL},
+};
+
+const dtier_sessopt *dtier_sessopt_find(const char *name)
+{
+    for (const dtier_sessopt *o = dtier_sessopts; name && o->f.name; o++)
+        if (!strcmp(o->f.name, name))
+            return o;
+    return NULL;
+}
+
+int dtier_field_allowed(const dtier_grant *g, const dtier_field *f)
+{
+    unsigned bit = DT_BIT(g->tier);
+    /* a choice's unsafe bits gate its relaxing value, not the field */
+    const dtier_sessopt *so = dtier_sessopt_find(f->name);
+    int gates_value = so && so->type == DT_SO_CHOICE && &so->f == f;
+    return (f->tiers & bit) || (!gates_value && g->unsafe && (f->unsafe & bit));
+}
+
+static const dtier_field *field_find(const dtier_field *fields, const char *name)
+{
+    for (const dtier_field *f = fields; f && f->name; f++)
+        if (!strcmp(f->name, name))
+            return f;
+    return NULL;
+}
+
+/* Appends the names g may send to list. */
+static void allowed_list(const dtier_grant *g, const dtier_field *fields, int sopts, char *list,
+                         size_t n)
+{
+    size_t len = 0;
+    list[0] = 0;
+    for (const dtier_field *f = fields; f && f->name; f++)
+        if (dtier_field_allowed(g, f) && len < n)
+            len += (size_t)snprintf(list + len, n - len, "%s%s", len ? ", " : "", f->name);
+    for (const dtier_sessopt *o = dtier_sessopts; sopts && o->f.name; o++)
+        if (dtier_field_allowed(g, &o->f) && len < n)
+            len += (size_t)snprintf(list + len, n - len, "%s%s", len ? ", " : "", o->f.name);
+    if (!list[0])
+        snprintf(list, n, "none");
+}
+
+int dtier_check_fields(const dtier_grant *g, const dtier_field *fields, int sopts,
+                       const json_t *params, char *why, size_t n)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)params, key, v)
+    {
+        const dtier_field *f = field_find(fields, key);
+        if (!f && sopts) {
+            const dtier_sessopt *o = dtier_sessopt_find(key);
+            f = o ? &o->f : NULL;
+        }
+        if (f && dtier_field_allowed(g, f))
+            continue;
+        if (!f) {
+            char list[600];
+            allowed_list(g, fields, sopts, list, sizeof list);
+            snprintf(why, n, "unknown field \"%.80s\" (expected: %s)", key, list);
+            return -1;
+        }
+        int optin = (f->unsafe & DT_BIT(g->tier)) != 0;
+        int len = snprintf(why, n, "field \"%s\" is not available to %s", f->name,
+                           dtier_clients(g->tier));
+        if ((f->why || optin) && len > 0 && (size_t)len < n)
+            snprintf(why + len, n - (size_t)len, " (%s%s%s%s)", f->why ? f->why : "",
+                     f->why && optin ? "; " : "", optin ? "the operator can allow it with " : "",
+                     optin ? tier_optin[g->tier] : "");
+        return -1;
+    }
+    return 0;
+}
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a real";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}
+
+/* "256M", "2G", or bytes: the shortest exact form. */
+static const char *fmt_size(uint64_t b, char *buf, size_t n)
+{
+    static const char units[] = "TGMK";
+    for (int i = 0; i < 4; i++) {
+        uint64_t u = 1ull << (10 * (4 - i));
+        if (b >= u && b % u == 0) {
+            snprintf(buf, n, "%" PRIu64 "%c", b / u, units[i]);
+            return buf;
+        }
+    }
+    snprintf(buf, n, "%" PRIu64 " bytes", b);
+    return buf;
+}
+
+static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so, char *why,
+                    size_t n)
+{
+    const char *name = o->f.name;
+    switch (o->type) {
+    case DT_SO_CHOICE: {
+        const char *s = json_string_value(v);
+        if (!s) {
+            snprintf(why, n, "field \"%s\": expected a string, got %s", name, type_name(v));
+            return -1;
+        }
+        int ok = 0;
+        for (int i = 0; o->values[i]; i++)
+            ok |= !strcmp(s, o->values[i]);
+        if (!ok) {
+            snprintf(why, n, "field \"%s\": must be \"%s\" or \"%s\" (got \"%.40s\")", name,
+                     o->values[0], o->values[1], s);
+            return -1;
+        }
+        if (!strcmp(name, "network"))
+            so->network = !strcmp(s, "on");
+        else
+            so->sandbox = s;
+        return 0;
+    }
+    case DT_SO_SIZE: {
+        uint64_t bytes = 0;
+        if (json_is_integer(v) && json_integer_value(v) > 0)
+            bytes = (uint64_t)json_integer_value(v);
+        else if (!json_is_string(v) || kmcfg_parse_size(json_string_value(v), &bytes))
+            bytes = 0;
+        if (bytes < (uint64_t)o->min) {
+            char mb[32];
+            snprintf(why, n,
+                     "field \"%s\": must be a size of at least %s, like \"512M\" or \"2G\" (or "
+                     "a number of bytes)",
+                     name, fmt_size((uint64_t)o->min, mb, sizeof mb));
+            return -1;
+        }
+        so->memory = bytes;
+        return 0;
+    }
+    case DT_SO_NUMBER: {
+        if (!json_is_number(v)) {
+            snprintf(why, n, "field \"%s\": expected a number, got %s", name, type_name(v));
+            return -1;
+        }
+        double d = json_number_value(v);
+        /* 0: the configuration's (as before: not a value of its own) */
+        if (d != 0 && !(d >= o->min && d <= o->max)) {
+            snprintf(why, n, "field \"%s\": must be a number %s from %g to %.0f", name,
+                     !strcmp(name, "cpus") ? "of CPUs" : "of seconds", o->min, o->max);
+            return -1;
+        }
+        if (!strcmp(name, "cpus"))
+            so->cpus = d;
+        else
+            so->cpu_time = d;
+        return 0;
+    }
+    case DT_SO_PATH: {
+        const char *s = json_string_value(v);
+        if (!s) {
+            snprintf(why, n, "field \"%s\": expected a string, got %s", name, type_name(v));
+            return -1;
+        }
+        if (s[0] != '/') {
+            snprintf(why, n, "field \"%s\": must be an absolute path", name);
+            return -1;
+        }
+        if (!strcmp(name, "python"))
+            so->python = s;
+        else
+            so->workspace = s;
+        return 0;
+    }
+    case DT_SO_ENV: {
+        char what[40];
+        snprintf(what, sizeof what, "field \"%s\"", name);
+        if (!json_is_object(v)) {
+            snprintf(why, n, "%s: expected an object, got %s", what, type_name(v));
+            return -1;
+        }
+        if (kenv_check_object(NULL, what, v, why, n))
+            return -1;
+        so->env = v;
+        return 0;
+    }
+    }
+    return 0;
+}
+
+int dtier_sopts_fill(const json_t *params, km_session_opts *so, char *why, size_t n)
+{
+    km_session_opts_init(so);
+    for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++) {
+        const json_t *v = json_object_get(params, o->f.name);
+        if (v && fill_one(o, v, so, why, n))
+            return -1;
+    }
+    return 0;
+}
+
+/* The value a request gave, as it gave it, for a message. */
+static const char *given(const json_t *v, char *buf, size_t n)
+{
+    if (json_is_string(v))
+        snprintf(buf, n, "%.40s", json_string_value(v));
+    else if (json_is_integer(v))
+        fmt_size((uint64_t)json_integer_value(v), buf, n);
+    else
+        snprintf(buf, n, "%g", json_number_value(v));
+    return buf;
+}
+
+int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *params,
+                        const km_session_opts *so, char *why, size_t n)
+{
+    if (g->tier == DT_OWNER)
+        return 0; /* the operator is the owner */
+    char gb[64], lb[64];
+    for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++) {
+        const json_t *v = json_object_get(params, o->f.name);
+        if (!v)
+            continue;
+        switch (o->ceiling) {
+        case DT_CEIL_NONE:
+            break;
+        case DT_CEIL_MEMORY: {
+            uint64_t lim = cfg->memory ? cfg->memory : DTIER_DEFAULT_MEMORY;
+            if (so->memory > lim) {
+                snprintf(why, n, "field \"memory\": %s exceeds the operator's limit %s (%s)",
+                         given(v, gb, sizeof gb), fmt_size(lim, lb, sizeof lb),
+                         cfg->memory ? "config \"memory\""
+                                     : "the kernels' default; config \"memory\" is unset");
+                return -1;
+            }
+            break;
+        }
+        case DT_CEIL_CPUS:
+        case DT_CEIL_CPU_TIME: {
+            int cpus = o->ceiling == DT_CEIL_CPUS;
+            double lim = cpus ? cfg->cpus : cfg->cpu_time, want = cpus ? so->cpus : so->cpu_time;
+            if (lim > 0 && want > lim) {
+                snprintf(why, n, "field \"%s\": %g exceeds the operator's limit %g (config \"%s\")",
+                         o->f.name, want, lim, o->f.name);
+                return -1;
+            }
+            break;
+        }
+        case DT_CEIL_NETWORK:
+        case DT_CEIL_SANDBOX: {
+            const char *s = json_string_value(v);
+            if (!s || strcmp(s, o->relaxing))
+                break;
+            int has =
+                o->ceiling == DT_CEIL_NETWORK ? cfg->network : !strcmp(cfg->sandbox, o->relaxing);
+            if (has || (g->unsafe && (o->f.unsafe & DT_BIT(g->tier))))
+                break;
+            snprintf(why, n,
+                     "field \"%s\": \"%s\" is not available to %s (%s; the operator's "
+                     "configuration has %s \"%s\"; the operator can allow it with %s)",
+                     o->f.name, s, dtier_clients(g->tier), o->f.why ? o->f.why : "", o->f.name,
+                     o->ceiling == DT_CEIL_NETWORK ? (cfg->network ? "on" : "off") : cfg->sandbox,
+                     tier_optin[g->tier]);
+            return -1;
+        }
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- scrub */
+
+/* Keys whose strings are data that must stay exact: a file's bytes and the
+ * workspace-relative file reports (a symlink's target is the code's). The
+ * code's output is rewritten like the rest: the daemon's truncation notes
+ * in it name spill files under the home. */
+static int is_exact_data(const char *key)
+{
+    return !strcmp(key, "content") || !strcmp(key, "files");
+}
+
+/* new: s with every occurrence of home (as a path: followed by '/' or the
+ * end or a non-path character) replaced by $KERNELMGR_HOME; NULL when s has
+ * none. */
+static char *replace_home(const char *s, const char *home)
+{
+    size_t hl = home ? strlen(home) : 0;
+    if (hl < 2 || !strstr(s, home))
+        return NULL;
+    size_t cap = strlen(s) * 2 + 64, len = 0;
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    for (const char *p = s; *p;) {
+        if (!strncmp(p, home, hl)) {
+            const char *rep = "$KERNELMGR_HOME";
+            size_t rl = strlen(rep);
+            if (len + rl + 1 > cap) {
+                cap = (len + rl + 1) * 2;
+                char *o2 = realloc(out, cap);
+                if (!o2) {
+                    free(out);
+                    return NULL;
+                }
+                out = o2;
+            }
+            memcpy(out + len, rep, rl);
+            len += rl;
+            p += hl;
+            continue;
+        }
+        if (len + 2 > cap) {
+            cap *= 2;
+            char *o2 = realloc(out, cap);
+            if (!o2) {
+                free(out);
+                return NULL;
+            }
+            out = o2;
+        }
+        out[len++] = *p++;
+    }
+    out[len] = 0;
+    return out;
+}
+
+static void basename_in_place(json_t *obj, const char *key)
+{
+    const char *s = json_string_value(json_object_get(obj, key));
+    if (!s)
+        return;
+    const char *b = strrchr(s, '/');
+    if (b)
+        json_object_set_new(obj, key, json_string(b + 1));
+}
+
+static void scrub_value(json_t *v, const char *home, int depth)
+{
+    if (depth > 32)
+        return;
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e)
+        {
+            if (json_is_string(e)) {
+                char *r = replace_home(json_string_value(e), home);
+                if (r)
+                    json_array_set_new(v, i, json_string(r));
+                free(r);
+            } else {
+                scrub_value(e, home, depth + 1);
+            }
+        }
+        return;
+    }
+    if (!json_is_object(v))
+        return;
+    json_object_del(v, "home");
+    json_object_del(v, "workspace");
+    json_object_del(v, "connection_file");
+    basename_in_place(v, "spill");
+    json_t *imgs = json_object_get(v, "images");
+    if (json_is_array(imgs)) {
+        size_t i;
+        json_t *im;
+        json_array_foreach(imgs, i, im)
+        {
+            basename_in_place(im, "path");
+        }
+    }
+    const char *key;
+    json_t *e;
+    void *tmp;
+    json_object_foreach_safe(v, tmp, key, e)
+    {
+        if (is_exact_data(key))
+            continue;
+        if (json_is_string(e)) {
+            char *r = replace_home(json_string_value(e), home);
+            if (r)
+                json_object_set_new(v, key, json_string(r));
+            free(r);
+        } else {
+            scrub_value(e, home, depth + 1);
+        }
+    }
+}
+
+void dtier_scrub(dtier t, json_t *reply, const char *home)
+{
+    if (t != DT_HTTP || !reply)
+        return;
+    json_object_del(reply, "target"); /* packages.install: the host directory */
+    scrub_value(reply, home, 0);
+}
+
+void dtier_scrub_text(dtier t, char *buf, size_t n, const char *home)
+{
+    if (t != DT_HTTP || !n)
+        return;
+    char *r = replace_home(buf, home);
+    if (r)
+        snprintf(buf, n, "%s", r);
+    free(r);
+}

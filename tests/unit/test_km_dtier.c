@@ -1,0 +1,274 @@
+/* Unit tests of kernelmgr/service/dtier.c: tiers, the per-tier field
+ * allowlist, the session option table, the operator's ceilings and the
+ * scrubbing of host paths from replies to HTTP clients. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernelmgr/service/dtier.h"
+
+static const dtier_field f_pkg[] = {{"session", DT_ALL, 0, NULL},
+                                    {"manager", DT_ALL, 0, NULL},
+                                    {"packages", DT_ALL, 0, NULL},
+                                    {"allowlist", DT_O, 0, "it names a host path"},
+                                    {NULL, 0, 0, NULL}};
+static const dtier_field f_exec[] = {{"session", DT_ALL, 0, NULL},
+                                     {"code", DT_ALL, 0, NULL},
+                                     {"raw_text", DT_O | DT_M, 0, NULL},
+                                     {NULL, 0, 0, NULL}};
+
+static int check(dtier t, int unsafe, const dtier_field *f, int sopts, const char *json, char *why)
+{
+    json_t *p = json_loads(json, 0, NULL);
+    assert_non_null(p);
+    dtier_grant g = {t, unsafe};
+    int rc = dtier_check_fields(&g, f, sopts, p, why, 600);
+    json_decref(p);
+    return rc;
+}
+
+static void names(void **state)
+{
+    (void)state;
+    dtier t;
+    assert_int_equal(dtier_parse("mcp", &t), 0);
+    assert_int_equal(t, DT_MCP);
+    assert_int_equal(dtier_parse("http", &t), 0);
+    assert_int_equal(t, DT_HTTP);
+    assert_int_equal(dtier_parse("root", &t), -1);
+    assert_int_equal(dtier_parse(NULL, &t), -1);
+    assert_string_equal(dtier_name(DT_OWNER), "owner");
+    assert_string_equal(dtier_clients(DT_HTTP), "HTTP clients");
+    /* lower means a larger number: the daemon refuses t < current */
+    assert_true(DT_OWNER < DT_MCP && DT_MCP < DT_HTTP);
+}
+
+static void fields_allowlist(void **state)
+{
+    (void)state;
+    char why[600];
+    /* the owner may send every field */
+    assert_int_equal(check(DT_OWNER, 0, f_pkg, 0, "{\"session\":\"s\",\"allowlist\":\"/x\"}", why),
+                     0);
+    /* a host path is refused for the others, naming the field and the tier */
+    assert_int_equal(check(DT_HTTP, 0, f_pkg, 0, "{\"session\":\"s\",\"allowlist\":\"/x\"}", why),
+                     -1);
+    assert_non_null(strstr(why, "field \"allowlist\" is not available to HTTP clients"));
+    assert_non_null(strstr(why, "host path"));
+    assert_int_equal(check(DT_MCP, 1, f_pkg, 0, "{\"allowlist\":\"/x\"}", why), -1);
+    assert_non_null(strstr(why, "MCP clients"));
+    /* raw_text: owner and mcp, not http */
+    assert_int_equal(check(DT_MCP, 0, f_exec, 0, "{\"raw_text\":true}", why), 0);
+    assert_int_equal(check(DT_HTTP, 0, f_exec, 0, "{\"raw_text\":true}", why), -1);
+    assert_non_null(strstr(why, "raw_text"));
+    /* a field never heard of: unknown, with what the tier may send */
+    assert_int_equal(check(DT_HTTP, 0, f_exec, 1, "{\"frobnicate\":1}", why), -1);
+    assert_non_null(strstr(why, "unknown field \"frobnicate\""));
+    assert_non_null(strstr(why, "session, code"));
+    assert_null(strstr(why, "raw_text"));
+    assert_null(strstr(why, "python"));
+    /* no params at all: nothing to refuse */
+    dtier_grant g = {DT_HTTP, 0};
+    assert_int_equal(dtier_check_fields(&g, f_exec, 1, NULL, why, sizeof why), 0);
+}
+
+static void sessopt_tiers(void **state)
+{
+    (void)state;
+    char why[600];
+    /* host paths: owner only; over HTTP with the operator's opt-in (as
+     * documented); never from MCP, opt-in or not */
+    assert_int_equal(check(DT_OWNER, 0, f_exec, 1, "{\"python\":\"/usr/bin/python3\"}", why), 0);
+    assert_int_equal(check(DT_MCP, 1, f_exec, 1, "{\"python\":\"/usr/bin/python3\"}", why), -1);
+    assert_non_null(strstr(why, "field \"python\" is not available to MCP clients"));
+    assert_int_equal(check(DT_MCP, 0, f_exec, 1, "{\"workspace\":\"/etc\"}", why), -1);
+    assert_int_equal(check(DT_HTTP, 0, f_exec, 1, "{\"workspace\":\"/etc\"}", why), -1);
+    assert_non_null(strstr(why, "http_allow_unsafe_session_options"));
+    assert_int_equal(check(DT_HTTP, 1, f_exec, 1, "{\"workspace\":\"/etc\"}", why), 0);
+    /* session options only where the method takes them */
+    assert_int_equal(check(DT_OWNER, 0, f_pkg, 0, "{\"memory\":\"1G\"}", why), -1);
+    assert_non_null(strstr(why, "unknown field \"memory\""));
+    /* every row is found by its name and is well-formed */
+    for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++) {
+        assert_ptr_equal(dtier_sessopt_find(o->f.name), o);
+        assert_true(o->f.tiers & DT_O);
+        assert_non_null(o->help);
+        if (o->type == DT_SO_CHOICE)
+            assert_non_null(o->relaxing);
+    }
+    assert_null(dtier_sessopt_find("allowlist"));
+}
+
+static int fill(const char *json, km_session_opts *so, json_t **keep, char *why)
+{
+    *keep = json_loads(json, 0, NULL);
+    assert_non_null(*keep);
+    return dtier_sopts_fill(*keep, so, why, 600);
+}
+
+static void sopts_values(void **state)
+{
+    (void)state;
+    char why[600];
+    km_session_opts so;
+    json_t *p;
+    assert_int_equal(fill("{\"network\":\"on\",\"memory\":\"512M\",\"cpus\":1.5,\"cpu_time\":2,"
+                          "\"sandbox\":\"strict\",\"python\":\"/usr/bin/python3\","
+                          "\"env\":{\"A\":\"b\"}}",
+                          &so, &p, why),
+                     0);
+    assert_int_equal(so.network, 1);
+    assert_int_equal(so.memory, 512u << 20);
+    assert_true(so.cpus == 1.5 && so.cpu_time == 2);
+    assert_string_equal(so.sandbox, "strict");
+    assert_string_equal(so.python, "/usr/bin/python3");
+    assert_non_null(so.env);
+    json_decref(p);
+    assert_int_equal(fill("{}", &so, &p, why), 0);
+    assert_int_equal(so.network, -1);
+    json_decref(p);
+    static const char *const bad[][2] = {
+        {"{\"memory\":\"1K\"}", "field \"memory\": must be a size of at least 16M"},
+        {"{\"memory\":true}", "field \"memory\""},
+        {"{\"network\":\"maybe\"}", "field \"network\": must be \"on\" or \"off\""},
+        {"{\"network\":1}", "field \"network\": expected a string, got an integer"},
+        {"{\"cpus\":5000}", "field \"cpus\": must be a number of CPUs from 0.01 to 4096"},
+        {"{\"cpus\":\"2\"}", "field \"cpus\": expected a number"},
+        {"{\"cpu_time\":1e9}", "field \"cpu_time\": must be a number of seconds from 0.001"},
+        {"{\"python\":\"python3\"}", "field \"python\": must be an absolute path"},
+        {"{\"workspace\":\"rel\"}", "field \"workspace\": must be an absolute path"},
+        {"{\"sandbox\":\"loose\"}", "field \"sandbox\": must be \"strict\" or \"none\""},
+        {"{\"env\":[]}", "field \"env\": expected an object"},
+        {"{\"env\":{\"A\":1}}", "field \"env\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(fill(bad[i][0], &so, &p, why), -1);
+        if (!strstr(why, bad[i][1]))
+            fail_msg("%s: got \"%s\", expected \"%s\"", bad[i][0], why, bad[i][1]);
+        json_decref(p);
+    }
+}
+
+static int ceiling(dtier t, int unsafe, const kmcfg *cfg, const char *json, char *why)
+{
+    km_session_opts so;
+    json_t *p;
+    assert_int_equal(fill(json, &so, &p, why), 0);
+    dtier_grant g = {t, unsafe};
+    int rc = dtier_sopts_ceiling(&g, cfg, p, &so, why, 600);
+    json_decref(p);
+    return rc;
+}
+
+static void ceilings(void **state)
+{
+    (void)state;
+    char why[600];
+    kmcfg cfg;
+    kmcfg_defaults(&cfg);
+    cfg.memory = 256u << 20;
+    /* the owner is not capped */
+    assert_int_equal(ceiling(DT_OWNER, 0, &cfg, "{\"memory\":\"64G\"}", why), 0);
+    /* below it, memory at most the operator's, refused by name and value */
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"memory\":\"64G\"}", why), -1);
+    assert_non_null(strstr(why, "field \"memory\": 64G exceeds the operator's limit 256M"));
+    assert_int_equal(ceiling(DT_HTTP, 0, &cfg, "{\"memory\":268435457}", why), -1);
+    assert_int_equal(ceiling(DT_HTTP, 0, &cfg, "{\"memory\":\"256M\"}", why), 0);
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"memory\":\"128M\"}", why), 0);
+    /* the opt-in relaxes the sandbox, not the resources */
+    assert_int_equal(ceiling(DT_HTTP, 1, &cfg, "{\"memory\":\"1G\"}", why), -1);
+    /* config memory unset: the kernels' default, 2G */
+    cfg.memory = 0;
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"memory\":\"2G\"}", why), 0);
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"memory\":\"3G\"}", why), -1);
+    assert_non_null(strstr(why, "limit 2G (the kernels' default"));
+    /* cpus and cpu_time: capped when configured, free (a lowering) when not */
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"cpus\":64,\"cpu_time\":1000}", why), 0);
+    cfg.cpus = 1;
+    cfg.cpu_time = 10;
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"cpus\":2}", why), -1);
+    assert_non_null(strstr(why, "field \"cpus\": 2 exceeds the operator's limit 1"));
+    assert_int_equal(ceiling(DT_HTTP, 0, &cfg, "{\"cpu_time\":10.5}", why), -1);
+    assert_non_null(strstr(why, "field \"cpu_time\": 10.5 exceeds the operator's limit 10"));
+    assert_int_equal(ceiling(DT_HTTP, 0, &cfg, "{\"cpus\":0.5,\"cpu_time\":10}", why), 0);
+    /* network on / sandbox none: only when configured or opted in */
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"network\":\"off\",\"sandbox\":\"strict\"}", why),
+                     0);
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"network\":\"on\"}", why), -1);
+    assert_non_null(strstr(why, "field \"network\": \"on\" is not available to MCP clients"));
+    assert_non_null(strstr(why, "--allow-unsafe-session-options"));
+    assert_int_equal(ceiling(DT_HTTP, 0, &cfg, "{\"sandbox\":\"none\"}", why), -1);
+    assert_non_null(strstr(why, "http_allow_unsafe_session_options"));
+    assert_int_equal(ceiling(DT_MCP, 1, &cfg, "{\"network\":\"on\",\"sandbox\":\"none\"}", why), 0);
+    cfg.network = 1;
+    snprintf(cfg.sandbox, sizeof cfg.sandbox, "none");
+    assert_int_equal(ceiling(DT_HTTP, 0, &cfg, "{\"network\":\"on\",\"sandbox\":\"none\"}", why),
+                     0);
+    kmcfg_clear(&cfg);
+}
+
+static void scrub(void **state)
+{
+    (void)state;
+    const char *home = "/srv/km";
+    json_t *r = json_loads(
+        "{\"api_version\":1,\"home\":\"/srv/km\",\"workspace\":\"/srv/km/sessions/s/workspace\","
+        "\"target\":\"/srv/km/packages/s/python\",\"log\":\"wrote /srv/km/packages/s/x\","
+        "\"sessions\":[{\"name\":\"s\",\"workspace\":\"/data\",\"kernels\":{\"python\":"
+        "{\"pid\":3,\"connection_file\":\"/srv/km/k.json\"}}}],"
+        "\"results\":[{\"stdout\":\"/srv/km is mine\",\"truncated\":{\"stdout\":{\"spill\":"
+        "\"/srv/km/sessions/s/outputs/b0.stdout\"}},\"images\":[{\"path\":\"/srv/km/o/i.png\"}],"
+        "\"files\":[{\"path\":\"l\",\"target\":\"/srv/km/x\"}],"
+        "\"kernel\":{\"reason\":\"see /srv/km/k.log\"}}]}",
+        0, NULL);
+    assert_non_null(r);
+    json_t *same = json_deep_copy(r);
+    dtier_scrub(DT_MCP, same, home);
+    assert_true(json_equal(same, r)); /* not http: unchanged */
+    json_decref(same);
+    dtier_scrub(DT_HTTP, r, home);
+    char *s = json_dumps(r, JSON_COMPACT);
+    assert_null(strstr(s, "\"home\""));
+    assert_null(strstr(s, "\"workspace\""));
+    assert_null(strstr(s, "connection_file"));
+    assert_null(strstr(s, "/data"));
+    assert_null(json_object_get(r, "target"));
+    json_t *b0 = json_array_get(json_object_get(r, "results"), 0);
+    /* the daemon's notes in the code's output name host paths too */
+    assert_string_equal(json_string_value(json_object_get(b0, "stdout")),
+                        "$KERNELMGR_HOME is mine");
+    /* a symlink's target in the workspace is the code's, not a host path of ours */
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(b0, "files"), 0), "target")),
+                        "/srv/km/x");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(b0, "truncated"), "stdout"), "spill")),
+                        "b0.stdout");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(b0, "images"), 0), "path")),
+                        "i.png");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(b0, "kernel"), "reason")),
+                        "see $KERNELMGR_HOME/k.log");
+    assert_string_equal(json_string_value(json_object_get(r, "log")),
+                        "wrote $KERNELMGR_HOME/packages/s/x");
+    free(s);
+    json_decref(r);
+    char msg[200] = "cannot read /srv/km/allowlist.json: gone (/srv/km)";
+    dtier_scrub_text(DT_OWNER, msg, sizeof msg, home);
+    assert_string_equal(msg, "cannot read /srv/km/allowlist.json: gone (/srv/km)");
+    dtier_scrub_text(DT_HTTP, msg, sizeof msg, home);
+    assert_string_equal(msg, "cannot read $KERNELMGR_HOME/allowlist.json: gone ($KERNELMGR_HOME)");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(names),         cmocka_unit_test(fields_allowlist),
+        cmocka_unit_test(sessopt_tiers), cmocka_unit_test(sopts_values),
+        cmocka_unit_test(ceilings),      cmocka_unit_test(scrub),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
