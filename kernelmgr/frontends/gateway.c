@@ -1647,11 +1647,9 @@ static int connection_bounds(gateway *g, char *err, size_t errlen)
 {
     const kmcfg *cfg = km_manager_config(g->m);
     struct rlimit rl;
-    unsigned long lim = 1024;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        lim = (unsigned long)rl.rlim_cur;
-    else if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
-        lim = 1ul << 20;
+    unsigned long lim = 1024; /* the kernel's default, if it cannot be read */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        lim = rl.rlim_cur == RLIM_INFINITY ? 1ul << 20 : (unsigned long)rl.rlim_cur;
     g->rlim = lim;
     unsigned long share = lim / GW_FD_SHARE,
                   ws = (unsigned long)g->o.max_connections * GW_FDS_PER_WS + GW_LWS_OWN_FDS;
@@ -1666,9 +1664,8 @@ static int connection_bounds(gateway *g, char *err, size_t errlen)
                       "raise the limit or lower those",
                       lim, GW_FD_SHARE, conns, cfg->http_max_unauth, g->o.max_connections);
     g->conn_budget = (unsigned)conns;
-    g->header_timeout = cfg->http_header_timeout ? cfg->http_header_timeout : 10;
-    g->peers = gwpeers_new(g->conn_budget, cfg->http_max_unauth ? cfg->http_max_unauth : 256,
-                           cfg->http_max_unauth_per_peer ? cfg->http_max_unauth_per_peer : 16);
+    g->header_timeout = cfg->http_header_timeout;
+    g->peers = gwpeers_new(g->conn_budget, cfg->http_max_unauth, cfg->http_max_unauth_per_peer);
     if (!g->peers || (cfg->http_host[0] && !(g->host = strdup(cfg->http_host))))
         return gw_err(err, errlen, "out of memory");
     struct in_addr a4;

@@ -4,6 +4,11 @@
 #include "kernelmgr/frontends/gwpeers.h"
 
 #include <stdlib.h>
+
+/* out of memory in HASH_ADD: the connection is refused, the daemon lives
+ * (uthash's default would exit) */
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(obj) (add_failed = 1)
 #include <uthash.h>
 
 /* A peer with at least one unauthenticated connection. */
@@ -80,8 +85,13 @@ gwpeers_conn *gwpeers_admit(gwpeers *p, uint32_t addr, gwpeers_verdict *why)
     gwpeers_conn *c = calloc(1, sizeof *c);
     peer *e = find(p, addr);
     if (c && !e && (e = calloc(1, sizeof *e))) {
+        int add_failed = 0;
         e->addr = addr;
         HASH_ADD(hh, p->peers, addr, sizeof e->addr, e);
+        if (add_failed) {
+            free(e);
+            e = NULL;
+        }
     }
     if (!c || !e) {
         free(c);
