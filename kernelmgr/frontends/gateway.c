@@ -131,6 +131,7 @@ struct gateway {
     int any_addr, loopback;  /* listening on 0.0.0.0 / on 127.0.0.0/8 */
     unsigned long refused[GWPEERS_TOTAL + 1], idle_closed; /* since the last log line */
     double last_log;
+    lws_sorted_usec_list_t log_sul; /* the next log line, when one is held back */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -1353,16 +1354,30 @@ static uint32_t peer_addr(const struct sockaddr_storage *ss)
     return 0; /* the listener is IPv4 only: anything else is one bucket */
 }
 
+static void log_refusals(gateway *g, int force);
+
+static void log_held_back(lws_sorted_usec_list_t *sul)
+{
+    log_refusals(lws_container_of(sul, gateway, log_sul), 0);
+}
+
 /* One line at most every GW_REFUSAL_LOG_S seconds, counting what was
- * refused or timed out since the last (a flood never floods the log). */
+ * refused or timed out since the last (a flood never floods the log); what
+ * comes within the window is written when it ends (an lws timer). */
 static void log_refusals(gateway *g, int force)
 {
     unsigned long n = g->idle_closed;
     for (int v = 0; v <= GWPEERS_TOTAL; v++)
         n += g->refused[v];
     double t = cm_mono_s();
-    if (!n || (!force && g->last_log && t - g->last_log < GW_REFUSAL_LOG_S))
+    if (!n)
         return;
+    if (!force && g->last_log && t - g->last_log < GW_REFUSAL_LOG_S) {
+        if (!atomic_load(&g->stop))
+            lws_sul_schedule(g->ctx, 0, &g->log_sul, log_held_back,
+                             (lws_usec_t)((GW_REFUSAL_LOG_S - (t - g->last_log)) * 1e6) + 1000);
+        return;
+    }
     fprintf(stderr,
             "kernelmgr gateway: refused %lu connections (%lu over http_max_unauth_per_peer %u, "
             "%lu over http_max_unauth %u, %lu over the connection budget %u) and closed %lu "
@@ -1609,8 +1624,8 @@ static void *service_thread(void *arg)
     while (!atomic_load(&g->stop)) {
         if (lws_service(g->ctx, 0) < 0)
             break;
-        log_refusals(g, 0); /* the tail of a burst, once its window passed */
     }
+    lws_sul_cancel(&g->log_sul);
     log_refusals(g, 1);
     return NULL;
 }

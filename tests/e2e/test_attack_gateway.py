@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -59,7 +60,7 @@ def km_binary(user):
 class GwKM:
     """A KERNELMGR_HOME owned by user whose daemon serves the gateway."""
 
-    def __init__(self, user, config=None):
+    def __init__(self, user, config=None, nofile=None):
         if user == "nobody" and not sbxutil.IS_ROOT:
             pytest.skip("the nobody variant needs root to switch users (the invoker variant "
                         "already runs unprivileged)")
@@ -76,6 +77,7 @@ class GwKM:
             for p in (self.home, self.home / "config.json"):
                 os.chown(p, sbxutil.NOBODY, sbxutil.NOBODY)
         self.env = dict(os.environ, KERNELMGR_HOME=str(self.home))
+        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the CLI, so of the daemon it starts
         rc, res, p = self.exec("agent", "x = 41")
         assert rc == 0, p.stderr
         info = poll(self._info, lambda v: v is not None, 30, "http.json written")
@@ -83,6 +85,10 @@ class GwKM:
         self.pid = info["pid"]
         self.token = (self.home / "http-token").read_text().strip()
         self.workspace = str(self.home / "sessions" / "agent" / "workspace")
+
+    def _limit(self):
+        if self.nofile:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def _info(self):
         try:
@@ -93,7 +99,7 @@ class GwKM:
     def exec(self, session, code):
         p = subprocess.run([*self.prefix, self.bin, "exec", "--session", session, "-c", code,
                             "--json"], capture_output=True, text=True, env=self.env,
-                           timeout=120)
+                           timeout=120, preexec_fn=self._limit)
         res = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
         return p.returncode, res, p
 
@@ -389,3 +395,61 @@ def test_rest_answers_name_no_host_path(gk):
     finally:
         ws.close()
     service_works(gk)
+
+
+@pytest.mark.parametrize("user", sbxutil.USERS)
+def test_connections_beyond_the_fd_budget_are_refused(user):
+    """With RLIMIT_NOFILE 1024 the gateway takes at most half: token holders
+    too are refused past the budget, and the daemon keeps the rest."""
+    gk = GwKM(user, {"http_max_connections": 4}, nofile=1024)
+    try:
+        budget = gk.budget()
+        assert budget <= (1024 // 2 - 4 * 16) // 3, budget
+        base = gk.fds()
+        req = (f"GET /api HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               f"Authorization: token {gk.token}\r\n\r\n").encode()
+        # kept alive after their answer (5 s): authenticated, so only the
+        # budget bounds them. Opened 6 at a time, each batch answered before
+        # the next, so that they never hit the unauthenticated bounds
+        peers = []
+        try:
+            for i in range(1, (budget + 40) // 6 + 2):
+                p = Peer(gk.port, f"127.0.2.{i}", 6, req)
+                peers.append(p)
+                poll(lambda: [p.poll_closed(), p.got], lambda v: all(
+                     s in p.closed or b"\r\n\r\n" in p.got[s] for s in p.socks), 10,
+                     "a batch answered")
+            got = [p.got[s] for p in peers for s in p.socks]
+            refused = [g for g in got if b"connection budget" in g]
+            assert len(refused) >= 30, got[-3:]
+            assert b"the gateway's connection budget (from RLIMIT_NOFILE): %d" % budget \
+                in refused[0], refused[0]
+            assert sum(g.startswith(b"HTTP/1.1 200") for g in got) >= budget - 8
+            assert gk.fds() <= base + budget + 8 < 1024
+            # the daemon's own socket still serves the local CLI
+            rc, res, p = gk.exec("agent", "print(x + 1)")
+            assert rc == 0 and res[0]["stdout"].strip() == "42", p.stderr
+            poll(gk.log, lambda t: re.search(r"[1-9]\d* over the connection budget", t), 30,
+                 "the refusals logged")
+        finally:
+            for p in peers:
+                p.close()
+        poll(gk.fds, lambda v: v <= base + 2, 15, "the daemon's fds back to where they were")
+        service_works(gk)
+    finally:
+        gk.close()
+
+
+def test_a_too_small_fd_table_is_refused_at_start():
+    home = Path(tempfile.mkdtemp(prefix="kmgz", dir="/tmp"))
+    try:
+        (home / "config.json").write_text(json.dumps({"http": "127.0.0.1:0",
+                                                      "sandbox": mgrutil.SANDBOX}))
+        p = subprocess.run([mgrutil.KM, "serve"], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, KERNELMGR_HOME=str(home)),
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                                 (256, 256)))
+        assert p.returncode == 2, p.stderr
+        assert "RLIMIT_NOFILE of 256" in p.stderr and "http_max_unauth 256" in p.stderr, p.stderr
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
