@@ -17,6 +17,7 @@ import re
 import resource
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -453,3 +454,35 @@ def test_a_too_small_fd_table_is_refused_at_start():
         assert "RLIMIT_NOFILE of 256" in p.stderr and "http_max_unauth 256" in p.stderr, p.stderr
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_tls_handshakes_are_bounded_too(tmp_path):
+    """Over TLS the bounds hold from accept, before any handshake: idle
+    TCP connections to the TLS port are cut to the per-address bound and the
+    rest closed by the header timeout, while a token holder is served."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"],
+                   check=True, capture_output=True, timeout=120)
+    gk = GwKM("invoker", {"http_tls_cert": str(cert), "http_tls_key": str(key)})
+    try:
+        flood = Peer(gk.port, "127.0.0.1", 60)
+        try:
+            poll(flood.poll_closed, lambda v: v >= 60 - PER_PEER, 10,
+                 "handshakes over http_max_unauth_per_peer closed")
+            ctx = ssl.create_default_context(cafile=str(cert))
+            ctx.check_hostname = False
+            c = http.client.HTTPSConnection("127.0.0.1", gk.port, context=ctx, timeout=60,
+                                            source_address=(TOKEN_PEER, 0))
+            c.request("GET", "/api/kernels", headers={"Authorization": f"token {gk.token}"})
+            r = c.getresponse()
+            assert r.status == 200 and b"agent" in r.read()
+            c.close()
+            poll(flood.poll_closed, lambda v: v == 60, 10 + HEADER_TIMEOUT,
+                 "unfinished handshakes closed by the header timeout")
+        finally:
+            flood.close()
+        rc, res, p = gk.exec("agent", "print(x + 1)")
+        assert rc == 0 and res[0]["stdout"].strip() == "42", p.stderr
+    finally:
+        gk.close()
