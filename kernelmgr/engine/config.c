@@ -61,6 +61,9 @@ void kmcfg_defaults(kmcfg *cfg)
     cfg->http_max_pending = 64u << 20;
     cfg->http_max_connections = 64;
     cfg->http_rate = 500;
+    cfg->http_max_unauth_per_peer = 16;
+    cfg->http_max_unauth = 256;
+    cfg->http_header_timeout = 10;
     cfg->admission_timeout = 300;
     cfg->output_cap = 64 * 1024;
     cfg->files_max = 100;
@@ -390,16 +393,18 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
                 return -1;
         } else if (!strcmp(key, "http") || !strcmp(key, "http_token") ||
                    !strcmp(key, "http_tls_cert") || !strcmp(key, "http_tls_key") ||
-                   !strcmp(key, "http_origin")) {
+                   !strcmp(key, "http_origin") || !strcmp(key, "http_host")) {
             char *dst = !strcmp(key, "http")            ? cfg->http
                         : !strcmp(key, "http_token")    ? cfg->http_token
                         : !strcmp(key, "http_tls_cert") ? cfg->http_tls_cert
                         : !strcmp(key, "http_tls_key")  ? cfg->http_tls_key
+                        : !strcmp(key, "http_host")     ? cfg->http_host
                                                         : cfg->http_origin;
             size_t cap = !strcmp(key, "http")            ? sizeof cfg->http
                          : !strcmp(key, "http_token")    ? sizeof cfg->http_token
                          : !strcmp(key, "http_tls_cert") ? sizeof cfg->http_tls_cert
                          : !strcmp(key, "http_tls_key")  ? sizeof cfg->http_tls_key
+                         : !strcmp(key, "http_host")     ? sizeof cfg->http_host
                                                          : sizeof cfg->http_origin;
             if (json_is_null(v)) {
                 dst[0] = 0;
@@ -414,6 +419,11 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             if ((!strcmp(key, "http_tls_cert") || !strcmp(key, "http_tls_key")) && dst[0] &&
                 dst[0] != '/')
                 return fail(err, errlen, key, "must be an absolute path");
+            if (!strcmp(key, "http_host") && dst[0] &&
+                strspn(dst, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") !=
+                    strlen(dst))
+                return fail(err, errlen, key,
+                            "must be a host name (letters, digits, '-', '.'), without a port");
         } else if (!strcmp(key, "http_insecure")) {
             if (!json_is_boolean(v))
                 return fail(err, errlen, key, "must be true or false");
@@ -436,6 +446,15 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
                 return -1;
         } else if (!strcmp(key, "http_rate")) {
             if (get_number(v, key, 1, 1e6, &cfg->http_rate, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "http_max_unauth_per_peer")) {
+            if (get_count(v, key, 1, 65536, &cfg->http_max_unauth_per_peer, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "http_max_unauth")) {
+            if (get_count(v, key, 1, 65536, &cfg->http_max_unauth, err, errlen))
+                return -1;
+        } else if (!strcmp(key, "http_header_timeout")) {
+            if (get_count(v, key, 1, 600, &cfg->http_header_timeout, err, errlen))
                 return -1;
         } else if (!strcmp(key, "env")) {
             if (get_env(v, &cfg->env, err, errlen))
@@ -542,6 +561,12 @@ json_t *kmcfg_to_json(const kmcfg *cfg)
         json_object_set_new(o, "http_max_pending", json_integer((json_int_t)cfg->http_max_pending));
         json_object_set_new(o, "http_max_connections", json_integer(cfg->http_max_connections));
         json_object_set_new(o, "http_rate", json_real(cfg->http_rate));
+        json_object_set_new(o, "http_max_unauth_per_peer",
+                            json_integer(cfg->http_max_unauth_per_peer));
+        json_object_set_new(o, "http_max_unauth", json_integer(cfg->http_max_unauth));
+        json_object_set_new(o, "http_header_timeout", json_integer(cfg->http_header_timeout));
+        json_object_set_new(o, "http_host",
+                            cfg->http_host[0] ? json_string(cfg->http_host) : json_null());
         json_object_set_new(o, "cpus", cfg->cpus > 0 ? json_real(cfg->cpus) : json_null());
         json_object_set_new(o, "cpu_time",
                             cfg->cpu_time > 0 ? json_real(cfg->cpu_time) : json_null());

@@ -71,6 +71,13 @@ typedef struct kmcfg {
     uint64_t http_max_pending;     /* "http_max_pending": bytes a client may leave unread (64M) */
     unsigned http_max_connections; /* "http_max_connections": WebSockets at once (64) */
     double http_rate;              /* "http_rate": messages per second per connection (500) */
+    /* Before authentication (gateway.c, gwpeers.h): what a peer without the token may hold */
+    unsigned http_max_unauth_per_peer; /* "http_max_unauth_per_peer": per IP address (16) */
+    unsigned http_max_unauth;          /* "http_max_unauth": from all peers together (256) */
+    unsigned http_header_timeout;      /* "http_header_timeout": seconds for the request line
+                                          and headers to arrive (10) */
+    char http_host[256];               /* "http_host": a DNS name the gateway answers to besides
+                                          its listen address (and localhost on loopback) */
 } kmcfg;
 
 /* The default max_kernels: min(32, MemTotal / (memory + 256 MiB)), at least

@@ -11,6 +11,7 @@
 #include "kernelmgr/frontends/gateway.h"
 #include "common/cm_clock.h"
 #include "kernelmgr/frontends/gwapi.h"
+#include "kernelmgr/frontends/gwpeers.h"
 #include "kernelmgr/frontends/gwrelay.h"
 #include "kernelmgr/frontends/gwwire.h"
 
@@ -25,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +38,20 @@
 #define GW_DEFAULT_CONNECTIONS 64u
 #define GW_DEFAULT_RATE 500.0
 #define GW_HDR_MAX 4096
+/* The fd budget (gateway.h "Bounds before the token"): the gateway takes at
+ * most GW_FD_SHARE of RLIMIT_NOFILE (the rest is the daemon's: its socket,
+ * its clients, its kernels); a kernel WebSocket costs its socket plus its
+ * relay's ZeroMQ context and sockets (GW_FDS_PER_WS; measured: 10), any other
+ * connection its socket plus, while a REST job runs, both ends of that job's
+ * connection to the daemon (GW_FDS_PER_CONN). lws's own table is capped at
+ * GW_CONN_MAX connections: with a limit of its own it finds a socket's
+ * connection by a linear search. */
+#define GW_FD_SHARE 2
+#define GW_FDS_PER_WS 16u
+#define GW_FDS_PER_CONN 3u
+#define GW_CONN_MAX 4096u
+#define GW_LWS_OWN_FDS 4u /* the listen socket, the cancel pipe, slack */
+#define GW_REFUSAL_LOG_S 10.0
 #define GW_SESSION_PREFIX "jupyter-"
 
 typedef struct gw_job gw_job;
@@ -83,6 +100,7 @@ struct gw_job {
     size_t body_len;
     unsigned status;
     char *resp;
+    int verbatim; /* the kernelmgr API's own response: passed on as the daemon wrote it */
     int done;
     gw_job *next_done;
 };
@@ -90,7 +108,7 @@ struct gw_job {
 struct gateway {
     km_manager *m;
     gateway_opts o;
-    char *token, *home, *listen_addr, *origin, *tls_cert, *tls_key;
+    char *token, *home, *home_real, *listen_addr, *origin, *tls_cert, *tls_key;
     int port, tls;
     char url[128];
     struct lws_context *ctx;
@@ -104,6 +122,16 @@ struct gateway {
     gw_conn *ws;            /* service thread only */
     unsigned n_ws;          /* service thread only */
     struct lws_protocols protocols[3];
+    /* before the token (service thread only) */
+    gwpeers *peers;
+    unsigned conn_budget;    /* connections at once, from RLIMIT_NOFILE */
+    unsigned header_timeout; /* http_header_timeout */
+    unsigned long rlim;      /* RLIMIT_NOFILE at start */
+    char *host;              /* http_host: another name the gateway answers to */
+    int any_addr, loopback;  /* listening on 0.0.0.0 / on 127.0.0.0/8 */
+    unsigned long refused[GWPEERS_TOTAL + 1], idle_closed; /* since the last log line */
+    double last_log;
+    lws_sorted_usec_list_t log_sul; /* the next log line, when one is held back */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -133,17 +161,55 @@ static char *json_text(json_t *v) /* steals v; new (free()) */
     return t;
 }
 
+/* s (stolen) with every occurrence of the manager's home (as configured and
+ * as resolved) replaced by "$KERNELMGR_HOME": what the gateway tells an
+ * HTTP client names no host path (an engine error quotes the connection
+ * file, a log, the socket). new (free()); NULL when s is. */
+static char *redact_home(const gateway *g, char *s)
+{
+    const char *homes[2] = {g->home, g->home_real};
+    for (int h = 0; h < 2 && s; h++) {
+        const char *home = homes[h];
+        size_t hl = home ? strlen(home) : 0;
+        if (hl < 2 || !strstr(s, home))
+            continue;
+        static const char ph[] = "$KERNELMGR_HOME";
+        size_t n = 0;
+        for (const char *p = s; (p = strstr(p, home)); p += hl)
+            n++;
+        char *out = malloc(strlen(s) + n * sizeof ph + 1), *o = out;
+        if (!out) {
+            free(s);
+            return NULL;
+        }
+        const char *p = s;
+        for (const char *q; (q = strstr(p, home)); p = q + hl) {
+            memcpy(o, p, (size_t)(q - p));
+            o += q - p;
+            memcpy(o, ph, sizeof ph - 1);
+            o += sizeof ph - 1;
+        }
+        strcpy(o, p);
+        free(s);
+        s = out;
+    }
+    return s;
+}
+
 /* Jupyter's error body: {"message": ..., "reason": ...}. new (free()). */
 static char *error_body(const char *reason, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static char *error_body(const char *reason, const char *fmt, ...)
 {
-    char msg[1024];
+    char *msg = NULL;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (vasprintf(&msg, fmt, ap) < 0)
+        msg = NULL;
     va_end(ap);
-    return json_text(json_pack("{s:s s:s}", "message", msg, "reason", reason));
+    char *t = msg ? json_text(json_pack("{s:s s:s}", "message", msg, "reason", reason)) : NULL;
+    free(msg);
+    return t;
 }
 
 static void iso8601(double epoch, char out[40])
@@ -397,6 +463,20 @@ static void start_kernel(gw_job *j)
     }
     const char *attach = NULL;
     const char *lang = spec_lang_session(g, name, &attach);
+    /* a name is refused, never cut: a name cut to the limit could be
+     * another session's */
+    const char *bad = session && !km_name_valid(session) ? session
+                      : attach && !km_name_valid(attach) ? attach
+                                                         : NULL;
+    if (bad) {
+        respond(j, 400,
+                error_body("Bad Request",
+                           "invalid session name of %zu bytes (allowed: letters, digits, _ - ., "
+                           "at most %d bytes, not starting with '.')",
+                           strlen(bad), KM_NAME_MAX));
+        json_decref(req);
+        return;
+    }
     if (attach && session && strcmp(attach, session)) {
         respond(j, 400,
                 error_body("Bad Request",
@@ -447,7 +527,7 @@ static void start_kernel(gw_job *j)
     }
     char sname[KM_NAME_MAX + 1];
     if (session)
-        snprintf(sname, sizeof sname, "%s", session);
+        memcpy(sname, session, strlen(session) + 1); /* checked above: it fits */
     else {
         unsigned char r[6];
         randombytes_buf(r, sizeof r);
@@ -549,6 +629,7 @@ static void route(gw_job *j, char *segs[5], int n)
                                         "code", -32700, "message", "parse error")));
             return;
         }
+        j->verbatim = 1;
         json_t *refused = gwapi_check(req, g->o.allow_unsafe);
         respond(j, 200, json_text(refused ? refused : gwapi_call(g->home, req, g->o.max_pending)));
         json_decref(req);
@@ -617,6 +698,8 @@ static void *job_thread(void *arg)
     gw_job *j = arg;
     gateway *g = j->g;
     run_job(j);
+    if (!j->verbatim)
+        j->resp = redact_home(g, j->resp);
     if (!j->resp && j->status != 204)
         respond(j, 500, NULL);
     pthread_mutex_lock(&g->mu);
@@ -653,6 +736,9 @@ static int start_job(gw_conn *c)
     c->body = NULL;
     c->body_len = 0;
     c->job = j;
+    /* lws times the request's content with http_header_timeout; the job
+     * (a kernel start, an exec) takes as long as it takes */
+    lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -705,8 +791,15 @@ static int authorized(gateway *g, struct lws *wsi)
 static int origin_ok(gateway *g, struct lws *wsi, char *why, size_t len)
 {
     char origin[512], host[512];
-    if (lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) <= 0)
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN);
+    if (n <= 0)
         return 0; /* not a browser: no Origin to check */
+    if (n >= (int)sizeof origin ||
+        lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) != n) {
+        snprintf(why, len, "WebSocket refused: an Origin of %d bytes is over the limit of %zu", n,
+                 sizeof origin - 1);
+        return -1;
+    }
     if (g->origin && !strcmp(origin, g->origin))
         return 0;
     if (lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) > 0) {
@@ -716,6 +809,57 @@ static int origin_ok(gateway *g, struct lws *wsi, char *why, size_t len)
     }
     snprintf(why, len, "WebSocket from origin %.200s refused (allowed: the Host's%s%.200s)", origin,
              g->origin ? " or " : "", g->origin ? g->origin : "");
+    return -1;
+}
+
+/* 0 when the request's Host names this gateway: its listen address (any
+ * IP literal when that is 0.0.0.0), localhost when it listens on loopback,
+ * or the configured http_host; the port is not compared (a port is no
+ * defence against DNS rebinding, and a proxy or a port forward changes it).
+ * A DNS name the gateway does not know is how DNS rebinding reaches a local
+ * server, so it is refused before the token is even looked at. lws's own
+ * check (LWS_SERVER_OPTION_VHOST_UPG_STRICT_HOST_CHECK) matches a prefix of
+ * one name, only on upgrades, and hangs up without saying why. A request
+ * without Host (HTTP/1.0) comes from no browser and passes. */
+#define GW_HOST_MAX 255
+static int host_ok(const gateway *g, struct lws *wsi, char *why, size_t len)
+{
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_HOST);
+    if (n <= 0)
+        return 0;
+    char host[GW_HOST_MAX + 1];
+    if (n > GW_HOST_MAX || lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) != n) {
+        snprintf(why, len, "a Host of %d bytes is over the limit of %d", n, GW_HOST_MAX);
+        return -1;
+    }
+    char *name = host;
+    int v6 = 0;
+    if (*name == '[') {
+        char *end = strchr(name, ']');
+        if (end) {
+            *end = 0;
+            name++;
+            v6 = 1;
+        }
+    } else {
+        char *colon = strchr(name, ':');
+        if (colon)
+            *colon = 0;
+    }
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (!strcasecmp(name, g->listen_addr) ||
+        ((g->loopback || g->any_addr) && !strcasecmp(name, "localhost")) ||
+        (g->host && !strcasecmp(name, g->host)) ||
+        (g->any_addr &&
+         (v6 ? inet_pton(AF_INET6, name, &a6) == 1 : inet_pton(AF_INET, name, &a4) == 1)))
+        return 0;
+    snprintf(why, len,
+             "the Host header names neither this gateway's address (%s)%s nor a configured "
+             "name (http_host%s%s): refused as DNS rebinding",
+             g->any_addr ? "any IP address" : g->listen_addr,
+             g->loopback || g->any_addr ? " nor localhost" : "", g->host ? " " : " unset",
+             g->host ? g->host : "");
     return -1;
 }
 
@@ -747,7 +891,10 @@ static int write_response(struct lws *wsi, gw_conn *c)
     free(c->resp);
     c->resp = NULL;
     c->status = 0;
-    if (rc || lws_http_transaction_completed(wsi))
+    /* a connection that never showed the token gets one answer and is
+     * closed: it cannot hold its place by keeping the connection alive */
+    if (rc || !gwpeers_is_authenticated(lws_get_opaque_user_data(wsi)) ||
+        lws_http_transaction_completed(wsi))
         return -1;
     return 0;
 }
@@ -774,6 +921,12 @@ static int on_http(struct lws *wsi, gw_conn *c, const char *uri)
     gateway *g = c->g;
     http_reset(c);
     c->wsi = wsi;
+    gwpeers_request(lws_get_opaque_user_data(wsi));
+    char why[512];
+    if (host_ok(g, wsi, why, sizeof why)) {
+        http_reply_now(wsi, c, 403, error_body("Forbidden", "%s", why));
+        return 0;
+    }
     if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI))
         snprintf(c->method, sizeof c->method, "GET");
     else if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI))
@@ -798,6 +951,7 @@ static int on_http(struct lws *wsi, gw_conn *c, const char *uri)
                                                   "(header \"Authorization: token ...\")"));
         return 0;
     }
+    gwpeers_authenticated(g->peers, lws_get_opaque_user_data(wsi));
     c->path = strdup(uri);
     if (!c->path)
         return -1;
@@ -872,18 +1026,28 @@ static int channels_path(const char *uri, char id[40])
     return 0;
 }
 
-static int confirm_upgrade(struct lws *wsi, gateway *g)
+/* A refused upgrade: answered; an unauthenticated connection is then closed
+ * (-1: lws hangs up), an authenticated one kept (1). */
+static int refuse_upgrade(struct lws *wsi, unsigned status, const char *why)
+{
+    lws_return_http_status(wsi, status, why);
+    return gwpeers_is_authenticated(lws_get_opaque_user_data(wsi)) ? 1 : -1;
+}
+
+static int confirm_upgrade(struct lws *wsi, gateway *g, const char *upgrade)
 {
     char uri[1024], id[40], why[512];
+    gwpeers_request(lws_get_opaque_user_data(wsi));
+    if (host_ok(g, wsi, why, sizeof why))
+        return refuse_upgrade(wsi, 403, why);
+    if (!upgrade || strcasecmp(upgrade, "websocket"))
+        return refuse_upgrade(wsi, 400, "only a WebSocket upgrade is served");
     if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 ||
-        (channels_path(uri, id) && strcmp(uri, GW_API_WS_PATH))) {
-        lws_return_http_status(wsi, 404, "no WebSocket here: use /api/kernels/ID/channels");
-        return 1;
-    }
-    if (authorized(g, wsi)) {
-        lws_return_http_status(wsi, 401, "a valid token is required");
-        return 1;
-    }
+        (channels_path(uri, id) && strcmp(uri, GW_API_WS_PATH)))
+        return refuse_upgrade(wsi, 404, "no WebSocket here: use /api/kernels/ID/channels");
+    if (authorized(g, wsi))
+        return refuse_upgrade(wsi, 401, "a valid token is required");
+    gwpeers_authenticated(g->peers, lws_get_opaque_user_data(wsi));
     if (origin_ok(g, wsi, why, sizeof why)) {
         lws_return_http_status(wsi, 403, why);
         return 1;
@@ -946,8 +1110,13 @@ static void ws_follow(gateway *g, gw_conn *c, const char *session, const char *l
  * callback to return. */
 static int ws_close(struct lws *wsi, enum lws_close_status status, const char *why)
 {
-    size_t n = strlen(why);
-    lws_close_reason(wsi, status, (unsigned char *)why, n > 120 ? 120 : n);
+    struct lws_vhost *vh = lws_get_vhost(wsi);
+    const gateway *g = vh ? lws_get_vhost_user(vh) : NULL;
+    char *r = g ? redact_home(g, strdup(why)) : NULL;
+    const char *t = r ? r : why;
+    size_t n = strlen(t);
+    lws_close_reason(wsi, status, (unsigned char *)t, n > 120 ? 120 : n);
+    free(r);
     return -1;
 }
 
@@ -1176,6 +1345,126 @@ static void on_cancelled(gateway *g)
         lws_callback_on_writable(c->wsi);
 }
 
+/* ---------------------------------------------------------------- connections */
+
+static uint32_t peer_addr(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)ss)->sin_addr.s_addr;
+    return 0; /* the listener is IPv4 only: anything else is one bucket */
+}
+
+static void log_refusals(gateway *g, int force);
+
+static void log_held_back(lws_sorted_usec_list_t *sul)
+{
+    log_refusals(lws_container_of(sul, gateway, log_sul), 0);
+}
+
+/* One line at most every GW_REFUSAL_LOG_S seconds, counting what was
+ * refused or timed out since the last (a flood never floods the log); what
+ * comes within the window is written when it ends (an lws timer). */
+static void log_refusals(gateway *g, int force)
+{
+    unsigned long n = g->idle_closed;
+    for (int v = 0; v <= GWPEERS_TOTAL; v++)
+        n += g->refused[v];
+    double t = cm_mono_s();
+    if (!n)
+        return;
+    if (!force && g->last_log && t - g->last_log < GW_REFUSAL_LOG_S) {
+        if (!atomic_load(&g->stop))
+            lws_sul_schedule(g->ctx, 0, &g->log_sul, log_held_back,
+                             (lws_usec_t)((GW_REFUSAL_LOG_S - (t - g->last_log)) * 1e6) + 1000);
+        return;
+    }
+    fprintf(stderr,
+            "kernelmgr gateway: refused %lu connections (%lu over http_max_unauth_per_peer %u, "
+            "%lu over http_max_unauth %u, %lu over the connection budget %u) and closed %lu "
+            "without the token that sent no complete request (http_header_timeout %u s); "
+            "%u open, %u without the token\n",
+            g->refused[GWPEERS_PEER] + g->refused[GWPEERS_UNAUTH] + g->refused[GWPEERS_TOTAL],
+            g->refused[GWPEERS_PEER], gwpeers_limit_value(g->peers, GWPEERS_PEER),
+            g->refused[GWPEERS_UNAUTH], gwpeers_limit_value(g->peers, GWPEERS_UNAUTH),
+            g->refused[GWPEERS_TOTAL], g->conn_budget, g->idle_closed, g->header_timeout,
+            gwpeers_total(g->peers), gwpeers_unauth(g->peers));
+    memset(g->refused, 0, sizeof g->refused);
+    g->idle_closed = 0;
+    g->last_log = t;
+}
+
+/* A connection over a bound: counted, and told so in one write when that is
+ * cheap (plain HTTP; nothing is read) before the caller closes it. */
+static void refuse_connection(gateway *g, gwpeers_verdict v, int fd)
+{
+    g->refused[v]++;
+    if (!g->tls && fd >= 0) {
+        char body[320], msg[512];
+        int bl = snprintf(body, sizeof body,
+                          "{\"message\":\"%s (%s: %u)\",\"reason\":\"Service Unavailable\"}",
+                          v == GWPEERS_PEER     ? "too many connections without the token from "
+                                                  "this address"
+                          : v == GWPEERS_UNAUTH ? "too many connections without the token"
+                                                : "the gateway is at its connection budget",
+                          gwpeers_limit_name(v), gwpeers_limit_value(g->peers, v));
+        int ml = snprintf(msg, sizeof msg,
+                          "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                          "content-length: %d\r\nconnection: close\r\n\r\n%s",
+                          bl, body);
+        if (bl > 0 && ml > 0 && ml < (int)sizeof msg &&
+            send(fd, msg, (size_t)ml, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+            /* the peer is gone or not reading: it is closed all the same */
+        }
+    }
+    log_refusals(g, 0);
+}
+
+/* LWS_CALLBACK_FILTER_NETWORK_CONNECTION: just accepted, nothing allocated
+ * for it yet. 0 to go on, 1 for lws to close it. */
+static int filter_connection(gateway *g, const struct lws_filter_network_conn_args *a)
+{
+    gwpeers_verdict v = gwpeers_check(g->peers, peer_addr(&a->cli_addr));
+    if (v == GWPEERS_OK)
+        return 0;
+    refuse_connection(g, v, a->accept_fd);
+    return 1;
+}
+
+/* LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: the connection is counted
+ * from here until LWS_CALLBACK_WSI_DESTROY (its record is the wsi's opaque
+ * user data), unauthenticated until a request shows the token. */
+static int admit_connection(gateway *g, struct lws *wsi)
+{
+    if (lws_get_opaque_user_data(wsi))
+        return 0;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = lws_get_socket_fd(wsi);
+    memset(&ss, 0, sizeof ss);
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &sl))
+        ss.ss_family = AF_UNSPEC;
+    gwpeers_verdict v;
+    gwpeers_conn *pc = gwpeers_admit(g->peers, peer_addr(&ss), &v);
+    if (!pc) {
+        refuse_connection(g, v, fd);
+        return -1;
+    }
+    lws_set_opaque_user_data(wsi, pc);
+    return 0;
+}
+
+static void release_connection(gateway *g, struct lws *wsi)
+{
+    gwpeers_conn *pc = lws_get_opaque_user_data(wsi);
+    if (!pc)
+        return;
+    lws_set_opaque_user_data(wsi, NULL);
+    if (gwpeers_release(g->peers, &pc)) {
+        g->idle_closed++;
+        log_refusals(g, 0);
+    }
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len)
 {
@@ -1237,7 +1526,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         }
         return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-        return g ? confirm_upgrade(wsi, g) : -1;
+        return g ? confirm_upgrade(wsi, g, in) : -1;
     case LWS_CALLBACK_ESTABLISHED:
         return g ? ws_established(wsi, c, g) : -1;
     case LWS_CALLBACK_RECEIVE:
@@ -1258,6 +1547,19 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         if (g)
             on_cancelled(g);
         return 0;
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+        return g && user ? filter_connection(g, user) : 1;
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+        return g ? admit_connection(g, wsi) : -1;
+    case LWS_CALLBACK_WSI_DESTROY:
+        if (g)
+            release_connection(g, wsi);
+        return 0;
+    case LWS_CALLBACK_RAW_ADOPT:
+    case LWS_CALLBACK_RAW_RX:
+        /* an HTTP CONNECT turns the connection raw in lws, with no timeout
+         * and no request to authenticate: nothing is served raw here */
+        return -1;
     default:
         return 0;
     }
@@ -1319,9 +1621,12 @@ static char *load_token(const char *home, const char *given, char *err, size_t e
 static void *service_thread(void *arg)
 {
     gateway *g = arg;
-    while (!atomic_load(&g->stop))
+    while (!atomic_load(&g->stop)) {
         if (lws_service(g->ctx, 0) < 0)
             break;
+    }
+    lws_sul_cancel(&g->log_sul);
+    log_refusals(g, 1);
     return NULL;
 }
 
@@ -1350,6 +1655,47 @@ static void write_info(gateway *g)
     free(path);
 }
 
+/* The bounds before the token (gateway.h): the connection budget from
+ * RLIMIT_NOFILE, the unauthenticated bounds and the names from the
+ * manager's configuration. 0, or -1 with a reason. */
+static int connection_bounds(gateway *g, char *err, size_t errlen)
+{
+    const kmcfg *cfg = km_manager_config(g->m);
+    struct rlimit rl;
+    unsigned long lim = 1024; /* the kernel's default, if it cannot be read */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        lim = rl.rlim_cur == RLIM_INFINITY ? 1ul << 20 : (unsigned long)rl.rlim_cur;
+    g->rlim = lim;
+    unsigned long share = lim / GW_FD_SHARE,
+                  ws = (unsigned long)g->o.max_connections * GW_FDS_PER_WS + GW_LWS_OWN_FDS;
+    unsigned long conns = share > ws ? (share - ws) / GW_FDS_PER_CONN : 0;
+    if (conns > GW_CONN_MAX)
+        conns = GW_CONN_MAX;
+    unsigned need = cfg->http_max_unauth + g->o.max_connections;
+    if (conns < need)
+        return gw_err(err, errlen,
+                      "RLIMIT_NOFILE of %lu leaves the gateway (at most 1/%d of it) room for %lu "
+                      "connections, fewer than http_max_unauth %u + http_max_connections %u: "
+                      "raise the limit or lower those",
+                      lim, GW_FD_SHARE, conns, cfg->http_max_unauth, g->o.max_connections);
+    g->conn_budget = (unsigned)conns;
+    g->header_timeout = cfg->http_header_timeout;
+    g->peers = gwpeers_new(g->conn_budget, cfg->http_max_unauth, cfg->http_max_unauth_per_peer);
+    if (!g->peers || (cfg->http_host[0] && !(g->host = strdup(cfg->http_host))))
+        return gw_err(err, errlen, "out of memory");
+    struct in_addr a4;
+    if (inet_pton(AF_INET, g->listen_addr, &a4) == 1) {
+        g->any_addr = a4.s_addr == htonl(INADDR_ANY);
+        g->loopback = (ntohl(a4.s_addr) >> 24) == 127;
+    }
+    char *real = realpath(g->home, NULL);
+    if (real && strcmp(real, g->home))
+        g->home_real = real;
+    else
+        free(real);
+    return 0;
+}
+
 /* Frees what gateway_start allocated (the context is already destroyed);
  * the token is wiped first. */
 static void gateway_free(gateway *g)
@@ -1358,6 +1704,9 @@ static void gateway_free(gateway *g)
         sodium_memzero(g->token, strlen(g->token));
     free(g->token);
     free(g->home);
+    free(g->home_real);
+    free(g->host);
+    gwpeers_destroy(&g->peers);
     free(g->origin);
     free(g->listen_addr);
     free(g->tls_cert);
@@ -1416,6 +1765,8 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
         goto fail;
     if (tls && (!(g->tls_cert = strdup(o->tls_cert)) || !(g->tls_key = strdup(o->tls_key))))
         goto fail;
+    if (connection_bounds(g, err, errlen))
+        goto fail;
 
     lws_set_log_level(LLL_ERR, NULL);
     g->protocols[0] = (struct lws_protocols){"http", callback, sizeof(gw_conn), 65536, 0, NULL, 0};
@@ -1426,6 +1777,11 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
     ci.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DISABLE_IPV6 |
                  (tls ? LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT : 0);
     ci.port = CONTEXT_PORT_NO_LISTEN;
+    /* lws's own bounds, behind ours (gwpeers refuses first): its table of
+     * connections, which stops accepting when full; and its timeout for
+     * the TLS handshake and for a request's content to arrive */
+    ci.fd_limit_per_thread = g->conn_budget + GW_LWS_OWN_FDS;
+    ci.timeout_secs = g->header_timeout;
     g->ctx = lws_create_context(&ci);
     if (!g->ctx) {
         gw_err(err, errlen, "cannot create the HTTP server context");
@@ -1441,6 +1797,9 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
     vi.alpn = "http/1.1";
     vi.options = LWS_SERVER_OPTION_DISABLE_IPV6 | LWS_SERVER_OPTION_VALIDATE_UTF8;
     vi.ka_time = 0;
+    /* the request line and headers must be in within http_header_timeout
+     * of the connection (or of the previous response on a kept-alive one) */
+    vi.timeout_secs_ah_idle = g->header_timeout;
     if (tls) {
         vi.ssl_cert_filepath = g->tls_cert;
         vi.ssl_private_key_filepath = g->tls_key;
@@ -1455,6 +1814,13 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
         goto fail;
     }
     g->port = lws_get_vhost_listen_port(g->vh);
+    fprintf(stderr,
+            "kernelmgr gateway: at most %u connections (1/%d of RLIMIT_NOFILE %lu, less %u per "
+            "WebSocket for http_max_connections %u), %u without the token (%u per address), "
+            "headers within %u s\n",
+            g->conn_budget, GW_FD_SHARE, g->rlim, GW_FDS_PER_WS, g->o.max_connections,
+            gwpeers_limit_value(g->peers, GWPEERS_UNAUTH),
+            gwpeers_limit_value(g->peers, GWPEERS_PEER), g->header_timeout);
     snprintf(g->url, sizeof g->url, "%s://%s:%d/", tls ? "https" : "http", g->listen_addr, g->port);
     if (pthread_create(&g->thread, NULL, service_thread, g)) {
         gw_err(err, errlen, "cannot start the HTTP thread");

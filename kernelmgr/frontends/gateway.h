@@ -39,6 +39,18 @@
  * bounded; WebSocket upgrades from another Origin than the Host (or the
  * configured origin) are refused; a slow client is disconnected, never
  * waited for. The HMAC key stays on the host side.
+ *
+ * Bounds before the token (docs/SECURITY.md): every connection is counted
+ * from accept to close (gwpeers.h) and refused at accept over
+ * http_max_unauth_per_peer / http_max_unauth unauthenticated connections or
+ * over the connection budget (half of RLIMIT_NOFILE, less what WebSockets
+ * may take; the rest is the daemon's); headers must arrive within
+ * http_header_timeout; an unauthenticated connection gets one answer and is
+ * closed. Every request's Host must name the gateway (listen address,
+ * localhost on loopback, http_host): 403 otherwise. These four come from the
+ * manager's configuration (config.h), not from gateway_opts. Session names
+ * from clients are refused when invalid, never cut; REST answers and close
+ * reasons name the home as $KERNELMGR_HOME.
  */
 #ifndef KERNELMGR_GATEWAY_H
 #define KERNELMGR_GATEWAY_H

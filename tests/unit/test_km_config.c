@@ -137,6 +137,50 @@ static void cpu_limits(void **state)
     }
 }
 
+/* The gateway's bounds before the token: defaults, range, the JSON round
+ * trip, and http_host only a host name. */
+static void gateway_unauth_bounds(void **state)
+{
+    (void)state;
+    kmcfg c;
+    kmcfg_defaults(&c);
+    assert_int_equal(c.http_max_unauth_per_peer, 16);
+    assert_int_equal(c.http_max_unauth, 256);
+    assert_int_equal(c.http_header_timeout, 10);
+    assert_string_equal(c.http_host, "");
+    char err[256] = "";
+    assert_int_equal(apply(&c,
+                           "{\"http_max_unauth_per_peer\": 4, \"http_max_unauth\": 40, "
+                           "\"http_header_timeout\": 1, \"http_host\": \"lab.example.org\"}",
+                           err, sizeof err),
+                     0);
+    json_t *j = kmcfg_to_json(&c);
+    kmcfg d;
+    kmcfg_defaults(&d);
+    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0);
+    json_decref(j);
+    assert_int_equal(d.http_max_unauth_per_peer, 4);
+    assert_int_equal(d.http_max_unauth, 40);
+    assert_int_equal(d.http_header_timeout, 1);
+    assert_string_equal(d.http_host, "lab.example.org");
+    static const struct {
+        const char *json, *expect;
+    } bad[] = {
+        {"{\"http_max_unauth_per_peer\": 0}", "http_max_unauth_per_peer: must be between 1"},
+        {"{\"http_max_unauth\": 1.5}", "http_max_unauth: must be an integer"},
+        {"{\"http_header_timeout\": 601}", "http_header_timeout: must be between 1 and 600"},
+        {"{\"http_host\": \"evil.example:80\"}", "http_host: must be a host name"},
+        {"{\"http_host\": 3}", "http_host: must be a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        kmcfg_defaults(&c);
+        err[0] = 0;
+        assert_int_equal(apply(&c, bad[i].json, err, sizeof err), -1);
+        if (!strstr(err, bad[i].expect))
+            fail_msg("%s: got \"%s\", want \"%s\"", bad[i].json, err, bad[i].expect);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -144,6 +188,7 @@ int main(void)
         cmocka_unit_test(invalid_names_key_and_reason),
         cmocka_unit_test(sizes),
         cmocka_unit_test(cpu_limits),
+        cmocka_unit_test(gateway_unauth_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
