@@ -368,7 +368,8 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
                 return -1;
             cfg->files_scan_max = (unsigned)d;
         } else if (!strcmp(key, "files_scan_bytes")) {
-            if (get_size(v, key, 64 * 1024, 1ull << 30, &cfg->files_scan_bytes, err, errlen))
+            /* at most 32M: a listing of that much must fit in one API reply */
+            if (get_size(v, key, 64 * 1024, 32ull << 20, &cfg->files_scan_bytes, err, errlen))
                 return -1;
         } else if (!strcmp(key, "outputs_keep_runs")) {
             if (get_count(v, key, 0, 100000, &cfg->outputs_keep_runs, err, errlen))

@@ -295,7 +295,10 @@ json_t *fsdiff_incomplete_json(const fsdiff_snap *a, const fsdiff_snap *b)
             size_t j;
             json_t *n;
             int dup = 0;
-            json_array_foreach(notes, j, n) dup |= !strcmp(json_string_value(n), s->notes[i]);
+            json_array_foreach(notes, j, n)
+            {
+                dup |= !strcmp(json_string_value(n), s->notes[i]);
+            }
             if (dup)
                 continue;
             if (json_array_size(notes) < FSDIFF_NOTES_MAX)
@@ -309,6 +312,27 @@ json_t *fsdiff_incomplete_json(const fsdiff_snap *a, const fsdiff_snap *b)
     json_decref(notes);
     if (o && omitted)
         json_object_set_new(o, "not_walked_omitted", json_integer((json_int_t)omitted));
+    /* the same in one line, for renderers that show a "reason" */
+    char *line = NULL;
+    size_t len = 0;
+    FILE *f = o ? open_memstream(&line, &len) : NULL;
+    if (f) {
+        const char *lim = json_string_value(json_object_get(o, "scan_limit"));
+        size_t i;
+        json_t *n;
+        fputs("not every file was walked", f);
+        if (lim)
+            fprintf(f, ": the walk stopped at %s", lim);
+        json_array_foreach(json_object_get(o, "not_walked"), i, n)
+        {
+            fprintf(f, "%s%s", i || lim ? "; " : ": ", json_string_value(n));
+        }
+        if (omitted)
+            fprintf(f, "; %zu more", omitted);
+        if (fclose(f) == 0 && line)
+            json_object_set_new(o, "reason", json_string(line));
+    }
+    free(line);
     return o;
 }
 
@@ -388,7 +412,25 @@ const char *fsdiff_mime(int rootfd, const char *relpath, unsigned mode)
     return mime_at(rootfd, relpath, mode, 0);
 }
 
-/* *cost gets what the entry's sanitised text is charged (FSDIFF_ENTRY_COST) */
+/* The bytes s (len bytes) takes as a JSON string's contents: a control
+ * character may become "\u00XX", a quote or backslash two bytes. */
+static size_t json_text_len(const char *s, size_t len)
+{
+    size_t n = len;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        n += c < 0x20 ? 5 : (c == '"' || c == '\\') ? 1 : 0;
+    }
+    return n;
+}
+
+/* What an entry's text costs in a report: sanitised, then JSON-escaped. */
+static size_t report_cost(const char *p, size_t plen, const char *t, size_t tlen)
+{
+    return FSDIFF_ENTRY_COST(p ? json_text_len(p, plen) : 1, t ? json_text_len(t, tlen) : 0);
+}
+
+/* *cost gets what the entry's sanitised text is charged (report_cost) */
 static json_t *entry_json(int rootfd, const fsent *e, const char *change, size_t *cost)
 {
     size_t plen = 0, tlen = 0;
@@ -396,7 +438,7 @@ static json_t *entry_json(int rootfd, const fsent *e, const char *change, size_t
     char *t = e->target && strcmp(change, "deleted")
                   ? jp_utf8_sanitize(e->target, strlen(e->target), &tlen)
                   : NULL;
-    *cost = FSDIFF_ENTRY_COST(plen, t ? tlen : 0);
+    *cost = report_cost(p, plen, t, tlen);
     /* a deleted file is not there to sniff */
     const char *mime = strcmp(change, "deleted") ? mime_at(rootfd, e->path, e->mode, e->ino)
                                                  : mime_at(-1, e->path, e->mode, e->ino);
@@ -482,9 +524,10 @@ json_t *fsdiff_list(const fsdiff_snap *s, size_t max, size_t *omitted)
         size_t plen = 0, tlen = 0;
         char *p = jp_utf8_sanitize(e->path, strlen(e->path), &plen);
         char *t = e->target ? jp_utf8_sanitize(e->target, strlen(e->target), &tlen) : NULL;
-        /* sanitising may grow the text (U+FFFD for a bad byte): the listing
-         * is held to the walk's budget too */
-        size_t cost = FSDIFF_ENTRY_COST(plen, t ? tlen : 0);
+        /* sanitising and escaping may grow the text (U+FFFD for a bad byte,
+         * \u00XX for a control character): the listing, as sent, is held to
+         * the walk's budget too */
+        size_t cost = report_cost(p, plen, t, tlen);
         if (cost > s->scan_bytes - bytes) {
             free(p);
             free(t);

@@ -62,13 +62,13 @@ size_t fsdiff_bytes(const fsdiff_snap *s);
  * walk" | "files_scan_max: 50000 entries per walk", "not_walked"?:
  * ["unreadable directory: a/b", "too deep: ... (more than 64 levels)",
  * "vanished directory: ... (changed during the walk)", ...],
- * "not_walked_omitted"?: further reasons not listed}. a's reasons come
- * first; one also in b is named once. */
+ * "not_walked_omitted"?: further reasons not listed, "reason": all of it in
+ * one line}. a's reasons come first; one also in b is named once. */
 json_t *fsdiff_incomplete_json(const fsdiff_snap *a, const fsdiff_snap *b);
 
 /* new: array of {"path","change","size","mime"} (symlinks also get "target",
  * the link's text as read during the walk of after), sorted by path, at most
- * max_report entries whose (sanitised) text costs at most after's scan_bytes
+ * max_report entries whose text (sanitised, JSON-escaped) costs at most after's scan_bytes
  * (FSDIFF_ENTRY_COST each); *omitted gets the number of further changes not
  * listed. An incomplete after reports no deletion. Paths are relative to the root and sanitised
  * UTF-8. Files are sniffed through after's root fd. */
@@ -76,7 +76,8 @@ json_t *fsdiff_compare(const fsdiff_snap *before, const fsdiff_snap *after, size
                        size_t *omitted);
 
 /* new: array of {"path","size","mime","type"} for every entry of the snapshot
- * (directories excluded), at most max entries whose (sanitised) text costs
+ * (directories excluded), at most max entries whose text (sanitised,
+ * JSON-escaped) costs
  * at most the snapshot's scan_bytes (FSDIFF_ENTRY_COST each); symlinks also
  * get "target". *omitted (may be NULL) gets the number of entries left out. */
 json_t *fsdiff_list(const fsdiff_snap *s, size_t max, size_t *omitted);
