@@ -239,3 +239,33 @@ def test_unreadable_directory_is_named_not_hidden(mgr_factory, user):
     assert "a/locked/f2.txt" in {f["path"] for f in listing["files"]}
     m.assert_runs("s")
     m.assert_runs("other")
+
+
+DEEP = """
+import os
+p = '.'
+for i in range(70):
+    p = os.path.join(p, 'deep')
+os.makedirs(p)
+open(os.path.join(p, 'bottom.txt'), 'w').write('z')
+print('deep')
+"""
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_too_deep_directory_is_named(mgr_factory, user):
+    m = mgr_factory(user)
+    r = m.exec("s", DEEP)
+    assert r["status"] == "ok", r
+    assert not any(f["path"].endswith("bottom.txt") for f in r["files"])
+    notes = r["truncated"]["files"]["not_walked"]
+    assert len(notes) == 1 and notes[0].startswith("too deep: deep/deep/"), notes
+    assert notes[0].endswith("... (more than 64 levels)"), notes
+    listing = m.files("s")
+    assert listing["incomplete"] is True
+    assert listing["truncated"]["files"]["not_walked"] == notes
+    # the human listing says it too
+    p = m.run("files", "s")
+    assert p.returncode == 0 and "(incomplete: not every file was walked: too deep: deep/" \
+        in p.stdout, p.stdout
+    m.assert_runs("s")
