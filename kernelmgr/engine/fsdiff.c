@@ -79,13 +79,24 @@ static void snap_stop(fsdiff_snap *s, const char *why)
  * nothing pushed), -1 when out of memory. */
 static int snap_push(fsdiff_snap *s, char *path, const struct stat *st, int dfd, const char *name)
 {
-    /* charged before the link is read: st_size is its length */
+    /* checked before the link is read (st_size is its length; unknown:
+     * the most it can be), charged for what was read: the link may have
+     * been replaced by a longer one since */
+    size_t plen = strlen(path);
     size_t link = S_ISLNK(st->st_mode)
                       ? (st->st_size > 0 && st->st_size < WSFILE_LINK_MAX ? (size_t)st->st_size
                                                                           : WSFILE_LINK_MAX)
                       : 0;
-    size_t cost = FSDIFF_ENTRY_COST(strlen(path), link);
+    if (FSDIFF_ENTRY_COST(plen, link) > s->scan_bytes - s->bytes) {
+        free(path);
+        return 1;
+    }
+    /* the text of this very entry: the walk's parent fd and its name,
+     * never a path resolved again later */
+    char *target = S_ISLNK(st->st_mode) ? wsfile_readlinkat(dfd, name) : NULL;
+    size_t cost = FSDIFF_ENTRY_COST(plen, target ? strlen(target) : 0);
     if (cost > s->scan_bytes - s->bytes) {
+        free(target);
         free(path);
         return 1;
     }
@@ -93,6 +104,7 @@ static int snap_push(fsdiff_snap *s, char *path, const struct stat *st, int dfd,
         size_t cap = s->cap ? s->cap * 2 : 64;
         fsent *v = realloc(s->v, cap * sizeof *v);
         if (!v) {
+            free(target);
             free(path);
             return -1;
         }
@@ -101,9 +113,7 @@ static int snap_push(fsdiff_snap *s, char *path, const struct stat *st, int dfd,
     }
     fsent *e = &s->v[s->n];
     e->path = path;
-    /* the text of this very entry: the walk's parent fd and its name,
-     * never a path resolved again later */
-    e->target = S_ISLNK(st->st_mode) ? wsfile_readlinkat(dfd, name) : NULL;
+    e->target = target;
     e->mode = st->st_mode;
     e->size = (uint64_t)st->st_size;
     e->ino = st->st_ino;
