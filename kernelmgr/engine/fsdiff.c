@@ -434,10 +434,11 @@ static size_t json_text_len(const char *s, size_t len)
     return n;
 }
 
-/* What an entry's text costs in a report: sanitised, then JSON-escaped. */
+/* What an entry costs in a report: its text sanitised, then JSON-escaped,
+ * and its JSON object. */
 static size_t report_cost(const char *p, size_t plen, const char *t, size_t tlen)
 {
-    return FSDIFF_ENTRY_COST(p ? json_text_len(p, plen) : 1, t ? json_text_len(t, tlen) : 0);
+    return FSDIFF_REPORT_COST(p ? json_text_len(p, plen) : 1, t ? json_text_len(t, tlen) : 0);
 }
 
 /* *cost gets what the entry's sanitised text is charged (report_cost) */

@@ -37,6 +37,12 @@
  * (0: not a link) is charged against scan_bytes */
 #define FSDIFF_ENTRY_COST(path_len, link_len)                                                      \
     ((size_t)(path_len) + 1 + ((link_len) ? (size_t)(link_len) + 1 : 0) + FSDIFF_ENTRY_OVERHEAD)
+/* what an entry of a report (fsdiff_compare, fsdiff_list) is charged: its
+ * text as sent (sanitised, JSON-escaped) and its JSON object — measured at
+ * ~900 bytes of jansson allocations, whatever the path's length */
+#define FSDIFF_REPORT_OVERHEAD 1024
+#define FSDIFF_REPORT_COST(text_len, link_len)                                                     \
+    ((size_t)(text_len) + 1 + ((link_len) ? (size_t)(link_len) + 1 : 0) + FSDIFF_REPORT_OVERHEAD)
 #define FSDIFF_NOTES_MAX 8       /* reasons kept for what was not walked */
 #define FSDIFF_NOTE_PATH_MAX 256 /* bytes of a path a reason names */
 
@@ -68,18 +74,17 @@ json_t *fsdiff_incomplete_json(const fsdiff_snap *a, const fsdiff_snap *b);
 
 /* new: array of {"path","change","size","mime"} (symlinks also get "target",
  * the link's text as read during the walk of after), sorted by path, at most
- * max_report entries whose text (sanitised, JSON-escaped) costs at most after's scan_bytes
- * (FSDIFF_ENTRY_COST each); *omitted gets the number of further changes not
- * listed. An incomplete after reports no deletion. Paths are relative to the root and sanitised
- * UTF-8. Files are sniffed through after's root fd. */
+ * max_report entries costing at most after's scan_bytes (FSDIFF_REPORT_COST
+ * each); *omitted gets the number of further changes not listed. An
+ * incomplete after reports no deletion. Paths are relative to the root and
+ * sanitised UTF-8. Files are sniffed through after's root fd. */
 json_t *fsdiff_compare(const fsdiff_snap *before, const fsdiff_snap *after, size_t max_report,
                        size_t *omitted);
 
 /* new: array of {"path","size","mime","type"} for every entry of the snapshot
- * (directories excluded), at most max entries whose text (sanitised,
- * JSON-escaped) costs
- * at most the snapshot's scan_bytes (FSDIFF_ENTRY_COST each); symlinks also
- * get "target". *omitted (may be NULL) gets the number of entries left out. */
+ * (directories excluded), at most max entries costing at most the
+ * snapshot's scan_bytes (FSDIFF_REPORT_COST each); symlinks also get
+ * "target". *omitted (may be NULL) gets the number of entries left out. */
 json_t *fsdiff_list(const fsdiff_snap *s, size_t max, size_t *omitted);
 
 /* Guesses a mime type from the file name and, for regular files only, the
