@@ -676,8 +676,7 @@ static void exec_set_files(json_t *r, const codeexec_params *p, fsdiff_snap **be
     if (omitted)
         json_object_set_new(r, "files_omitted", json_integer((json_int_t)omitted));
     /* what either walk did not see: the report is not the whole change */
-    json_t *why = *before && after ? fsdiff_incomplete_json(after, *before)
-                                   : json_pack("{s:s}", "scan_limit", "out of memory");
+    json_t *why = *before && after ? fsdiff_incomplete_json(after, *before) : fsdiff_untaken_json();
     if (why)
         json_object_set_new(json_object_get(r, "truncated"), "files", why);
     fsdiff_destroy(before);

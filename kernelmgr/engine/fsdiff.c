@@ -272,6 +272,12 @@ size_t fsdiff_bytes(const fsdiff_snap *s)
     return s->bytes;
 }
 
+json_t *fsdiff_untaken_json(void)
+{
+    return json_pack("{s:s s:s}", "scan_limit", "out of memory", "reason",
+                     "not every file was walked: out of memory");
+}
+
 /* "files_scan_bytes: 16 MiB of paths and link text per walk", ... */
 static json_t *limit_json(const fsdiff_snap *s)
 {

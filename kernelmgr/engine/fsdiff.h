@@ -72,6 +72,10 @@ size_t fsdiff_bytes(const fsdiff_snap *s);
  * one line}. a's reasons come first; one also in b is named once. */
 json_t *fsdiff_incomplete_json(const fsdiff_snap *a, const fsdiff_snap *b);
 
+/* new: the same for a walk that could not be taken at all (fsdiff_take
+ * returned NULL: out of memory). */
+json_t *fsdiff_untaken_json(void);
+
 /* new: array of {"path","change","size","mime"} (symlinks also get "target",
  * the link's text as read during the walk of after), sorted by path, at most
  * max_report entries costing at most after's scan_bytes (FSDIFF_REPORT_COST

@@ -898,8 +898,7 @@ json_t *km_files(km_manager *m, const char *name, km_err *err)
         fsdiff_take(s->workspace, m->cfg.files_scan_max, (size_t)m->cfg.files_scan_bytes);
     size_t omitted = 0;
     json_t *files = snap ? fsdiff_list(snap, KM_FILES_LIST_MAX, &omitted) : json_array();
-    json_t *why = snap ? fsdiff_incomplete_json(snap, NULL)
-                       : json_pack("{s:s}", "scan_limit", "out of memory");
+    json_t *why = snap ? fsdiff_incomplete_json(snap, NULL) : fsdiff_untaken_json();
     json_t *o = json_pack("{s:s s:s s:o s:b}", "session", s->name, "workspace", s->workspace,
                           "files", files, "incomplete", why != NULL);
     /* the same shape as an exec result's: truncated.files says what was not
