@@ -668,13 +668,17 @@ static void exec_set_outputs(exec_state *x)
 /* The workspace's changes since before (destroyed) into r's "files". */
 static void exec_set_files(json_t *r, const codeexec_params *p, fsdiff_snap **before)
 {
-    fsdiff_snap *after = fsdiff_take(p->workspace, p->scan_max);
+    fsdiff_snap *after = fsdiff_take(p->workspace, p->scan_max, p->scan_bytes);
     size_t omitted = 0;
     json_t *files =
         *before && after ? fsdiff_compare(*before, after, p->files_max, &omitted) : json_array();
     json_object_set_new(r, "files", files ? files : json_array());
     if (omitted)
         json_object_set_new(r, "files_omitted", json_integer((json_int_t)omitted));
+    /* what either walk did not see: the report is not the whole change */
+    json_t *why = *before && after ? fsdiff_incomplete_json(after, *before) : fsdiff_untaken_json();
+    if (why)
+        json_object_set_new(json_object_get(r, "truncated"), "files", why);
     fsdiff_destroy(before);
     fsdiff_destroy(&after);
 }
@@ -688,7 +692,7 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     if (!r)
         return NULL;
     double t0 = cm_mono_s();
-    fsdiff_snap *before = fsdiff_take(p->workspace, p->scan_max);
+    fsdiff_snap *before = fsdiff_take(p->workspace, p->scan_max, p->scan_bytes);
 
     exec_state x;
     memset(&x, 0, sizeof x);

@@ -30,9 +30,9 @@ typedef struct codeexec_params {
     const char *outdir;     /* where spill files and images go (created on demand) */
     const char *tag;        /* unique file name prefix, e.g. "0007-python" */
     const char *workspace;
-    size_t files_max, scan_max;
-    atomic_int *interrupt_flag; /* set by another thread to interrupt; may be NULL */
-    km_event_fn fn;             /* live events; may be NULL */
+    size_t files_max, scan_max, scan_bytes; /* the file report (fsdiff.h) */
+    atomic_int *interrupt_flag;             /* set by another thread to interrupt; may be NULL */
+    km_event_fn fn;                         /* live events; may be NULL */
     void *ud;
 } codeexec_params;
 

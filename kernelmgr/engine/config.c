@@ -68,6 +68,9 @@ void kmcfg_defaults(kmcfg *cfg)
     cfg->output_cap = 64 * 1024;
     cfg->files_max = 100;
     cfg->files_scan_max = 50000;
+    /* 50000 entries of 200-byte paths: a workspace that is normal by count
+     * is never cut by bytes; deep long-named trees are */
+    cfg->files_scan_bytes = 16ull << 20;
     cfg->outputs_keep_runs = 20;
     cfg->outputs_max_age = 7 * 86400;
     cfg->spill_max = 64ull << 20;
@@ -367,6 +370,10 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             if (get_number(v, key, 1, 10000000, &d, err, errlen))
                 return -1;
             cfg->files_scan_max = (unsigned)d;
+        } else if (!strcmp(key, "files_scan_bytes")) {
+            /* at most 32M: a listing of that much must fit in one API reply */
+            if (get_size(v, key, 64 * 1024, 32ull << 20, &cfg->files_scan_bytes, err, errlen))
+                return -1;
         } else if (!strcmp(key, "outputs_keep_runs")) {
             if (get_count(v, key, 0, 100000, &cfg->outputs_keep_runs, err, errlen))
                 return -1;
@@ -532,6 +539,7 @@ json_t *kmcfg_to_json(const kmcfg *cfg)
                   "output_cap", (json_int_t)cfg->output_cap, "files_max", (int)cfg->files_max,
                   "files_scan_max", (int)cfg->files_scan_max, "kernels", kernels);
     if (o) {
+        json_object_set_new(o, "files_scan_bytes", json_integer((json_int_t)cfg->files_scan_bytes));
         json_object_set_new(o, "outputs_keep_runs", json_integer(cfg->outputs_keep_runs));
         json_object_set_new(o, "outputs_max_age", json_real(cfg->outputs_max_age));
         json_object_set_new(o, "spill_max", json_integer((json_int_t)cfg->spill_max));

@@ -37,6 +37,8 @@ typedef struct kmcfg {
     size_t output_cap;          /* "output_cap": bytes kept per stream (default 64 KiB) */
     unsigned files_max;         /* "files_max": changes reported per execution (100) */
     unsigned files_scan_max;    /* "files_scan_max": entries walked (default 50000) */
+    uint64_t files_scan_bytes;  /* "files_scan_bytes": bytes a walk holds: paths, link
+                                   text, per-entry overhead (fsdiff.h; default 16M) */
     unsigned outputs_keep_runs; /* "outputs_keep_runs": one-shot run outputs kept (20) */
     double outputs_max_age;     /* "outputs_max_age": seconds, 0 = no age limit (7 d) */
     json_t *env;                /* "env": {NAME: "value"} for the code of every session, or NULL.

@@ -118,7 +118,10 @@ int km_restart(km_manager *m, const char *name, km_err *err);
 #define KM_KEEP 1
 #define KM_KEEP_OUTPUTS 2
 int km_close(km_manager *m, const char *name, int flags, km_err *err);
-/* {"session","workspace","files":[{"path","size","mime","type"}],"omitted":N} */
+/* {"session","workspace","files":[{"path","size","mime","type"}],"incomplete":bool,
+ * "truncated"?:{"files":{why, fsdiff_incomplete_json}},"files_omitted"?:N}: at most
+ * KM_FILES_LIST_MAX entries, and files_scan_max / files_scan_bytes walked */
+#define KM_FILES_LIST_MAX 10000
 json_t *km_files(km_manager *m, const char *name, km_err *err);
 /* The session's history as an nbformat 4 notebook (see export.h). */
 json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_err *err);

@@ -234,6 +234,11 @@ void result_render(FILE *out, const json_t *r, int streamed)
             fprintf(out, "[%lld images %s]\n",
                     (long long)json_integer_value(json_object_get(t, "omitted")),
                     json_string_value(json_object_get(t, "reason")) ?: "not saved");
+        } else if (!strcmp(key, "files")) {
+            /* names the sandbox's directories: escaped */
+            char *why = field(json_string_value(json_object_get(t, "reason")));
+            fprintf(out, "[file report incomplete: %s]\n", why);
+            free(why);
         } else if (!strcmp(key, "displays")) {
             fprintf(out, "[%lld rich outputs omitted: %lld bytes received, %lld kept (%s)]\n",
                     (long long)json_integer_value(json_object_get(t, "omitted")),

@@ -660,6 +660,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                     .workspace = s->workspace,
                     .files_max = m->cfg.files_max,
                     .scan_max = m->cfg.files_scan_max,
+                    .scan_bytes = m->cfg.files_scan_bytes,
                     .interrupt_flag = &s->interrupt_flag,
                     .fn = fn,
                     .ud = ud,
@@ -893,10 +894,21 @@ json_t *km_files(km_manager *m, const char *name, km_err *err)
         kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
-    fsdiff_snap *snap = fsdiff_take(s->workspace, m->cfg.files_scan_max);
-    json_t *files = snap ? fsdiff_list(snap, 10000) : json_array();
+    fsdiff_snap *snap =
+        fsdiff_take(s->workspace, m->cfg.files_scan_max, (size_t)m->cfg.files_scan_bytes);
+    size_t omitted = 0;
+    json_t *files = snap ? fsdiff_list(snap, KM_FILES_LIST_MAX, &omitted) : json_array();
+    json_t *why = snap ? fsdiff_incomplete_json(snap, NULL) : fsdiff_untaken_json();
     json_t *o = json_pack("{s:s s:s s:o s:b}", "session", s->name, "workspace", s->workspace,
-                          "files", files, "incomplete", snap && fsdiff_incomplete(snap));
+                          "files", files, "incomplete", why != NULL);
+    /* the same shape as an exec result's: truncated.files says what was not
+     * walked, files_omitted what was walked but not listed */
+    if (o && why)
+        json_object_set_new(o, "truncated", json_pack("{s:o}", "files", why));
+    else
+        json_decref(why);
+    if (o && omitted)
+        json_object_set_new(o, "files_omitted", json_integer((json_int_t)omitted));
     fsdiff_destroy(&snap);
     session_put(m, s);
     return o;

@@ -808,6 +808,17 @@ static int cmd_simple(cli *c, const char *op)
                                TERMSAFE_NAME);
                 fputc('\n', stdout);
             }
+            json_int_t left = json_integer_value(json_object_get(rep, "files_omitted"));
+            if (left)
+                printf("(%lld more entries not listed)\n", (long long)left);
+            /* never a listing with holes that looks complete */
+            const char *why = json_string_value(json_object_get(
+                json_object_get(json_object_get(rep, "truncated"), "files"), "reason"));
+            if (why) {
+                fputs("(incomplete: ", stdout);
+                termsafe_fputs(stdout, why, TERMSAFE_NAME);
+                fputs(")\n", stdout);
+            }
         }
     } else if (!strcmp(op, "connection_file")) {
         const char *p = json_string_value(json_object_get(rep, "connection_file"));

@@ -181,6 +181,30 @@ static void gateway_unauth_bounds(void **state)
     }
 }
 
+/* "files_scan_bytes": 16 MiB by default, a size in [64K, 1G], kept by the
+ * JSON round trip. */
+static void files_scan_bytes(void **state)
+{
+    (void)state;
+    kmcfg c;
+    kmcfg_defaults(&c);
+    assert_int_equal(c.files_scan_bytes, 16ull << 20);
+    char err[256] = "";
+    assert_int_equal(apply(&c, "{\"files_scan_bytes\": \"256K\"}", err, sizeof err), 0);
+    assert_int_equal(c.files_scan_bytes, 256u << 10);
+    json_t *j = kmcfg_to_json(&c);
+    kmcfg d;
+    kmcfg_defaults(&d);
+    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0);
+    json_decref(j);
+    assert_int_equal(d.files_scan_bytes, 256u << 10);
+    assert_int_equal(apply(&c, "{\"files_scan_bytes\": \"1K\"}", err, sizeof err), -1);
+    assert_non_null(strstr(err, "files_scan_bytes: must be between 65536 and"));
+    assert_int_equal(apply(&c, "{\"files_scan_bytes\": \"33M\"}", err, sizeof err), -1);
+    assert_int_equal(apply(&c, "{\"files_scan_bytes\": true}", err, sizeof err), -1);
+    assert_non_null(strstr(err, "files_scan_bytes: must be a size"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -189,6 +213,7 @@ int main(void)
         cmocka_unit_test(sizes),
         cmocka_unit_test(cpu_limits),
         cmocka_unit_test(gateway_unauth_bounds),
+        cmocka_unit_test(files_scan_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

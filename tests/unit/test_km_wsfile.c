@@ -233,8 +233,8 @@ static void fifo_never_opened(void **state)
     assert_int_equal(wsfile_replace(f->rootfd, "fifo", "x", 1, 0644, NULL, 0), -1);
     assert_string_equal(fsdiff_mime(f->rootfd, "fifo", S_IFREG), "application/octet-stream");
     assert_string_equal(fsdiff_mime(f->rootfd, "fifo", S_IFIFO), "inode/fifo");
-    fsdiff_snap *s = fsdiff_take(f->ws, 100);
-    json_t *list = fsdiff_list(s, 100);
+    fsdiff_snap *s = fsdiff_take(f->ws, 100, 1u << 20);
+    json_t *list = fsdiff_list(s, 100, NULL);
     assert_int_equal(json_array_size(list), 1);
     assert_string_equal(json_string_value(json_object_get(json_array_get(list, 0), "mime")),
                         "inode/fifo");
@@ -278,8 +278,8 @@ static void symlink_text_is_plain_text(void **state)
     l = join(f->ws, "self");
     assert_int_equal(symlink("/proc/self/fd/0", l), 0);
     free(l);
-    fsdiff_snap *s = fsdiff_take(f->ws, 100);
-    json_t *list = fsdiff_list(s, 100);
+    fsdiff_snap *s = fsdiff_take(f->ws, 100, 1u << 20);
+    json_t *list = fsdiff_list(s, 100, NULL);
     size_t i;
     json_t *e;
     int seen = 0;
@@ -295,7 +295,7 @@ static void symlink_text_is_plain_text(void **state)
     }
     assert_int_equal(seen, 2);
     json_decref(list);
-    fsdiff_snap *empty = fsdiff_take("/nonexistent-km-wsfile", 10);
+    fsdiff_snap *empty = fsdiff_take("/nonexistent-km-wsfile", 10, 1u << 20);
     size_t omitted = 0;
     json_t *changes = fsdiff_compare(empty, s, 100, &omitted);
     assert_int_equal(json_array_size(changes), 2);
@@ -338,8 +338,8 @@ static void rename_exchange_race(void **state)
             png += !strcmp(json_string_value(json_object_get(r, "mime")), "image/png");
             json_decref(r);
         }
-        fsdiff_snap *s = fsdiff_take(f->ws, 100);
-        json_t *list = fsdiff_list(s, 100);
+        fsdiff_snap *s = fsdiff_take(f->ws, 100, 1u << 20);
+        json_t *list = fsdiff_list(s, 100, NULL);
         size_t k;
         json_t *e;
         json_array_foreach(list, k, e)
