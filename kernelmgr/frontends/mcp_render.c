@@ -108,6 +108,19 @@ static void put_truncated(FILE *f, const json_t *truncated)
     const json_t *t;
     json_object_foreach((json_t *)truncated, stream, t)
     {
+        /* the file report and unsaved images carry a reason, not byte counts
+         * (README "The result") */
+        if (!strcmp(stream, "files") || !strcmp(stream, "images")) {
+            const char *reason = json_string_value(json_object_get(t, "reason"));
+            if (!strcmp(stream, "files"))
+                fprintf(f, "note: the file report is incomplete: %s\n",
+                        reason ? reason : "not every directory was walked");
+            else
+                fprintf(f, "note: %lld images were not saved: %s\n",
+                        (long long)json_integer_value(json_object_get(t, "omitted")),
+                        reason ? reason : "not saved");
+            continue;
+        }
         fprintf(f, "note: %s was truncated: %lld bytes in total, %lld kept", stream,
                 (long long)json_integer_value(json_object_get(t, "total_bytes")),
                 (long long)json_integer_value(json_object_get(t, "kept_bytes")));

@@ -477,8 +477,15 @@ static json_t *tool_list_files(json_t *args)
                         ? " (not a regular file)"
                         : "");
         }
+        /* the daemon's own omissions (files_omitted) and what it did not
+         * walk (truncated.files.reason) count too, not only LIST_MAX */
+        json_int_t d_omitted = json_integer_value(json_object_get(listing, "files_omitted"));
+        const char *why = json_string_value(json_object_get(
+            json_object_get(json_object_get(listing, "truncated"), "files"), "reason"));
         if (omitted || incomplete)
-            fprintf(f, "(list incomplete: %zu more not shown)\n", omitted);
+            fprintf(f, "(list incomplete: %lld more not shown%s%s)\n",
+                    (long long)omitted + (d_omitted > 0 ? (long long)d_omitted : 0),
+                    why ? "; " : "", why ? why : "");
         fclose(f);
     }
     json_t *obj =
