@@ -712,6 +712,16 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
         kopts_clear(&ks->opts);
         return 1;
     }
+    if (!jp_connection_is_loopback(&ks->conn) && !ks->opts.allow_non_loopback_ip) {
+        fprintf(stderr,
+                "%s: connection file %s: ip \"%s\" is not a loopback address (127.0.0.0/8, "
+                "::1): whoever can reach it could read the kernel's output on IOPub (ZeroMQ PUB "
+                "has no authentication); use 127.0.0.1, or pass --allow-non-loopback-ip to "
+                "accept that exposure\n",
+                prefix, ks->opts.connection_file, ks->conn.ip);
+        kopts_clear(&ks->opts);
+        return 1;
+    }
     const char *ws = ks->opts.workspace_arg ? ks->opts.workspace_arg : ".";
     struct stat st;
     if (!realpath(ws, ks->workspace) || stat(ks->workspace, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -768,6 +778,8 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
     }
     kserver_log("listening (%s, workspace %s, sandbox %s)", ks->conn.transport, ks->workspace,
                 ks->opts.sandbox.level == SANDBOX_NONE ? "none" : "strict");
+    if (strcmp(ks->conn.transport, "ipc"))
+        kserver_log("warning: tcp transport on %s: %s", ks->conn.ip, JP_TCP_EXPOSURE);
     kserver_status(ks, "starting", NULL);
     kexec_start_worker(ks);
     /* Only kernel_info replies need the list, and making it (a throwaway
