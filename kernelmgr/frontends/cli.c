@@ -910,7 +910,7 @@ static int cmd_install(cli *c)
 /* `serve`: this binary has no gateway (gateway.h, "Two binaries"), so the
  * command continues in kernelmgr-gateway beside it, in this process: a
  * daemon can then serve HTTP later too (http.start), at the cost of loading
- * libwebsockets and OpenSSL once per daemon (about 2 ms, 2 MiB of RSS), never
+ * libwebsockets and OpenSSL once per daemon (about 5 ms, 2 MiB of RSS), never
  * per `exec`. Returns only when that binary cannot run, with its path in bin
  * (binsize bytes) and errno set. */
 static void exec_gateway_binary(cli *c, char *bin, size_t binsize)
