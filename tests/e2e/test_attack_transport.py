@@ -169,14 +169,17 @@ def test_tcp_opt_in_warns_and_binds_loopback_only(make_mgr):
     assert f"warning: tcp transport: {EXPOSURE}" in log, log
     klog = (mgr.home / "sessions" / "s" / "python.log").read_text()
     assert f"warning: tcp transport on 127.0.0.1: {EXPOSURE}" in klog, klog
-    pid, cf = session_kernel(mgr)
-    conn = json.loads(Path(cf).read_text())
-    assert conn["transport"] == "tcp" and conn["ip"] == "127.0.0.1", conn
-    ports = {conn[k] for k in ("shell_port", "iopub_port", "stdin_port", "control_port",
-                               "hb_port")}
-    socks = poll_until(lambda: listening_tcp(pid), lambda v: {p for _, p in v} >= ports, 30,
-                       "the kernel listening on its five ports")
-    assert all(addr == "127.0.0.1" for addr, _ in socks), socks
+    rc, res, p = mgr.exec("s", "echo hi", "--lang", "bash")
+    assert rc == 0 and res[-1]["stdout"] == "hi\n", (p.stderr, res)
+    for lang in ("python", "bash"):
+        pid, cf = session_kernel(mgr, lang=lang)
+        conn = json.loads(Path(cf).read_text())
+        assert conn["transport"] == "tcp" and conn["ip"] == "127.0.0.1", conn
+        ports = {conn[k] for k in ("shell_port", "iopub_port", "stdin_port", "control_port",
+                                   "hb_port")}
+        socks = poll_until(lambda: listening_tcp(pid), lambda v: {p for _, p in v} >= ports, 30,
+                           f"the {lang} kernel listening on its five ports")
+        assert all(addr == "127.0.0.1" for addr, _ in socks), (lang, socks)
     # the daemon itself listens on no TCP port (no gateway configured)
     assert listening_tcp(mgr.daemon_pid()) == []
     works(mgr)
