@@ -324,6 +324,21 @@ static int find_share_dir(kserver *ks)
     return 0;
 }
 
+/* zmq_bind with umask 077: an ipc socket file is created with the process's
+ * umask, and connecting needs write permission on it, so under a lax umask
+ * (002 in a shared group directory) other users could subscribe to IOPub.
+ * Only this thread creates files meanwhile (the worker starts later and
+ * gets the umask back). */
+static int bind_private(void *s, const char *ep)
+{
+    mode_t old = umask(077);
+    int rc = zmq_bind(s, ep);
+    int e = errno;
+    umask(old);
+    errno = e;
+    return rc;
+}
+
 static void *make_socket(kserver *ks, int type, jp_channel ch, char *err, size_t errlen)
 {
     char ep[512];
@@ -350,7 +365,7 @@ static void *make_socket(kserver *ks, int type, jp_channel ch, char *err, size_t
         zmq_setsockopt(s, ZMQ_XPUB_VERBOSER, &one, sizeof one);
         zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
     }
-    if (jp_connection_endpoint(&ks->conn, ch, ep, sizeof ep) < 0 || zmq_bind(s, ep) < 0) {
+    if (jp_connection_endpoint(&ks->conn, ch, ep, sizeof ep) < 0 || bind_private(s, ep) < 0) {
         snprintf(err, errlen, "cannot bind the %s channel to %.300s: %s", jp_channel_name(ch), ep,
                  zmq_strerror(errno));
         zmq_close(s);
@@ -376,7 +391,9 @@ static int open_heartbeat(kserver *ks, char *err, size_t errlen)
         snprintf(err, errlen, "heartbeat endpoint too long");
         return -1;
     }
+    mode_t old = umask(077); /* its ipc socket too (bind_private) */
     ks->hb = khb_start(ks->ctx, ep, err, errlen);
+    umask(old);
     return ks->hb ? 0 : -1;
 }
 

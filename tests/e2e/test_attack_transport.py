@@ -14,8 +14,11 @@ root; everything else runs unprivileged too. No fixed sleeps."""
 import json
 import os
 import select
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -277,6 +280,48 @@ def test_ipc_iopub_unreachable_by_another_user(make_mgr):
 
 
 # ------------------------------------------------------------ the kernel server
+
+@pytest.fixture
+def open_dir():
+    """A directory under /tmp every user may enter (the socket files alone
+    must keep others out); removed at the end."""
+    d = Path(tempfile.mkdtemp(prefix="kmipc", dir="/tmp"))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_kernel_ipc_sockets_are_private_whatever_the_umask(open_dir):
+    """A kernel started by hand (or by jupyter_client with --transport ipc)
+    under umask 000 in a directory others can enter: its socket files are
+    still its user's only, and another user cannot subscribe."""
+    old = os.umask(0)
+    try:
+        k = kutil.Kernel("python", open_dir, args=("--sandbox", "none"), transport="ipc")
+    finally:
+        os.umask(old)
+    try:
+        conn = json.loads(Path(k.cf).read_text())
+        for ch in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
+            st = os.stat(f"{conn['ip']}-{conn[ch]}")
+            assert stat.S_ISSOCK(st.st_mode) and st.st_mode & 0o077 == 0, (ch, oct(st.st_mode))
+        if sbxutil.IS_ROOT:
+            os.chmod(k.cf, 0o644)  # even the key given away: the socket stays closed
+            sub = Subscriber(sbxutil.SETPRIV, k.cf, f"ipc://{conn['ip']}-{conn['iopub_port']}")
+            try:
+                sub.wait_for("READY")
+                _, r = k.execute("for i in range(30): print('tcpsecret' + '-7f3a', i)")
+                assert "tcpsecret-7f3a 29" in kutil.stream_text(r["iopub"], "stdout")
+                lines = sub.finish()
+            finally:
+                sub.kill()
+            assert "CONNFILE readable" in lines and "CONNECT EACCES" in lines, lines
+            assert "RECEIVED 0" in lines and "NOSECRET" in lines, lines
+        _, r = k.execute("print(6 * 7)")
+        assert kutil.stream_text(r["iopub"], "stdout") == "42\n"
+    finally:
+        k.close()
+
 
 @pytest.mark.parametrize("ip", ["0.0.0.0", "*", "lo", "localhost", "192.0.2.1", "::",
                                 "128.0.0.1"])
