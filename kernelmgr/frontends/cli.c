@@ -952,8 +952,11 @@ static int serve_http_in_running_daemon(cli *c)
     int known = 0;
     size_t i;
     json_t *m;
-    json_array_foreach(json_object_get(hi, "methods"), i, m) known |=
-        json_is_string(m) && !strcmp(json_string_value(m), "http.start");
+    json_array_foreach(json_object_get(hi, "methods"), i, m)
+    {
+        if (json_is_string(m) && !strcmp(json_string_value(m), "http.start"))
+            known = 1;
+    }
     int pid = (int)json_integer_value(json_object_get(hi, "pid"));
     json_decref(hi);
     if (!known) {
