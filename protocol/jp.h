@@ -252,6 +252,21 @@ jp_status jp_connection_write(const char *path, const jp_connection *c, jp_error
 jp_status jp_connection_init(jp_connection *c, const char *transport, const char *ip,
                              const char *kernel_name, jp_error *err);
 
+/* What the tcp transport exposes, said once for every warning and refusal:
+ * ZeroMQ authenticates no tcp peer (the HMAC key signs messages, it does not
+ * hide them), so whoever can reach a kernel's iopub port subscribes and
+ * reads everything the kernel publishes; on loopback that is every local
+ * user. Jupyter clients and connection files have no CURVE support that
+ * could close it. */
+#define JP_TCP_EXPOSURE                                                                            \
+    "any local user can read every kernel's output on IOPub (ZeroMQ PUB has no authentication)"
+
+/* 1 when c's sockets can only be bound on this host's loopback: transport
+ * "ipc", or "tcp" with a numeric loopback ip (127.0.0.0/8, ::1, ::ffff:127.x,
+ * brackets allowed). 0 for any other ip, names included: libzmq also binds
+ * "*", interface names ("eth0") and host names. */
+int jp_connection_is_loopback(const jp_connection *c);
+
 /* Writes the ZeroMQ endpoint of a channel, "tcp://IP:PORT" or
  * "ipc://STEM-PORT", into buf. Returns 0, or -1 when it does not fit. */
 int jp_connection_endpoint(const jp_connection *c, jp_channel ch, char *buf, size_t size);

@@ -374,6 +374,30 @@ jp_status jp_connection_init(jp_connection *c, const char *transport, const char
     return JP_OK;
 }
 
+int jp_connection_is_loopback(const jp_connection *c)
+{
+    if (!c)
+        return 0;
+    if (!strcmp(c->transport, "ipc"))
+        return 1;
+    char ip[sizeof c->ip];
+    size_t n = strnlen(c->ip, sizeof c->ip);
+    if (n >= 2 && c->ip[0] == '[' && c->ip[n - 1] == ']') {
+        memcpy(ip, c->ip + 1, n - 2);
+        ip[n - 2] = '\0';
+    } else {
+        memcpy(ip, c->ip, n);
+        ip[n] = '\0';
+    }
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, ip, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, ip, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return 0;
+}
+
 int jp_connection_endpoint(const jp_connection *c, jp_channel ch, char *buf, size_t size)
 {
     if (!c || !buf || size == 0 || (int)ch < 0 || ch >= JP_CHANNEL__COUNT)

@@ -4,6 +4,7 @@
 #include "kernelmgr/engine/config.h"
 #include "common/cm_size.h"
 #include "kernels/server/kenv.h"
+#include "protocol/jp.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -327,6 +328,10 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             if (get_choice(v, key, "ipc", "tcp", cfg->transport, sizeof cfg->transport, err,
                            errlen))
                 return -1;
+        } else if (!strcmp(key, "transport_tcp_exposed")) {
+            if (!json_is_boolean(v))
+                return fail(err, errlen, key, "must be true or false");
+            cfg->transport_tcp_exposed = json_is_true(v);
         } else if (!strcmp(key, "pool")) {
             if (get_count(v, key, 0, 64, &cfg->pool, err, errlen))
                 return -1;
@@ -472,6 +477,13 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
             return fail(err, errlen, key, "unknown key");
         }
     }
+    /* ZeroMQ tcp cannot be made private to the kernels' owner (no CURVE in
+     * Jupyter clients or connection files): the operator must say so */
+    if (!strcmp(cfg->transport, "tcp") && !cfg->transport_tcp_exposed)
+        return fail(err, errlen, "transport",
+                    "\"tcp\": %s; set \"transport_tcp_exposed\": true to accept that, or use "
+                    "\"ipc\"",
+                    JP_TCP_EXPOSURE);
     /* an unset max_kernels follows the memory limit */
     if (cfg->max_kernels_auto)
         cfg->max_kernels = kmcfg_auto_max_kernels(cfg->memory);
@@ -540,6 +552,7 @@ json_t *kmcfg_to_json(const kmcfg *cfg)
                   "files_scan_max", (int)cfg->files_scan_max, "kernels", kernels);
     if (o) {
         json_object_set_new(o, "files_scan_bytes", json_integer((json_int_t)cfg->files_scan_bytes));
+        json_object_set_new(o, "transport_tcp_exposed", json_boolean(cfg->transport_tcp_exposed));
         json_object_set_new(o, "outputs_keep_runs", json_integer(cfg->outputs_keep_runs));
         json_object_set_new(o, "outputs_max_age", json_real(cfg->outputs_max_age));
         json_object_set_new(o, "spill_max", json_integer((json_int_t)cfg->spill_max));

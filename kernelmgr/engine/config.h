@@ -30,6 +30,9 @@ typedef struct kmcfg {
     char python[4096];          /* "python": interpreter path, "" = detected */
     char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
     char transport[8];          /* "transport": "ipc" (default) | "tcp" */
+    int transport_tcp_exposed;  /* "transport_tcp_exposed": the operator accepts that with
+                                   "tcp" any local user can read every kernel's IOPub
+                                   (JP_TCP_EXPOSURE); "tcp" is refused without it */
     unsigned pool;              /* "pool": warm sessions kept ready (default 0) */
     double idle_timeout;        /* "idle_timeout": seconds, 0 = never (default 3600) */
     unsigned max_kernels;       /* "max_kernels": live kernels (default: from memory,

@@ -16,6 +16,7 @@
 #include "kernelmgr/engine/session_int.h"
 #include "kernelmgr/engine/wsfile.h"
 #include "common/cm_clock.h"
+#include "protocol/jp.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -92,6 +93,9 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     }
     m->cfg = *cfg;
     m->cfg.env = cfg->env ? json_deep_copy(cfg->env) : NULL;
+    /* allowed only with transport_tcp_exposed (config.c); said at every start */
+    if (!strcmp(m->cfg.transport, "tcp"))
+        fprintf(stderr, "kernelmgr: warning: tcp transport: %s\n", JP_TCP_EXPOSURE);
     m->lifeline[0] = m->lifeline[1] = -1;
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->slot_mu, NULL);

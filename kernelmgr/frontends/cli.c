@@ -949,32 +949,100 @@ static int cmd_install(cli *c)
     return 0;
 }
 
-/* `serve` with an HTTP address: this binary has no gateway (gateway.h, "Two
- * binaries"), so the same command continues in kernelmgr-gateway beside it,
- * in this process. Returns only on failure. */
-static int exec_gateway_binary(cli *c)
+/* `serve`: this binary has no gateway (gateway.h, "Two binaries"), so the
+ * command continues in kernelmgr-gateway beside it, in this process: a
+ * daemon can then serve HTTP later too (http.start), at the cost of loading
+ * libwebsockets and OpenSSL once per daemon (about 5 ms, 2 MiB of RSS), never
+ * per `exec`. Returns only when that binary cannot run, with its path in bin
+ * (binsize bytes) and errno set. */
+static void exec_gateway_binary(cli *c, char *bin, size_t binsize)
 {
     char dir[4096];
-    if (klaunch_self_dir(dir, sizeof dir))
-        return fail(KM_EINTERNAL, "cannot find the kernelmgr binary's directory");
-    char *bin = cm_path_join(dir, "kernelmgr-gateway");
-    char **av = calloc((size_t)c->argc + 1, sizeof *av);
-    if (!bin || !av) {
-        free(bin);
-        free(av);
-        return fail(KM_EINTERNAL, "out of memory");
+    bin[0] = 0;
+    if (klaunch_self_dir(dir, sizeof dir)) {
+        snprintf(bin, binsize, "kernelmgr-gateway (the kernelmgr binary's directory is unknown)");
+        errno = ENOENT;
+        return;
     }
-    av[0] = bin;
+    char *path = cm_path_join(dir, "kernelmgr-gateway");
+    char **av = calloc((size_t)c->argc + 1, sizeof *av);
+    if (!path || !av) {
+        free(path);
+        free(av);
+        errno = ENOMEM;
+        return;
+    }
+    snprintf(bin, binsize, "%s", path);
+    av[0] = path;
     for (int i = 1; i < c->argc; i++)
         av[i] = c->argv[i];
     fflush(NULL);
-    execv(bin, av);
-    char why[4200];
-    snprintf(why, sizeof why, "serving HTTP needs %s (built beside kernelmgr by make): %s", bin,
-             strerror(errno));
-    free(bin);
+    execv(path, av);
+    int e = errno;
+    free(path);
     free(av);
-    return fail(KM_EINTERNAL, why);
+    errno = e;
+}
+
+/* `serve --http` on a home whose daemon already runs: that daemon starts
+ * serving HTTP (http.start), its sessions and kernels as they are. */
+static int serve_http_in_running_daemon(cli *c)
+{
+    json_t *hi = NULL;
+    if (call(c, "ping", NULL, 0, NULL, NULL, &hi))
+        return KM_EDAEMON;
+    int known = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(hi, "methods"), i, m)
+    {
+        if (json_is_string(m) && !strcmp(json_string_value(m), "http.start"))
+            known = 1;
+    }
+    int pid = (int)json_integer_value(json_object_get(hi, "pid"));
+    json_decref(hi);
+    if (!known) {
+        char why[2600];
+        snprintf(why, sizeof why,
+                 "the daemon serving %s (pid %d) is older than this kernelmgr and cannot start "
+                 "serving HTTP: stop it with `kernelmgr serve --stop` (its kernels end: "
+                 "variables are lost, workspaces and sessions stay), then run `kernelmgr serve "
+                 "--http %s`",
+                 c->home, pid, c->cfg.http);
+        return fail(KM_EUSAGE, why);
+    }
+    /* the daemon runs elsewhere: TLS files by absolute path */
+    char *cert = c->cfg.http_tls_cert[0] ? realpath(c->cfg.http_tls_cert, NULL) : NULL;
+    char *key = c->cfg.http_tls_key[0] ? realpath(c->cfg.http_tls_key, NULL) : NULL;
+    if ((c->cfg.http_tls_cert[0] && !cert) || (c->cfg.http_tls_key[0] && !key)) {
+        char why[2200];
+        snprintf(why, sizeof why, "TLS file %s: %s",
+                 cert ? c->cfg.http_tls_key : c->cfg.http_tls_cert, strerror(errno));
+        free(cert);
+        free(key);
+        return fail(KM_EUSAGE, why);
+    }
+    json_t *params =
+        json_pack("{s:s s:b}", "listen", c->cfg.http, "insecure", c->cfg.http_insecure);
+    if (cert)
+        json_object_set_new(params, "tls_cert", json_string(cert));
+    if (key)
+        json_object_set_new(params, "tls_key", json_string(key));
+    free(cert);
+    free(key);
+    json_t *rep = NULL;
+    int st = call(c, "http.start", params, 0, NULL, NULL, &rep);
+    if (st)
+        return st;
+    const char *url = json_string_value(json_object_get(rep, "url"));
+    fprintf(stderr,
+            "kernelmgr: the daemon serving %s (pid %d) %s the Jupyter gateway at %s (token in "
+            "%s/http-token)\n",
+            c->home, pid,
+            json_is_true(json_object_get(rep, "started")) ? "now serves" : "already serves",
+            url ? url : "?", c->home);
+    json_decref(rep);
+    return 0;
 }
 
 static int cmd_serve(cli *c)
@@ -1016,11 +1084,25 @@ static int cmd_serve(cli *c)
             return fail(KM_EUSAGE, why);
         if ((c->cfg.http_tls_cert[0] != 0) != (c->cfg.http_tls_key[0] != 0))
             return fail(KM_EUSAGE, "TLS needs both --tls-cert and --tls-key");
-        if (!gateway_built_in())
-            return exec_gateway_binary(c);
+    }
+    if (!gateway_built_in()) {
+        char bin[4200];
+        exec_gateway_binary(c, bin, sizeof bin);
+        char why[4400];
+        snprintf(why, sizeof why, "serving HTTP needs %s (built beside kernelmgr by make): %s", bin,
+                 strerror(errno));
+        if (c->cfg.http[0])
+            return fail(KM_EINTERNAL, why);
+        fprintf(stderr, "kernelmgr: note: %s; this daemon cannot serve HTTP later\n", why);
     }
     km_err err = {0, ""};
     int st = daemon_serve(c->home, &c->cfg, &err);
+    if (st == DAEMON_SERVE_ALREADY) {
+        if (c->cfg.http[0])
+            return serve_http_in_running_daemon(c);
+        fprintf(stderr, "kernelmgr: a daemon already serves %s\n", c->home);
+        return 0;
+    }
     if (st)
         return fail(st, err.msg);
     return 0;

@@ -103,9 +103,10 @@ int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, char
 
 /* Two binaries: libwebsockets and the OpenSSL it loads would cost every
  * `kernelmgr exec` ~1.5 ms of dynamic loading, so the `kernelmgr` binary is
- * built without gateway.c (gateway_none.c stands in) and `serve` with an
- * HTTP address execs kernelmgr-gateway beside it: the same program with the
- * gateway linked. 1 in the binary that has it. */
+ * built without gateway.c (gateway_none.c stands in) and `serve` execs
+ * kernelmgr-gateway beside it: the same program with the gateway linked, so
+ * a daemon can serve HTTP later too (daemon_http.h). 1 in the binary that
+ * has it. */
 int gateway_built_in(void);
 
 #endif

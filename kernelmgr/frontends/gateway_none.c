@@ -1,9 +1,9 @@
 /*
  * gateway_none.c — the gateway of the `kernelmgr` binary, which has none:
  * libwebsockets (and the OpenSSL it loads) would cost every `kernelmgr exec`
- * ~1.5 ms of dynamic loading. `serve` with an HTTP address runs
- * kernelmgr-gateway, the same program with gateway.c linked (gateway.h,
- * "Two binaries"); these are never reached there.
+ * ~1.5 ms of dynamic loading. `serve` runs kernelmgr-gateway, the same
+ * program with gateway.c linked (gateway.h, "Two binaries"), when it is
+ * beside kernelmgr; a daemon of this binary refuses http.start.
  */
 #include "kernelmgr/frontends/gateway.h"
 

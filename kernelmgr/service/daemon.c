@@ -8,7 +8,7 @@
  * validates its params once (rpc_unpack: json_unpack_ex, JSON_STRICT).
  */
 #include "kernelmgr/service/daemon.h"
-#include "kernelmgr/frontends/gateway.h"
+#include "kernelmgr/service/daemon_http.h"
 #include "kernelmgr/engine/klaunch.h"
 #include "kernelmgr/service/rpc.h"
 #include "kernelmgr/service/dtier.h"
@@ -923,6 +923,28 @@ static void m_connection_file(conn *c, const char *method, const json_t *p)
     reply_ok(c, json_pack("{s:s}", "connection_file", path));
 }
 
+/* Starts serving HTTP in this running daemon (daemon_http.h): what `serve
+ * --http` asks of a daemon an agent's exec started. */
+static void m_http_start(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *listen, *cert = NULL, *key = NULL;
+    int insecure = 0;
+    if (rpc_unpack(p, why, sizeof why, "{s:s s?s s?s s?b}", "listen", &listen, "tls_cert", &cert,
+                   "tls_key", &key, "insecure", &insecure))
+        return reply_invalid(c, method, why);
+    if ((cert && cert[0] != '/') || (key && key[0] != '/'))
+        return reply_invalid(c, method, "fields \"tls_cert\", \"tls_key\": must be absolute paths");
+    daemon_http_listen l = {listen, cert, key, insecure};
+    km_err err = {0, ""};
+    char url[256];
+    int started = 0, port = 0;
+    if (daemon_http_start(daemon_mgr, &l, &started, url, sizeof url, &port, &err))
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, json_pack("{s:s s:i s:b s:i}", "url", url, "port", port, "started", started, "pid",
+                          (int)getpid()));
+}
+
 static void m_shutdown(conn *c, const char *method, const json_t *p)
 {
     char why[600];
@@ -972,6 +994,8 @@ static const dtier_field f_packages[] = {
 static const dtier_field f_export[] = {F_ALL("session"), F_ALL("kernel_name"), {NULL, 0, 0, NULL}};
 static const dtier_field f_connection_file[] = {
     F_ALL("session"), F_ALL("lang"), {NULL, 0, 0, NULL}};
+static const dtier_field f_http_start[] = {
+    F_ALL("listen"), F_ALL("tls_cert"), F_ALL("tls_key"), F_ALL("insecure"), {NULL, 0, 0, NULL}};
 
 /* is_long: may run code, start kernels or wait for a session's running
  * cell; at most all workers but DAEMON_RESERVED run these. */
@@ -992,6 +1016,8 @@ static const struct dmethod dmethods[] = {
     {"connection_file", m_connection_file, 1, DT_O,
      "a connection file is a host path; over HTTP use the kernel WebSocket", f_connection_file, 0},
     {"shutdown", m_shutdown, 0, DT_O, "the daemon is its operator's to stop", f_none, 0},
+    {"http.start", m_http_start, 0, DT_O, "the daemon's listening addresses are its operator's",
+     f_http_start, 0},
     {NULL, NULL, 0, 0, NULL, NULL, 0},
 };
 
@@ -1481,9 +1507,8 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
         if (fd >= 0 || errno != EWOULDBLOCK || tries >= 300) {
             if (fd >= 0)
                 close(fd);
-            fprintf(stderr, "kernelmgr: a daemon already serves %s\n", home);
             close(lockfd);
-            return 0;
+            return DAEMON_SERVE_ALREADY;
         }
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
@@ -1570,36 +1595,16 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
     }
     if (started < D.long_max + 1)
         D.long_max = started > 1 ? started - 1 : 1;
-    /* Jupyter frontends over HTTP (gateway.h), when configured */
-    gateway *gw = NULL;
+    /* Jupyter frontends over HTTP (daemon_http.h), when configured */
     if (cfg->http[0]) {
-        gateway_opts go = {
-            .listen = cfg->http,
-            .token = cfg->http_token,
-            .tls_cert = cfg->http_tls_cert,
-            .tls_key = cfg->http_tls_key,
-            .insecure = cfg->http_insecure,
-            .origin = cfg->http_origin,
-            .max_body = (size_t)cfg->http_max_body,
-            .max_message = (size_t)cfg->http_max_message,
-            .max_pending = (size_t)cfg->http_max_pending,
-            .max_connections = cfg->http_max_connections,
-            .rate = cfg->http_rate,
-            .allow_unsafe = cfg->http_allow_unsafe,
-        };
-        char why[512];
-        gw = gateway_start(daemon_mgr, &go, why, sizeof why);
-        if (!gw) {
-            err->code = KM_EUSAGE;
-            snprintf(err->msg, sizeof err->msg, "cannot serve HTTP: %s", why);
+        int http_started;
+        if (daemon_http_start(daemon_mgr, NULL, &http_started, NULL, 0, NULL, err)) {
             close(L.lfd);
             unlink(sock);
             km_manager_destroy(&daemon_mgr);
             close(lockfd);
-            return KM_EUSAGE;
+            return err->code;
         }
-        fprintf(stderr, "kernelmgr: Jupyter gateway at %s (token in %s/http-token)\n",
-                gateway_url(gw), home);
     }
     char *pidfile = cm_path_join(home, "daemon.pid");
     int pfd = pidfile
@@ -1640,7 +1645,7 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
         }
     }
     fprintf(stderr, "kernelmgr: daemon stopping\n");
-    gateway_stop(&gw);
+    daemon_http_stop();
     close(L.lfd);
     unlink(sock);
     if (have_ticker)

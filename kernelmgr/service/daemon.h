@@ -40,9 +40,14 @@
  * sockaddr_un (err says so). */
 int daemon_socket_path(const char *home, char *buf, size_t size, km_err *err);
 
+/* What daemon_serve returns when another daemon already serves the home:
+ * nothing was done; the caller says so (or asks that daemon, e.g. to serve
+ * HTTP with http.start). */
+#define DAEMON_SERVE_ALREADY (-1)
+
 /* Runs the daemon in the foreground until SIGTERM/SIGINT or a shutdown
- * request. Returns the exit status (0; 0 too when another daemon already
- * serves this home, after saying so). */
+ * request. Returns 0 after serving, DAEMON_SERVE_ALREADY, or a KM_E* code
+ * with err (the HTTP gateway of cfg->http could not start, for one). */
 int daemon_serve(const char *home, const kmcfg *cfg, km_err *err);
 
 /* Connects to the daemon of home; when none answers and autostart is set,

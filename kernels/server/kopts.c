@@ -99,6 +99,11 @@ void kopts_usage(FILE *out, const kbackend *b)
             "  --owner-fd N             inherited fd N is the read end of a pipe whose\n"
             "                           write end the owner keeps: when it closes (the\n"
             "                           owner died) the kernel shuts down as on SIGTERM\n"
+            "  --allow-non-loopback-ip  bind a tcp connection file's ip even when it is not\n"
+            "                           a loopback address (127.0.0.0/8, ::1); refused\n"
+            "                           otherwise: whoever can reach that address can\n"
+            "                           read the kernel's output on IOPub (ZeroMQ PUB has\n"
+            "                           no authentication)\n"
             "  -h, --help               show this help and exit\n"
             "  --version                show the version and exit\n",
             b->name, b->name);
@@ -447,6 +452,10 @@ static int parse_args(kopts *o, int argc, char **argv, const kbackend *b, char *
         }
         if (!strcmp(a, "--version")) {
             o->version = 1;
+            continue;
+        }
+        if (!strcmp(a, "--allow-non-loopback-ip")) {
+            o->allow_non_loopback_ip = 1;
             continue;
         }
         /* Split "--name=value" (and "-fFILE" is not supported on purpose). */

@@ -57,6 +57,10 @@ typedef struct kopts {
      * the owner (the manager) keeps; end-of-file or a hang-up on it shuts
      * the kernel down as SIGTERM does. -1 when not given. */
     int owner_fd;
+    /* --allow-non-loopback-ip: bind a tcp connection file's ip even when it is
+     * not a loopback address (jp_connection_is_loopback); refused without it,
+     * since whoever reaches that address can read IOPub (JP_TCP_EXPOSURE) */
+    int allow_non_loopback_ip;
     int help;    /* --help was given */
     int version; /* --version was given */
 } kopts;

@@ -324,6 +324,21 @@ static int find_share_dir(kserver *ks)
     return 0;
 }
 
+/* zmq_bind with umask 077: an ipc socket file is created with the process's
+ * umask, and connecting needs write permission on it, so under a lax umask
+ * (002 in a shared group directory) other users could subscribe to IOPub.
+ * Only this thread creates files meanwhile (the worker starts later and
+ * gets the umask back). */
+static int bind_private(void *s, const char *ep)
+{
+    mode_t old = umask(077);
+    int rc = zmq_bind(s, ep);
+    int e = errno;
+    umask(old);
+    errno = e;
+    return rc;
+}
+
 static void *make_socket(kserver *ks, int type, jp_channel ch, char *err, size_t errlen)
 {
     char ep[512];
@@ -350,7 +365,7 @@ static void *make_socket(kserver *ks, int type, jp_channel ch, char *err, size_t
         zmq_setsockopt(s, ZMQ_XPUB_VERBOSER, &one, sizeof one);
         zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
     }
-    if (jp_connection_endpoint(&ks->conn, ch, ep, sizeof ep) < 0 || zmq_bind(s, ep) < 0) {
+    if (jp_connection_endpoint(&ks->conn, ch, ep, sizeof ep) < 0 || bind_private(s, ep) < 0) {
         snprintf(err, errlen, "cannot bind the %s channel to %.300s: %s", jp_channel_name(ch), ep,
                  zmq_strerror(errno));
         zmq_close(s);
@@ -376,7 +391,9 @@ static int open_heartbeat(kserver *ks, char *err, size_t errlen)
         snprintf(err, errlen, "heartbeat endpoint too long");
         return -1;
     }
+    mode_t old = umask(077); /* its ipc socket too (bind_private) */
     ks->hb = khb_start(ks->ctx, ep, err, errlen);
+    umask(old);
     return ks->hb ? 0 : -1;
 }
 
@@ -712,6 +729,16 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
         kopts_clear(&ks->opts);
         return 1;
     }
+    if (!jp_connection_is_loopback(&ks->conn) && !ks->opts.allow_non_loopback_ip) {
+        fprintf(stderr,
+                "%s: connection file %s: ip \"%s\" is not a loopback address (127.0.0.0/8, "
+                "::1): whoever can reach it could read the kernel's output on IOPub (ZeroMQ PUB "
+                "has no authentication); use 127.0.0.1, or pass --allow-non-loopback-ip to "
+                "accept that exposure\n",
+                prefix, ks->opts.connection_file, ks->conn.ip);
+        kopts_clear(&ks->opts);
+        return 1;
+    }
     const char *ws = ks->opts.workspace_arg ? ks->opts.workspace_arg : ".";
     struct stat st;
     if (!realpath(ws, ks->workspace) || stat(ks->workspace, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -768,6 +795,8 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
     }
     kserver_log("listening (%s, workspace %s, sandbox %s)", ks->conn.transport, ks->workspace,
                 ks->opts.sandbox.level == SANDBOX_NONE ? "none" : "strict");
+    if (strcmp(ks->conn.transport, "ipc"))
+        kserver_log("warning: tcp transport on %s: %s", ks->conn.ip, JP_TCP_EXPOSURE);
     kserver_status(ks, "starting", NULL);
     kexec_start_worker(ks);
     /* Only kernel_info replies need the list, and making it (a throwaway

@@ -262,6 +262,8 @@ def test_http_cannot_raise_its_tier_or_reach_owner_methods(gw):
             'field "allow_unsafe_session_options" is not available to HTTP clients')
     refused(gw.rpc("shutdown"), "shutdown is not available to HTTP clients")
     refused(gw.rpc("connection_file", {"session": "agent"}), "not available to HTTP clients")
+    refused(gw.rpc("http.start", {"listen": "0.0.0.0:0"}),
+            "http.start is not available to HTTP clients")
     assert sock_call(gw.m.home, "ping")["result"]["pid"] == gw.m.daemon_pid()
     gw.still_works()
 

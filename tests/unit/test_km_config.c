@@ -47,6 +47,31 @@ static void defaults_and_valid(void **state)
     assert_int_equal(d.memory, c.memory);
 }
 
+/* tcp only with the exposure accepted, in either order, and it round-trips */
+static void tcp_needs_the_opt_in(void **state)
+{
+    (void)state;
+    kmcfg c;
+    kmcfg_defaults(&c);
+    assert_false(c.transport_tcp_exposed);
+    char err[256] = "";
+    assert_int_equal(
+        apply(&c, "{\"transport_tcp_exposed\": true, \"transport\": \"tcp\"}", err, sizeof err), 0);
+    assert_string_equal(c.transport, "tcp");
+    assert_true(c.transport_tcp_exposed);
+    json_t *j = kmcfg_to_json(&c);
+    assert_true(json_is_true(json_object_get(j, "transport_tcp_exposed")));
+    kmcfg d;
+    kmcfg_defaults(&d);
+    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0);
+    json_decref(j);
+    assert_string_equal(d.transport, "tcp");
+    /* the opt-in alone changes nothing; ipc never needs it */
+    kmcfg_defaults(&c);
+    assert_int_equal(apply(&c, "{\"transport_tcp_exposed\": true}", err, sizeof err), 0);
+    assert_string_equal(c.transport, "ipc");
+}
+
 static void invalid_names_key_and_reason(void **state)
 {
     (void)state;
@@ -64,6 +89,10 @@ static void invalid_names_key_and_reason(void **state)
         {"{\"pool\": 1.5}", "pool: must be an integer"},
         {"{\"kernels\": {\"Ruby\": \"x\"}}", "kernels.Ruby: not a language name"},
         {"{\"kernels\": {\"python\": \"../x\"}}", "kernels.python: not a kernelspec name"},
+        {"{\"transport\": \"tcp\"}", "transport: \"tcp\": any local user can read"},
+        {"{\"transport\": \"tcp\", \"transport_tcp_exposed\": false}",
+         "set \"transport_tcp_exposed\": true to accept that"},
+        {"{\"transport_tcp_exposed\": 1}", "transport_tcp_exposed: must be true or false"},
         {"[]", "(top level): must be a JSON object"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -208,9 +237,8 @@ static void files_scan_bytes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(defaults_and_valid),
-        cmocka_unit_test(invalid_names_key_and_reason),
-        cmocka_unit_test(sizes),
+        cmocka_unit_test(defaults_and_valid),   cmocka_unit_test(invalid_names_key_and_reason),
+        cmocka_unit_test(tcp_needs_the_opt_in), cmocka_unit_test(sizes),
         cmocka_unit_test(cpu_limits),
         cmocka_unit_test(gateway_unauth_bounds),
         cmocka_unit_test(files_scan_bytes),

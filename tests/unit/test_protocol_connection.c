@@ -303,6 +303,34 @@ static void test_endpoints(void **state)
     assert_string_equal(ep, "tcp://[::1]:5005");
 }
 
+/* Only numeric loopback addresses count: libzmq binds names and "*" too. */
+static void test_loopback(void **state)
+{
+    (void)state;
+    jp_connection c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.transport, sizeof c.transport, "tcp");
+    static const char *const yes[] = {"127.0.0.1", "127.255.0.9", "::1", "[::1]",
+                                      "::ffff:127.0.0.1"};
+    static const char *const no[] = {
+        "0.0.0.0",   "*",         "localhost",       "lo",    "eth0", "::",
+        "128.0.0.1", "192.0.2.1", "::ffff:10.0.0.1", "127.1", "[::1", ""};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+        snprintf(c.ip, sizeof c.ip, "%s", yes[i]);
+        if (!jp_connection_is_loopback(&c))
+            fail_msg("%s: not loopback", yes[i]);
+    }
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
+        snprintf(c.ip, sizeof c.ip, "%s", no[i]);
+        if (jp_connection_is_loopback(&c))
+            fail_msg("%s: taken for loopback", no[i]);
+    }
+    snprintf(c.transport, sizeof c.transport, "ipc");
+    snprintf(c.ip, sizeof c.ip, "/run/x/k");
+    assert_true(jp_connection_is_loopback(&c));
+    assert_false(jp_connection_is_loopback(NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,6 +342,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_init_ipc_and_errors, mkdir_setup, rm_teardown),
         cmocka_unit_test_setup_teardown(test_read_write_errors, mkdir_setup, rm_teardown),
         cmocka_unit_test(test_endpoints),
+        cmocka_unit_test(test_loopback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
