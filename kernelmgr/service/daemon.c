@@ -10,6 +10,7 @@
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/frontends/gateway.h"
 #include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/kmhome.h"
 #include "kernelmgr/service/rpc.h"
 #include "kernelmgr/engine/wsfile.h"
 #include "kernels/server/kenv.h"
@@ -753,9 +754,29 @@ static void m_close(conn *c, const char *method, const json_t *p)
     if (rpc_unpack(p, why, sizeof why, "{s:s s?b}", "session", &name, "keep", &keep))
         return reply_invalid(c, method, why);
     km_err err = {0, ""};
-    if (km_close(daemon_mgr, name, keep ? KM_KEEP : 0, &err))
+    json_t *warnings = json_array();
+    if (km_close_warn(daemon_mgr, name, keep ? KM_KEEP : 0, warnings, &err)) {
+        json_decref(warnings);
         return reply_err(c, err.code, err.msg);
-    reply_ok(c, json_pack("{s:s s:b}", "session", name, "kept", keep));
+    }
+    json_t *res = json_pack("{s:s s:b}", "session", name, "kept", keep);
+    if (res && json_array_size(warnings))
+        json_object_set(res, "warnings", warnings);
+    json_decref(warnings);
+    reply_ok(c, res);
+}
+
+static void m_session_repair(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name;
+    if (rpc_unpack(p, why, sizeof why, "{s:s}", "session", &name))
+        return reply_invalid(c, method, why);
+    km_err err = {0, ""};
+    json_t *res = km_session_repair(daemon_mgr, name, &err);
+    if (!res)
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, res);
 }
 
 static void m_interrupt_restart(conn *c, const char *method, const json_t *p)
@@ -935,6 +956,7 @@ static const struct dmethod dmethods[] = {
     {"restart", m_interrupt_restart, 1},
     {"close", m_close, 0},
     {"sessions.list", m_sessions_list, 0},
+    {"session.repair", m_session_repair, 0},
     {"files.list", m_files_list, 0},
     {"files.read", m_files_read, 0},
     {"files.write", m_files_write, 1},
@@ -1371,10 +1393,15 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
     char sock[256];
     if (daemon_socket_path(home, sock, sizeof sock, err))
         return KM_EDAEMON;
-    mkdir(home, 0700);
+    /* the home is trusted state (kmhome.h): made, or refused, before a file
+     * in it is opened */
+    if (kmhome_prepare(home, 1, err->msg, sizeof err->msg)) {
+        err->code = KM_EUSAGE;
+        return KM_EUSAGE;
+    }
     /* one daemon per home: the lock outlives crashes (the kernel drops it) */
     char *path = cm_path_join(home, "daemon.lock");
-    int lockfd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+    int lockfd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
     if (lockfd < 0) {
         err->code = KM_EDAEMON;
         snprintf(err->msg, sizeof err->msg, "%s/daemon.lock: %s", home, strerror(errno));
@@ -1591,7 +1618,7 @@ static int spawn_daemon(const char *home, char *const argv_extra[])
     argv[k] = NULL;
     char log[4200];
     snprintf(log, sizeof log, "%s/daemon.log", home);
-    int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (logfd < 0 || nullfd < 0)
         return -1;
@@ -1632,7 +1659,10 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
         }
         return fd;
     }
-    mkdir(home, 0700);
+    if (kmhome_prepare(home, 1, err->msg, sizeof err->msg)) {
+        err->code = KM_EUSAGE;
+        return -1;
+    }
     if (spawn_daemon(home, argv_extra)) {
         err->code = KM_EDAEMON;
         snprintf(err->msg, sizeof err->msg, "cannot start the daemon: %s", strerror(errno));
