@@ -94,17 +94,17 @@ int kmhome_below(const char *home, const char *path)
     size_t hl = strlen(home);
     while (hl > 1 && home[hl - 1] == '/')
         hl--;
-    if (home[0] != '/' || strncmp(path, home, hl) || path[hl] != '/' || !path[hl + 1])
+    if (home[0] != '/' || strncmp(path, home, hl) || path[hl] != '/')
         return 0;
-    for (const char *c = path + hl + 1; *c;) {
+    int named = 0; /* a component other than "." below the home */
+    for (const char *c = path + hl; *c;) {
+        c += strspn(c, "/");
         size_t n = strcspn(c, "/");
-        if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+        if (n == 2 && c[0] == '.' && c[1] == '.')
             return 0;
+        if (n && !(n == 1 && c[0] == '.'))
+            named = 1;
         c += n;
-        if (*c == '/')
-            c++;
-        if (*c == 0 && c[-1] == '/')
-            return 0; /* a trailing slash: an empty last component */
     }
-    return 1;
+    return named;
 }

@@ -48,9 +48,9 @@ int kmhome_mkdir(const char *path, mode_t mode, char *err, size_t errlen);
  * the home does not exist and create is 0), or -1 with the reason in err. */
 int kmhome_prepare(const char *home, int create, char *err, size_t errlen);
 
-/* Pure: 1 when path (absolute) names a directory strictly below home: home
- * followed by "/" and at least one component, no "." or ".." component and
- * no empty one, so the text alone says where it is. */
+/* Pure: 1 when the text of path places it strictly below home: home (its
+ * trailing slashes aside) followed by "/", at least one component other
+ * than "." and no ".." component. */
 int kmhome_below(const char *home, const char *path);
 
 #endif

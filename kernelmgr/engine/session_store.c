@@ -492,6 +492,12 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
         return NULL;
     }
     json_t *o = session_json_read(path, reason, sizeof reason);
+    struct stat st;
+    if (!o && errno != ENOENT && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* not a file a manager wrote (a directory in the way): no session
+         * was ever saved here; creating one says why it cannot be saved */
+        return NULL;
+    }
     if (!o) {
         if (errno == ENOENT) {
             if (session_set_aside_find(dir, aside, sizeof aside)) {

@@ -1651,6 +1651,11 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
     char sock[256];
     if (daemon_socket_path(home, sock, sizeof sock, err))
         return -1;
+    /* a socket in a home that is not ours alone may be anyone's daemon */
+    if (kmhome_prepare(home, 0, err->msg, sizeof err->msg)) {
+        err->code = KM_EUSAGE;
+        return -1;
+    }
     int fd = try_connect(sock);
     if (fd >= 0 || !autostart) {
         if (fd < 0) {
