@@ -99,8 +99,8 @@ static json_t *export_read_history(const char *session_dir, json_t **unreadable,
     char *data = NULL;
     size_t dlen = 0;
     const char *why;
-    if (cm_read_regular(path, EXPORT_HISTORY_MAX, CM_RR_OWNED, &data, &dlen, &why) == 0 &&
-        dlen && !(f = fmemopen(data, dlen, "r")))
+    if (cm_read_regular(path, EXPORT_HISTORY_MAX, CM_RR_OWNED, &data, &dlen, &why) == 0 && dlen &&
+        !(f = fmemopen(data, dlen, "r")))
         why = strerror(errno);
     if (!f && (data ? dlen != 0 : errno != ENOENT)) {
         snprintf(err, errlen, "%s %s", path, why);

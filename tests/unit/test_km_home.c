@@ -144,8 +144,8 @@ static void session_json_checked(void **state)
     expect_refused(path, "{\"workspace\": \"/tmp/x\", \"own_wor", 0600, "ends early");
     expect_refused(path, "[1, 2]", 0600, "not a JSON object");
     expect_refused(path, "{\"own_workspace\": true, \"options\": {}}", 0600, "\"workspace\"");
-    expect_refused(path, "{\"workspace\": \"rel\", \"own_workspace\": true, \"options\": {}}",
-                   0600, "absolute path");
+    expect_refused(path, "{\"workspace\": \"rel\", \"own_workspace\": true, \"options\": {}}", 0600,
+                   "absolute path");
     expect_refused(path, "{\"workspace\": \"/w\", \"own_workspace\": 1, \"options\": {}}", 0600,
                    "own_workspace");
     expect_refused(path,
