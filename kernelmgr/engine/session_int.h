@@ -143,9 +143,10 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
 int session_json_set_aside(const char *path, char *out, size_t outlen);
 /* 1 with the path of the newest session.json.corrupt-* in dir in out, else 0. */
 int session_set_aside_find(const char *dir, char *out, size_t outlen);
-/* Writes s's session.json (temp, fsync, rename, fsync of the directory:
- * once it returns 0 the options survive a power loss). 0, or -1 with the
- * reason. */
+/* Writes s's session.json: temp file, fsync, rename, fsync of the
+ * directory; once it returns 0 the options survive a power loss (README
+ * "Durability"). For a session's creation and repair, the writes that
+ * decide its options. 0, or -1 with the reason. */
 int session_save_err(km_manager *m, session *s, char *err, size_t errlen);
 /* Makes s->workspace (mkdir, 0700, then the home's check: an existing
  * directory is used only when it is ours alone) and records its device and
@@ -156,7 +157,10 @@ int session_make_workspace(session *s, char *err, size_t errlen);
  * made. Otherwise it is kept and a warning naming it is appended to warnings
  * (or, NULL, written to stderr). */
 void session_remove_workspace(km_manager *m, session *s, json_t *warnings);
-/* session_save_err with a failure logged on stderr. */
+/* The same without the directory's fsync, a failure logged on stderr: for
+ * the writes that change only what a power loss ends anyway (kernel pids,
+ * pending notes). The file is fsynced before the rename, so a power loss
+ * leaves the previous session.json or this one, whole. */
 void session_save(km_manager *m, session *s);
 /* Kills the kernel pid of an earlier manager when /proc shows it is the one
  * of connection file cf, and removes cf. */

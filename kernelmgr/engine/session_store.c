@@ -256,11 +256,12 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
 
 /* ---------------------------------------------------------------- persistence */
 
-/* Writes text to path through path.tmp: write, fsync, rename, fsync of the
- * directory, so after a power loss path holds the old text or the new one
- * and, once this returns 0, the new one. 0, or -1 with errno set; the temp
- * file never stays behind. */
-static int write_durable(const char *path, const char *text)
+/* Writes text to path through path.tmp: write, fsync, rename (so after a
+ * power loss path holds the old text or the new one, whole, never an empty
+ * or torn file) and, with sync_dir, fsync of the directory (so once this
+ * returns 0 the new text is what a power loss leaves). 0, or -1 with errno
+ * set; the temp file never stays behind. */
+static int write_synced(const char *path, const char *text, int sync_dir)
 {
     char tmp[PATH_MAX + 8], dir[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -286,6 +287,8 @@ static int write_durable(const char *path, const char *text)
         errno = e;
         return -1;
     }
+    if (!sync_dir)
+        return 0;
     int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0 || fsync(dfd)) {
         e = errno;
@@ -298,10 +301,9 @@ static int write_durable(const char *path, const char *text)
     return 0;
 }
 
-/* Writes session.json (write_durable). 0, or -1 with the reason in err. */
-int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
+/* Writes session.json (write_synced). 0, or -1 with the reason in err. */
+static int save(km_manager *m, session *s, int sync_dir, char *err, size_t errlen)
 {
-    (void)m;
     json_t *kernels = json_object();
     for (int l = 0; l < m->cfg.langs.n; l++)
         if (s->k[l].proc)
@@ -336,7 +338,7 @@ int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
                  "cannot save %s: the session's options (workspace, python, env) are not "
                  "UTF-8 text",
                  path);
-    } else if (write_durable(path, text) == 0) {
+    } else if (write_synced(path, text, sync_dir) == 0) {
         rc = 0;
     } else {
         snprintf(err, errlen, "cannot save %s: %s", path, strerror(errno));
@@ -346,10 +348,15 @@ int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
     return rc;
 }
 
+int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
+{
+    return save(m, s, 1, err, errlen);
+}
+
 void session_save(km_manager *m, session *s)
 {
     char why[PATH_MAX + 200];
-    if (session_save_err(m, s, why, sizeof why))
+    if (save(m, s, 0, why, sizeof why))
         fprintf(stderr, "kernelmgr: %s\n", why);
 }
 
