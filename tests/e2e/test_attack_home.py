@@ -338,3 +338,27 @@ def test_damaged_file_of_a_running_session_is_rewritten(make_mgr):
     rc, res, p = mgr.exec("s", "echo $((x+1))", "--lang", "bash")
     assert rc == 0 and res[-1]["stdout"] == "42\n", p.stderr
     assert stat.S_IMODE(sj.stat().st_mode) == 0o600
+
+
+def test_mcp_server_refuses_a_home_writable_by_others(planted, make_mgr):
+    """The MCP server (which parses its own arguments) reaches the home only
+    through the daemon's client: that refuses it too, and the agent is told."""
+    os.chmod(planted.home, 0o777)
+    planted.snapshot()
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"}}
+    req = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+           "params": {"_meta": meta, "name": "code_exec",
+                      "arguments": {"code": "echo hi", "language": "bash",
+                                    "session": "victim"}}}
+    p = subprocess.run([mgrutil.KM, "mcp"], input=json.dumps(req) + "\n", capture_output=True,
+                       text=True, env=planted.env(), timeout=120)
+    replies = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    assert len(replies) == 1, p
+    text = json.dumps(replies[0])
+    assert "the kernelmgr home is trusted state" in text and str(planted.home) in text, text
+    assert "writable by group or others" in text
+    assert replies[0].get("error") or replies[0]["result"].get("isError"), text
+    planted.assert_untouched()
+    assert_service_works(make_mgr)
