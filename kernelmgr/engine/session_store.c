@@ -217,7 +217,14 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
     s[n++] = '\n'; /* replaces the NUL: written with an explicit length */
     int rc = -1;
     struct stat st;
-    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    if (fd >= 0 && fstat(fd, &st) == 0 &&
+        (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+        /* the home's own file, like every state file (kmhome.h) */
+        close(fd);
+        fd = -1;
+        errno = !S_ISREG(st.st_mode) ? EINVAL : EPERM;
+    }
     if (fd >= 0 && fstat(fd, &st) == 0) {
         off_t size = st.st_size;
         char last = '\n';
@@ -246,7 +253,11 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
         }
     }
     if (rc)
-        snprintf(err, errlen, "cannot write the session history: %s (%s)", strerror(errno), path);
+        snprintf(err, errlen, "cannot write the session history: %s (%s)",
+                 errno == EPERM    ? "it is not this user's own file (owner or mode)"
+                 : errno == EINVAL ? "it is not a regular file"
+                                   : strerror(errno),
+                 path);
     if (fd >= 0)
         close(fd);
     free(s);

@@ -13,6 +13,7 @@
 
 #include "kernelmgr/engine/config.h"
 #include "kernelmgr/engine/kmhome.h"
+#include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
 
 static void stat_ok_rules(void **state)
@@ -204,6 +205,29 @@ static void home_config_owner_checked(void **state)
     free(d);
 }
 
+/* The session's history is appended to only when it is the user's own file. */
+static void history_owner_checked(void **state)
+{
+    (void)state;
+    char *d = tmpdir();
+    char path[512], err[1024] = "";
+    snprintf(path, sizeof path, "%s/history.jsonl", d);
+    assert_int_equal(session_history_start(d, "id1", "bash", "echo 1", 1 << 20, err, sizeof err),
+                     0);
+    assert_int_equal(chmod(path, 0666), 0);
+    assert_int_equal(session_history_start(d, "id2", "bash", "echo 2", 1 << 20, err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "not this user's own file"));
+    assert_non_null(strstr(err, path));
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0600), 0); /* never blocks */
+    assert_int_equal(session_history_start(d, "id3", "bash", "echo 3", 1 << 20, err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "not a regular file"));
+    rmrf(d);
+    free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -212,6 +236,7 @@ int main(void)
         cmocka_unit_test(dirs_checked_and_made),
         cmocka_unit_test(session_json_checked),
         cmocka_unit_test(home_config_owner_checked),
+        cmocka_unit_test(history_owner_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
