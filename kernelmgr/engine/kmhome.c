@@ -29,12 +29,23 @@ void kmhome_refusal(const char *path, const struct stat *st, const char *why, ch
                     size_t errlen)
 {
     unsigned euid = (unsigned)geteuid();
+    /* a shared directory (sticky and writable by others, like /tmp) is never
+     * to be chowned or chmodded: only a directory of one's own below it */
+    int shared = S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX) && (st->st_mode & S_IWOTH);
+    char fix[160];
+    if (shared)
+        snprintf(fix, sizeof fix,
+                 "it is a shared directory: use a directory of your own in it "
+                 "(KERNELMGR_HOME)");
+    else
+        snprintf(fix, sizeof fix,
+                 "use a home of your own (KERNELMGR_HOME) or fix it (chown %u, chmod go-w) if "
+                 "it and everything in it are yours",
+                 euid);
     snprintf(err, errlen,
-             "the kernelmgr home is trusted state, and %s %s (owner uid %u, mode %04o): "
-             "it must be a directory owned by uid %u and not writable by group or others; "
-             "use a home of your own (KERNELMGR_HOME) or fix it (chown %u, chmod go-w) if "
-             "its contents are yours",
-             path, why, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777), euid, euid);
+             "the kernelmgr home is trusted state, and %s %s (owner uid %u, mode %04o): it must "
+             "be a directory owned by uid %u and not writable by group or others; %s",
+             path, why, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777), euid, fix);
 }
 
 int kmhome_check_dir(const char *path, int follow, char *err, size_t errlen)

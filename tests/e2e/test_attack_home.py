@@ -13,6 +13,7 @@ service still works afterwards. The real CLI, daemon and kernels, as the
 invoking user and (as root) as nobody. Waits are polls with deadlines."""
 import json
 import os
+import select
 import shutil
 import stat
 import subprocess
@@ -352,13 +353,23 @@ def test_mcp_server_refuses_a_home_writable_by_others(planted, make_mgr):
            "params": {"_meta": meta, "name": "code_exec",
                       "arguments": {"code": "echo hi", "language": "bash",
                                     "session": "victim"}}}
-    p = subprocess.run([mgrutil.KM, "mcp"], input=json.dumps(req) + "\n", capture_output=True,
-                       text=True, env=planted.env(), timeout=120)
-    replies = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
-    assert len(replies) == 1, p
-    text = json.dumps(replies[0])
+    # stdin stays open until the reply: end of input cancels a call in flight
+    p = subprocess.Popen([mgrutil.KM, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=planted.env())
+    try:
+        p.stdin.write(json.dumps(req) + "\n")
+        p.stdin.flush()
+        r, _, _ = select.select([p.stdout], [], [], 120)
+        assert r, "no reply within 120 s"
+        reply = json.loads(p.stdout.readline())
+    finally:
+        p.stdin.close()
+        p.wait(30)
+        p.stdout.close()
+        p.stderr.close()
+    text = json.dumps(reply)
     assert "the kernelmgr home is trusted state" in text and str(planted.home) in text, text
     assert "writable by group or others" in text
-    assert replies[0].get("error") or replies[0]["result"].get("isError"), text
+    assert reply.get("error") or reply["result"].get("isError"), text
     planted.assert_untouched()
     assert_service_works(make_mgr)
