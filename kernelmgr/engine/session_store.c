@@ -433,7 +433,8 @@ json_t *session_json_read(const char *path, char *why, size_t whylen)
                  jerr.position >= (int)len ? "it ends early" : "an error", jerr.line, jerr.column);
     else if (!json_is_object(o))
         bad = "is not a JSON object";
-    else if (!json_is_string(ws) || json_string_value(ws)[0] != '/')
+    else if (!json_is_string(ws) || json_string_value(ws)[0] != '/' ||
+             strlen(json_string_value(ws)) != json_string_length(ws))
         bad = "has no \"workspace\" that is an absolute path";
     else if (!json_is_boolean(json_object_get(o, "own_workspace")))
         bad = "has no \"own_workspace\" that is true or false";

@@ -147,6 +147,10 @@ static void session_json_checked(void **state)
     expect_refused(path, "{\"own_workspace\": true, \"options\": {}}", 0600, "\"workspace\"");
     expect_refused(path, "{\"workspace\": \"rel\", \"own_workspace\": true, \"options\": {}}", 0600,
                    "absolute path");
+    /* a NUL in a string: jansson refuses it */
+    expect_refused(path,
+                   "{\"workspace\": \"/w\\u0000/x\", \"own_workspace\": true, \"options\": {}}",
+                   0600, "is not valid JSON");
     expect_refused(path, "{\"workspace\": \"/w\", \"own_workspace\": 1, \"options\": {}}", 0600,
                    "own_workspace");
     expect_refused(path,
