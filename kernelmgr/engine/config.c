@@ -2,6 +2,7 @@
  * config.c — defaults, JSON configuration and its validation.
  */
 #include "kernelmgr/engine/config.h"
+#include "common/cm_io.h"
 #include "common/cm_size.h"
 #include "kernels/server/kenv.h"
 #include "protocol/jp.h"
@@ -490,20 +491,29 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
     return 0;
 }
 
-int kmcfg_load_file(kmcfg *cfg, const char *path, int must_exist, char *err, size_t errlen)
+int kmcfg_load_file(kmcfg *cfg, const char *path, unsigned flags, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        if (errno == ENOENT && !must_exist)
+    /* the home's config.json names the interpreter the manager runs: it is
+     * read only when it is this user's own (cm_read_regular, CM_RR_OWNED) */
+    char *data = NULL;
+    size_t len = 0;
+    const char *why_rr;
+    if (cm_read_regular(path, KMCFG_FILE_MAX, (flags & KMCFG_HOME_FILE) ? CM_RR_OWNED : 0, &data,
+                        &len, &why_rr)) {
+        if (errno == ENOENT && !(flags & KMCFG_MUST_EXIST))
             return 0;
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s %s%s", path, why_rr,
+                 errno == EPERM ? " (the home's config.json must be the user's own, like the "
+                                  "home: fix it or remove it)"
+                                : "");
         return -1;
     }
     json_error_t jerr;
-    json_t *obj = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    fclose(f);
+    json_t *obj = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(data);
     if (!obj) {
-        snprintf(err, errlen, "%s: invalid JSON at line %d: %s", path, jerr.line, jerr.text);
+        snprintf(err, errlen, "%s: invalid JSON at line %d, column %d", path, jerr.line,
+                 jerr.column);
         return -1;
     }
     char why[512];

@@ -99,9 +99,17 @@ void kmcfg_clear(kmcfg *cfg);
  * "KEY: reason" in err; cfg may be partially updated then. */
 int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen);
 
-/* Reads path and applies it. When must_exist is 0 a missing file is fine.
- * Returns 0, or -1 with "PATH: KEY: reason" in err. */
-int kmcfg_load_file(kmcfg *cfg, const char *path, int must_exist, char *err, size_t errlen);
+/* The largest configuration file read. */
+#define KMCFG_FILE_MAX (1u << 20)
+/* kmcfg_load_file flags: a missing file is an error; the file is the home's
+ * config.json, trusted state (kmhome.h), read only when it is owned by the
+ * effective uid and not group- or world-writable. */
+#define KMCFG_MUST_EXIST 1u
+#define KMCFG_HOME_FILE 2u
+/* Reads path (cm_read_regular: no link, no FIFO, at most KMCFG_FILE_MAX
+ * bytes) and applies it. Returns 0, or -1 with "PATH: KEY: reason" in err
+ * (the file's text is never quoted). */
+int kmcfg_load_file(kmcfg *cfg, const char *path, unsigned flags, char *err, size_t errlen);
 
 /* Parses "512M", "2G", "1048576", "1.5GiB" into bytes. 0 or -1. */
 int kmcfg_parse_size(const char *s, uint64_t *out);

@@ -2,6 +2,7 @@
  * export.c — history.jsonl to nbformat 4.5.
  */
 #include "kernelmgr/engine/export.h"
+#include "common/cm_io.h"
 #include "common/cm_mime.h"
 #include "jp.h"
 
@@ -82,8 +83,9 @@ static int record_ok(const json_t *h)
 /* Reads history.jsonl: new array of entries (above), NULL with err. Lines
  * that cannot be read are kept as {"unreadable": LINE} and listed in
  * *unreadable (new array of line numbers). The file is the manager's own
- * (the session directory, not the sandbox's workspace), still opened without
- * following a symlink and read only when it is a regular file. */
+ * (the session directory, not the sandbox's workspace) and trusted state:
+ * read with cm_read_regular (no link, regular, owned by this user, at most
+ * EXPORT_HISTORY_MAX bytes). */
 static json_t *export_read_history(const char *session_dir, json_t **unreadable, char *err,
                                    size_t errlen)
 {
@@ -94,18 +96,15 @@ static json_t *export_read_history(const char *session_dir, json_t **unreadable,
         return NULL;
     }
     FILE *f = NULL;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
-        close(fd);
-        fd = -1;
-        errno = EINVAL;
-    }
-    if (fd >= 0 && !(f = fdopen(fd, "r")))
-        close(fd);
-    if (!f && errno != ENOENT) {
-        snprintf(err, errlen, "%s: %s", path,
-                 errno == EINVAL || errno == ELOOP ? "not a regular file" : strerror(errno));
+    char *data = NULL;
+    size_t dlen = 0;
+    const char *why;
+    if (cm_read_regular(path, EXPORT_HISTORY_MAX, CM_RR_OWNED, &data, &dlen, &why) == 0 && dlen &&
+        !(f = fmemopen(data, dlen, "r")))
+        why = strerror(errno);
+    if (!f && (data ? dlen != 0 : errno != ENOENT)) {
+        snprintf(err, errlen, "%s %s", path, why);
+        free(data);
         free(path);
         return NULL;
     }
@@ -144,6 +143,7 @@ static json_t *export_read_history(const char *session_dir, json_t **unreadable,
     free(line);
     if (f)
         fclose(f);
+    free(data);
     json_decref(started);
     if (json_array_size(bad))
         *unreadable = bad;

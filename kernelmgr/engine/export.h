@@ -27,6 +27,9 @@
 #ifndef KERNELMGR_EXPORT_H
 #define KERNELMGR_EXPORT_H
 
+/* The largest history.jsonl an export reads (history_max keeps it smaller). */
+#define EXPORT_HISTORY_MAX (1u << 30)
+
 #include "kernelmgr/engine/lang.h"
 
 #include <jansson.h>

@@ -2,6 +2,7 @@
  * klaunch.c — kernel processes: connection files, fork/exec, stop.
  */
 #include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/kmhome.h"
 #include "common/cm_array.h"
 #include "common/cm_clock.h"
 #include "common/cm_io.h"
@@ -206,16 +207,11 @@ int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t 
             h = h * 33 + (unsigned char)*p;
         snprintf(out, size, "/tmp/kernelmgr-%u-%08lx", (unsigned)getuid(), h & 0xffffffffUL);
     }
-    if (mkdir(out, 0700) && errno != EEXIST) {
-        snprintf(err, errlen, "cannot create %s: %s", out, strerror(errno));
+    /* the home's one check (kmhome.h): ours, writable by nobody else */
+    if (kmhome_mkdir(out, 0700, err, errlen))
         return -1;
-    }
     struct stat st;
-    if (lstat(out, &st) || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) {
-        snprintf(err, errlen, "%s is not a directory owned by uid %u", out, (unsigned)getuid());
-        return -1;
-    }
-    if ((st.st_mode & 077) && chmod(out, 0700)) {
+    if (lstat(out, &st) == 0 && (st.st_mode & 077) && chmod(out, 0700)) {
         snprintf(err, errlen, "cannot chmod %s: %s", out, strerror(errno));
         return -1;
     }

@@ -118,6 +118,19 @@ int km_restart(km_manager *m, const char *name, km_err *err);
 #define KM_KEEP 1
 #define KM_KEEP_OUTPUTS 2
 int km_close(km_manager *m, const char *name, int flags, km_err *err);
+/* km_close; a workspace the session owns is removed only when it is the
+ * manager's (below the home, or the directory the manager made: its device
+ * and inode recorded in session.json), otherwise kept with a warning string
+ * appended to warnings (an array; NULL: said on stderr only). */
+int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, km_err *err);
+/* Repairs a damaged session (its session.json
+ * could not be used and was set aside). A running session's file is
+ * rewritten from its options ("action": "rewritten"); a stored one is
+ * recreated with the configuration's defaults, its own workspace directory
+ * kept when it exists ("recreated"); a sound one is left alone ("none").
+ * {"session","action","message"[,"workspace","workspace_kept","set_aside"]},
+ * or NULL with err (KM_ENOSESSION when there is no such session). */
+json_t *km_session_repair(km_manager *m, const char *name, km_err *err);
 /* {"session","workspace","files":[{"path","size","mime","type"}],"incomplete":bool,
  * "truncated"?:{"files":{why, fsdiff_incomplete_json}},"files_omitted"?:N}: at most
  * KM_FILES_LIST_MAX entries, and files_scan_max / files_scan_bytes walked */

@@ -2,7 +2,7 @@
  * kpool.c — the manager's periodic work (km_tick, km.h): the warm pool of
  * pre-started kernels, culling of idle kernels, draining idle IOPub.
  */
-#include "kernelmgr/engine/kmfs.h"
+#include "kernelmgr/engine/kmhome.h"
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
 
@@ -100,7 +100,13 @@ static void pool_fill(km_manager *m)
         }
         s->own_workspace = 1;
         char why[1024];
-        int ok = kmfs_mkdirs(s->workspace, 0700) == 0;
+        char pool[PATH_MAX];
+        snprintf(pool, sizeof pool, "%.4000s/pool", m->home);
+        int ok = kmhome_mkdir(pool, 0700, why, sizeof why) == 0 &&
+                 kmhome_mkdir(s->pool_dir, 0700, why, sizeof why) == 0 &&
+                 session_make_workspace(s, why, sizeof why) >= 0;
+        if (!ok)
+            fprintf(stderr, "kernelmgr: warm pool: %s\n", why);
         pthread_mutex_lock(&s->lock);
         for (int l = 0; ok && l < m->cfg.langs.n; l++)
             if (m->cfg.allow[l]) {

@@ -177,7 +177,8 @@ int owned_by_live_manager(const km_manager *m, const char *name)
         rtime > 0)
         return klaunch_owner_alive(m->run_dir, (pid_t)rpid, 0, (double)rtime);
     char *path = cm_path_fmt("%s/sessions/%s/session.json", m->home, name);
-    json_t *o = path ? json_load_file(path, 0, NULL) : NULL;
+    char why[PATH_MAX + 200];
+    json_t *o = path ? session_json_read(path, why, sizeof why) : NULL;
     free(path);
     json_int_t pid = json_integer_value(json_object_get(o, "manager_pid"));
     json_decref(o);
@@ -205,7 +206,8 @@ void reap_dead_runs(km_manager *m)
         if (asprintf(&sdir, "%s/%s", dir, de->d_name) < 0)
             break;
         if (asprintf(&sj, "%s/session.json", sdir) >= 0) {
-            json_t *o = json_load_file(sj, 0, NULL);
+            char why[PATH_MAX + 200];
+            json_t *o = session_json_read(sj, why, sizeof why); /* NULL: no kernels to stop */
             const char *lk;
             json_t *kv;
             json_object_foreach(json_object_get(o, "kernels"), lk, kv)

@@ -10,7 +10,7 @@
 #include "kernelmgr/engine/codeexec.h"
 #include "kernelmgr/engine/export.h"
 #include "kernelmgr/engine/fsdiff.h"
-#include "kernelmgr/engine/kmfs.h"
+#include "kernelmgr/engine/kmhome.h"
 #include "kernelmgr/packages/pkginstall.h"
 #include "kernelmgr/engine/result.h"
 #include "kernelmgr/engine/session_int.h"
@@ -103,15 +103,12 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     cm_cond_init_mono(&m->slot_cv);
     snprintf(m->home, sizeof m->home, "%s", home);
     char p[PATH_MAX];
-    if (kmfs_mkdirs(home, 0700)) {
-        kerr(err, KM_EINTERNAL, "cannot create %s: %s", home, strerror(errno));
+    char why[1024];
+    /* the home is trusted state (kmhome.h): refused unless it is ours alone */
+    if (kmhome_prepare(home, 1, why, sizeof why)) {
+        kerr(err, KM_EUSAGE, "%s", why);
         goto fail;
     }
-    snprintf(p, sizeof p, "%s/sessions", m->home);
-    mkdir(p, 0700);
-    snprintf(p, sizeof p, "%s/outputs", m->home);
-    mkdir(p, 0700);
-    char why[512];
     if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, why, sizeof why) ||
         klaunch_lifeline_open(m->lifeline, why, sizeof why) ||
         klaunch_owner_hold(m->run_dir, why, sizeof why)) {
@@ -130,9 +127,14 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
         while (d && (de = readdir(d))) {
             if (!km_name_valid(de->d_name) || owned_by_live_manager(m, de->d_name))
                 continue;
-            session *s = session_load(m, de->d_name);
-            if (!s)
+            session *s = session_load(m, de->d_name, why, sizeof why);
+            if (!s) {
+                /* a damaged session stays on disk, set aside, for its
+                 * repair; the others resume */
+                if (why[0])
+                    fprintf(stderr, "kernelmgr: %s\n", why);
                 continue;
+            }
             session_save(m, s); /* the stale pids are gone */
             s->next = m->list;
             m->list = s;
@@ -247,14 +249,19 @@ static int opts_default(const km_manager *m, const km_session_opts *o)
 static session *create_locked(km_manager *m, const char *name, const km_session_opts *o,
                               int *existed, km_err *err)
 {
-    session *s = session_load(m, name);
+    char why[PATH_MAX + 600];
+    session *s = session_load(m, name, why, sizeof why);
     *existed = s != NULL;
     if (s) {
         s->next = m->list;
         m->list = s;
         return s;
     }
-    char why[512];
+    if (why[0]) {
+        /* damaged (or its directory refused): said, never recreated silently */
+        kerr(err, KM_EINTERNAL, "%s", why);
+        return NULL;
+    }
     if (o && o->env && session_env_check(m, o->env, why, sizeof why)) {
         kerr(err, KM_EUSAGE, "%s", why);
         return NULL;
@@ -305,8 +312,8 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     struct stat dst;
     int made_dir = lstat(s->dir, &dst) != 0, made_ws = 0, made_link = 0;
     char save_err[PATH_MAX + 200];
-    if (kmfs_mkdirs(s->dir, 0700)) {
-        kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->dir, strerror(errno));
+    if (kmhome_mkdir(s->dir, 0700, why, sizeof why)) {
+        kerr(err, KM_EINTERNAL, "%s", why);
         goto fail;
     }
     if (pooled) {
@@ -344,12 +351,10 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         } else {
             snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
             s->own_workspace = 1;
-            struct stat wst;
-            if (mkdir(s->workspace, 0700) == 0) {
-                made_ws = 1;
-            } else if (errno != EEXIST || lstat(s->workspace, &wst) || !S_ISDIR(wst.st_mode)) {
-                kerr(err, KM_EINTERNAL, "cannot create %s: %s", s->workspace,
-                     errno == EEXIST ? "it exists and is not a directory" : strerror(errno));
+            made_ws = session_make_workspace(s, why, sizeof why);
+            if (made_ws < 0) {
+                made_ws = 0;
+                kerr(err, KM_EINTERNAL, "%s", why);
                 goto fail;
             }
         }
@@ -838,17 +843,23 @@ int km_restart(km_manager *m, const char *name, km_err *err)
 
 int km_close(km_manager *m, const char *name, int flags, km_err *err)
 {
+    return km_close_warn(m, name, flags, NULL, err);
+}
+
+int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, km_err *err)
+{
     int keep = flags & KM_KEEP;
     session *s = session_get(m, name);
     if (!s) {
-        /* a kept session from earlier is still on disk: allow removing it */
-        char dir[PATH_MAX];
+        /* a kept session from earlier is still on disk: allow removing it
+         * (a damaged one too: its directory goes, a workspace it may have
+         * named elsewhere is not known and stays) */
+        char dir[PATH_MAX], why[PATH_MAX + 600];
         snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
         if (km_name_valid(name) && !keep && access(dir, F_OK) == 0) {
-            session *t = session_load(m, name);
+            session *t = session_load(m, name, why, sizeof why);
             if (t) {
-                if (t->own_workspace)
-                    session_rmtree(t->workspace);
+                session_remove_workspace(m, t, warnings);
                 session_free(t);
             }
             session_rmtree(dir);
@@ -871,8 +882,7 @@ int km_close(km_manager *m, const char *name, int flags, km_err *err)
     if (keep) {
         session_save(m, s);
     } else {
-        if (s->own_workspace)
-            session_rmtree(s->workspace);
+        session_remove_workspace(m, s, warnings);
         if (s->pool_dir[0])
             session_rmtree(s->pool_dir);
         session_rmtree(s->dir);
@@ -889,6 +899,125 @@ int km_close(km_manager *m, const char *name, int flags, km_err *err)
     if (flags & KM_KEEP_OUTPUTS)
         outputs_prune(m, 0);
     return 0;
+}
+
+/* The result of a repair: what it did, said in message. */
+static json_t *repair_result(const char *name, const char *action, const char *message,
+                             const char *workspace, int ws_kept, const char *aside)
+{
+    json_t *o = json_pack("{s:s s:s s:s}", "session", name, "action", action, "message", message);
+    if (o && workspace) {
+        json_object_set_new(o, "workspace", json_string(workspace));
+        json_object_set_new(o, "workspace_kept", json_boolean(ws_kept));
+    }
+    if (o && aside)
+        json_object_set_new(o, "set_aside", json_string(aside));
+    return o;
+}
+
+json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
+{
+    if (!km_name_valid(name)) {
+        kerr(err, KM_EUSAGE, "invalid session name");
+        return NULL;
+    }
+    char dir[PATH_MAX - 64], path[PATH_MAX], why[PATH_MAX + 600], aside[PATH_MAX + 64] = "";
+    char msg[2 * PATH_MAX + 600];
+    snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
+    snprintf(path, sizeof path, "%s/session.json", dir);
+    session *s = session_get(m, name);
+    if (s) {
+        /* live: its options are in memory, the file is written from them */
+        pthread_mutex_lock(&s->lock);
+        json_t *o = session_json_read(path, why, sizeof why);
+        json_t *res = NULL;
+        if (o) {
+            json_decref(o);
+            res = repair_result(name, "none", "session.json is sound: nothing to repair", NULL, 0,
+                                NULL);
+        } else {
+            char saved[PATH_MAX + 64] = "";
+            if (errno != ENOENT && session_json_set_aside(path, saved, sizeof saved)) {
+                kerr(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
+            } else if (session_save_err(m, s, why, sizeof why)) {
+                kerr(err, KM_EINTERNAL, "%s", why);
+            } else {
+                snprintf(msg, sizeof msg,
+                         "session.json rewritten from the running session's options (its "
+                         "kernels, workspace and options are kept)%s%s",
+                         saved[0] ? "; the damaged file was kept as " : "", saved);
+                res =
+                    repair_result(name, "rewritten", msg, s->workspace, 1, saved[0] ? saved : NULL);
+            }
+        }
+        pthread_mutex_unlock(&s->lock);
+        session_put(m, s);
+        return res;
+    }
+    pthread_mutex_lock(&m->lock);
+    json_t *res = NULL;
+    session *t = NULL;
+    if (find_locked(m, name)) {
+        kerr(err, KM_EINTERNAL, "session \"%s\" was created meanwhile: try again", name);
+        goto out;
+    }
+    int dc = kmhome_check_dir(dir, 0, why, sizeof why);
+    if (dc > 0) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        goto out;
+    }
+    if (dc < 0) {
+        kerr(err, KM_EUSAGE, "%s", why);
+        goto out;
+    }
+    json_t *o = session_json_read(path, why, sizeof why);
+    if (o) {
+        json_decref(o);
+        res =
+            repair_result(name, "none", "session.json is sound: nothing to repair", NULL, 0, NULL);
+        goto out;
+    }
+    if (errno != ENOENT) {
+        if (session_json_set_aside(path, aside, sizeof aside)) {
+            kerr(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
+            goto out;
+        }
+    } else if (!session_set_aside_find(dir, aside, sizeof aside)) {
+        kerr(err, KM_EUSAGE,
+             "session \"%s\" has no session.json and none was set aside: nothing to repair "
+             "(close it to remove %s)",
+             name, dir);
+        goto out;
+    }
+    /* the options were in the damaged file: the configuration's defaults;
+     * the session's own workspace directory, when there is one, is kept */
+    if (!(t = session_alloc(name))) {
+        kerr(err, KM_EINTERNAL, "out of memory");
+        goto out;
+    }
+    snprintf(t->dir, sizeof t->dir, "%s", dir);
+    snprintf(t->outdir, sizeof t->outdir, "%.3000s/outputs/%.64s", m->home, name);
+    snprintf(t->workspace, sizeof t->workspace, "%.3000s/workspace", dir);
+    snprintf(t->sandbox, sizeof t->sandbox, "%s", m->cfg.sandbox);
+    t->network = m->cfg.network;
+    t->own_workspace = 1;
+    int made = session_make_workspace(t, why, sizeof why);
+    if (made < 0 || session_save_err(m, t, why, sizeof why)) {
+        kerr(err, KM_EINTERNAL, "cannot repair session \"%s\": %s", name, why);
+        goto out;
+    }
+    snprintf(msg, sizeof msg,
+             "session \"%s\" recreated with the configuration's defaults (its own options: "
+             "memory, cpus, network, python, env, a --workspace elsewhere, were in the "
+             "damaged file and are not restored; close it and create it again to set them); "
+             "workspace %s %s; the damaged file is kept as %s",
+             name, t->workspace, made ? "created empty" : "kept with its files", aside);
+    res = repair_result(name, "recreated", msg, t->workspace, !made, aside);
+out:
+    pthread_mutex_unlock(&m->lock);
+    if (t)
+        session_free(t);
+    return res;
 }
 
 json_t *km_files(km_manager *m, const char *name, km_err *err)

@@ -56,6 +56,9 @@ typedef struct session {
     char outdir[PATH_MAX - 64];
     char pool_dir[PATH_MAX - 64]; /* pooled: the pool entry to remove at close */
     int own_workspace;
+    /* own_workspace made by this manager: the directory's device and inode
+     * (0 when not recorded), checked before close removes it */
+    unsigned long long ws_dev, ws_ino;
     int network;
     unsigned long long memory;
     double cpus;     /* --cpus of its kernels; 0 = the configuration's */
@@ -117,13 +120,47 @@ void session_put(km_manager *m, session *s);
 session *session_alloc(const char *name);
 /* Frees s (its env and lock); its kernels must be stopped. */
 void session_free(session *s);
+/* The largest session.json read (its env is at most KENV_MAX_TOTAL, escaped). */
+#define SESSION_JSON_MAX (4u << 20)
+/* new (json_decref): the session.json at path, read as the home's trusted
+ * state (cm_read_regular, CM_RR_OWNED, SESSION_JSON_MAX) and checked to hold
+ * what session_load relies on (an object; "workspace" an absolute path;
+ * "own_workspace" a boolean; "options" an object whose "memory" is a
+ * non-negative integer). NULL with errno ENOENT when there is none, else
+ * NULL with the reason in why ("is not valid JSON (line 3, column 1)"):
+ * the file's contents are never part of it. */
+json_t *session_json_read(const char *path, char *why, size_t whylen);
 /* new (session_free): sessions/NAME/session.json loaded; kernels of an
- * earlier manager it lists are killed and marked pending. NULL when there
- * is none or it cannot be read. */
-session *session_load(km_manager *m, const char *name);
-/* Writes s's session.json (temp + rename). 0, or -1 with the reason. */
+ * earlier manager it lists are killed and marked pending. NULL with why ""
+ * when there is none. NULL with the reason in why when the session is
+ * damaged: a session.json that cannot be used is renamed aside
+ * (session.json.corrupt-TIME, never overwritten) and why names the file, the
+ * reason and the repair; a session whose session.json was set aside earlier
+ * stays damaged until it is repaired (km_session_repair). */
+session *session_load(km_manager *m, const char *name, char *why, size_t whylen);
+/* Renames path aside as path.corrupt-TIME (never over another file). 0 with
+ * the new name in out, or -1 with errno. */
+int session_json_set_aside(const char *path, char *out, size_t outlen);
+/* 1 with the path of the newest session.json.corrupt-* in dir in out, else 0. */
+int session_set_aside_find(const char *dir, char *out, size_t outlen);
+/* Writes s's session.json: temp file, fsync, rename, fsync of the
+ * directory; once it returns 0 the options survive a power loss (README
+ * "Durability"). For a session's creation and repair, the writes that
+ * decide its options. 0, or -1 with the reason. */
 int session_save_err(km_manager *m, session *s, char *err, size_t errlen);
-/* session_save_err with a failure logged on stderr. */
+/* Makes s->workspace (mkdir, 0700, then the home's check: an existing
+ * directory is used only when it is ours alone) and records its device and
+ * inode. 1 when it was made, 0 when it existed, -1 with the reason. */
+int session_make_workspace(session *s, char *err, size_t errlen);
+/* Removes s's workspace when s owns it and it is the manager's: it lies
+ * below the home, or its device and inode are those recorded when it was
+ * made. Otherwise it is kept and a warning naming it is appended to warnings
+ * (or, NULL, written to stderr). */
+void session_remove_workspace(km_manager *m, session *s, json_t *warnings);
+/* The same without the directory's fsync, a failure logged on stderr: for
+ * the writes that change only what a power loss ends anyway (kernel pids,
+ * pending notes). The file is fsynced before the rename, so a power loss
+ * leaves the previous session.json or this one, whole. */
 void session_save(km_manager *m, session *s);
 /* Kills the kernel pid of an earlier manager when /proc shows it is the one
  * of connection file cf, and removes cf. */

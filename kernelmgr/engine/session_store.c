@@ -7,19 +7,72 @@
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
 #include "kernelmgr/engine/wsfile.h"
+#include "kernelmgr/engine/kmhome.h"
 #include "common/cm_clock.h"
+#include "common/cm_io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int session_rmtree(const char *path)
 {
     return wsfile_rmtree(path, NULL, 0); /* fd-based, never follows; failures on stderr */
+}
+
+int session_make_workspace(session *s, char *err, size_t errlen)
+{
+    int made = mkdir(s->workspace, 0700) == 0;
+    if (kmhome_mkdir(s->workspace, 0700, err, errlen))
+        return -1;
+    struct stat st;
+    if (lstat(s->workspace, &st)) {
+        snprintf(err, errlen, "cannot create %s: %s", s->workspace, strerror(errno));
+        return -1;
+    }
+    s->ws_dev = (unsigned long long)st.st_dev;
+    s->ws_ino = (unsigned long long)st.st_ino;
+    return made;
+}
+
+/* 1 when path is the directory of device dev and inode ino (opened without
+ * following a final link, fstat on the fd). */
+static int same_dir(const char *path, unsigned long long dev, unsigned long long ino)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    int same = fd >= 0 && fstat(fd, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+               (unsigned long long)st.st_ino == ino;
+    if (fd >= 0)
+        close(fd);
+    return same;
+}
+
+void session_remove_workspace(km_manager *m, session *s, json_t *warnings)
+{
+    if (!s->own_workspace || !s->workspace[0])
+        return;
+    if (kmhome_below(m->home, s->workspace) ||
+        (s->ws_ino && same_dir(s->workspace, s->ws_dev, s->ws_ino))) {
+        session_rmtree(s->workspace);
+        return;
+    }
+    char *w = NULL;
+    if (asprintf(&w,
+                 "session \"%s\": its workspace %s was not removed (kept): it is outside the "
+                 "kernelmgr home and session.json does not show that this manager created it",
+                 s->name, s->workspace) < 0)
+        return;
+    if (warnings)
+        json_array_append_new(warnings, json_string(w));
+    fprintf(stderr, "kernelmgr: %s\n", w);
+    free(w);
 }
 
 /* Rewrites path with its newest complete lines that fit in keep bytes
@@ -164,7 +217,14 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
     s[n++] = '\n'; /* replaces the NUL: written with an explicit length */
     int rc = -1;
     struct stat st;
-    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    if (fd >= 0 && fstat(fd, &st) == 0 &&
+        (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+        /* the home's own file, like every state file (kmhome.h) */
+        close(fd);
+        fd = -1;
+        errno = !S_ISREG(st.st_mode) ? EINVAL : EPERM;
+    }
     if (fd >= 0 && fstat(fd, &st) == 0) {
         off_t size = st.st_size;
         char last = '\n';
@@ -193,7 +253,11 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
         }
     }
     if (rc)
-        snprintf(err, errlen, "cannot write the session history: %s (%s)", strerror(errno), path);
+        snprintf(err, errlen, "cannot write the session history: %s (%s)",
+                 errno == EPERM    ? "it is not this user's own file (owner or mode)"
+                 : errno == EINVAL ? "it is not a regular file"
+                                   : strerror(errno),
+                 path);
     if (fd >= 0)
         close(fd);
     free(s);
@@ -203,11 +267,54 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
 
 /* ---------------------------------------------------------------- persistence */
 
-/* Writes session.json (temp + rename). 0, or -1 with the reason in err; the
- * temp file never stays behind. */
-int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
+/* Writes text to path through path.tmp: write, fsync, rename (so after a
+ * power loss path holds the old text or the new one, whole, never an empty
+ * or torn file) and, with sync_dir, fsync of the directory (so once this
+ * returns 0 the new text is what a power loss leaves). 0, or -1 with errno
+ * set; the temp file never stays behind. */
+static int write_synced(const char *path, const char *text, int sync_dir)
 {
-    (void)m;
+    char tmp[PATH_MAX + 8], dir[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return -1;
+    int rc = fchmod(fd, 0600) || cm_write_all(fd, text, strlen(text)) || fsync(fd) ? -1 : 0;
+    int e = errno;
+    if (close(fd) && rc == 0) {
+        rc = -1;
+        e = errno;
+    }
+    if (rc == 0 && rename(tmp, path)) {
+        rc = -1;
+        e = errno;
+    }
+    if (rc) {
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+    if (!sync_dir)
+        return 0;
+    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd)) {
+        e = errno;
+        if (dfd >= 0)
+            close(dfd);
+        errno = e;
+        return -1;
+    }
+    close(dfd);
+    return 0;
+}
+
+/* Writes session.json (write_synced). 0, or -1 with the reason in err. */
+static int save(km_manager *m, session *s, int sync_dir, char *err, size_t errlen)
+{
     json_t *kernels = json_object();
     for (int l = 0; l < m->cfg.langs.n; l++)
         if (s->k[l].proc)
@@ -228,31 +335,39 @@ int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
         json_object_set_new(json_object_get(o, "options"), "cpus", json_real(s->cpus));
     if (o && s->cpu_time > 0)
         json_object_set_new(json_object_get(o, "options"), "cpu_time", json_real(s->cpu_time));
-    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    if (o && s->own_workspace && s->ws_ino) {
+        json_object_set_new(o, "workspace_dev", json_integer((json_int_t)s->ws_dev));
+        json_object_set_new(o, "workspace_ino", json_integer((json_int_t)s->ws_ino));
+    }
+    char path[PATH_MAX];
     snprintf(path, sizeof path, "%.4000s/session.json", s->dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char *text = o ? json_dumps(o, JSON_INDENT(1)) : NULL;
     /* temp + rename: a full disk leaves the previous session.json intact */
     int rc = -1;
-    if (!o) {
+    if (!o || !text) {
         snprintf(err, errlen,
                  "cannot save %s: the session's options (workspace, python, env) are not "
                  "UTF-8 text",
                  path);
-    } else if (json_dump_file(o, tmp, JSON_INDENT(1)) == 0 && chmod(tmp, 0600) == 0 &&
-               rename(tmp, path) == 0) {
+    } else if (write_synced(path, text, sync_dir) == 0) {
         rc = 0;
     } else {
         snprintf(err, errlen, "cannot save %s: %s", path, strerror(errno));
-        unlink(tmp);
     }
+    free(text);
     json_decref(o);
     return rc;
+}
+
+int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
+{
+    return save(m, s, 1, err, errlen);
 }
 
 void session_save(km_manager *m, session *s)
 {
     char why[PATH_MAX + 200];
-    if (session_save_err(m, s, why, sizeof why))
+    if (save(m, s, 0, why, sizeof why))
         fprintf(stderr, "kernelmgr: %s\n", why);
 }
 
@@ -292,28 +407,160 @@ session *session_alloc(const char *name)
     return s;
 }
 
+json_t *session_json_read(const char *path, char *why, size_t whylen)
+{
+    char *data = NULL;
+    size_t len = 0;
+    const char *rr;
+    if (cm_read_regular(path, SESSION_JSON_MAX, CM_RR_OWNED, &data, &len, &rr)) {
+        int e = errno;
+        snprintf(why, whylen, "%s %s", path, rr);
+        errno = e;
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *o = len ? json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+    free(data);
+    const char *bad = NULL;
+    json_t *opt = json_object_get(o, "options");
+    json_t *ws = json_object_get(o, "workspace");
+    json_t *mem = json_object_get(opt, "memory");
+    json_t *kernels = json_object_get(o, "kernels");
+    if (!len)
+        bad = "is empty";
+    else if (!o)
+        snprintf(why, whylen, "%s is not valid JSON (%s at line %d, column %d)", path,
+                 jerr.position >= (int)len ? "it ends early" : "an error", jerr.line, jerr.column);
+    else if (!json_is_object(o))
+        bad = "is not a JSON object";
+    else if (!json_is_string(ws) || json_string_value(ws)[0] != '/' ||
+             strlen(json_string_value(ws)) != json_string_length(ws))
+        bad = "has no \"workspace\" that is an absolute path";
+    else if (!json_is_boolean(json_object_get(o, "own_workspace")))
+        bad = "has no \"own_workspace\" that is true or false";
+    else if (!json_is_object(opt))
+        bad = "has no \"options\" object";
+    else if (mem && !(json_is_integer(mem) && json_integer_value(mem) >= 0))
+        bad = "has an \"options.memory\" that is not a number of bytes";
+    else if (kernels && !json_is_object(kernels))
+        bad = "has a \"kernels\" that is not an object";
+    else
+        return o;
+    if (bad)
+        snprintf(why, whylen, "%s %s", path, bad);
+    json_decref(o);
+    errno = EINVAL;
+    return NULL;
+}
+
+int session_json_set_aside(const char *path, char *out, size_t outlen)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", gmtime_r(&now, &tm));
+    for (int i = 0; i < 100; i++) {
+        if (i)
+            snprintf(out, outlen, "%s.corrupt-%s-%d", path, stamp, i);
+        else
+            snprintf(out, outlen, "%s.corrupt-%s", path, stamp);
+        if (renameat2(AT_FDCWD, path, AT_FDCWD, out, RENAME_NOREPLACE) == 0)
+            return 0;
+        if (errno == EINVAL || errno == ENOSYS) {
+            /* no RENAME_NOREPLACE on this file system: link + unlink */
+            if (link(path, out) == 0)
+                return unlink(path);
+        }
+        if (errno != EEXIST)
+            return -1;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+int session_set_aside_find(const char *dir, char *out, size_t outlen)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int found = 0;
+    while (d && (de = readdir(d))) {
+        if (strncmp(de->d_name, "session.json.corrupt-", 21))
+            continue;
+        /* the newest: the names sort by time */
+        if (!found || strcmp(de->d_name, strrchr(out, '/') + 1) > 0)
+            snprintf(out, outlen, "%s/%s", dir, de->d_name);
+        found = 1;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
 /* Loads sessions/NAME/session.json into a session (kernels not started).
  * Kernels it lists are from an earlier manager: killed and marked pending. */
-session *session_load(km_manager *m, const char *name)
+session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%.3000s/sessions/%.64s/session.json", m->home, name);
-    json_t *o = json_load_file(path, 0, NULL);
-    if (!o)
+    why[0] = 0;
+    char dir[PATH_MAX - 64], path[PATH_MAX], aside[PATH_MAX + 64], reason[PATH_MAX + 200];
+    snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
+    snprintf(path, sizeof path, "%s/session.json", dir);
+    int dc = kmhome_check_dir(dir, 0, why, whylen);
+    if (dc) {
+        if (dc > 0)
+            why[0] = 0;
         return NULL;
+    }
+    json_t *o = session_json_read(path, reason, sizeof reason);
+    struct stat st;
+    if (!o && errno != ENOENT && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* not a file a manager wrote (a directory in the way): no session
+         * was ever saved here; creating one says why it cannot be saved */
+        return NULL;
+    }
+    if (!o) {
+        if (errno == ENOENT) {
+            if (session_set_aside_find(dir, aside, sizeof aside)) {
+                /* why it was set aside: the kept file says it again */
+                json_t *again = session_json_read(aside, reason, sizeof reason);
+                size_t al = strlen(aside);
+                const char *r = !again && !strncmp(reason, aside, al) && reason[al] == ' '
+                                    ? reason + al + 1
+                                    : "could not be used";
+                json_decref(again);
+                snprintf(why, whylen,
+                         "session \"%s\" is damaged: its session.json %s; the file was kept "
+                         "as %s and the session is not recreated silently; `kernelmgr "
+                         "sessions --repair %s` recreates it (or close it)",
+                         name, r, aside, name);
+            }
+            return NULL;
+        }
+        if (session_json_set_aside(path, aside, sizeof aside))
+            snprintf(aside, sizeof aside, "%s (it could not be renamed aside: %s)", path,
+                     strerror(errno));
+        snprintf(why, whylen,
+                 "session \"%s\" is damaged: %s; the file was kept as %s and the session is "
+                 "not recreated silently; `kernelmgr sessions --repair %s` recreates it (or "
+                 "close it)",
+                 name, reason, aside, name);
+        return NULL;
+    }
     session *s = session_alloc(name);
     if (!s) {
         json_decref(o);
+        snprintf(why, whylen, "out of memory");
         return NULL;
     }
-    snprintf(s->dir, sizeof s->dir, "%.3000s/sessions/%.64s", m->home, name);
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
     snprintf(s->outdir, sizeof s->outdir, "%.3000s/outputs/%.64s", m->home, name);
     const char *ws = json_string_value(json_object_get(o, "workspace"));
-    snprintf(s->workspace, sizeof s->workspace, "%s", ws ? ws : "");
-    if (!ws) {
-        snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
-    }
+    snprintf(s->workspace, sizeof s->workspace, "%s", ws);
     s->own_workspace = json_is_true(json_object_get(o, "own_workspace"));
+    json_t *wdev = json_object_get(o, "workspace_dev"), *wino = json_object_get(o, "workspace_ino");
+    if (json_is_integer(wdev) && json_is_integer(wino) && json_integer_value(wino) > 0) {
+        s->ws_dev = (unsigned long long)json_integer_value(wdev);
+        s->ws_ino = (unsigned long long)json_integer_value(wino);
+    }
     s->from_pool = json_is_true(json_object_get(o, "from_pool"));
     const char *pd = json_string_value(json_object_get(o, "pool_dir"));
     snprintf(s->pool_dir, sizeof s->pool_dir, "%s", pd ? pd : "");
@@ -335,11 +582,10 @@ session *session_load(km_manager *m, const char *name)
     const char *sb = json_string_value(json_object_get(opt, "sandbox"));
     snprintf(s->sandbox, sizeof s->sandbox, "%s", sb && *sb ? sb : m->cfg.sandbox);
     json_t *env = json_object_get(opt, "env");
-    char why[512];
-    if (env && session_env_check(m, env, why, sizeof why) == 0)
+    if (env && session_env_check(m, env, reason, sizeof reason) == 0)
         s->env = json_deep_copy(env);
     else if (env)
-        fprintf(stderr, "kernelmgr: session %s: its saved env is not used: %s\n", name, why);
+        fprintf(stderr, "kernelmgr: session %s: its saved env is not used: %s\n", name, reason);
     const char *lk;
     json_t *kv;
     json_object_foreach(json_object_get(o, "kernels"), lk, kv)

@@ -15,6 +15,7 @@
 #include "kernelmgr/engine/klaunch.h"
 #include "kernelmgr/frontends/kspecinstall.h"
 #include "kernelmgr/engine/km.h"
+#include "kernelmgr/engine/kmhome.h"
 #include "kernelmgr/engine/result.h"
 #include "kernelmgr/frontends/termsafe.h"
 #include "kernels/server/kenv.h"
@@ -44,6 +45,9 @@ static const char usage_text[] =
     "  exec --session NAME [opts] (-c CODE | FILE | -)\n"
     "                                         run in a persistent session (starts the daemon)\n"
     "  sessions                               list sessions\n"
+    "  sessions --repair NAME                 repair a session whose session.json is damaged\n"
+    "                                         (says what it did: rewritten, or recreated with\n"
+    "                                         the defaults, workspace kept)\n"
     "  close NAME [--keep]                    stop kernels, remove the workspace (unless --keep)\n"
     "  interrupt NAME | restart NAME          interrupt running code | fresh kernels, same files\n"
     "  files NAME                             list the session's workspace\n"
@@ -118,7 +122,8 @@ typedef struct cli {
     int network;           /* -1 unset */
     uint64_t memory;
     int json, continue_on_error, keep, user, stop, pool;
-    size_t code_len; /* bytes of the code read from FILE or stdin */
+    const char *repair; /* sessions --repair NAME */
+    size_t code_len;    /* bytes of the code read from FILE or stdin */
     int npos;
     char *pos[64];
     char home[KM_HOME_MAX + 1];
@@ -712,8 +717,26 @@ static void print_json(const json_t *o)
     free(s);
 }
 
+/* sessions --repair NAME: the daemon's session.repair, its message said. */
+static int cmd_repair(cli *c)
+{
+    json_t *req = json_pack("{s:s}", "session", c->repair);
+    json_t *rep;
+    int st = call(c, "session.repair", req, 1, NULL, NULL, &rep);
+    if (st)
+        return st;
+    if (c->json)
+        print_json(rep);
+    else
+        put_msg("kernelmgr: ", json_string_value(json_object_get(rep, "message")));
+    json_decref(rep);
+    return 0;
+}
+
 static int cmd_simple(cli *c, const char *op)
 {
+    if (!strcmp(op, "sessions") && c->repair)
+        return cmd_repair(c);
     const char *name = c->npos ? c->pos[0] : c->session;
     if (strcmp(op, "sessions") && !name)
         return usage_error("%s needs a session NAME", c->cmd);
@@ -749,6 +772,7 @@ static int cmd_simple(cli *c, const char *op)
     int st = call(c, method, req, autostart, NULL, NULL, &rep);
     if (st)
         return st;
+    print_warnings(rep); /* close: a workspace it kept */
     if (!strcmp(op, "sessions")) {
         json_t *ss = json_object_get(rep, "sessions");
         if (c->json) {
@@ -1191,6 +1215,7 @@ enum {
     OPT_CONFIG,
     OPT_SESSION,
     OPT_KEEP,
+    OPT_REPAIR,
     OPT_KERNEL,
     OPT_USER,
     OPT_PREFIX,
@@ -1299,6 +1324,7 @@ static int cli_dispatch(int argc, char **argv)
         {"config", required_argument, 0, OPT_CONFIG},
         {"session", required_argument, 0, OPT_SESSION},
         {"keep", no_argument, 0, OPT_KEEP},
+        {"repair", required_argument, 0, OPT_REPAIR},
         {"kernel", required_argument, 0, OPT_KERNEL},
         {"user", no_argument, 0, OPT_USER},
         {"prefix", required_argument, 0, OPT_PREFIX},
@@ -1432,6 +1458,9 @@ static int cli_dispatch(int argc, char **argv)
         case OPT_KEEP:
             c.keep = 1;
             break;
+        case OPT_REPAIR:
+            c.repair = optarg;
+            break;
         case OPT_KERNEL:
             c.kernel_name = optarg;
             break;
@@ -1508,6 +1537,12 @@ static int cli_dispatch(int argc, char **argv)
 
     if (resolve_home(&c))
         return KM_EUSAGE;
+    /* the home is trusted state: refused before anything in it is read */
+    char home_why[1024];
+    if (kmhome_prepare(c.home, 0, home_why, sizeof home_why)) {
+        fprintf(stderr, "kernelmgr: %s\n", home_why);
+        return KM_EUSAGE;
+    }
     active_cli = &c;
     kmcfg_defaults(&c.cfg);
     char why[1024];
@@ -1516,7 +1551,8 @@ static int cli_dispatch(int argc, char **argv)
         snprintf(cfgpath, sizeof cfgpath, "%s", c.config);
     else
         snprintf(cfgpath, sizeof cfgpath, "%s/config.json", c.home);
-    if (kmcfg_load_file(&c.cfg, cfgpath, c.config != NULL, why, sizeof why)) {
+    if (kmcfg_load_file(&c.cfg, cfgpath, c.config ? KMCFG_MUST_EXIST : KMCFG_HOME_FILE, why,
+                        sizeof why)) {
         fprintf(stderr, "kernelmgr: invalid configuration: %s\n", why);
         return KM_EUSAGE;
     }

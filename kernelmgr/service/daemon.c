@@ -10,6 +10,7 @@
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/service/daemon_http.h"
 #include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/kmhome.h"
 #include "kernelmgr/service/rpc.h"
 #include "kernelmgr/service/dtier.h"
 #include "kernelmgr/engine/wsfile.h"
@@ -757,9 +758,29 @@ static void m_close(conn *c, const char *method, const json_t *p)
     if (rpc_unpack(p, why, sizeof why, "{s:s s?b}", "session", &name, "keep", &keep))
         return reply_invalid(c, method, why);
     km_err err = {0, ""};
-    if (km_close(daemon_mgr, name, keep ? KM_KEEP : 0, &err))
+    json_t *warnings = json_array();
+    if (km_close_warn(daemon_mgr, name, keep ? KM_KEEP : 0, warnings, &err)) {
+        json_decref(warnings);
         return reply_err(c, err.code, err.msg);
-    reply_ok(c, json_pack("{s:s s:b}", "session", name, "kept", keep));
+    }
+    json_t *res = json_pack("{s:s s:b}", "session", name, "kept", keep);
+    if (res && json_array_size(warnings))
+        json_object_set(res, "warnings", warnings);
+    json_decref(warnings);
+    reply_ok(c, res);
+}
+
+static void m_session_repair(conn *c, const char *method, const json_t *p)
+{
+    char why[600];
+    const char *name;
+    if (rpc_unpack(p, why, sizeof why, "{s:s}", "session", &name))
+        return reply_invalid(c, method, why);
+    km_err err = {0, ""};
+    json_t *res = km_session_repair(daemon_mgr, name, &err);
+    if (!res)
+        return reply_err(c, err.code, err.msg);
+    reply_ok(c, res);
 }
 
 static void m_interrupt_restart(conn *c, const char *method, const json_t *p)
@@ -1008,6 +1029,8 @@ static const struct dmethod dmethods[] = {
     {"restart", m_interrupt_restart, 1, DT_ALL, NULL, f_session, 0},
     {"close", m_close, 0, DT_ALL, NULL, f_close, 0},
     {"sessions.list", m_sessions_list, 0, DT_ALL, NULL, f_none, 0},
+    {"session.repair", m_session_repair, 0, DT_O,
+     "repairing the daemon's state files is its operator's", f_session, 0},
     {"files.list", m_files_list, 0, DT_ALL, NULL, f_files_list, 0},
     {"files.read", m_files_read, 0, DT_ALL, NULL, f_files_read, 0},
     {"files.write", m_files_write, 1, DT_ALL, NULL, f_files_write, 1},
@@ -1487,7 +1510,12 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
     char sock[256];
     if (daemon_socket_path(home, sock, sizeof sock, err))
         return KM_EDAEMON;
-    mkdir(home, 0700);
+    /* the home is trusted state (kmhome.h): made, or refused, before a file
+     * in it is opened */
+    if (kmhome_prepare(home, 1, err->msg, sizeof err->msg)) {
+        err->code = KM_EUSAGE;
+        return KM_EUSAGE;
+    }
     /* one daemon per home: the lock outlives crashes (the kernel drops it) */
     char *path = cm_path_join(home, "daemon.lock");
     /* files the manager makes: no link followed, no FIFO waited on */
@@ -1725,6 +1753,11 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
     char sock[256];
     if (daemon_socket_path(home, sock, sizeof sock, err))
         return -1;
+    /* a socket in a home that is not ours alone may be anyone's daemon */
+    if (kmhome_prepare(home, 0, err->msg, sizeof err->msg)) {
+        err->code = KM_EUSAGE;
+        return -1;
+    }
     int fd = try_connect(sock);
     if (fd >= 0 || !autostart) {
         if (fd < 0) {
@@ -1733,7 +1766,10 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
         }
         return fd;
     }
-    mkdir(home, 0700);
+    if (kmhome_prepare(home, 1, err->msg, sizeof err->msg)) {
+        err->code = KM_EUSAGE;
+        return -1;
+    }
     if (spawn_daemon(home, argv_extra)) {
         err->code = KM_EDAEMON;
         snprintf(err->msg, sizeof err->msg, "cannot start the daemon: %s", strerror(errno));

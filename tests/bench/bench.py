@@ -12,7 +12,8 @@ Environment:
                        10: one-shot `kernelmgr run`, 11: warm-session entry
                        points: CLI exec, daemon socket, MCP, long output;
                        12: the notebook corpus through nbclient;
-                       13: `x = 1` through the gateway's kernel WebSocket)
+                       13: `x = 1` through the gateway's kernel WebSocket;
+                       14: the cost of a durable session.json write)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -75,6 +76,7 @@ N = {
     "entry_out": (1, 3),
     "corpus": (1, 3),
     "gw_rtt": (30, 500),
+    "state_writes": (50, 500),
 }
 
 
@@ -2037,6 +2039,67 @@ def bench_gateway(num):
         d.close()
 
 
+# ---------------------------------------------------------------- 14. durable state
+
+
+def state_write(d, text, sync):
+    """One session.json write as session_store.c makes it: temp file, write,
+    fsync (sync >= 1), rename over the old one, fsync of the directory
+    (sync 2)."""
+    path, tmp = os.path.join(d, "session.json"), os.path.join(d, "session.json.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, text)
+        if sync >= 1:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    if sync >= 2:
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+STATE_WRITES = {
+    0: "no fsync (before)",
+    1: "file fsync (kernel start, cull, eviction: session_save)",
+    2: "file + directory fsync (creation, repair: session_save_err)",
+}
+
+
+def bench_state(num):
+    """What fsync costs a session.json write, on the file system of /tmp
+    (where the tests' homes are). These writes happen when a session is
+    created or repaired, when a kernel starts, restarts, is culled or
+    evicted, and on close --keep: never per cell."""
+    n = n_of("state_writes")
+    d = Path(tempfile.mkdtemp(prefix="kmbench-state", dir="/tmp"))
+    text = json.dumps({"name": "s", "workspace": str(d / "workspace"), "own_workspace": True,
+                       "options": {"memory": 314572800, "env": {"A": "x" * 200}},
+                       "kernels": {"python": {"pid": 1, "connection_file": "/x.json"}}},
+                      indent=1).encode()
+    res = {k: [] for k in STATE_WRITES}
+    try:
+        for _ in range(2):  # interleaved, so drift in the machine's load hits all
+            for sync in STATE_WRITES:
+                for _ in range(n // 2):
+                    t = time.perf_counter()
+                    state_write(str(d), text, sync)
+                    res[sync].append((time.perf_counter() - t) * 1000)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    st = {k: stats(v) for k, v in res.items()}
+    DATA["state_writes"] = {"bytes": len(text), "fs": "/tmp",
+                            **{STATE_WRITES[k]: v for k, v in st.items()}}
+    for sync in (1, 2):
+        row(num, f"session.json write ({len(text)} B, n={n}): {STATE_WRITES[sync]}",
+            fmt_ms(st[sync]), fmt_ms(st[0]) + " " + STATE_WRITES[0],
+            fx(st[sync]["median"] / max(st[0]["median"], 1e-6)))
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -2102,6 +2165,7 @@ def main():
     section(12, "notebook corpus through nbclient vs ipykernel", bench_corpus)
     section(13, "`x = 1` through the gateway's kernel WebSocket vs jupyter_server + ipykernel",
             bench_gateway)
+    section(14, "durable state: a session.json write with and without fsync", bench_state)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)
