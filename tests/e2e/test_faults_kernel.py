@@ -112,6 +112,11 @@ def test_worker_killed_while_idle_is_reported(kernel_factory, lang):
 
 def test_worker_killed_before_first_cell(kernel_factory):
     k = kernel_factory("python", args=("--sandbox", SANDBOX), transport="ipc")
+    # kernel_info is answered while the worker still starts; one killed
+    # before it is ready had no state and is restarted without a notice
+    # (on a loaded machine the kill used to land there: no kernel_restarted)
+    kutil.poll_until(lambda: kernel_info(k)["kernelmgr"], lambda km: km["worker_ready"],
+                     msg="the first worker got ready")
     w = kutil.worker_pid(k.proc.pid)
     os.kill(w, signal.SIGKILL)
     wait_generation(k, 2)
