@@ -50,6 +50,10 @@ def make_mgr():
 #     "module" or "class", e.g. one kernel for the file) run on one worker,
 #     so it is made once (the xdist_group below); everything else is handed
 #     out test by test;
+#   * a test that floods a kernel or the daemon flat out (as fast as the
+#     CPU lets it, for seconds) gets @pytest.mark.flood: those run one
+#     after another on one worker (one xdist group), in parallel with the
+#     rest; several floods at once on two cores took minutes each;
 #   * a test that measures the machine (CPU shares, timings against an
 #     idle host) or loads all of it gets @pytest.mark.serial.
 
@@ -57,12 +61,17 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "serial: needs the machine to itself (measures CPU shares or timing, "
         "or loads every core); tests/run.sh runs these after the parallel pass (-m serial)")
+    config.addinivalue_line(
+        "markers", "flood: floods a kernel or the daemon flat out; under pytest-xdist all of "
+        "these run on one worker, one after another")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     grouped = set()
     for item in items:
+        if item.get_closest_marker("flood") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("flood"))
         if item.get_closest_marker("xdist_group"):
             grouped.add(item.nodeid)
             continue

@@ -302,6 +302,7 @@ print(sent, got, flush=True)
 """
 
 
+@pytest.mark.flood
 def test_flooding_client_cannot_starve_another(kernel_factory, tmp_path):
     """A person's frontend (another process) floods kernel_info_request,
     reading its replies and IOPub; the manager's client runs cells
@@ -383,6 +384,7 @@ print(sent, got, flush=True)
 """
 
 
+@pytest.mark.flood
 def test_idle_manager_is_not_cut_while_a_frontend_floods(tmp_path):
     """Through the manager: while its session is idle (no execution reads
     IOPub), a person's frontend attached to the same kernel floods it. The
@@ -438,6 +440,7 @@ while True:
 """
 
 
+@pytest.mark.flood
 def test_flooder_that_never_reads_iopub_is_the_one_cut(kernel_factory):
     """A flooder that never reads IOPub stalls it: new requests wait (the
     flood slows itself), and after the grace period only that subscriber is
