@@ -4,6 +4,7 @@
 #   make         build/kernelmgr, build/kernelmgr-gateway, build/kernel-python, build/kernel-bash
 #   make test    deps + build + every test, ends with one summary line
 #   make check   fast tier: build, unit tests (no valgrind) and a smoke e2e (< 1 min)
+#   make test-load  the e2e tiers of `make test` under a CPU hog (stress-ng, one per core)
 #   make demo    deps + build + run examples/quickstart.md
 #   make fuzz    libFuzzer targets, FUZZ_SECONDS each (default 60)
 #   make bench   benchmarks against ipykernel (not a test)
@@ -52,13 +53,13 @@ PYTHON   ?= /usr/bin/python3
 
 DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck valgrind strace \
   libzmq3-dev libsodium-dev libjansson-dev libseccomp-dev uthash-dev libcmocka-dev \
-  libclang-rt-14-dev python3 python3-pytest python3-jupyter-client jupyter-console \
+  libclang-rt-14-dev python3 python3-pytest python3-pytest-xdist stress-ng python3-jupyter-client jupyter-console \
   python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \
   python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps \
   libwebsockets-dev python3-websocket python3-jupyter-server openssl \
   jupyter-notebook python3-notebook chromium chromium-driver python3-selenium
 
-.PHONY: all deps test check unit unit-bins e2e demo fuzz bench format lint clean
+.PHONY: all deps test test-load check unit unit-bins e2e demo fuzz bench format lint clean
 all: $(BINS) $(SHARE) $(PYC_STAMP)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
@@ -118,6 +119,15 @@ unit-bins: $(UNIT_BIN)
 test: deps
 	@$(MAKE) --no-print-directory all $(UNIT_BIN)
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) tests/run.sh
+
+# The e2e tiers with every core kept busy by stress-ng: what a loaded CI
+# machine does to the tests' timing (not part of `make test`: it takes about
+# twice as long). KM_TEST_TIERS picks other tiers.
+test-load: deps
+	@$(MAKE) --no-print-directory all $(UNIT_BIN)
+	@stress-ng --cpu $$(nproc) --quiet --timeout 4h & hog=$$!; \
+	  PYTHON=$(PYTHON) BUILD=$(BUILD) KM_TEST_TIERS="$${KM_TEST_TIERS:-e2e sanitized}" \
+	    tests/run.sh; rc=$$?; kill $$hog; wait $$hog 2>/dev/null; exit $$rc
 
 # The fast tier while developing; `make test` is what CI runs.
 SMOKE = tests/e2e/test_protocol_interop.py tests/e2e/test_kernel_start.py tests/e2e/test_mgr_oneshot.py

@@ -1673,6 +1673,18 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
         }
     }
     fprintf(stderr, "kernelmgr: daemon stopping\n");
+    /* Clients still connected are dropped (what is pending is sent if the
+     * socket takes it now): the loop's reference goes, and the connection
+     * is freed here or, when a worker still runs its request, with that
+     * request's reference (loop_done, or a reachable job at exit). */
+    while (L.all) {
+        dconn *c = L.all;
+        pthread_mutex_lock(&c->mu);
+        obuf_flush(c);
+        pthread_mutex_unlock(&c->mu);
+        conn_drop(&L, c, NULL);
+    }
+    loop_done(&L);
     daemon_http_stop();
     close(L.lfd);
     unlink(sock);
@@ -1681,6 +1693,8 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
     /* kernels go down with the daemon; workspaces and session.json stay, so
      * the next daemon brings the sessions back with fresh kernels */
     km_manager_destroy(&daemon_mgr);
+    loop_done(&L); /* requests that ended meanwhile release their connection */
+    close(L.ep);
     if (pidfile)
         unlink(pidfile);
     free(pidfile);

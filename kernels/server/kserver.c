@@ -270,9 +270,13 @@ json_t *kserver_kernel_info(kserver *ks)
         return NULL;
     if (ks->spec.kernel_info)
         json_object_update(info, ks->spec.kernel_info);
-    json_t *km = json_pack("{s:O, s:s, s:s, s:I}", "sandbox", ks->protections, "level",
+    /* worker_ready: the current worker said it is ready (kernel_info is
+     * answered while a worker still starts; one that dies before it is
+     * ready had no state to lose, so its death is no restart notice) */
+    json_t *km = json_pack("{s:O, s:s, s:s, s:I, s:b}", "sandbox", ks->protections, "level",
                            ks->opts.sandbox.level == SANDBOX_NONE ? "none" : "strict", "workspace",
-                           ks->workspace, "worker_generation", (json_int_t)ks->worker_gen);
+                           ks->workspace, "worker_generation", (json_int_t)ks->worker_gen,
+                           "worker_ready", ks->worker && ks->worker_ready);
     /* the limits in force, as given (null: none); whether the CPU rate cap
      * is enforced here is in "sandbox" (cgroup-v*-cpu-max or
      * cpu-rate-cap-unavailable) */

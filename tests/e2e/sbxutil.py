@@ -290,10 +290,11 @@ def host_status_ids(pid):
     raise AssertionError(f"no Uid line for {pid}")
 
 
-def wait_pid_of(pattern, timeout=20):
-    """The pid of the one host process whose command line contains pattern."""
+def wait_pid_of(pattern, timeout=20, running=lambda: True):
+    """The pid of the one host process whose command line contains pattern;
+    gives up early once running() is false (what would start it ended)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and running():
         r = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
         pids = [int(p) for p in r.stdout.split()]
         if pids:

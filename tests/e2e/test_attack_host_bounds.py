@@ -155,6 +155,7 @@ print('done')
 """
 
 
+@pytest.mark.flood
 def test_display_flood_with_clear_output_is_bounded(make_mgr):
     dmax = 4 * MiB
     mgr = make_mgr({"display_max": dmax})

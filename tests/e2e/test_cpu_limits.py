@@ -90,6 +90,7 @@ def test_rate_cap_through_the_sandbox(sbx):
     assert "-cpu-max" not in check.stdout, check.stdout
 
 
+@pytest.mark.serial  # shows an uncapped rate: needs the cores free of the other tests
 def test_rate_cap_is_not_applied_when_not_asked(sbx):
     """The control of the test above: the same load without --cpus takes
     more than the bound there (so that bound can fail)."""

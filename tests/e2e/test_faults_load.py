@@ -324,6 +324,7 @@ def reap(cli):
     cli.stdout.close()
 
 
+@pytest.mark.flood
 def test_stopped_client_is_dropped_and_its_cell_completes(daemon_factory):
     d = daemon_factory(config={"client_timeout": 3})
     rep, _ = d.ask(apiutil.request("exec", {"session": "slow", "lang": "bash", "code": "echo up"}))
@@ -379,6 +380,7 @@ def test_stopped_client_does_not_hold_its_session(daemon_factory):
 BURST = os.environ.get("KM_TEST_BURST", "512M")
 
 
+@pytest.mark.flood
 def test_rss_returns_after_big_output(daemon_factory, tmp_path):
     d = daemon_factory()
     rep, _ = d.ask(apiutil.request("exec", {"session": "big", "lang": "bash", "code": "echo warm"}))

@@ -18,6 +18,7 @@ import kutil
 SANDBOX = os.environ.get("KM_TEST_SANDBOX", "none")
 
 
+@pytest.mark.flood
 def test_stuck_iopub_subscriber_does_not_stall_others(kernel_factory):
     k = kernel_factory("python", args=("--sandbox", SANDBOX))
     # A subscriber that connects, subscribes and then never reads: an idle

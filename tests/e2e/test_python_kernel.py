@@ -729,6 +729,7 @@ def test_output_order_exact(py):
     assert c["status"] == "ok" and stream_text(iopub) == "ok\n"
 
 
+@pytest.mark.serial  # keeps every core busy: alone, not on top of the parallel pass
 def test_output_order_exact_under_load(py):
     hogs = [subprocess.Popen([SYS_PY, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:

@@ -89,18 +89,26 @@ def test_bash_tools_work(sbx):
     assert "err" in r.err
 
 
+def hold(marker):
+    """Sandboxed bash that ends as a process whose command line starts with
+    marker and stays until the test creates `go` in the workspace: the
+    host's view of it is read while it surely runs (a `sleep 1` there ended
+    before a loaded host's pgrep saw it)."""
+    return f"exec -a {marker} sh -c 'while [ ! -e go ]; do sleep 0.05; done'"
+
+
 def worker_host_uids(sbx, marker, run):
-    """Starts run() in a thread; the sandboxed code ends with
-    `exec -a MARKER sleep 1`, so the worker's command line starts with the
-    marker. Returns the host's view of the worker's uids and run()'s result."""
+    """Starts run() in a thread; the sandboxed code ends with hold(marker).
+    Returns the host's view of the worker's uids and run()'s result."""
     import threading
     box = {}
     t = threading.Thread(target=lambda: box.setdefault("r", run()), daemon=True)
     t.start()
     try:
-        pid = sbxutil.wait_pid_of("^" + marker)
+        pid = sbxutil.wait_pid_of("^" + marker, timeout=120, running=t.is_alive)
         ids = sbxutil.host_status_ids(pid)
     finally:
+        (sbx.ws / "go").touch()
         t.join(60)
     assert "r" in box, "the sandboxed command did not finish"
     return ids, box["r"]
@@ -116,7 +124,7 @@ def test_workspace_owner_is_the_sandbox_user(tmp_path):
         os.chmod(s.ws, 0o750)
         marker = f"kmsbx-owner-{os.getpid()}-{time.monotonic_ns()}"
         ids, r = worker_host_uids(
-            s, marker, lambda: s.run(f"id -u; id -g; echo x > made-here; mkdir d; exec -a {marker} sleep 1", "bash"))
+            s, marker, lambda: s.run(f"id -u; id -g; echo x > made-here; mkdir d; " + hold(marker), "bash"))
         assert r.rc == 0, r
         assert r.out.split()[:2] == ["4321", "4321"], r
         st = (s.ws / "made-here").stat()
@@ -142,7 +150,7 @@ def test_root_owned_workspace_stays_root_owned(tmp_path):
         assert before.st_uid == 0
         marker = f"kmsbx-rootws-{os.getpid()}-{time.monotonic_ns()}"
         ids, r = worker_host_uids(
-            s, marker, lambda: s.run(f"id -u; echo x > f; echo y > sub/g; exec -a {marker} sleep 1", "bash"))
+            s, marker, lambda: s.run(f"id -u; echo x > f; echo y > sub/g; " + hold(marker), "bash"))
         assert r.rc == 0, r
         assert r.out.split()[0] == str(sbxutil.NOBODY), r  # nobody inside
         assert 0 not in ids, ids  # never root on the host
