@@ -201,3 +201,70 @@ def test_cli_killed_mid_cell(make_mgr):
             p.kill()
             p.wait()
     assert_ran_to_its_end(mgr, "gone", ws, "cli")
+
+
+# ------------------------------------------------------------------ the gateway's WebSockets
+
+
+def gateway(mgr):
+    """(base URL, token) of the gateway the daemon of mgr serves."""
+    def info():
+        try:
+            return json.loads((mgr.home / "http.json").read_text())
+        except (OSError, ValueError):
+            return None
+    i = kutil.poll_until(info, lambda v: v is not None, deadline=60, msg="http.json written")
+    return i["url"].rstrip("/"), (mgr.home / "http-token").read_text().strip()
+
+
+def test_api_websocket_closed_mid_cell(make_mgr):
+    websocket = pytest.importorskip("websocket")
+    mgr = make_mgr({"http": "127.0.0.1:0"})
+    ws = workspace(mgr, "gone")
+    url, token = gateway(mgr)
+    conn = websocket.create_connection(url.replace("http", "ws", 1) + "/api/kernelmgr/ws",
+                                       header=[f"Authorization: token {token}"], timeout=60)
+    try:
+        conn.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "exec",
+                              "params": {"session": "gone", "lang": "python", "stream": True,
+                                         "code": cell("apiws")}}))
+        wait_began(ws, "apiws")
+    finally:
+        conn.close()
+    assert_ran_to_its_end(mgr, "gone", ws, "apiws")
+
+
+def test_kernel_websocket_closed_mid_cell(make_mgr):
+    """A Jupyter frontend's cell (the kernel's channels) runs on in its
+    kernel when the WebSocket closes: it is not interrupted."""
+    websocket = pytest.importorskip("websocket")
+    import urllib.request
+    import uuid
+    mgr = make_mgr({"http": "127.0.0.1:0"})
+    ws = workspace(mgr, "gone")
+    url, token = gateway(mgr)
+    r = urllib.request.Request(url + "/api/kernels",
+                               headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(r, timeout=60) as resp:
+        kernels = json.loads(resp.read())
+    kid = [k for k in kernels if k["kernelmgr"]["session"] == "gone"
+           and k["kernelmgr"]["language"] == "python"][0]["id"]
+    conn = websocket.create_connection(url.replace("http", "ws", 1) +
+                                       f"/api/kernels/{kid}/channels",
+                                       header=[f"Authorization: token {token}"], timeout=60)
+    try:
+        conn.send(json.dumps({
+            "header": {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request",
+                       "session": "ws", "username": "test", "date": "2026-12-01T00:00:00Z",
+                       "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "channel": "shell",
+            "content": {"code": cell("kws"), "silent": False, "store_history": True,
+                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
+        wait_began(ws, "kws")
+    finally:
+        conn.close()
+    kutil.poll_until(lambda: (ws / "kws.done").exists(), bool, deadline=120,
+                     msg="kws.done to appear in the workspace")
+    rc, res, p = mgr.exec("gone", "print(w + 1)", "--lang", "python")
+    assert rc == 0 and res[0]["stdout"] == "2\n", (p.stdout, p.stderr)
+    assert "KeyboardInterrupt" not in json.dumps(res)
