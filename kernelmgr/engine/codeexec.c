@@ -501,6 +501,9 @@ static void exec_on_iopub(exec_state *x, const char *type, const jmsg *m)
 /* After its idle status, the execute_reply (sent before it) is waited for
  * this long at most: a kernel that never sends it is not waited on forever. */
 #define CODEEXEC_REPLY_AFTER_IDLE_S 10.0
+/* A gap between two turns of exec_wait longer than this is a stall of the
+ * manager (SIGSTOP, swap, a debugger), not time the kernel had. */
+#define CODEEXEC_STALL_S 2.0
 
 /* One message of the kernel: this execution's, or the answer to its probe;
  * anything else (an attached console's, an old request's) is dropped. */
@@ -588,11 +591,22 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp, double t0)
 {
     const codeexec_params *p = x->p;
     double deadline = t0 + p->timeout, give_up = 0, last_alive_check = 0, idle_seen = 0;
-    double probe_wait = p->grace > 2 ? p->grace : 2;
+    double probe_wait = p->grace > 2 ? p->grace : 2, last_now = 0;
     int user_interrupt_seen = 0;
 
     while (!(x->idle && x->reply)) {
         double now = cm_mono_s();
+        /* a turn of this loop takes at most a receive (0.2 s) and a listener's
+         * back-pressure (1 s): a longer gap is the manager stalled, time the
+         * kernel's grace, the probe's wait and the reply's wait do not lose
+         * (the deadline itself is the kernel's clock's: exec_probe) */
+        if (last_now && now - last_now > CODEEXEC_STALL_S) {
+            double gap = now - last_now;
+            give_up += give_up ? gap : 0;
+            x->probe_sent += x->probe_id[0] ? gap : 0;
+            idle_seen += idle_seen ? gap : 0;
+        }
+        last_now = now;
         if (x->idle && !idle_seen)
             idle_seen = now;
         if (x->idle && now - idle_seen >= CODEEXEC_REPLY_AFTER_IDLE_S) {
@@ -626,8 +640,12 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp, double t0)
             }
         }
         if (x->interrupted && !x->idle && now >= give_up) {
-            x->stuck = 1;
-            break;
+            if (exec_drain(x, kc) < 0)
+                break;
+            if (!x->idle) {
+                x->stuck = 1;
+                break;
+            }
         }
         if (now - last_alive_check > 0.25) {
             last_alive_check = now;

@@ -164,3 +164,52 @@ def test_a_cell_that_runs_past_its_timeout_is_still_a_timeout(make_mgr):
     rc, r2 = one(mgr, "st", "print(x)")
     assert rc == 0 and r2["stdout"] == "41\n", r2
     assert r2["kernel"]["state_preserved"] is True
+
+
+def test_a_stall_after_the_interrupt_does_not_kill_a_kernel_that_stopped(make_mgr):
+    """The timeout's interrupt was sent and the cell stopped within the
+    grace, but the daemon was stopped until the grace had passed: the
+    result is the timeout with the state kept, not a kill and restart."""
+    grace = 3
+    mgr = make_mgr({"interrupt_grace": grace})
+    cf, daemon = start_session(mgr)
+    sub = IOPub(cf)
+    code = ("import time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
+            "    print('got interrupt', flush=True)\n    time.sleep(1)\n    raise\n")
+    stopped = False
+    p = subprocess.Popen([KM, "exec", "--session", "st", "--lang", "python", "--json",
+                          "--timeout", "2", "-c", code],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mgr.env)
+    try:
+        # the daemon interrupted the cell at its timeout: stop it there
+        got = sub.wait(lambda m: m["msg_type"] == "stream"
+                       and "got interrupt" in m["content"]["text"], 60, "the interrupt arrive")
+        os.kill(daemon, signal.SIGSTOP)
+        stopped = True
+        t_int = time.monotonic()
+        cell = got["parent_header"]["msg_id"]
+        sub.wait(lambda m: m["msg_type"] == "status"
+                 and m["parent_header"].get("msg_id") == cell
+                 and m["content"]["execution_state"] == "idle", 60, "the cell's idle status")
+        # by the daemon's clock, the interrupt's grace (and its margin) is over
+        kutil.poll_until(time.monotonic, lambda now: now - t_int > grace + 4,
+                         deadline=grace + 30, msg="the daemon's grace to pass")
+        os.kill(daemon, signal.SIGCONT)
+        stopped = False
+        out, err = p.communicate(timeout=120)
+    finally:
+        if stopped:
+            os.kill(daemon, signal.SIGCONT)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        sub.close()
+    res = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(res) == 1, (out, err)
+    r = res[0]
+    assert r["status"] == "timeout", r
+    assert r["kernel"]["state_preserved"] is True and r["kernel"]["restarted"] is False, r
+    assert "got interrupt" in r["stdout"], r
+    rc, r2 = one(mgr, "st", "print(x)")
+    assert rc == 0 and r2["stdout"] == "41\n", r2
+    assert r2["kernel"]["restarted"] is False and r2["kernel"]["state_preserved"] is True
