@@ -277,10 +277,11 @@ typedef struct exec_state {
     json_int_t exec_count;
     char msg_id[37]; /* of the execute_request */
     /* The kernel's own clock (its header dates, wall time; 0: not seen):
-     * when it took the cell up and when it went idle. A stall of the manager
-     * (load, swap, SIGSTOP, a debugger) does not move them, so they, not the
-     * manager's clock, say how long the cell ran. */
-    double k_busy, k_idle;
+     * when it took the cell up. A stall of the manager (load, swap, SIGSTOP,
+     * a debugger) does not move it, so it and the date of the kernel's
+     * answer to the probe, not the manager's clock, say how long the cell
+     * ran. */
+    double k_busy;
     /* The question asked at the deadline (exec_probe): its id, and when the
      * kernel answered it (its idle status, or else its reply), by its clock */
     char probe_id[37];
@@ -344,10 +345,9 @@ static void exec_on_status(exec_state *x, const json_t *c, double date)
     const char *st = json_string_value(json_object_get(c, "execution_state"));
     if (st && !strcmp(st, "busy") && !x->k_busy)
         x->k_busy = date;
-    if (st && !strcmp(st, "idle")) {
+    if (st && !strcmp(st, "idle"))
         x->idle = 1;
-        x->k_idle = date;
-    } else if (st && (!strcmp(st, "restarting") || !strcmp(st, "starting"))) {
+    else if (st && (!strcmp(st, "restarting") || !strcmp(st, "starting"))) {
         x->out->state_lost = 1;
         if (!x->out->reason[0])
             snprintf(x->out->reason, sizeof x->out->reason,
