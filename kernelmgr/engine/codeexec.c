@@ -287,6 +287,9 @@ typedef struct exec_state {
     char probe_id[37];
     int probe_idle, probe_reply;
     double probe_date, probe_sent, probe_reply_seen;
+    /* The manager's clock: when the request was sent, and how long the
+     * manager was stalled since (gaps in exec_wait) */
+    double t_sent, stalled;
 } exec_state;
 
 /* The header date of m by the kernel's clock, or 0. */
@@ -569,9 +572,13 @@ static int exec_probe(exec_state *x, kclient *kc, double now, double wait_s, dou
     if (!answered)
         return now - x->probe_sent >= wait_s ? 1 : -1;
     x->probe_id[0] = 0;
-    if (!x->k_busy || !x->probe_date)
-        return 1; /* the kernel's clock says nothing of this cell: ours decides */
-    double ran = x->probe_date - x->k_busy, left = x->p->timeout - ran;
+    /* The kernel's clock, from busy to its answer; when it says nothing of
+     * this cell (not taken up yet: the request is still on its way, or it
+     * waits behind another client's cell) ours decides, without the time
+     * the manager was seen to stall */
+    double ran =
+        x->k_busy && x->probe_date ? x->probe_date - x->k_busy : now - x->t_sent - x->stalled;
+    double left = x->p->timeout - ran;
     if (left <= 0.001)
         return 1;
     *deadline = now + left;
@@ -580,17 +587,17 @@ static int exec_probe(exec_state *x, kclient *kc, double now, double wait_s, dou
 
 /* Waits for the execute_reply and idle of the request x->msg_id, handling
  * its messages, the user's interrupt, the timeout (interrupt, then grace)
- * and a kernel that dies. t0: when the execution started.
+ * and a kernel that dies. The deadline counts from x->t_sent.
  *
  * Whatever has arrived is read before anything is judged, and the timeout
  * is judged by the kernel's clock (exec_probe): a manager that stalled past
  * the deadline (SIGSTOP, swap, a debugger) while the cell finished in time
  * reports the finished cell, not a timeout, and a kernel already idle for
  * this cell is never interrupted. */
-static void exec_wait(exec_state *x, kclient *kc, kproc *kp, double t0)
+static void exec_wait(exec_state *x, kclient *kc, kproc *kp)
 {
     const codeexec_params *p = x->p;
-    double deadline = t0 + p->timeout, give_up = 0, last_alive_check = 0, idle_seen = 0;
+    double deadline = x->t_sent + p->timeout, give_up = 0, last_alive_check = 0, idle_seen = 0;
     double probe_wait = p->grace > 2 ? p->grace : 2, last_now = 0;
     int user_interrupt_seen = 0;
 
@@ -602,6 +609,7 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp, double t0)
          * (the deadline itself is the kernel's clock's: exec_probe) */
         if (last_now && now - last_now > CODEEXEC_STALL_S) {
             double gap = now - last_now;
+            x->stalled += gap;
             give_up += give_up ? gap : 0;
             x->probe_sent += x->probe_id[0] ? gap : 0;
             idle_seen += idle_seen ? gap : 0;
@@ -866,8 +874,10 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     x.displays = json_array();
     x.images = json_array();
     x.exec_count = -1;
-    if (sent)
-        exec_wait(&x, kc, kp, t0);
+    if (sent) {
+        x.t_sent = cm_mono_s();
+        exec_wait(&x, kc, kp);
+    }
 
     char reason[512] = "";
     result_status status = exec_status(&x, kp, unsendable, sent, reason, sizeof reason);
