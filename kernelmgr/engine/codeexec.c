@@ -598,7 +598,7 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp)
 {
     const codeexec_params *p = x->p;
     double deadline = x->t_sent + p->timeout, give_up = 0, last_alive_check = 0, idle_seen = 0;
-    double probe_wait = p->grace > 2 ? p->grace : 2, last_now = 0;
+    double probe_wait = p->grace > 2 ? p->grace : 2, last_now = x->t_sent;
     int user_interrupt_seen = 0;
 
     while (!(x->idle && x->reply)) {
