@@ -507,6 +507,10 @@ static void exec_on_iopub(exec_state *x, const char *type, const jmsg *m)
 /* A gap between two turns of exec_wait longer than this is a stall of the
  * manager (SIGSTOP, swap, a debugger), not time the kernel had. */
 #define CODEEXEC_STALL_S 2.0
+/* What a read of "everything that has arrived" takes at most: about the
+ * depth of the manager's IOPub queue (kclient.c), and a second. */
+#define CODEEXEC_DRAIN_MAX 1024
+#define CODEEXEC_DRAIN_S 1.0
 
 /* One message of the kernel: this execution's, or the answer to its probe;
  * anything else (an attached console's, an old request's) is dropped. */
@@ -533,10 +537,16 @@ static void exec_handle(exec_state *x, jp_channel ch, jmsg *m)
     }
 }
 
-/* Handles every message that has already arrived. -1 on a socket error. */
+/* Handles the messages that have already arrived, at most
+ * CODEEXEC_DRAIN_MAX or for CODEEXEC_DRAIN_S: a kernel still writing output
+ * keeps the queue full (and a listener's back-pressure can slow each
+ * message), so "everything" would never end; what is left is read by the
+ * wait as usual, and a deadline is settled by the probe's answer, which
+ * comes after it. -1 on a socket error. */
 static int exec_drain(exec_state *x, kclient *kc)
 {
-    for (;;) {
+    double end = cm_mono_s() + CODEEXEC_DRAIN_S;
+    for (int n = 0; n < CODEEXEC_DRAIN_MAX && cm_mono_s() < end; n++) {
         jp_channel ch;
         jmsg *m = NULL;
         int rc = kclient_recv(kc, 0, &ch, &m);
@@ -545,6 +555,7 @@ static int exec_drain(exec_state *x, kclient *kc)
         exec_handle(x, ch, m);
         jmsg_destroy(&m);
     }
+    return 0;
 }
 
 /* The manager's clock says the deadline has passed; does the kernel's?
