@@ -73,6 +73,14 @@ void jp_uuid4(char out[37]);
 /* Writes the current UTC time as "2026-12-01T00:32:36.123456Z" (27 chars + NUL). */
 void jp_now_iso8601(char out[32]);
 
+/* Parses an ISO 8601 date-time as Jupyter headers carry it ("date"):
+ * "2026-12-01T00:32:36.123456Z", also with a space for the "T", without or
+ * with any number of fraction digits, and with "Z", "+HH:MM", "-HHMM" or no
+ * zone (taken as UTC). 0 with *epoch_s (seconds since 1970, UTC), or -1 when
+ * s is not such a date. The kernel's own clock: a manager compares two of
+ * its dates, never one of them with its own clock. */
+int jp_iso8601_parse(const char *s, double *epoch_s);
+
 /* cm_write_all (common/cm_io.h), kept for the callers that still use it:
  * writes all len bytes of buf to fd, retrying short writes and EINTR.
  * 0, or -1 with errno set (ENOSPC for a write that made no progress). */

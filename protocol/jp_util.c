@@ -155,6 +155,66 @@ void jp_now_iso8601(char out[32])
     snprintf(out + 19, 32 - 19, ".%06uZ", us);
 }
 
+/* n decimal digits at s into *v; 0 or -1 */
+static int iso_digits(const char *s, int n, int *v)
+{
+    *v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        *v = *v * 10 + (s[i] - '0');
+    }
+    return 0;
+}
+
+int jp_iso8601_parse(const char *s, double *epoch_s)
+{
+    int y, mo, d, h, mi, sec;
+    if (!s || strlen(s) < 19 || iso_digits(s, 4, &y) || s[4] != '-' || iso_digits(s + 5, 2, &mo) ||
+        s[7] != '-' || iso_digits(s + 8, 2, &d) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
+        iso_digits(s + 11, 2, &h) || s[13] != ':' || iso_digits(s + 14, 2, &mi) || s[16] != ':' ||
+        iso_digits(s + 17, 2, &sec))
+        return -1;
+    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
+        return -1;
+    const char *p = s + 19;
+    double frac = 0;
+    if (*p == '.' || *p == ',') {
+        double scale = 0.1;
+        if (p[1] < '0' || p[1] > '9')
+            return -1;
+        for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10)
+            frac += (*p - '0') * scale;
+    }
+    int offset = 0; /* seconds east of UTC */
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om;
+        int sign = *p == '-' ? -1 : 1;
+        if (iso_digits(p + 1, 2, &oh))
+            return -1;
+        p += 3;
+        if (*p == ':')
+            p++;
+        if (iso_digits(p, 2, &om) || oh > 23 || om > 59)
+            return -1;
+        p += 2;
+        offset = sign * (oh * 3600 + om * 60);
+    }
+    if (*p)
+        return -1;
+    struct tm tm = {.tm_year = y - 1900,
+                    .tm_mon = mo - 1,
+                    .tm_mday = d,
+                    .tm_hour = h,
+                    .tm_min = mi,
+                    .tm_sec = sec};
+    time_t t = timegm(&tm);
+    *epoch_s = (double)t - offset + frac;
+    return 0;
+}
+
 int jp_write_all(int fd, const void *buf, size_t len)
 {
     return cm_write_all(fd, buf, len);

@@ -273,10 +273,33 @@ typedef struct exec_state {
     json_t *error;     /* result_error, or JSON null */
     json_t *displays;  /* display_data bundles */
     json_t *images;    /* saved image files */
-    int idle, timed_out, interrupted, died, stuck, img_seq;
+    int idle, timed_out, interrupted, died, stuck, no_reply, img_seq;
     json_int_t exec_count;
     char msg_id[37]; /* of the execute_request */
+    /* The kernel's own clock (its header dates, wall time; 0: not seen):
+     * when it took the cell up. A stall of the manager (load, swap, SIGSTOP,
+     * a debugger) does not move it, so it and the date of the kernel's
+     * answer to the probe, not the manager's clock, say how long the cell
+     * ran. */
+    double k_busy;
+    /* The question asked at the deadline (exec_probe): its id, and when the
+     * kernel answered it (its idle status, or else its reply), by its clock */
+    char probe_id[37];
+    int probe_idle, probe_reply;
+    double probe_date, probe_sent, probe_reply_seen;
+    /* The manager's clock: when the request was sent, and how long the
+     * manager was stalled since (gaps in exec_wait) */
+    double t_sent, stalled;
 } exec_state;
+
+/* The header date of m by the kernel's clock, or 0. */
+static double msg_date(const jmsg *m)
+{
+    double t = 0;
+    if (jp_iso8601_parse(json_string_value(json_object_get(m->header, "date")), &t))
+        return 0;
+    return t;
+}
 
 /* The execute_reply: exit code, lost state, limits hit, execution count. */
 static void exec_on_reply(exec_state *x, const jmsg *m)
@@ -310,13 +333,21 @@ static void exec_on_reply(exec_state *x, const jmsg *m)
     json_t *cnt = json_object_get(c, "execution_count");
     if (json_is_integer(cnt))
         x->exec_count = json_integer_value(cnt);
+    /* when the kernel started the cell (ipykernel and ours say it), should
+     * its busy status have been missed */
+    double started = 0;
+    if (!x->k_busy &&
+        jp_iso8601_parse(json_string_value(json_object_get(md, "started")), &started) == 0)
+        x->k_busy = started;
 }
 
 /* An IOPub status: idle ends the wait (with the reply); a restarting
  * kernel lost its state. */
-static void exec_on_status(exec_state *x, const json_t *c)
+static void exec_on_status(exec_state *x, const json_t *c, double date)
 {
     const char *st = json_string_value(json_object_get(c, "execution_state"));
+    if (st && !strcmp(st, "busy") && !x->k_busy)
+        x->k_busy = date;
     if (st && !strcmp(st, "idle"))
         x->idle = 1;
     else if (st && (!strcmp(st, "restarting") || !strcmp(st, "starting"))) {
@@ -447,10 +478,11 @@ static void exec_on_error(exec_state *x, const json_t *c)
 }
 
 /* One IOPub message of this execution. */
-static void exec_on_iopub(exec_state *x, const char *type, const json_t *c)
+static void exec_on_iopub(exec_state *x, const char *type, const jmsg *m)
 {
+    const json_t *c = m->content;
     if (!strcmp(type, "status")) {
-        exec_on_status(x, c);
+        exec_on_status(x, c, msg_date(m));
     } else if (!strcmp(type, "execute_input")) {
         json_t *cnt = json_object_get(c, "execution_count");
         if (json_is_integer(cnt))
@@ -469,36 +501,170 @@ static void exec_on_iopub(exec_state *x, const char *type, const json_t *c)
     }
 }
 
+/* After its idle status, the execute_reply (sent before it) is waited for
+ * this long at most: a kernel that never sends it is not waited on forever. */
+#define CODEEXEC_REPLY_AFTER_IDLE_S 10.0
+/* A gap between two turns of exec_wait longer than this is a stall of the
+ * manager (SIGSTOP, swap, a debugger), not time the kernel had. */
+#define CODEEXEC_STALL_S 2.0
+/* What a read of "everything that has arrived" takes at most: about the
+ * depth of the manager's IOPub queue (kclient.c), and a second. */
+#define CODEEXEC_DRAIN_MAX 1024
+#define CODEEXEC_DRAIN_S 1.0
+
+/* One message of the kernel: this execution's, or the answer to its probe;
+ * anything else (an attached console's, an old request's) is dropped. */
+static void exec_handle(exec_state *x, jp_channel ch, jmsg *m)
+{
+    const char *parent = json_string_value(json_object_get(m->parent_header, "msg_id"));
+    const char *type = jmsg_type(m);
+    if (parent && !strcmp(parent, x->msg_id)) {
+        if (ch == JP_SHELL && !strcmp(type, "execute_reply"))
+            exec_on_reply(x, m);
+        else if (ch == JP_IOPUB)
+            exec_on_iopub(x, type, m);
+    } else if (parent && x->probe_id[0] && !strcmp(parent, x->probe_id)) {
+        const char *st = json_string_value(json_object_get(m->content, "execution_state"));
+        if (ch == JP_IOPUB && !strcmp(type, "status") && st && !strcmp(st, "idle")) {
+            x->probe_idle = 1;
+            x->probe_date = msg_date(m);
+        } else if (ch == JP_CONTROL && !strcmp(type, "kernel_info_reply") && !x->probe_reply) {
+            x->probe_reply = 1;
+            x->probe_reply_seen = cm_mono_s();
+            if (!x->probe_idle)
+                x->probe_date = msg_date(m);
+        }
+    }
+}
+
+/* Handles the messages that have already arrived, at most
+ * CODEEXEC_DRAIN_MAX or for CODEEXEC_DRAIN_S: a kernel still writing output
+ * keeps the queue full (and a listener's back-pressure can slow each
+ * message), so "everything" would never end; what is left is read by the
+ * wait as usual, and a deadline is settled by the probe's answer, which
+ * comes after it. -1 on a socket error. */
+static int exec_drain(exec_state *x, kclient *kc)
+{
+    double end = cm_mono_s() + CODEEXEC_DRAIN_S;
+    for (int n = 0; n < CODEEXEC_DRAIN_MAX && cm_mono_s() < end; n++) {
+        jp_channel ch;
+        jmsg *m = NULL;
+        int rc = kclient_recv(kc, 0, &ch, &m);
+        if (rc <= 0)
+            return rc;
+        exec_handle(x, ch, m);
+        jmsg_destroy(&m);
+    }
+    return 0;
+}
+
+/* The manager's clock says the deadline has passed; does the kernel's?
+ * Asked after everything that has arrived was read: a kernel_info_request
+ * on control, which the kernel answers while it runs code, with a busy and
+ * an idle status on IOPub — after any status of the cell it published
+ * before. Returns 1 when the cell has run its timeout by the kernel's clock
+ * (or the kernel cannot tell: it does not answer within wait_s), 0 when it
+ * has not (yet: *deadline is moved to what is left), -1 while the answer
+ * is awaited. */
+static int exec_probe(exec_state *x, kclient *kc, double now, double wait_s, double *deadline)
+{
+    if (!x->probe_id[0]) {
+        x->probe_idle = x->probe_reply = 0;
+        x->probe_date = 0;
+        x->probe_sent = now;
+        if (kclient_send(kc, JP_CONTROL, "kernel_info_request", NULL, NULL, x->probe_id))
+            return 1;
+        return -1;
+    }
+    /* the idle status orders the answer after the cell's statuses; a
+     * kernel that publishes none for control requests has its reply (and
+     * a moment for the IOPub already under way) */
+    int answered = x->probe_idle || (x->probe_reply && now - x->probe_reply_seen >= 0.5);
+    if (!answered)
+        return now - x->probe_sent >= wait_s ? 1 : -1;
+    x->probe_id[0] = 0;
+    /* The kernel's clock, from busy to its answer; when it says nothing of
+     * this cell (not taken up yet: the request is still on its way, or it
+     * waits behind another client's cell) ours decides, without the time
+     * the manager was seen to stall */
+    double ran =
+        x->k_busy && x->probe_date ? x->probe_date - x->k_busy : now - x->t_sent - x->stalled;
+    double left = x->p->timeout - ran;
+    if (left <= 0.001)
+        return 1;
+    *deadline = now + left;
+    return 0;
+}
+
 /* Waits for the execute_reply and idle of the request x->msg_id, handling
  * its messages, the user's interrupt, the timeout (interrupt, then grace)
- * and a kernel that dies. t0: when the execution started. */
-static void exec_wait(exec_state *x, kclient *kc, kproc *kp, double t0)
+ * and a kernel that dies. The deadline counts from x->t_sent.
+ *
+ * Whatever has arrived is read before anything is judged, and the timeout
+ * is judged by the kernel's clock (exec_probe): a manager that stalled past
+ * the deadline (SIGSTOP, swap, a debugger) while the cell finished in time
+ * reports the finished cell, not a timeout, and a kernel already idle for
+ * this cell is never interrupted. */
+static void exec_wait(exec_state *x, kclient *kc, kproc *kp)
 {
     const codeexec_params *p = x->p;
-    double deadline = t0 + p->timeout, give_up = 0, last_alive_check = 0;
+    double deadline = x->t_sent + p->timeout, give_up = 0, last_alive_check = 0, idle_seen = 0;
+    double probe_wait = p->grace > 2 ? p->grace : 2, last_now = x->t_sent;
     int user_interrupt_seen = 0;
 
     while (!(x->idle && x->reply)) {
         double now = cm_mono_s();
+        /* a turn of this loop takes at most a receive (0.2 s) and a listener's
+         * back-pressure (1 s): a longer gap is the manager stalled, time the
+         * kernel's grace, the probe's wait and the reply's wait do not lose
+         * (the deadline itself is the kernel's clock's: exec_probe) */
+        if (last_now && now - last_now > CODEEXEC_STALL_S) {
+            double gap = now - last_now;
+            x->stalled += gap;
+            give_up += give_up ? gap : 0;
+            x->probe_sent += x->probe_id[0] ? gap : 0;
+            idle_seen += idle_seen ? gap : 0;
+        }
+        last_now = now;
+        if (x->idle && !idle_seen)
+            idle_seen = now;
+        if (x->idle && now - idle_seen >= CODEEXEC_REPLY_AFTER_IDLE_S) {
+            x->no_reply = 1;
+            break;
+        }
         if (p->interrupt_flag && atomic_load(p->interrupt_flag) && !user_interrupt_seen) {
             user_interrupt_seen = 1;
-            x->interrupted = 1;
-            give_up = now + p->grace + 2;
-            interrupt_kernel(kc, kp);
-        }
-        if (!x->timed_out && now >= deadline) {
-            x->timed_out = 1;
-            if (!x->interrupted) {
+            if (exec_drain(x, kc) < 0)
+                break;
+            if (!x->idle) {
                 x->interrupted = 1;
-                /* our kernels escalate by themselves after their own grace;
-                 * the extra seconds let them report it before we kill */
-                give_up = now + p->grace + 3;
+                give_up = now + p->grace + 2;
                 interrupt_kernel(kc, kp);
             }
         }
-        if (x->interrupted && now >= give_up) {
-            x->stuck = 1;
-            break;
+        if (!x->timed_out && !x->idle && now >= deadline) {
+            if (exec_drain(x, kc) < 0)
+                break;
+            int over = x->idle ? 0 : exec_probe(x, kc, now, probe_wait, &deadline);
+            if (over == 1) {
+                x->timed_out = 1;
+                if (!x->interrupted) {
+                    x->interrupted = 1;
+                    /* our kernels escalate by themselves after their own
+                     * grace; the extra seconds let them report it before
+                     * we kill */
+                    give_up = now + p->grace + 3;
+                    interrupt_kernel(kc, kp);
+                }
+            }
+        }
+        if (x->interrupted && !x->idle && now >= give_up) {
+            if (exec_drain(x, kc) < 0)
+                break;
+            if (!x->idle) {
+                x->stuck = 1;
+                break;
+            }
         }
         if (now - last_alive_check > 0.25) {
             last_alive_check = now;
@@ -516,16 +682,7 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp, double t0)
                 break;
             continue;
         }
-        json_t *parent_id = json_object_get(m->parent_header, "msg_id");
-        if (!json_is_string(parent_id) || strcmp(json_string_value(parent_id), x->msg_id)) {
-            jmsg_destroy(&m);
-            continue; /* someone else's (an attached console's) or an old request */
-        }
-        const char *type = jmsg_type(m);
-        if (ch == JP_SHELL && !strcmp(type, "execute_reply"))
-            exec_on_reply(x, m);
-        else if (ch == JP_IOPUB)
-            exec_on_iopub(x, type, m->content);
+        exec_handle(x, ch, m);
         jmsg_destroy(&m);
     }
 }
@@ -561,6 +718,14 @@ static result_status exec_status(exec_state *x, kproc *kp, int unsendable, int s
         status = out->state_lost ? RESULT_KILLED : RESULT_TIMEOUT;
         snprintf(reason, rsize, "timeout after %.1f s; %.400s", x->p->timeout,
                  out->state_lost ? out->reason : "interrupted, state preserved");
+    } else if (x->no_reply) {
+        char why[200];
+        status = RESULT_ERROR;
+        snprintf(why, sizeof why,
+                 "the kernel went idle after this cell but sent no execute_reply within %.0f s; "
+                 "its output so far is kept",
+                 CODEEXEC_REPLY_AFTER_IDLE_S);
+        x->error = result_error("NoReply", why, NULL);
     } else if (x->reply) {
         const char *st = json_string_value(json_object_get(x->reply, "status"));
         if (out->state_lost)
@@ -724,8 +889,10 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     x.displays = json_array();
     x.images = json_array();
     x.exec_count = -1;
-    if (sent)
-        exec_wait(&x, kc, kp, t0);
+    if (sent) {
+        x.t_sent = cm_mono_s();
+        exec_wait(&x, kc, kp);
+    }
 
     char reason[512] = "";
     result_status status = exec_status(&x, kp, unsendable, sent, reason, sizeof reason);

@@ -1,7 +1,9 @@
 /*
  * codeexec.h — one execution on one live kernel: send execute_request,
- * collect its outputs (capped), enforce the time limit (interrupt, grace),
- * report workspace changes, and build the result JSON of DESIGN.md.
+ * collect its outputs (capped), enforce the time limit (interrupt, grace;
+ * judged by the kernel's own clock, so a stalled manager never calls a
+ * finished cell a timeout), report workspace changes, and build the result
+ * JSON of DESIGN.md.
  *
  * Restarting a kernel is the session's job: the outcome says when the kernel
  * must be killed and restarted (state lost) and why.

@@ -185,6 +185,11 @@ int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out)
 {
     static const jp_channel order[4] = {JP_IOPUB, JP_SHELL, JP_CONTROL, JP_STDIN};
     double deadline = cm_mono_s() + timeout_ms / 1000.0;
+    /* A malformed message is no reason to say "nothing here" while good
+     * ones wait behind it (a caller reading everything that has arrived
+     * stops at 0); past the deadline only this many are skipped, so a
+     * kernel that sends nothing else cannot hold the caller. */
+    int late_drops = 64;
     for (;;) {
         zmq_pollitem_t items[4];
         for (int i = 0; i < 4; i++)
@@ -200,6 +205,7 @@ int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out)
         if (rc == 0)
             return 0;
         /* iopub first: output must be collected before the reply that ends it */
+        int dropped = 0;
         for (int i = 0; i < 4; i++) {
             if (!(items[i].revents & ZMQ_POLLIN))
                 continue;
@@ -214,11 +220,12 @@ int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out)
             }
             if (st != JP_ERR_AGAIN) {
                 kc->dropped++;
+                dropped = 1;
                 fprintf(stderr, "kernelmgr: %s: dropped a malformed %s message: %s\n", kc->label,
                         jp_channel_name(order[i]), jerr.reason);
             }
         }
-        if (cm_mono_s() >= deadline)
+        if (cm_mono_s() >= deadline && (!dropped || --late_drops <= 0))
             return 0;
     }
 }

@@ -30,7 +30,9 @@ int kclient_send(kclient *kc, jp_channel ch, const char *msg_type, json_t *conte
 
 /* Waits up to timeout_ms for one message on shell, iopub, control or stdin.
  * Returns 1 with *out (new) and *ch set, 0 on timeout, -1 on a socket error.
- * Malformed messages are logged and skipped (the wait goes on). */
+ * Malformed messages are logged and skipped (the wait goes on): 0 means no
+ * good message was there, also with timeout_ms 0 (what a caller draining
+ * everything that has arrived relies on). */
 int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out);
 
 /* Reads and drops, without verifying or parsing, up to max whole IOPub

@@ -42,6 +42,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -80,8 +81,12 @@ typedef struct mcp_inflight {
     json_t *request; /* owned: the whole request */
     char *tool;      /* owned */
     json_t *args;    /* borrowed from request */
+    int delivered;   /* (atomic) its request reached the daemon (mcp_call_delivered) */
     struct mcp_inflight *next;
 } mcp_inflight;
+
+/* The call the current thread runs (call_thread), for mcp_call_delivered. */
+static __thread mcp_inflight *thread_call;
 
 struct mcp_server {
     pthread_mutex_t out_lock; /* one writer of stdout at a time */
@@ -130,6 +135,12 @@ const mcp_options *mcp_server_options(mcp_server *srv)
 int mcp_call_cancelled(mcp_call *call)
 {
     return __atomic_load_n(&call->cancelled, __ATOMIC_SEQ_CST);
+}
+
+void mcp_call_delivered(void)
+{
+    if (thread_call)
+        __atomic_store_n(&thread_call->delivered, 1, __ATOMIC_SEQ_CST);
 }
 
 void mcp_call_progress(mcp_call *call, double progress, const char *message)
@@ -237,7 +248,9 @@ static void *call_thread(void *arg)
     mcp_server *srv = f->call.srv;
     int rpc_code = 0;
     char msg[512] = "";
+    thread_call = f;
     json_t *result = mcpt_call(&f->call, f->tool, f->args, &rpc_code, msg, sizeof msg);
+    thread_call = NULL;
 
     pthread_mutex_lock(&srv->lock);
     for (mcp_inflight **p = &srv->inflight; *p; p = &(*p)->next)
@@ -431,6 +444,46 @@ static void handle_line(mcp_server *srv, const char *line, size_t len)
     rpc_msg_clear(&m);
 }
 
+/* 1 when nobody reads our stdout any more (the reader of a pipe or the
+ * peer of a socket is gone); never for a file or a terminal. */
+static int stdout_gone(void)
+{
+    struct pollfd pfd = {.fd = STDOUT_FILENO, .events = POLLOUT};
+    return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL));
+}
+
+/* End of input: the client is done or gone. Nothing is cancelled (README
+ * "When a client goes away": a cell whose client went away runs to its
+ * end, its result goes to the session's history; only
+ * notifications/cancelled interrupts). Waits for every call still in flight
+ * to reach the daemon (daemon_connect bounds that), and, while someone
+ * still reads stdout, for the calls to finish and be answered. Returns how
+ * many calls still run (the daemon finishes them). */
+static int end_of_input(mcp_server *srv)
+{
+    pthread_mutex_lock(&srv->lock);
+    for (;;) {
+        int undelivered = 0;
+        for (mcp_inflight *f = srv->inflight; f; f = f->next)
+            undelivered += !__atomic_load_n(&f->delivered, __ATOMIC_SEQ_CST);
+        if (srv->n_threads == 0 || (!undelivered && stdout_gone()))
+            break;
+        /* woken when a call ends; else looked at again (a call reaching the
+         * daemon, the reader of stdout going away) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv->idle, &srv->lock, &ts);
+    }
+    int left = srv->n_threads;
+    pthread_mutex_unlock(&srv->lock);
+    return left;
+}
+
 static void usage(FILE *f)
 {
     fputs("usage: kernelmgr mcp [--allowlist FILE] [--allow-unsafe-session-options]\n"
@@ -516,21 +569,11 @@ int mcp_main(int argc, char **argv)
     }
     free(line);
 
-    /* End of input: the client is gone. Cancel what still runs (it will
-     * interrupt its execution) and wait a bounded time for the threads. */
-    pthread_mutex_lock(&srv.lock);
-    for (mcp_inflight *f = srv.inflight; f; f = f->next)
-        __atomic_store_n(&f->call.cancelled, 1, __ATOMIC_SEQ_CST);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
-    while (srv.n_threads > 0)
-        if (pthread_cond_timedwait(&srv.idle, &srv.lock, &deadline) == ETIMEDOUT)
-            break;
-    int left = srv.n_threads;
-    pthread_mutex_unlock(&srv.lock);
+    int left = end_of_input(&srv);
     if (left > 0) {
-        mcp_log("%d call(s) still running at exit", left);
+        mcp_log("%d call(s) still running in the daemon at exit: they run to their end, their "
+                "results go to the sessions' history",
+                left);
         fflush(stdout);
         _exit(0); /* threads still use srv: do not tear it down under them */
     }

@@ -63,15 +63,18 @@ static char *home_path(void)
     return kmcfg_home(buf, sizeof buf) ? strdup(buf) : NULL;
 }
 
+/* Events and ticks come only once daemon_call has sent the request. */
 static void on_event(void *ud, const json_t *params)
 {
     mcpd_wait *w = ud;
+    mcp_call_delivered();
     w->ev(w->ud, params);
 }
 
 static int on_tick(void *ud)
 {
     mcpd_wait *w = ud;
+    mcp_call_delivered();
     return w->tick ? w->tick(w->ud, cm_mono_s() - w->start) : 0;
 }
 

@@ -4,7 +4,8 @@
  *
  * Threading: the core reads stdin on the main thread and runs every
  * tools/call on its own thread, so a long execution neither blocks pings nor
- * the notifications/cancelled that interrupts it. Every write to stdout goes
+ * the notifications/cancelled that interrupts it. The end of input cancels
+ * nothing (mcp.c end_of_input). Every write to stdout goes
  * through mcp_send(), which serialises whole lines under a lock.
  */
 #ifndef KERNELMGR_MCP_INT_H
@@ -43,6 +44,13 @@ void mcp_call_progress(mcp_call *call, double progress, const char *message);
 
 /* 1 once the client cancelled this call. */
 int mcp_call_cancelled(mcp_call *call);
+
+/* Says that the request of the tools/call running on this thread has
+ * reached the daemon, which from then on finishes it whatever becomes of
+ * this process: at end of input the server waits for no more than that
+ * when nobody reads its answers (mcp.c). Called on the call's own thread;
+ * elsewhere it does nothing. */
+void mcp_call_delivered(void);
 
 /* borrowed: the options this server runs with. */
 const mcp_options *mcp_server_options(mcp_server *srv);

@@ -76,6 +76,40 @@ static void test_now_iso8601_format(void **state)
     assert_non_null(strptime(d, "%Y-%m-%dT%H:%M:%S", &tm));
     time_t t = timegm(&tm);
     assert_true(t >= before - 1 && t <= after + 1);
+    /* and it reads back what it wrote */
+    double back = 0;
+    assert_int_equal(jp_iso8601_parse(d, &back), 0);
+    assert_true(back >= (double)before - 1 && back <= (double)after + 1);
+}
+
+static void test_iso8601_parse(void **state)
+{
+    (void)state;
+    double t = 0;
+    assert_int_equal(jp_iso8601_parse("1970-01-01T00:00:00Z", &t), 0);
+    assert_true(t == 0);
+    assert_int_equal(jp_iso8601_parse("2026-12-01T00:32:36.250000Z", &t), 0);
+    assert_true(t == 1796085156.25);
+    /* the zones a Jupyter kernel may write (ipykernel: +00:00) */
+    assert_int_equal(jp_iso8601_parse("2026-12-01T01:32:36.25+01:00", &t), 0);
+    assert_true(t == 1796085156.25);
+    assert_int_equal(jp_iso8601_parse("2026-11-30T23:02:36.25-0130", &t), 0);
+    assert_true(t == 1796085156.25);
+    assert_int_equal(jp_iso8601_parse("2026-12-01 00:32:36", &t), 0);
+    assert_true(t == 1796085156);
+    /* not dates: refused, never guessed */
+    const char *bad[] = {"",
+                         "2026-12-01",
+                         "2026-13-01T00:00:00Z",
+                         "2026-12-01T24:00:00Z",
+                         "2026-12-01T00:00:00.Z",
+                         "2026-12-01T00:00:00Zjunk",
+                         "2026-12-01T00:00:00+1",
+                         "x026-12-01T00:00:00Z",
+                         NULL};
+    for (int i = 0; bad[i]; i++)
+        assert_int_equal(jp_iso8601_parse(bad[i], &t), -1);
+    assert_int_equal(jp_iso8601_parse(NULL, &t), -1);
 }
 
 struct utf8_case {
@@ -247,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_strerror_names_every_code),
         cmocka_unit_test(test_uuid4_format_and_uniqueness),
         cmocka_unit_test(test_now_iso8601_format),
+        cmocka_unit_test(test_iso8601_parse),
         cmocka_unit_test(test_utf8_valid),
         cmocka_unit_test(test_utf8_sanitize),
         cmocka_unit_test(test_utf8_complete_prefix),
