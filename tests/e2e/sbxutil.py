@@ -46,17 +46,19 @@ def build_tool():
             _tool_path = env_tool
             return env_tool
         out = kutil.BUILD / "sandbox-run"
+        # xdist workers are processes: each builds under a name of its own
+        tmp = "%s.tmp.%d" % (out, os.getpid())
         out.parent.mkdir(parents=True, exist_ok=True)
         srcs = sorted(str(p) for p in (ROOT / "sandbox").glob("*.c"))
         flags = subprocess.run(["pkg-config", "--cflags", "--libs", "jansson", "libseccomp"],
                                capture_output=True, text=True, check=True).stdout.split()
         cmd = ["gcc", "-std=gnu11", "-D_GNU_SOURCE", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
-               "-Wno-unused-parameter", "-I", str(ROOT), "-o", str(out) + ".tmp",
+               "-Wno-unused-parameter", "-I", str(ROOT), "-o", tmp,
                str(ROOT / "tests/tools/sandbox_run.c"), *srcs, *flags]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             pytest.fail("building sandbox-run failed:\n" + r.stderr)
-        os.replace(str(out) + ".tmp", out)
+        os.replace(tmp, out)
         _tool_path = str(out)
         return _tool_path
 
@@ -173,8 +175,11 @@ def nobody_binary(name):
         if _nobody_dir is None:
             d = Path(tempfile.mkdtemp(prefix="km-nobody-bin-"))
             os.chmod(d, 0o755)
-            for b in ("kernel-bash", "kernel-python"):
-                shutil.copy2(kutil.BUILD / b, d / b)
+            # every binary a nobody test runs, copied once per process here
+            # (copying one again while another test executes it: ETXTBSY)
+            for b in ("kernel-bash", "kernel-python", "kernelmgr", "kernelmgr-gateway"):
+                if (kutil.BUILD / b).exists():
+                    shutil.copy2(kutil.BUILD / b, d / b)
             shutil.copytree(kutil.BUILD / "share", d / "share")
             for root, dirs, files in os.walk(d):
                 for n in dirs + files:

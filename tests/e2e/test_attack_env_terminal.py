@@ -48,20 +48,13 @@ SECRETS = {
 }
 PASSED = {"LANG": "C.UTF-8", "LC_MESSAGES": "C", "TZ": "UTC", "TERM": "xterm-256color"}
 
-_bin_dir = None
 
 
 def km_binary(user):
     """build/kernelmgr, or for nobody a copy beside nobody's kernel copies."""
-    global _bin_dir
     if user != "nobody":
         return mgrutil.KM
-    d = Path(sbxutil.nobody_binary("kernel-bash")).parent
-    if _bin_dir is None:
-        shutil.copy2(mgrutil.KM, d / "kernelmgr")
-        os.chmod(d / "kernelmgr", 0o755)
-        _bin_dir = d
-    return str(d / "kernelmgr")
+    return sbxutil.nobody_binary("kernelmgr")
 
 
 class KM:

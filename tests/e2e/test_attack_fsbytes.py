@@ -67,12 +67,7 @@ class Mgr:
         self.prefix = []
         self.km = kutil.binary("kernelmgr")
         if user == "nobody":
-            d = Path(sbxutil.nobody_binary("kernel-python")).parent
-            km = d / "kernelmgr"
-            if not km.exists():
-                shutil.copy2(self.km, km)
-                os.chmod(km, 0o755)
-            self.km = str(km)
+            self.km = sbxutil.nobody_binary("kernelmgr")
             self.prefix = SETPRIV
             self.env["HOME"] = str(self.home)
             self.env.pop("XDG_CACHE_HOME", None)

@@ -40,22 +40,14 @@ UNAUTH = 24
 HEADER_TIMEOUT = 1
 TOKEN_PEER = "127.0.0.2"
 
-_bin_dir = None
 
 
 def km_binary(user):
     """build/kernelmgr, or for nobody a copy (with kernelmgr-gateway, which
     `serve --http` execs) beside nobody's kernel copies."""
-    global _bin_dir
     if user != "nobody":
         return mgrutil.KM
-    d = Path(sbxutil.nobody_binary("kernel-bash")).parent
-    if _bin_dir is None:
-        for b in ("kernelmgr", "kernelmgr-gateway"):
-            shutil.copy2(Path(mgrutil.KM).parent / b, d / b)
-            os.chmod(d / b, 0o755)
-        _bin_dir = d
-    return str(d / "kernelmgr")
+    return sbxutil.nobody_binary("kernelmgr")
 
 
 class GwKM:

@@ -27,22 +27,13 @@ import kutil  # noqa: E402
 import mgrutil  # noqa: E402
 import sbxutil  # noqa: E402
 
-_bin_dir = None
-_bin_lock = threading.Lock()
 
 
 def km_binary(user):
     """build/kernelmgr, or for nobody a copy beside nobody's kernel copies."""
-    global _bin_dir
     if user != "nobody":
         return mgrutil.KM
-    d = Path(sbxutil.nobody_binary("kernel-bash")).parent
-    with _bin_lock:
-        if _bin_dir is None:
-            shutil.copy2(mgrutil.KM, d / "kernelmgr")
-            os.chmod(d / "kernelmgr", 0o755)
-            _bin_dir = d
-    return str(d / "kernelmgr")
+    return sbxutil.nobody_binary("kernelmgr")
 
 
 def poll(what, pred, deadline=60, msg="condition"):

@@ -134,6 +134,7 @@ def run_notebook(path, kernel_name, specs):
     """Executes the notebook at path on kernel_name in a fresh directory."""
     import nbclient
     import nbformat
+    from jupyter_client import KernelManager
     nb = nbformat.read(str(path), as_version=4)
     ws = Path(tempfile.mkdtemp(prefix=f"{path.stem}-", dir=specs.base))
     old = {k: os.environ.get(k) for k in specs.environ()}
@@ -144,7 +145,15 @@ def run_notebook(path, kernel_name, specs):
     try:
         # the kernel's own stdout/stderr (banners, its log) go to a file
         with open(log_path, "wb") as log:
-            nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=CELL_TIMEOUT,
+            # ipc, not tcp: a free tcp port jupyter_client picked can be
+            # taken by another kernel starting at the same moment (the
+            # suite runs in parallel) before this kernel binds it; the sockets sit beside a
+            # connection file of this run's own (a relative ip would put
+            # them in the shared working directory)
+            km = KernelManager(kernel_name=kernel_name, transport="ipc",
+                               connection_file=str(specs.base / ("%s-%s.json" % (ws.name,
+                                                                                 kernel_name))))
+            nbclient.NotebookClient(nb, km=km, kernel_name=kernel_name, timeout=CELL_TIMEOUT,
                                     startup_timeout=60, allow_errors=True,
                                     resources={"metadata": {"path": str(ws)}}).execute(
                                         stdout=log, stderr=subprocess.STDOUT)

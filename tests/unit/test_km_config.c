@@ -239,8 +239,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults_and_valid),   cmocka_unit_test(invalid_names_key_and_reason),
         cmocka_unit_test(tcp_needs_the_opt_in), cmocka_unit_test(sizes),
-        cmocka_unit_test(cpu_limits),
-        cmocka_unit_test(gateway_unauth_bounds),
+        cmocka_unit_test(cpu_limits),           cmocka_unit_test(gateway_unauth_bounds),
         cmocka_unit_test(files_scan_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
