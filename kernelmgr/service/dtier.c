@@ -304,10 +304,8 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     case DT_SO_ENV: {
         char what[40];
         snprintf(what, sizeof what, "field \"%s\"", name);
-        if (!json_is_object(v)) {
-            snprintf(why, n, "%s: expected an object, got %s", what, type_name(v));
-            return -1;
-        }
+        /* kenv says what is wrong, a value that is not an object included
+         * (the one wording every client of the environment sees) */
         if (kenv_check_object(NULL, what, v, why, n))
             return -1;
         so->env = v;

@@ -144,7 +144,16 @@ class KM:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+        # a process already on its way out (its memory gone: an empty
+        # command line) is given the time to finish exiting on its own;
+        # anything still there then was left behind
         leftovers = home_processes(self.home)
+        if leftovers:
+            try:
+                poll(lambda: home_processes(self.home), lambda v: not v, 10, "leftovers exit")
+            except AssertionError:
+                pass
+            leftovers = home_processes(self.home)
         for pid in leftovers:
             try:
                 os.kill(pid, signal.SIGKILL)

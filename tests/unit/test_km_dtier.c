@@ -141,7 +141,7 @@ static void sopts_values(void **state)
         {"{\"python\":\"python3\"}", "field \"python\": must be an absolute path"},
         {"{\"workspace\":\"rel\"}", "field \"workspace\": must be an absolute path"},
         {"{\"sandbox\":\"loose\"}", "field \"sandbox\": must be \"strict\" or \"none\""},
-        {"{\"env\":[]}", "field \"env\": expected an object"},
+        {"{\"env\":[]}", "field \"env\" must be an object"},
         {"{\"env\":{\"A\":1}}", "field \"env\""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
