@@ -30,7 +30,7 @@
  *
  * Threads: PR_SET_PDEATHSIG follows the *thread* that called sandbox_spawn();
  * call it from a thread that lives as long as the sandbox should.
- * See "Security model" in README.md.
+ * See "The sandbox" and the sections after it in docs/SECURITY.md.
  */
 #ifndef KERNELS_SANDBOX_SANDBOX_H
 #define KERNELS_SANDBOX_SANDBOX_H

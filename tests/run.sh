@@ -49,7 +49,7 @@ for t in "$BUILD"/tests/test_*; do
     fi
 done
 
-# The tree must also build warning-free with clang (issue 2).
+# The tree must also build warning-free with clang, not only gcc.
 if tier clang && command -v clang >/dev/null; then
     if make --no-print-directory -j2 CC=clang BUILD="$BUILD/clang" all \
         >"$BUILD/test-logs/clang-build.log" 2>&1; then

@@ -144,7 +144,7 @@ int session_json_set_aside(const char *path, char *out, size_t outlen);
 /* 1 with the path of the newest session.json.corrupt-* in dir in out, else 0. */
 int session_set_aside_find(const char *dir, char *out, size_t outlen);
 /* Writes s's session.json: temp file, fsync, rename, fsync of the
- * directory; once it returns 0 the options survive a power loss (README
+ * directory; once it returns 0 the options survive a power loss (docs/LIFECYCLE.md
  * "Durability"). For a session's creation and repair, the writes that
  * decide its options. 0, or -1 with the reason. */
 int session_save_err(km_manager *m, session *s, char *err, size_t errlen);

@@ -57,7 +57,7 @@ static const char usage_text[] =
     "                                         install allowlisted packages for a session\n"
     "  serve [--pool N] [--stop]              run the daemon in the foreground (or stop it)\n"
     "        [--http [ADDR:]PORT] [--tls-cert F --tls-key F] [--insecure]\n"
-    "                                         also serve Jupyter frontends over HTTP (README)\n"
+    "                                         also serve Jupyter frontends over HTTP (docs/GATEWAY.md)\n"
     "  mcp                                    MCP server on stdio\n"
     "  doctor                                 sandbox capabilities, Python, versions\n"
     "                                         (exit 1: configured sandbox unavailable)\n"

@@ -10,7 +10,7 @@
  * is the daemon's table (kernelmgr/service/dtier.h), refused there with
  * JSON-RPC error -32602 naming the field and the tier, and its replies carry
  * no host paths. The operator's http_allow_unsafe_session_options relaxes
- * the tier as documented (README "the gateway").
+ * the tier as documented (docs/GATEWAY.md).
  */
 #ifndef KERNELMGR_GWAPI_H
 #define KERNELMGR_GWAPI_H

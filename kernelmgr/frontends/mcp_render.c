@@ -109,7 +109,7 @@ static void put_truncated(FILE *f, const json_t *truncated)
     json_object_foreach((json_t *)truncated, stream, t)
     {
         /* the file report and unsaved images carry a reason, not byte counts
-         * (README "The result") */
+         * (docs/CLI.md "The result") */
         if (!strcmp(stream, "files") || !strcmp(stream, "images")) {
             const char *reason = json_string_value(json_object_get(t, "reason"));
             if (!strcmp(stream, "files"))
