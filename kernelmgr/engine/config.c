@@ -325,20 +325,13 @@ static int env_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
     return get_env(v, &cfg->env, err, errlen);
 }
 
-/* an unset env is not in the object (as always: {} and absent are alike) */
-static json_t *env_json(const kmcfg *cfg)
-{
-    (void)cfg;
-    return NULL;
-}
-
 static const kmcfg_special sp_kernels = {kernels_defaults, apply_kernels, kernels_json};
 static const kmcfg_special sp_languages = {NULL, languages_apply, languages_json};
 static const kmcfg_special sp_memory = {NULL, memory_apply, memory_json};
 static const kmcfg_special sp_network = {NULL, network_apply, network_json};
 static const kmcfg_special sp_python = {NULL, python_apply, python_json};
 static const kmcfg_special sp_output_cap = {output_cap_defaults, output_cap_apply, output_cap_json};
-static const kmcfg_special sp_env = {NULL, env_apply, env_json};
+static const kmcfg_special sp_env = {NULL, env_apply, NULL};
 
 /* The strings' validators (a non-empty value). */
 
@@ -407,7 +400,7 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SECS("start_timeout", start_timeout, 1, 3600, 60, 0, NULL, "seconds",
              "seconds for a kernel to answer"),
     OPT_SPECIAL(
-        "memory", &sp_memory, 0, "0 (the kernels' 2G)",
+        "memory", &sp_memory, 0, "`0` (the kernels' 2G)",
         "memory limit per kernel in bytes or \"512M\"/\"2G\"; at least 16M, 0 = the kernels' "
         "default"),
     OPT_SECS("cpus", cpus, KM_CPUS_MIN, KM_CPUS_MAX, 0, KMCFG_F_NONE, "no cap", "CPUs",
@@ -417,7 +410,7 @@ const kmcfg_opt kmcfg_opts[] = {
         "seconds",
         "CPU seconds a block may use (all processes of the sandbox together); past it the block "
         "is stopped like a timeout"),
-    OPT_SPECIAL("network", &sp_network, 0, "\"off\"",
+    OPT_SPECIAL("network", &sp_network, 0, "`\"off\"`",
                 "network in the sandbox: \"on\" or \"off\" (or true/false)"),
     OPT_SPECIAL("python", &sp_python, 0, "detected",
                 "absolute path of the Python kernel's interpreter (null: detected)"),
@@ -434,7 +427,7 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_UINT("max_kernels", max_kernels, 1, 4096, 32, KMCFG_F_AUTO, NULL,
              "cap on live kernels (a count); unset: `min(32, MemTotal / (memory + 256 MiB))`, at "
              "least 2"),
-    OPT_SPECIAL("output_cap", &sp_output_cap, 0, "\"64K\"",
+    OPT_SPECIAL("output_cap", &sp_output_cap, 0, "`\"64K\"`",
                 "bytes kept per stream per block, 256 bytes to 256M"),
     OPT_UINT("files_max", files_max, 0, 100000, 100, KMCFG_F_TRUNC, NULL,
              "file changes listed per block (a count)"),
@@ -458,7 +451,7 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SIZE("kernel_log_max", kernel_log_max, 4096, 1ull << 40, MIB,
              "bytes of each kernel log file"),
     OPT_SIZE("history_max", history_max, 4096, 1ull << 40, 8 * MIB, "bytes of each history file"),
-    OPT_SPECIAL("env", &sp_env, 0, "{}",
+    OPT_SPECIAL("env", &sp_env, KMCFG_F_SECRET, "`{}`",
                 "`{\"NAME\": \"value\"}` for the code of every session (64 variables, 32 KiB per "
                 "value, 256 KiB in all)"),
     OPT_SIZE("code_max", code_max, 1024, 32 * MIB, 16 * MIB, "bytes of code per request"),
@@ -473,7 +466,7 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SECS("admission_timeout", admission_timeout, 0, DAY, 300, 0, NULL, "seconds",
              "seconds a kernel start waits for a slot under `max_kernels`"),
     OPT_SPECIAL(
-        "kernels", &sp_kernels, KMCFG_F_FIRST, "{}",
+        "kernels", &sp_kernels, KMCFG_F_FIRST, "`{}`",
         "per language: a Jupyter kernelspec (`\"python\": \"python3\"`; null: back to ours) "
         "or a new language (`\"sh\": {\"backend\": \"kernel-bash\"}`)"),
     OPT_STR("http", http, 0, NULL,
@@ -777,17 +770,20 @@ static void doc_row(const kmcfg_opt *o, char *buf, size_t n)
         break;
     case KMCFG_UINT:
     case KMCFG_SECONDS:
-        if (o->sdef)
-            snprintf(def, sizeof def, "%s", o->sdef);
+        if (o->flags & KMCFG_F_AUTO)
+            snprintf(def, sizeof def, "from memory");
         else if ((o->flags & KMCFG_F_NONE) && o->def == 0)
             snprintf(def, sizeof def, "`null` (%s)", o->zero);
         else if (o->def == 0 && o->zero)
             snprintf(def, sizeof def, "0 (%s)", o->zero);
         else
-            snprintf(def, sizeof def, "%g", o->def);
-        snprintf(range, sizeof range, " (%s%g–%g%s%s)", (o->flags & KMCFG_F_NONE) ? "0 or " : "",
-                 o->min, o->max, o->type == KMCFG_SECONDS && o->unit ? " " : "",
-                 o->type == KMCFG_SECONDS && o->unit ? o->unit : "");
+            snprintf(def, sizeof def, "%.10g", o->def);
+        snprintf(range, sizeof range, " (%s%.10g–%.10g%s%s%s%s)",
+                 (o->flags & KMCFG_F_NONE) ? "0 or " : "", o->min, o->max,
+                 o->type == KMCFG_SECONDS && o->unit ? " " : "",
+                 o->type == KMCFG_SECONDS && o->unit ? o->unit : "",
+                 o->zero && !(o->flags & KMCFG_F_NONE) && o->def != 0 ? "; 0: " : "",
+                 o->zero && !(o->flags & KMCFG_F_NONE) && o->def != 0 ? o->zero : "");
         break;
     case KMCFG_SIZE:
         snprintf(def, sizeof def, "`\"%s\"`", doc_size((uint64_t)o->def, a, sizeof a));

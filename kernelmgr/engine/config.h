@@ -105,7 +105,7 @@ typedef enum kmcfg_type {
     1u                    /* SECONDS: 0 or null = "none" (the row's zero), else in [min, max];     \
                              to_json: null for none */
 #define KMCFG_F_TRUNC 2u  /* UINT: a number in range, its fraction dropped (not refused) */
-#define KMCFG_F_SECRET 4u /* never in kmcfg_to_json */
+#define KMCFG_F_SECRET 4u /* never in kmcfg_to_json (a token; env values may be credentials) */
 #define KMCFG_F_AUTO 8u   /* UINT max_kernels: derived from memory until given (max_kernels_auto) */
 #define KMCFG_F_FIRST 16u /* applied before every other key of the same object */
 
