@@ -409,7 +409,7 @@ const kmcfg_opt kmcfg_opts[] = {
         "cpu_time", cpu_time, KM_CPU_TIME_MIN, KM_CPU_TIME_MAX, 0, KMCFG_F_NONE, "no budget",
         "seconds",
         "CPU seconds a block may use (all processes of the sandbox together); past it the block "
-        "is stopped like a timeout"),
+        "is stopped like a timeout and the result says so"),
     OPT_SPECIAL("network", &sp_network, 0, "`\"off\"`",
                 "network in the sandbox: \"on\" or \"off\" (or true/false)"),
     OPT_SPECIAL("python", &sp_python, 0, "detected",
@@ -420,7 +420,8 @@ const kmcfg_opt kmcfg_opts[] = {
         "the kernels' ZeroMQ transport; `tcp` is refused unless `transport_tcp_exposed` is set"),
     OPT_BOOL(
         "transport_tcp_exposed", transport_tcp_exposed, 0,
-        "`true`: accept that with `tcp` any local user can read every kernel's output on IOPub"),
+        "`true`: accept that with `tcp` any local user can read every kernel's output on IOPub "
+        "(ZeroMQ PUB has no authentication); said at every start"),
     OPT_UINT("pool", pool, 0, 64, 0, 0, NULL, "warm sessions the daemon keeps ready (a count)"),
     OPT_SECS("idle_timeout", idle_timeout, 0, DAY * 365, 3600, 0, "never", "seconds",
              "seconds before an idle kernel is stopped"),
@@ -437,11 +438,13 @@ const kmcfg_opt kmcfg_opts[] = {
      * 50000 entries of 200-byte paths, so a workspace normal by count is
      * never cut by bytes */
     OPT_SIZE("files_scan_bytes", files_scan_bytes, 64 * 1024, 32 * MIB, 16 * MIB,
-             "bytes a walk of a workspace may hold: every entry's path + link text + 128"),
+             "bytes a walk of a workspace (a block's file report, `files.list`) may hold: every "
+             "entry's path + link text + 128; past it the walk stops and the result says so "
+             "(`truncated.files`)"),
     OPT_UINT("outputs_keep_runs", outputs_keep_runs, 0, 100000, 20, 0, NULL,
              "outputs of finished `run`s kept (a count)"),
     OPT_SECS("outputs_max_age", outputs_max_age, 0, DAY * 3650, DAY * 7, 0, "no age limit",
-             "seconds", "seconds a finished `run`'s outputs are kept"),
+             "seconds", "seconds a finished `run`'s outputs are kept (7 days)"),
     OPT_SIZE("spill_max", spill_max, 0, 1ull << 40, 64 * MIB,
              "bytes of a spill file per stream per block"),
     OPT_SIZE("display_max", display_max, 0, 1ull << 30, 16 * MIB,
@@ -468,7 +471,8 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SPECIAL(
         "kernels", &sp_kernels, KMCFG_F_FIRST, "`{}`",
         "per language: a Jupyter kernelspec (`\"python\": \"python3\"`; null: back to ours) "
-        "or a new language (`\"sh\": {\"backend\": \"kernel-bash\"}`)"),
+        "or a new language (`\"sh\": {\"backend\": \"kernel-bash\"}`); see \"Adding a "
+        "language\""),
     OPT_STR("http", http, 0, NULL,
             "`\"[ADDR:]PORT\"`: the daemon also serves the Jupyter gateway (ADDR 127.0.0.1 by "
             "default; port 0 = any free one)"),
@@ -481,7 +485,7 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_BOOL("http_insecure", http_insecure, 0, "allow a non-loopback address without TLS"),
     OPT_BOOL("http_allow_unsafe_session_options", http_allow_unsafe, 0,
              "let the API over HTTP create sessions with `sandbox: \"none\"`, `network: \"on\"`, "
-             "`python` or `workspace`"),
+             "`python` or `workspace` (not above the `memory`, `cpus`, `cpu_time` ceilings)"),
     OPT_STR("http_origin", http_origin, 0, NULL,
             "an Origin allowed for WebSocket upgrades besides the Host's own"),
     OPT_SIZE("http_max_body", http_max_body, 1024, 1ull << 30, MIB, "bytes of a request body"),
@@ -494,15 +498,18 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SECS("http_rate", http_rate, 1, 1e6, 500, 0, NULL, "per second",
              "messages + requests per second per connection (bursts of twice that)"),
     OPT_UINT("http_max_unauth_per_peer", http_max_unauth_per_peer, 1, 65536, 16, 0, NULL,
-             "connections without the token from one IP address (a count)"),
+             "connections without the token from one IP address (a count); more are closed at "
+             "accept (503 naming the bound on plain HTTP); behind a reverse proxy every client is "
+             "the proxy's address"),
     OPT_UINT("http_max_unauth", http_max_unauth, 1, 65536, 256, 0, NULL,
-             "connections without the token from all peers at once (a count)"),
+             "connections without the token from all peers at once (a count); the gateway's "
+             "connections of every kind are also bounded by half of `RLIMIT_NOFILE`"),
     OPT_UINT("http_header_timeout", http_header_timeout, 1, 600, 10, 0, NULL,
              "seconds for a request's line and headers to arrive (also the TLS handshake and each "
              "chunk of a body)"),
     OPT_STR("http_host", http_host, 0, check_host,
             "a DNS name the gateway answers to besides its listen address (and `localhost` on "
-            "loopback)"),
+            "loopback); other names get 403 (DNS rebinding)"),
     {NULL, 0, 0, 0, 0, 0, 0, NULL, {NULL, NULL}, 0, NULL, NULL, NULL, NULL, NULL},
 };
 #undef OPT_BOOL
@@ -807,7 +814,7 @@ static void doc_row(const kmcfg_opt *o, char *buf, size_t n)
 
 int kmcfg_doc(FILE *f)
 {
-    char line[1024];
+    char line[2048];
     int bad = fprintf(f, "| key | default | meaning |\n| --- | --- | --- |\n") < 0;
     for (const kmcfg_opt *o = kmcfg_opts; o->name; o++) {
         doc_row(o, line, sizeof line);
