@@ -1,7 +1,9 @@
 /*
- * config.c — defaults, JSON configuration and its validation.
+ * config.c — defaults, JSON configuration and its validation: the table
+ * of options (kmcfg_opts) and the loops over it.
  */
 #include "kernelmgr/engine/config.h"
+#include "kernelmgr/engine/kmlimits.h"
 #include "common/cm_io.h"
 #include "common/cm_size.h"
 #include "kernels/server/kenv.h"
@@ -11,6 +13,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +22,7 @@ unsigned kmcfg_auto_max_kernels(uint64_t memory)
 {
     /* each kernel may use its memory limit plus the kernel server, the
      * sandbox and the manager's share (about 256 MiB) */
-    uint64_t per = (memory ? memory : 2ull << 30) + (256ull << 20);
+    uint64_t per = (memory ? memory : KM_MEMORY_DEFAULT) + (256ull << 20);
     uint64_t total = 0;
     FILE *f = fopen("/proc/meminfo", "re");
     if (f) {
@@ -36,51 +39,6 @@ unsigned kmcfg_auto_max_kernels(uint64_t memory)
         return 32;
     uint64_t n = total / per;
     return n < 2 ? 2 : n > 32 ? 32 : (unsigned)n;
-}
-
-void kmcfg_defaults(kmcfg *cfg)
-{
-    memset(cfg, 0, sizeof *cfg);
-    km_langs_builtin(&cfg->langs);
-    for (int i = 0; i < cfg->langs.n; i++)
-        cfg->allow[i] = 1;
-    cfg->timeout = 60;
-    cfg->interrupt_grace = 5;
-    cfg->start_timeout = 60;
-    cfg->network = 0;
-    snprintf(cfg->sandbox, sizeof cfg->sandbox, "strict");
-    snprintf(cfg->transport, sizeof cfg->transport, "ipc");
-    cfg->pool = 0;
-    cfg->idle_timeout = 3600;
-    cfg->max_kernels = kmcfg_auto_max_kernels(0);
-    cfg->max_kernels_auto = 1;
-    cfg->daemon_workers = 0;
-    cfg->daemon_queue = 4096;
-    cfg->client_buffer = 8ull << 20;
-    cfg->client_timeout = 10;
-    cfg->http_max_body = 1u << 20;
-    cfg->http_max_message = 64u << 20;
-    cfg->http_max_pending = 64u << 20;
-    cfg->http_max_connections = 64;
-    cfg->http_rate = 500;
-    cfg->http_max_unauth_per_peer = 16;
-    cfg->http_max_unauth = 256;
-    cfg->http_header_timeout = 10;
-    cfg->admission_timeout = 300;
-    cfg->output_cap = 64 * 1024;
-    cfg->files_max = 100;
-    cfg->files_scan_max = 50000;
-    /* 50000 entries of 200-byte paths: a workspace that is normal by count
-     * is never cut by bytes; deep long-named trees are */
-    cfg->files_scan_bytes = 16ull << 20;
-    cfg->outputs_keep_runs = 20;
-    cfg->outputs_max_age = 7 * 86400;
-    cfg->spill_max = 64ull << 20;
-    cfg->display_max = 16ull << 20;
-    cfg->session_outputs_max = 512ull << 20;
-    cfg->kernel_log_max = 1ull << 20;
-    cfg->history_max = 8ull << 20;
-    cfg->code_max = 16ull << 20;
 }
 
 void kmcfg_clear(kmcfg *cfg)
@@ -234,249 +192,457 @@ static int apply_kernels(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
     return 0;
 }
 
+/* The special keys' hooks. */
+
+static void kernels_defaults(kmcfg *cfg)
+{
+    km_langs_builtin(&cfg->langs);
+    for (int i = 0; i < cfg->langs.n; i++)
+        cfg->allow[i] = 1;
+}
+
+static json_t *kernels_json(const kmcfg *cfg)
+{
+    return km_langs_to_json(&cfg->langs);
+}
+
+static int languages_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+{
+    const char *key = "languages";
+    char known[400];
+    km_langs_names(&cfg->langs, known, sizeof known);
+    if (!json_is_array(v))
+        return fail(err, errlen, key, "must be an array of language names (%s)", known);
+    int allow[KM_LANG_MAX] = {0};
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e)
+    {
+        int li = json_is_string(e) ? kmcfg_lang_index(cfg, json_string_value(e)) : -1;
+        if (li < 0)
+            return fail(err, errlen, key, "unknown language at index %zu (allowed: %s)", i, known);
+        allow[li] = 1;
+    }
+    memcpy(cfg->allow, allow, sizeof allow);
+    cfg->languages_set = 1;
+    return 0;
+}
+
+static json_t *languages_json(const kmcfg *cfg)
+{
+    json_t *langs = json_array();
+    for (int i = 0; langs && i < cfg->langs.n; i++)
+        if (cfg->allow[i])
+            json_array_append_new(langs, json_string(cfg->langs.v[i].name));
+    return langs;
+}
+
+/* "memory": bytes, 0 = the kernels' default; else at least KM_MEMORY_MIN */
+static int memory_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+{
+    uint64_t b;
+    if (json_is_integer(v) && json_integer_value(v) >= 0)
+        cfg->memory = (uint64_t)json_integer_value(v);
+    else if (json_is_string(v) && !kmcfg_parse_size(json_string_value(v), &b))
+        cfg->memory = b;
+    else
+        return fail(err, errlen, "memory", "must be a size like \"512M\" or \"2G\"");
+    if (cfg->memory && cfg->memory < KM_MEMORY_MIN)
+        return fail(err, errlen, "memory", "must be at least %lluM",
+                    (unsigned long long)(KM_MEMORY_MIN >> 20));
+    return 0;
+}
+
+static json_t *memory_json(const kmcfg *cfg)
+{
+    return json_integer((json_int_t)cfg->memory);
+}
+
+static int network_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+{
+    if (json_is_boolean(v))
+        cfg->network = json_is_true(v);
+    else if (json_is_string(v) &&
+             (!strcmp(json_string_value(v), "on") || !strcmp(json_string_value(v), "off")))
+        cfg->network = !strcmp(json_string_value(v), "on");
+    else
+        return fail(err, errlen, "network", "must be \"on\" or \"off\"");
+    return 0;
+}
+
+static json_t *network_json(const kmcfg *cfg)
+{
+    return json_string(cfg->network ? "on" : "off");
+}
+
+static int python_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+{
+    if (json_is_null(v)) {
+        cfg->python[0] = 0;
+        return 0;
+    }
+    if (get_string(v, "python", cfg->python, sizeof cfg->python, err, errlen))
+        return -1;
+    if (cfg->python[0] && cfg->python[0] != '/')
+        return fail(err, errlen, "python", "must be an absolute path");
+    return 0;
+}
+
+/* detected: not in the object */
+static json_t *python_json(const kmcfg *cfg)
+{
+    return cfg->python[0] ? json_string(cfg->python) : NULL;
+}
+
+#define OUTPUT_CAP_MIN 256u
+#define OUTPUT_CAP_MAX (256u << 20)
+
+static void output_cap_defaults(kmcfg *cfg)
+{
+    cfg->output_cap = 64 * 1024;
+}
+
+static int output_cap_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+{
+    uint64_t b;
+    if (json_is_integer(v) && json_integer_value(v) > 0)
+        b = (uint64_t)json_integer_value(v);
+    else if (!json_is_string(v) || kmcfg_parse_size(json_string_value(v), &b))
+        return fail(err, errlen, "output_cap", "must be a size like \"64K\"");
+    if (b < OUTPUT_CAP_MIN || b > OUTPUT_CAP_MAX)
+        return fail(err, errlen, "output_cap", "must be between 256 bytes and 256M");
+    cfg->output_cap = (size_t)b;
+    return 0;
+}
+
+static json_t *output_cap_json(const kmcfg *cfg)
+{
+    return json_integer((json_int_t)cfg->output_cap);
+}
+
+static int env_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+{
+    return get_env(v, &cfg->env, err, errlen);
+}
+
+static const kmcfg_special sp_kernels = {kernels_defaults, apply_kernels, kernels_json};
+static const kmcfg_special sp_languages = {NULL, languages_apply, languages_json};
+static const kmcfg_special sp_memory = {NULL, memory_apply, memory_json};
+static const kmcfg_special sp_network = {NULL, network_apply, network_json};
+static const kmcfg_special sp_python = {NULL, python_apply, python_json};
+static const kmcfg_special sp_output_cap = {output_cap_defaults, output_cap_apply, output_cap_json};
+static const kmcfg_special sp_env = {NULL, env_apply, NULL};
+
+/* The strings' validators (a non-empty value). */
+
+static const char *check_token(const char *s)
+{
+    return strlen(s) < 16 ? "must be at least 16 characters" : NULL;
+}
+
+static const char *check_abspath(const char *s)
+{
+    return s[0] != '/' ? "must be an absolute path" : NULL;
+}
+
+static const char *check_host(const char *s)
+{
+    return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") !=
+                   strlen(s)
+               ? "must be a host name (letters, digits, '-', '.'), without a port"
+               : NULL;
+}
+
+#define FIELD(f) offsetof(kmcfg, f), sizeof(((kmcfg *)0)->f)
+#define MIB (1024.0 * 1024)
+#define DAY 86400.0
+
+/* Rows: name, type, field, min, max, default, string default, the enum's
+ * words, flags, what 0 means, unit, check, special, help. The order is the
+ * docs' and kmcfg_to_json's. */
+#define OPT_BOOL(n, f, d, h)                                                                       \
+    {                                                                                              \
+        n, KMCFG_BOOL, FIELD(f), 0, 1, d, NULL, {NULL, NULL}, 0, NULL, NULL, NULL, NULL, h         \
+    }
+#define OPT_UINT(n, f, lo, hi, d, fl, z, h)                                                        \
+    {                                                                                              \
+        n, KMCFG_UINT, FIELD(f), lo, hi, d, NULL, {NULL, NULL}, fl, z, NULL, NULL, NULL, h         \
+    }
+#define OPT_SECS(n, f, lo, hi, d, fl, z, u, h)                                                     \
+    {                                                                                              \
+        n, KMCFG_SECONDS, FIELD(f), lo, hi, d, NULL, {NULL, NULL}, fl, z, u, NULL, NULL, h         \
+    }
+#define OPT_SIZE(n, f, lo, hi, d, h)                                                               \
+    {                                                                                              \
+        n, KMCFG_SIZE, FIELD(f), lo, hi, d, NULL, {NULL, NULL}, 0, NULL, NULL, NULL, NULL, h       \
+    }
+#define OPT_STR(n, f, fl, ck, h)                                                                   \
+    {                                                                                              \
+        n, KMCFG_STRING, FIELD(f), 0, 0, 0, "", {NULL, NULL}, fl, NULL, NULL, ck, NULL, h          \
+    }
+#define OPT_ENUM(n, f, a, b, h)                                                                    \
+    {                                                                                              \
+        n, KMCFG_ENUM, FIELD(f), 0, 0, 0, a, {a, b}, 0, NULL, NULL, NULL, NULL, h                  \
+    }
+#define OPT_SPECIAL(n, sp, fl, d, h)                                                               \
+    {                                                                                              \
+        n, KMCFG_SPECIAL, 0, 0, 0, 0, 0, d, {NULL, NULL}, fl, NULL, NULL, NULL, sp, h              \
+    }
+
+const kmcfg_opt kmcfg_opts[] = {
+    OPT_SPECIAL(
+        "languages", &sp_languages, 0, "every defined language",
+        "languages code may use: names of built-ins (`python`, `bash`) or of languages "
+        "`kernels` adds; once given, a language configured later is not allowed unless listed"),
+    OPT_SECS("timeout", timeout, 0.001, DAY * 7, 60, 0, NULL, "seconds", "seconds per block"),
+    OPT_SECS("interrupt_grace", interrupt_grace, 0, 3600, 5, 0, NULL, "seconds",
+             "seconds between interrupt and kill"),
+    OPT_SECS("start_timeout", start_timeout, 1, 3600, 60, 0, NULL, "seconds",
+             "seconds for a kernel to answer"),
+    OPT_SPECIAL(
+        "memory", &sp_memory, 0, "`0` (the kernels' 2G)",
+        "memory limit per kernel in bytes or \"512M\"/\"2G\"; at least 16M, 0 = the kernels' "
+        "default"),
+    OPT_SECS("cpus", cpus, KM_CPUS_MIN, KM_CPUS_MAX, 0, KMCFG_F_NONE, "no cap", "CPUs",
+             "CPU rate cap per kernel sandbox, in CPUs (`0.5` = half of one CPU)"),
+    OPT_SECS(
+        "cpu_time", cpu_time, KM_CPU_TIME_MIN, KM_CPU_TIME_MAX, 0, KMCFG_F_NONE, "no budget",
+        "seconds",
+        "CPU seconds a block may use (all processes of the sandbox together); past it the block "
+        "is stopped like a timeout and the result says so"),
+    OPT_SPECIAL("network", &sp_network, 0, "`\"off\"`",
+                "network in the sandbox: \"on\" or \"off\" (or true/false)"),
+    OPT_SPECIAL("python", &sp_python, 0, "detected",
+                "absolute path of the Python kernel's interpreter (null: detected)"),
+    OPT_ENUM("sandbox", sandbox, "strict", "none", "sandbox level"),
+    OPT_ENUM(
+        "transport", transport, "ipc", "tcp",
+        "the kernels' ZeroMQ transport; `tcp` is refused unless `transport_tcp_exposed` is set"),
+    OPT_BOOL(
+        "transport_tcp_exposed", transport_tcp_exposed, 0,
+        "`true`: accept that with `tcp` any local user can read every kernel's output on IOPub "
+        "(ZeroMQ PUB has no authentication); said at every start"),
+    OPT_UINT("pool", pool, 0, 64, 0, 0, NULL, "warm sessions the daemon keeps ready (a count)"),
+    OPT_SECS("idle_timeout", idle_timeout, 0, DAY * 365, 3600, 0, "never", "seconds",
+             "seconds before an idle kernel is stopped"),
+    OPT_UINT("max_kernels", max_kernels, 1, 4096, 32, KMCFG_F_AUTO, NULL,
+             "cap on live kernels (a count); unset: `min(32, MemTotal / (memory + 256 MiB))`, at "
+             "least 2"),
+    OPT_SPECIAL("output_cap", &sp_output_cap, 0, "`\"64K\"`",
+                "bytes kept per stream per block, 256 bytes to 256M"),
+    OPT_UINT("files_max", files_max, 0, 100000, 100, KMCFG_F_TRUNC, NULL,
+             "file changes listed per block (a count)"),
+    OPT_UINT("files_scan_max", files_scan_max, 1, 10000000, 50000, KMCFG_F_TRUNC, NULL,
+             "workspace entries a file report walks (a count)"),
+    /* at most 32M: a listing of that much must fit in one API reply; 16M:
+     * 50000 entries of 200-byte paths, so a workspace normal by count is
+     * never cut by bytes */
+    OPT_SIZE("files_scan_bytes", files_scan_bytes, 64 * 1024, 32 * MIB, 16 * MIB,
+             "bytes a walk of a workspace (a block's file report, `files.list`) may hold: every "
+             "entry's path + link text + 128; past it the walk stops and the result says so "
+             "(`truncated.files`)"),
+    OPT_UINT("outputs_keep_runs", outputs_keep_runs, 0, 100000, 20, 0, NULL,
+             "outputs of finished `run`s kept (a count)"),
+    OPT_SECS("outputs_max_age", outputs_max_age, 0, DAY * 3650, DAY * 7, 0, "no age limit",
+             "seconds", "seconds a finished `run`'s outputs are kept (7 days)"),
+    OPT_SIZE("spill_max", spill_max, 0, 1ull << 40, 64 * MIB,
+             "bytes of a spill file per stream per block"),
+    OPT_SIZE("display_max", display_max, 0, 1ull << 30, 16 * MIB,
+             "bytes of rich outputs kept per block (`clear_output` does not reset it)"),
+    OPT_SIZE("session_outputs_max", session_outputs_max, 0, 1ull << 44, 512 * MIB,
+             "bytes of spill files + saved images per session"),
+    OPT_SIZE("kernel_log_max", kernel_log_max, 4096, 1ull << 40, MIB,
+             "bytes of each kernel log file"),
+    OPT_SIZE("history_max", history_max, 4096, 1ull << 40, 8 * MIB, "bytes of each history file"),
+    OPT_SPECIAL("env", &sp_env, KMCFG_F_SECRET, "`{}`",
+                "`{\"NAME\": \"value\"}` for the code of every session (64 variables, 32 KiB per "
+                "value, 256 KiB in all)"),
+    OPT_SIZE("code_max", code_max, 1024, 32 * MIB, 16 * MIB, "bytes of code per request"),
+    OPT_UINT("daemon_workers", daemon_workers, 0, 1024, 0, 0, "2 × cores + 32",
+             "the daemon's worker threads (a count)"),
+    OPT_UINT("daemon_queue", daemon_queue, 1, 1000000, 4096, 0, NULL,
+             "requests waiting for a worker before \"the daemon is busy\" (a count)"),
+    OPT_SIZE("client_buffer", client_buffer, 65536, 1ull << 32, 8 * MIB,
+             "bytes of unsent output per connection"),
+    OPT_SECS("client_timeout", client_timeout, 0.1, DAY, 10, 0, NULL, "seconds",
+             "seconds a client may take no output before it is dropped"),
+    OPT_SECS("admission_timeout", admission_timeout, 0, DAY, 300, 0, NULL, "seconds",
+             "seconds a kernel start waits for a slot under `max_kernels`"),
+    OPT_SPECIAL(
+        "kernels", &sp_kernels, KMCFG_F_FIRST, "`{}`",
+        "per language: a Jupyter kernelspec (`\"python\": \"python3\"`; null: back to ours) "
+        "or a new language (`\"sh\": {\"backend\": \"kernel-bash\"}`); see \"Adding a "
+        "language\""),
+    OPT_STR("http", http, 0, NULL,
+            "`\"[ADDR:]PORT\"`: the daemon also serves the Jupyter gateway (ADDR 127.0.0.1 by "
+            "default; port 0 = any free one)"),
+    OPT_STR("http_token", http_token, KMCFG_F_SECRET, check_token,
+            "the gateway's token, at least 16 characters (unset: generated into "
+            "`$KERNELMGR_HOME/http-token`)"),
+    OPT_STR("http_tls_cert", http_tls_cert, 0, check_abspath,
+            "PEM certificate file (an absolute path), with `http_tls_key`: serve HTTPS"),
+    OPT_STR("http_tls_key", http_tls_key, 0, check_abspath, "PEM key file (an absolute path)"),
+    OPT_BOOL("http_insecure", http_insecure, 0, "allow a non-loopback address without TLS"),
+    OPT_BOOL("http_allow_unsafe_session_options", http_allow_unsafe, 0,
+             "let the API over HTTP create sessions with `sandbox: \"none\"`, `network: \"on\"`, "
+             "`python` or `workspace` (not above the `memory`, `cpus`, `cpu_time` ceilings)"),
+    OPT_STR("http_origin", http_origin, 0, NULL,
+            "an Origin allowed for WebSocket upgrades besides the Host's own"),
+    OPT_SIZE("http_max_body", http_max_body, 1024, 1ull << 30, MIB, "bytes of a request body"),
+    OPT_SIZE("http_max_message", http_max_message, 4096, 1ull << 31, 64 * MIB,
+             "bytes of a WebSocket message from a client"),
+    OPT_SIZE("http_max_pending", http_max_pending, 65536, 1ull << 34, 64 * MIB,
+             "bytes a client may leave unread before it is cut"),
+    OPT_UINT("http_max_connections", http_max_connections, 1, 65536, 64, 0, NULL,
+             "WebSockets at once (a count)"),
+    OPT_SECS("http_rate", http_rate, 1, 1e6, 500, 0, NULL, "per second",
+             "messages + requests per second per connection (bursts of twice that)"),
+    OPT_UINT("http_max_unauth_per_peer", http_max_unauth_per_peer, 1, 65536, 16, 0, NULL,
+             "connections without the token from one IP address (a count); more are closed at "
+             "accept (503 naming the bound on plain HTTP); behind a reverse proxy every client is "
+             "the proxy's address"),
+    OPT_UINT("http_max_unauth", http_max_unauth, 1, 65536, 256, 0, NULL,
+             "connections without the token from all peers at once (a count); the gateway's "
+             "connections of every kind are also bounded by half of `RLIMIT_NOFILE`"),
+    OPT_UINT("http_header_timeout", http_header_timeout, 1, 600, 10, 0, NULL,
+             "seconds for a request's line and headers to arrive (also the TLS handshake and each "
+             "chunk of a body)"),
+    OPT_STR("http_host", http_host, 0, check_host,
+            "a DNS name the gateway answers to besides its listen address (and `localhost` on "
+            "loopback); other names get 403 (DNS rebinding)"),
+    {NULL, 0, 0, 0, 0, 0, 0, NULL, {NULL, NULL}, 0, NULL, NULL, NULL, NULL, NULL},
+};
+#undef OPT_BOOL
+#undef OPT_UINT
+#undef OPT_SECS
+#undef OPT_SIZE
+#undef OPT_STR
+#undef OPT_ENUM
+#undef OPT_SPECIAL
+
+const kmcfg_opt *kmcfg_opt_find(const char *name)
+{
+    for (const kmcfg_opt *o = kmcfg_opts; name && o->name; o++)
+        if (!strcmp(o->name, name))
+            return o;
+    return NULL;
+}
+
+#define AT(cfg, o, T) ((T *)(void *)((char *)(cfg) + (o)->off))
+#define AT_C(cfg, o, T) ((const T *)(const void *)((const char *)(cfg) + (o)->off))
+
+void kmcfg_defaults(kmcfg *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (const kmcfg_opt *o = kmcfg_opts; o->name; o++) {
+        switch (o->type) {
+        case KMCFG_BOOL:
+            *AT(cfg, o, int) = o->def != 0;
+            break;
+        case KMCFG_UINT:
+            *AT(cfg, o, unsigned) = (unsigned)o->def;
+            break;
+        case KMCFG_SECONDS:
+            *AT(cfg, o, double) = o->def;
+            break;
+        case KMCFG_SIZE:
+            *AT(cfg, o, uint64_t) = (uint64_t)o->def;
+            break;
+        case KMCFG_STRING:
+        case KMCFG_ENUM:
+            snprintf(AT(cfg, o, char), o->size, "%s", o->sdef);
+            break;
+        case KMCFG_SPECIAL:
+            if (o->special->defaults)
+                o->special->defaults(cfg);
+            break;
+        }
+    }
+    /* the one derived default: max_kernels follows memory until given */
+    cfg->max_kernels = kmcfg_auto_max_kernels(cfg->memory);
+    cfg->max_kernels_auto = 1;
+}
+
+/* One key's value v (borrowed) into cfg by its row. */
+static int apply_one(kmcfg *cfg, const kmcfg_opt *o, const json_t *v, char *err, size_t errlen)
+{
+    const char *key = o->name;
+    double d = 0;
+    switch (o->type) {
+    case KMCFG_BOOL:
+        if (!json_is_boolean(v))
+            return fail(err, errlen, key, "must be true or false");
+        *AT(cfg, o, int) = json_is_true(v);
+        return 0;
+    case KMCFG_UINT:
+        if (o->flags & KMCFG_F_TRUNC) {
+            if (get_number(v, key, o->min, o->max, &d, err, errlen))
+                return -1;
+            *AT(cfg, o, unsigned) = (unsigned)d;
+        } else if (get_count(v, key, o->min, o->max, AT(cfg, o, unsigned), err, errlen)) {
+            return -1;
+        }
+        if (o->flags & KMCFG_F_AUTO)
+            cfg->max_kernels_auto = 0;
+        return 0;
+    case KMCFG_SECONDS:
+        if (!(o->flags & KMCFG_F_NONE))
+            return get_number(v, key, o->min, o->max, AT(cfg, o, double), err, errlen);
+        /* 0 or null: none; else in [min, max] */
+        if (json_is_null(v)) {
+            *AT(cfg, o, double) = 0;
+            return 0;
+        }
+        if (get_number(v, key, 0, o->max, &d, err, errlen))
+            return -1;
+        *AT(cfg, o, double) = d;
+        if (d > 0 && d < o->min)
+            return fail(err, errlen, key, "must be 0 (%s) or at least %g %s (got %g)", o->zero,
+                        o->min, o->unit, d);
+        return 0;
+    case KMCFG_SIZE:
+        return get_size(v, key, (uint64_t)o->min, (uint64_t)o->max, AT(cfg, o, uint64_t), err,
+                        errlen);
+    case KMCFG_STRING: {
+        char *dst = AT(cfg, o, char);
+        if (json_is_null(v))
+            dst[0] = 0;
+        else if (!json_is_string(v) || json_string_length(v) >= o->size ||
+                 strlen(json_string_value(v)) != json_string_length(v))
+            return fail(err, errlen, key, "must be a string of at most %zu bytes", o->size - 1);
+        else
+            snprintf(dst, o->size, "%s", json_string_value(v));
+        const char *why = dst[0] && o->check ? o->check(dst) : NULL;
+        return why ? fail(err, errlen, key, "%s", why) : 0;
+    }
+    case KMCFG_ENUM:
+        return get_choice(v, key, o->values[0], o->values[1], AT(cfg, o, char), o->size, err,
+                          errlen);
+    case KMCFG_SPECIAL:
+        return o->special->apply(cfg, v, err, errlen);
+    }
+    return fail(err, errlen, key, "unknown key");
+}
+
 int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
 {
     if (!json_is_object(obj))
         return fail(err, errlen, "(top level)", "must be a JSON object");
-    const json_t *kernels = json_object_get(obj, "kernels");
-    if (kernels && apply_kernels(cfg, kernels, err, errlen))
-        return -1;
+    /* "kernels" first, so that "languages" may name what it defines */
+    for (const kmcfg_opt *o = kmcfg_opts; o->name; o++) {
+        const json_t *v = (o->flags & KMCFG_F_FIRST) ? json_object_get(obj, o->name) : NULL;
+        if (v && apply_one(cfg, o, v, err, errlen))
+            return -1;
+    }
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)obj, key, v)
     {
-        double d;
-        if (!strcmp(key, "languages")) {
-            char known[400];
-            km_langs_names(&cfg->langs, known, sizeof known);
-            if (!json_is_array(v))
-                return fail(err, errlen, key, "must be an array of language names (%s)", known);
-            int allow[KM_LANG_MAX] = {0};
-            size_t i;
-            json_t *e;
-            json_array_foreach(v, i, e)
-            {
-                int li = json_is_string(e) ? kmcfg_lang_index(cfg, json_string_value(e)) : -1;
-                if (li < 0)
-                    return fail(err, errlen, key, "unknown language at index %zu (allowed: %s)", i,
-                                known);
-                allow[li] = 1;
-            }
-            memcpy(cfg->allow, allow, sizeof allow);
-            cfg->languages_set = 1;
-        } else if (!strcmp(key, "timeout")) {
-            if (get_number(v, key, 0.001, 86400 * 7, &cfg->timeout, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "interrupt_grace")) {
-            if (get_number(v, key, 0, 3600, &cfg->interrupt_grace, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "start_timeout")) {
-            if (get_number(v, key, 1, 3600, &cfg->start_timeout, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "memory")) {
-            uint64_t b;
-            if (json_is_integer(v) && json_integer_value(v) >= 0) {
-                cfg->memory = (uint64_t)json_integer_value(v);
-            } else if (json_is_string(v) && !kmcfg_parse_size(json_string_value(v), &b)) {
-                cfg->memory = b;
-            } else {
-                return fail(err, errlen, key, "must be a size like \"512M\" or \"2G\"");
-            }
-            if (cfg->memory && cfg->memory < 16u << 20)
-                return fail(err, errlen, key, "must be at least 16M");
-        } else if (!strcmp(key, "cpus")) {
-            /* 0 or null: no rate cap; else the kernels' --cpus range */
-            if (json_is_null(v))
-                cfg->cpus = 0;
-            else if (get_number(v, key, 0, 4096, &cfg->cpus, err, errlen))
-                return -1;
-            else if (cfg->cpus > 0 && cfg->cpus < 0.01)
-                return fail(err, errlen, key, "must be 0 (no cap) or at least 0.01 CPUs (got %g)",
-                            cfg->cpus);
-        } else if (!strcmp(key, "cpu_time")) {
-            /* 0 or null: no CPU-time budget per block */
-            if (json_is_null(v))
-                cfg->cpu_time = 0;
-            else if (get_number(v, key, 0, 86400.0 * 365, &cfg->cpu_time, err, errlen))
-                return -1;
-            else if (cfg->cpu_time > 0 && cfg->cpu_time < 0.001)
-                return fail(err, errlen, key,
-                            "must be 0 (no budget) or at least 0.001 seconds (got %g)",
-                            cfg->cpu_time);
-        } else if (!strcmp(key, "network")) {
-            if (json_is_boolean(v)) {
-                cfg->network = json_is_true(v);
-            } else if (json_is_string(v) && (!strcmp(json_string_value(v), "on") ||
-                                             !strcmp(json_string_value(v), "off"))) {
-                cfg->network = !strcmp(json_string_value(v), "on");
-            } else {
-                return fail(err, errlen, key, "must be \"on\" or \"off\"");
-            }
-        } else if (!strcmp(key, "python")) {
-            if (json_is_null(v)) {
-                cfg->python[0] = 0;
-                continue;
-            }
-            if (get_string(v, key, cfg->python, sizeof cfg->python, err, errlen))
-                return -1;
-            if (cfg->python[0] && cfg->python[0] != '/')
-                return fail(err, errlen, key, "must be an absolute path");
-        } else if (!strcmp(key, "sandbox")) {
-            if (get_choice(v, key, "strict", "none", cfg->sandbox, sizeof cfg->sandbox, err,
-                           errlen))
-                return -1;
-        } else if (!strcmp(key, "transport")) {
-            if (get_choice(v, key, "ipc", "tcp", cfg->transport, sizeof cfg->transport, err,
-                           errlen))
-                return -1;
-        } else if (!strcmp(key, "transport_tcp_exposed")) {
-            if (!json_is_boolean(v))
-                return fail(err, errlen, key, "must be true or false");
-            cfg->transport_tcp_exposed = json_is_true(v);
-        } else if (!strcmp(key, "pool")) {
-            if (get_count(v, key, 0, 64, &cfg->pool, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "idle_timeout")) {
-            if (get_number(v, key, 0, 86400 * 365, &cfg->idle_timeout, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "max_kernels")) {
-            if (get_count(v, key, 1, 4096, &cfg->max_kernels, err, errlen))
-                return -1;
-            cfg->max_kernels_auto = 0;
-        } else if (!strcmp(key, "daemon_workers")) {
-            if (get_count(v, key, 0, 1024, &cfg->daemon_workers, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "daemon_queue")) {
-            if (get_count(v, key, 1, 1000000, &cfg->daemon_queue, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "client_buffer")) {
-            if (get_size(v, key, 65536, 1ull << 32, &cfg->client_buffer, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "client_timeout")) {
-            if (get_number(v, key, 0.1, 86400, &cfg->client_timeout, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "admission_timeout")) {
-            if (get_number(v, key, 0, 86400, &cfg->admission_timeout, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "output_cap")) {
-            uint64_t b;
-            if (json_is_integer(v) && json_integer_value(v) > 0) {
-                b = (uint64_t)json_integer_value(v);
-            } else if (!json_is_string(v) || kmcfg_parse_size(json_string_value(v), &b)) {
-                return fail(err, errlen, key, "must be a size like \"64K\"");
-            }
-            if (b < 256 || b > (256u << 20))
-                return fail(err, errlen, key, "must be between 256 bytes and 256M");
-            cfg->output_cap = (size_t)b;
-        } else if (!strcmp(key, "files_max")) {
-            if (get_number(v, key, 0, 100000, &d, err, errlen))
-                return -1;
-            cfg->files_max = (unsigned)d;
-        } else if (!strcmp(key, "files_scan_max")) {
-            if (get_number(v, key, 1, 10000000, &d, err, errlen))
-                return -1;
-            cfg->files_scan_max = (unsigned)d;
-        } else if (!strcmp(key, "files_scan_bytes")) {
-            /* at most 32M: a listing of that much must fit in one API reply */
-            if (get_size(v, key, 64 * 1024, 32ull << 20, &cfg->files_scan_bytes, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "outputs_keep_runs")) {
-            if (get_count(v, key, 0, 100000, &cfg->outputs_keep_runs, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "outputs_max_age")) {
-            if (get_number(v, key, 0, 86400.0 * 3650, &cfg->outputs_max_age, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "spill_max")) {
-            if (get_size(v, key, 0, 1ull << 40, &cfg->spill_max, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "display_max")) {
-            if (get_size(v, key, 0, 1ull << 30, &cfg->display_max, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "session_outputs_max")) {
-            if (get_size(v, key, 0, 1ull << 44, &cfg->session_outputs_max, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "kernel_log_max")) {
-            if (get_size(v, key, 4096, 1ull << 40, &cfg->kernel_log_max, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "history_max")) {
-            if (get_size(v, key, 4096, 1ull << 40, &cfg->history_max, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "code_max")) {
-            if (get_size(v, key, 1024, 32ull << 20, &cfg->code_max, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "http") || !strcmp(key, "http_token") ||
-                   !strcmp(key, "http_tls_cert") || !strcmp(key, "http_tls_key") ||
-                   !strcmp(key, "http_origin") || !strcmp(key, "http_host")) {
-            char *dst = !strcmp(key, "http")            ? cfg->http
-                        : !strcmp(key, "http_token")    ? cfg->http_token
-                        : !strcmp(key, "http_tls_cert") ? cfg->http_tls_cert
-                        : !strcmp(key, "http_tls_key")  ? cfg->http_tls_key
-                        : !strcmp(key, "http_host")     ? cfg->http_host
-                                                        : cfg->http_origin;
-            size_t cap = !strcmp(key, "http")            ? sizeof cfg->http
-                         : !strcmp(key, "http_token")    ? sizeof cfg->http_token
-                         : !strcmp(key, "http_tls_cert") ? sizeof cfg->http_tls_cert
-                         : !strcmp(key, "http_tls_key")  ? sizeof cfg->http_tls_key
-                         : !strcmp(key, "http_host")     ? sizeof cfg->http_host
-                                                         : sizeof cfg->http_origin;
-            if (json_is_null(v)) {
-                dst[0] = 0;
-            } else if (!json_is_string(v) || json_string_length(v) >= cap ||
-                       strlen(json_string_value(v)) != json_string_length(v)) {
-                return fail(err, errlen, key, "must be a string of at most %zu bytes", cap - 1);
-            } else {
-                snprintf(dst, cap, "%s", json_string_value(v));
-            }
-            if (!strcmp(key, "http_token") && dst[0] && strlen(dst) < 16)
-                return fail(err, errlen, key, "must be at least 16 characters");
-            if ((!strcmp(key, "http_tls_cert") || !strcmp(key, "http_tls_key")) && dst[0] &&
-                dst[0] != '/')
-                return fail(err, errlen, key, "must be an absolute path");
-            if (!strcmp(key, "http_host") && dst[0] &&
-                strspn(dst, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") !=
-                    strlen(dst))
-                return fail(err, errlen, key,
-                            "must be a host name (letters, digits, '-', '.'), without a port");
-        } else if (!strcmp(key, "http_insecure")) {
-            if (!json_is_boolean(v))
-                return fail(err, errlen, key, "must be true or false");
-            cfg->http_insecure = json_is_true(v);
-        } else if (!strcmp(key, "http_allow_unsafe_session_options")) {
-            if (!json_is_boolean(v))
-                return fail(err, errlen, key, "must be true or false");
-            cfg->http_allow_unsafe = json_is_true(v);
-        } else if (!strcmp(key, "http_max_body")) {
-            if (get_size(v, key, 1024, 1ull << 30, &cfg->http_max_body, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "http_max_message")) {
-            if (get_size(v, key, 4096, 1ull << 31, &cfg->http_max_message, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "http_max_pending")) {
-            if (get_size(v, key, 65536, 1ull << 34, &cfg->http_max_pending, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "http_max_connections")) {
-            if (get_count(v, key, 1, 65536, &cfg->http_max_connections, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "http_rate")) {
-            if (get_number(v, key, 1, 1e6, &cfg->http_rate, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "http_max_unauth_per_peer")) {
-            if (get_count(v, key, 1, 65536, &cfg->http_max_unauth_per_peer, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "http_max_unauth")) {
-            if (get_count(v, key, 1, 65536, &cfg->http_max_unauth, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "http_header_timeout")) {
-            if (get_count(v, key, 1, 600, &cfg->http_header_timeout, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "env")) {
-            if (get_env(v, &cfg->env, err, errlen))
-                return -1;
-        } else if (!strcmp(key, "kernels")) {
-            /* applied first (apply_kernels) */
-        } else {
+        const kmcfg_opt *o = kmcfg_opt_find(key);
+        if (!o)
             return fail(err, errlen, key, "unknown key");
-        }
+        if (!(o->flags & KMCFG_F_FIRST) && apply_one(cfg, o, v, err, errlen))
+            return -1;
     }
     /* ZeroMQ tcp cannot be made private to the kernels' owner (no CURVE in
      * Jupyter clients or connection files): the operator must say so */
@@ -546,61 +712,113 @@ const char *kmcfg_home(char *buf, size_t len)
 
 json_t *kmcfg_to_json(const kmcfg *cfg)
 {
-    json_t *langs = json_array();
-    for (int i = 0; i < cfg->langs.n; i++)
-        if (cfg->allow[i])
-            json_array_append_new(langs, json_string(cfg->langs.v[i].name));
-    json_t *kernels = km_langs_to_json(&cfg->langs);
-    json_t *o =
-        json_pack("{s:o s:f s:f s:f s:I s:s s:s* s:s s:s s:i s:f s:i s:I s:i s:i s:o}", "languages",
-                  langs, "timeout", cfg->timeout, "interrupt_grace", cfg->interrupt_grace,
-                  "start_timeout", cfg->start_timeout, "memory", (json_int_t)cfg->memory, "network",
-                  cfg->network ? "on" : "off", "python", cfg->python[0] ? cfg->python : NULL,
-                  "sandbox", cfg->sandbox, "transport", cfg->transport, "pool", (int)cfg->pool,
-                  "idle_timeout", cfg->idle_timeout, "max_kernels", (int)cfg->max_kernels,
-                  "output_cap", (json_int_t)cfg->output_cap, "files_max", (int)cfg->files_max,
-                  "files_scan_max", (int)cfg->files_scan_max, "kernels", kernels);
-    if (o) {
-        json_object_set_new(o, "files_scan_bytes", json_integer((json_int_t)cfg->files_scan_bytes));
-        json_object_set_new(o, "transport_tcp_exposed", json_boolean(cfg->transport_tcp_exposed));
-        json_object_set_new(o, "outputs_keep_runs", json_integer(cfg->outputs_keep_runs));
-        json_object_set_new(o, "outputs_max_age", json_real(cfg->outputs_max_age));
-        json_object_set_new(o, "spill_max", json_integer((json_int_t)cfg->spill_max));
-        json_object_set_new(o, "display_max", json_integer((json_int_t)cfg->display_max));
-        json_object_set_new(o, "session_outputs_max",
-                            json_integer((json_int_t)cfg->session_outputs_max));
-        json_object_set_new(o, "kernel_log_max", json_integer((json_int_t)cfg->kernel_log_max));
-        json_object_set_new(o, "history_max", json_integer((json_int_t)cfg->history_max));
-        json_object_set_new(o, "daemon_workers", json_integer(cfg->daemon_workers));
-        json_object_set_new(o, "daemon_queue", json_integer(cfg->daemon_queue));
-        json_object_set_new(o, "client_buffer", json_integer((json_int_t)cfg->client_buffer));
-        json_object_set_new(o, "client_timeout", json_real(cfg->client_timeout));
-        json_object_set_new(o, "admission_timeout", json_real(cfg->admission_timeout));
-        json_object_set_new(o, "code_max", json_integer((json_int_t)cfg->code_max));
-        json_object_set_new(o, "http", cfg->http[0] ? json_string(cfg->http) : json_null());
-        json_object_set_new(o, "http_tls_cert",
-                            cfg->http_tls_cert[0] ? json_string(cfg->http_tls_cert) : json_null());
-        json_object_set_new(o, "http_tls_key",
-                            cfg->http_tls_key[0] ? json_string(cfg->http_tls_key) : json_null());
-        json_object_set_new(o, "http_origin",
-                            cfg->http_origin[0] ? json_string(cfg->http_origin) : json_null());
-        json_object_set_new(o, "http_insecure", json_boolean(cfg->http_insecure));
-        json_object_set_new(o, "http_allow_unsafe_session_options",
-                            json_boolean(cfg->http_allow_unsafe));
-        json_object_set_new(o, "http_max_body", json_integer((json_int_t)cfg->http_max_body));
-        json_object_set_new(o, "http_max_message", json_integer((json_int_t)cfg->http_max_message));
-        json_object_set_new(o, "http_max_pending", json_integer((json_int_t)cfg->http_max_pending));
-        json_object_set_new(o, "http_max_connections", json_integer(cfg->http_max_connections));
-        json_object_set_new(o, "http_rate", json_real(cfg->http_rate));
-        json_object_set_new(o, "http_max_unauth_per_peer",
-                            json_integer(cfg->http_max_unauth_per_peer));
-        json_object_set_new(o, "http_max_unauth", json_integer(cfg->http_max_unauth));
-        json_object_set_new(o, "http_header_timeout", json_integer(cfg->http_header_timeout));
-        json_object_set_new(o, "http_host",
-                            cfg->http_host[0] ? json_string(cfg->http_host) : json_null());
-        json_object_set_new(o, "cpus", cfg->cpus > 0 ? json_real(cfg->cpus) : json_null());
-        json_object_set_new(o, "cpu_time",
-                            cfg->cpu_time > 0 ? json_real(cfg->cpu_time) : json_null());
+    json_t *obj = json_object();
+    for (const kmcfg_opt *o = kmcfg_opts; obj && o->name; o++) {
+        json_t *v = NULL;
+        if (o->flags & KMCFG_F_SECRET)
+            continue;
+        switch (o->type) {
+        case KMCFG_BOOL:
+            v = json_boolean(*AT_C(cfg, o, int));
+            break;
+        case KMCFG_UINT:
+            v = json_integer(*AT_C(cfg, o, unsigned));
+            break;
+        case KMCFG_SECONDS: {
+            double d = *AT_C(cfg, o, double);
+            v = (o->flags & KMCFG_F_NONE) && !(d > 0) ? json_null() : json_real(d);
+            break;
+        }
+        case KMCFG_SIZE:
+            v = json_integer((json_int_t)*AT_C(cfg, o, uint64_t));
+            break;
+        case KMCFG_STRING: {
+            const char *s = AT_C(cfg, o, char);
+            v = s[0] ? json_string(s) : json_null();
+            break;
+        }
+        case KMCFG_ENUM:
+            v = json_string(AT_C(cfg, o, char));
+            break;
+        case KMCFG_SPECIAL:
+            v = o->special->to_json ? o->special->to_json(cfg) : NULL;
+            break;
+        }
+        if (v && json_object_set_new(obj, o->name, v)) {
+            json_decref(obj);
+            return NULL;
+        }
     }
-    return o;
+    return obj;
+}
+
+/* "64M", "1K", or bytes: the shortest exact form, for the docs. */
+static const char *doc_size(uint64_t b, char *buf, size_t n)
+{
+    static const char units[] = "TGMK";
+    for (int i = 0; i < 4; i++) {
+        uint64_t u = 1ull << (10 * (4 - i));
+        if (b >= u && b % u == 0) {
+            snprintf(buf, n, "%llu%c", (unsigned long long)(b / u), units[i]);
+            return buf;
+        }
+    }
+    snprintf(buf, n, "%llu", (unsigned long long)b);
+    return buf;
+}
+
+/* "`KEY` | default | help (range)" of one row into buf. */
+static void doc_row(const kmcfg_opt *o, char *buf, size_t n)
+{
+    char def[96] = "", range[128] = "", a[32], b[32];
+    switch (o->type) {
+    case KMCFG_BOOL:
+        snprintf(def, sizeof def, "`%s`", o->def ? "true" : "false");
+        break;
+    case KMCFG_UINT:
+    case KMCFG_SECONDS:
+        if (o->flags & KMCFG_F_AUTO)
+            snprintf(def, sizeof def, "from memory");
+        else if ((o->flags & KMCFG_F_NONE) && o->def == 0)
+            snprintf(def, sizeof def, "`null` (%s)", o->zero);
+        else if (o->def == 0 && o->zero)
+            snprintf(def, sizeof def, "0 (%s)", o->zero);
+        else
+            snprintf(def, sizeof def, "%.10g", o->def);
+        snprintf(range, sizeof range, " (%s%.10g–%.10g%s%s%s%s)",
+                 (o->flags & KMCFG_F_NONE) ? "0 or " : "", o->min, o->max,
+                 o->type == KMCFG_SECONDS && o->unit ? " " : "",
+                 o->type == KMCFG_SECONDS && o->unit ? o->unit : "",
+                 o->zero && !(o->flags & KMCFG_F_NONE) && o->def != 0 ? "; 0: " : "",
+                 o->zero && !(o->flags & KMCFG_F_NONE) && o->def != 0 ? o->zero : "");
+        break;
+    case KMCFG_SIZE:
+        snprintf(def, sizeof def, "`\"%s\"`", doc_size((uint64_t)o->def, a, sizeof a));
+        snprintf(range, sizeof range, " (%s–%s)", doc_size((uint64_t)o->min, a, sizeof a),
+                 doc_size((uint64_t)o->max, b, sizeof b));
+        break;
+    case KMCFG_STRING:
+        snprintf(def, sizeof def, "`null`");
+        snprintf(range, sizeof range, " (at most %zu bytes)", o->size - 1);
+        break;
+    case KMCFG_ENUM:
+        snprintf(def, sizeof def, "`\"%s\"`", o->sdef);
+        snprintf(range, sizeof range, " (`%s` or `%s`)", o->values[0], o->values[1]);
+        break;
+    case KMCFG_SPECIAL:
+        snprintf(def, sizeof def, "%s", o->sdef);
+        break;
+    }
+    snprintf(buf, n, "| `%s` | %s | %s%s |", o->name, def, o->help, range);
+}
+
+int kmcfg_doc(FILE *f)
+{
+    char line[2048];
+    int bad = fprintf(f, "| key | default | meaning |\n| --- | --- | --- |\n") < 0;
+    for (const kmcfg_opt *o = kmcfg_opts; o->name; o++) {
+        doc_row(o, line, sizeof line);
+        bad |= fprintf(f, "%s\n", line) < 0;
+    }
+    return bad || ferror(f) ? -1 : 0;
 }

@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kernelmgr/engine/lang.h"
 
@@ -84,6 +85,65 @@ typedef struct kmcfg {
     char http_host[256];               /* "http_host": a DNS name the gateway answers to besides
                                           its listen address (and localhost on loopback) */
 } kmcfg;
+
+/* The configuration options: one row per key of config.json, the one place
+ * its name, type, range, default, field and help are declared (config.c's
+ * kmcfg_opts[]); kmcfg_defaults, kmcfg_apply_json, kmcfg_to_json and
+ * kmcfg_doc are loops over it. */
+typedef enum kmcfg_type {
+    KMCFG_BOOL,    /* int: true or false */
+    KMCFG_UINT,    /* unsigned: a whole number in [min, max] */
+    KMCFG_SECONDS, /* double: a number in [min, max] (seconds, or the row's unit) */
+    KMCFG_SIZE,    /* uint64_t: bytes or "64M", in [min, max] */
+    KMCFG_STRING,  /* char[size]: a string of at most size - 1 bytes, null = "", then check */
+    KMCFG_ENUM,    /* char[size]: values[0] or values[1] */
+    KMCFG_SPECIAL, /* a structured key: the row's hooks (struct kmcfg_special) */
+} kmcfg_type;
+
+/* Row flags. */
+#define KMCFG_F_NONE                                                                               \
+    1u                    /* SECONDS: 0 or null = "none" (the row's zero), else in [min, max];     \
+                             to_json: null for none */
+#define KMCFG_F_TRUNC 2u  /* UINT: a number in range, its fraction dropped (not refused) */
+#define KMCFG_F_SECRET 4u /* never in kmcfg_to_json (a token; env values may be credentials) */
+#define KMCFG_F_AUTO 8u   /* UINT max_kernels: derived from memory until given (max_kernels_auto) */
+#define KMCFG_F_FIRST 16u /* applied before every other key of the same object */
+
+/* A special key's hooks: its default (NULL: zero), its validation and
+ * storing (the error "KEY: reason"), its value for to_json (new; NULL
+ * omits the key). */
+typedef struct kmcfg_special {
+    void (*defaults)(kmcfg *cfg);
+    int (*apply)(kmcfg *cfg, const json_t *v, char *err, size_t errlen);
+    json_t *(*to_json)(const kmcfg *cfg);
+} kmcfg_special;
+
+typedef struct kmcfg_opt {
+    const char *name;
+    kmcfg_type type;
+    size_t off;       /* offsetof(kmcfg, field); SPECIAL: unused */
+    size_t size;      /* sizeof the field */
+    double min, max;  /* UINT, SECONDS, SIZE */
+    double def;       /* UINT, SECONDS, SIZE, BOOL: the default */
+    const char *sdef; /* STRING, ENUM: the default ("" = null); SPECIAL, AUTO: as the docs say it */
+    const char *values[2]; /* ENUM: the two words */
+    unsigned flags;        /* KMCFG_F_* */
+    const char *zero;      /* what 0 (or null) means, for the docs and KMCFG_F_NONE's message */
+    const char *unit;      /* SECONDS: the unit in messages and the docs ("seconds", "CPUs") */
+    const char *(*check)(const char *s); /* STRING, non-empty: NULL, or the reason it is refused */
+    const kmcfg_special *special;        /* SPECIAL */
+    const char *help;                    /* one line for the docs, naming the unit */
+} kmcfg_opt;
+
+/* The options, terminated by a row with name NULL. */
+extern const kmcfg_opt kmcfg_opts[];
+
+/* borrowed: the row of a key, or NULL. */
+const kmcfg_opt *kmcfg_opt_find(const char *name);
+
+/* Writes the markdown table of the options (key, default, meaning and
+ * range) to f: the docs' configuration table. 0, or -1 on a write error. */
+int kmcfg_doc(FILE *f);
 
 /* The default max_kernels: min(32, MemTotal / (memory + 256 MiB)), at least
  * 2; memory 0 means the kernels' default limit (2 GiB). */

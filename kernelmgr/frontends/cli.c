@@ -59,6 +59,7 @@ static const char usage_text[] =
     "        [--http [ADDR:]PORT] [--tls-cert F --tls-key F] [--insecure]\n"
     "                                         also serve Jupyter frontends over HTTP (docs/GATEWAY.md)\n"
     "  mcp                                    MCP server on stdio\n"
+    "  config --doc                           the configuration keys as a markdown table\n"
     "  doctor                                 sandbox capabilities, Python, versions\n"
     "                                         (exit 1: configured sandbox unavailable)\n"
     "  kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n"
@@ -1244,6 +1245,14 @@ static int cmd_code(cli *c)
     return !strcmp(c->cmd, "run") ? cmd_run(c) : cmd_exec(c);
 }
 
+/* `config --doc`: the docs' configuration table, from config.c's table */
+static int cmd_config(cli *c)
+{
+    if (c->argc != 3 || strcmp(c->argv[2], "--doc"))
+        return usage_error("config takes --doc (print the configuration table in markdown)");
+    return kmcfg_doc(stdout) ? KM_EOUTPUT : 0;
+}
+
 static int cmd_mcp(cli *c)
 {
     return mcp_main(c->argc - 1, c->argv + 1);
@@ -1274,6 +1283,7 @@ static const cli_command cli_commands[] = {
     {"kernelspec", cmd_kernelspec, NULL, 0},
     {"install", cmd_install, NULL, 0},
     {"mcp", cmd_mcp, NULL, 1},
+    {"config", cmd_config, NULL, 1},
 };
 
 /* Every command's output is checked: a write error on stdout (a closed pipe,

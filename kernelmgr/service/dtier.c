@@ -4,6 +4,7 @@
  * dtier.h).
  */
 #include "kernelmgr/service/dtier.h"
+#include "kernelmgr/engine/kmlimits.h"
 #include "kernels/server/kenv.h"
 
 #include <inttypes.h>
@@ -43,7 +44,7 @@ int dtier_parse(const char *name, dtier *t)
 #define RELAXES "it relaxes the sandbox"
 
 /* The session options. The ranges are the kernels' own (--cpus, --cpu-time,
- * --memory) and the configuration's (config.c). Host paths are the owner's;
+ * --memory: kmlimits.h), the same as the configuration's (config.c). Host paths are the owner's;
  * over HTTP the operator's opt-in also allows them (as it always did); the
  * model behind MCP never names one. */
 const dtier_sessopt dtier_sessopts[] = {
@@ -57,7 +58,7 @@ const dtier_sessopt dtier_sessopts[] = {
      "Network inside the sandbox (default off)."},
     {{"memory", DT_ALL, 0, NULL},
      DT_SO_SIZE,
-     16u << 20,
+     KM_MEMORY_MIN,
      0,
      {NULL},
      NULL,
@@ -65,16 +66,16 @@ const dtier_sessopt dtier_sessopts[] = {
      "Memory limit of each kernel, e.g. \"1G\" (at least 16M, at most the operator's)."},
     {{"cpus", DT_ALL, 0, NULL},
      DT_SO_NUMBER,
-     0.01,
-     4096,
+     KM_CPUS_MIN,
+     KM_CPUS_MAX,
      {NULL},
      NULL,
      DT_CEIL_CPUS,
      "CPU rate cap of each kernel in CPUs, e.g. 0.5 (at most the operator's)."},
     {{"cpu_time", DT_ALL, 0, NULL},
      DT_SO_NUMBER,
-     0.001,
-     86400.0 * 365,
+     KM_CPU_TIME_MIN,
+     KM_CPU_TIME_MAX,
      {NULL},
      NULL,
      DT_CEIL_CPU_TIME,

@@ -26,6 +26,7 @@
 
 #include "kernelmgr/engine/config.h"
 #include "kernelmgr/engine/km.h"
+#include "kernelmgr/engine/kmlimits.h"
 
 typedef enum dtier { DT_OWNER = 0, DT_MCP = 1, DT_HTTP = 2 } dtier;
 #define DT_NTIERS 3
@@ -79,7 +80,7 @@ typedef enum dtier_ceil {
 
 /* The kernels' memory limit when the configuration sets none
  * (sandbox.c's default, kernels' --memory). */
-#define DTIER_DEFAULT_MEMORY (2ull << 30)
+#define DTIER_DEFAULT_MEMORY KM_MEMORY_DEFAULT
 
 /* One session option: the one place its name, type, range, ceiling and
  * tiers are declared (docs/API.md "Session options"). */

@@ -3,6 +3,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernelmgr/engine/config.h"
@@ -234,13 +236,199 @@ static void files_scan_bytes(void **state)
     assert_non_null(strstr(err, "files_scan_bytes: must be a size"));
 }
 
+/* The table of options: every row named once, with help, a sane range and
+ * a default inside it; a SECONDS row names its unit. */
+static void table_rows_are_sound(void **state)
+{
+    (void)state;
+    int n = 0;
+    for (const kmcfg_opt *o = kmcfg_opts; o->name; o++, n++) {
+        if (!o->help || !o->help[0] || strchr(o->help, '|') || strchr(o->help, '\n') ||
+            strlen(o->help) > 1000) /* kmcfg_doc's row fits */
+            fail_msg("%s: no one-line help (or a '|' in it)", o->name);
+        assert_ptr_equal(kmcfg_opt_find(o->name), o); /* unique: the first is itself */
+        for (const kmcfg_opt *p = o + 1; p->name; p++)
+            if (!strcmp(o->name, p->name))
+                fail_msg("%s: two rows", o->name);
+        switch (o->type) {
+        case KMCFG_UINT:
+        case KMCFG_SECONDS:
+        case KMCFG_SIZE:
+            if (!(o->min <= o->max))
+                fail_msg("%s: min %g > max %g", o->name, o->min, o->max);
+            if (!(o->def >= o->min && o->def <= o->max) &&
+                !((o->flags & KMCFG_F_NONE) && o->def == 0))
+                fail_msg("%s: default %g outside [%g, %g]", o->name, o->def, o->min, o->max);
+            if (o->type == KMCFG_SECONDS && !o->unit)
+                fail_msg("%s: no unit", o->name);
+            break;
+        case KMCFG_STRING:
+        case KMCFG_ENUM:
+            assert_non_null(o->sdef);
+            if (strlen(o->sdef) >= o->size)
+                fail_msg("%s: default longer than the field", o->name);
+            if (o->type == KMCFG_ENUM && strcmp(o->sdef, o->values[0]) &&
+                strcmp(o->sdef, o->values[1]))
+                fail_msg("%s: default not one of its words", o->name);
+            break;
+        case KMCFG_SPECIAL:
+            assert_non_null(o->special);
+            assert_non_null(o->special->apply);
+            assert_non_null(o->sdef); /* the docs' default */
+            break;
+        case KMCFG_BOOL:
+            break;
+        }
+    }
+    assert_true(n > 40);
+    assert_null(kmcfg_opt_find("memroy"));
+}
+
+/* Every default passes its own validation: each key of the defaults'
+ * to_json, applied alone on the defaults, is accepted and changes nothing. */
+static void defaults_validate(void **state)
+{
+    (void)state;
+    kmcfg c;
+    kmcfg_defaults(&c);
+    json_t *j = kmcfg_to_json(&c);
+    assert_non_null(j);
+    for (const kmcfg_opt *o = kmcfg_opts; o->name; o++) {
+        json_t *v = json_object_get(j, o->name);
+        if (!v && o->type == KMCFG_SPECIAL && !strcmp(o->name, "env"))
+            v = json_object(); /* secret: not in to_json; its default is {} */
+        else if (!v && o->type == KMCFG_STRING)
+            v = json_null(); /* secret token: unset */
+        else if (!v && !strcmp(o->name, "python"))
+            v = json_null(); /* detected: not in to_json */
+        else
+            json_incref(v);
+        if (!v)
+            fail_msg("%s: the defaults' to_json has no value", o->name);
+        json_t *one = json_pack("{s:o}", o->name, v);
+        kmcfg d;
+        kmcfg_defaults(&d);
+        char err[256] = "";
+        if (kmcfg_apply_json(&d, one, err, sizeof err))
+            fail_msg("%s: its default is refused: %s", o->name, err);
+        json_t *k = kmcfg_to_json(&d);
+        if (!json_equal(k, j))
+            fail_msg("%s: applying its default changed the configuration", o->name);
+        json_decref(k);
+        json_decref(one);
+        kmcfg_clear(&d);
+    }
+    json_decref(j);
+}
+
+/* A value other than the default for every key that is not special. */
+static json_t *other_value(const kmcfg_opt *o)
+{
+    switch (o->type) {
+    case KMCFG_BOOL:
+        return json_boolean(!o->def);
+    case KMCFG_UINT:
+    case KMCFG_SIZE:
+        return json_integer((json_int_t)(o->def == o->max ? o->min : o->max));
+    case KMCFG_SECONDS:
+        return json_real(o->def == o->max ? o->min : o->max);
+    case KMCFG_ENUM:
+        return json_string(o->values[!strcmp(o->sdef, o->values[0])]);
+    case KMCFG_STRING:
+        return json_string(!strcmp(o->name, "http_host")    ? "lab.example.org"
+                           : !strcmp(o->name, "http_token") ? "0123456789abcdef0123"
+                           : !strcmp(o->name, "http")       ? "127.0.0.1:8888"
+                                                            : "/etc/kernelmgr/example.pem");
+    case KMCFG_SPECIAL:
+        break;
+    }
+    return NULL;
+}
+
+/* to_json then apply_json is the identity for every key but the secret
+ * ones (the token and env, never written out), each set to a value other
+ * than its default. */
+static void round_trip_every_key(void **state)
+{
+    (void)state;
+    json_t *set = json_loads("{\"languages\": [\"bash\"], \"memory\": \"1G\", \"network\": \"on\","
+                             "\"python\": \"/usr/bin/python3\", \"output_cap\": 8192,"
+                             "\"env\": {\"A\": \"b\"}, \"kernels\": {\"python\": \"python3\"}}",
+                             0, NULL);
+    for (const kmcfg_opt *o = kmcfg_opts; o->name; o++)
+        if (o->type != KMCFG_SPECIAL)
+            json_object_set_new(set, o->name, other_value(o));
+    kmcfg c, d, e;
+    kmcfg_defaults(&c);
+    kmcfg_defaults(&d);
+    kmcfg_defaults(&e);
+    char err[256] = "";
+    if (kmcfg_apply_json(&c, set, err, sizeof err))
+        fail_msg("the other values are refused: %s", err);
+    json_t *jc = kmcfg_to_json(&c), *jd0 = kmcfg_to_json(&d);
+    for (const kmcfg_opt *o = kmcfg_opts; o->name; o++) {
+        if (o->flags & KMCFG_F_SECRET) {
+            assert_null(json_object_get(jc, o->name));
+            continue;
+        }
+        if (json_equal(json_object_get(jc, o->name), json_object_get(jd0, o->name)))
+            fail_msg("%s: the test's value is its default", o->name);
+    }
+    assert_int_equal(kmcfg_apply_json(&e, jc, err, sizeof err), 0);
+    json_t *je = kmcfg_to_json(&e);
+    const char *key;
+    json_t *v;
+    json_object_foreach(jc, key, v)
+    {
+        if (!json_equal(v, json_object_get(je, key)))
+            fail_msg("%s: not kept by the round trip", key);
+    }
+    assert_int_equal(json_object_size(jc), json_object_size(je));
+    json_decref(je);
+    json_decref(jd0);
+    json_decref(jc);
+    json_decref(set);
+    kmcfg_clear(&c);
+    kmcfg_clear(&d);
+    kmcfg_clear(&e);
+}
+
+/* kmcfg_doc: a markdown table with one row per key. */
+static void doc_lists_every_key(void **state)
+{
+    (void)state;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(kmcfg_doc(f), 0);
+    fclose(f);
+    assert_non_null(strstr(buf, "| key | default | meaning |\n| --- | --- | --- |\n"));
+    int rows = 0;
+    for (const char *p = buf; (p = strstr(p, "\n| `")); p++)
+        rows++;
+    int n = 0;
+    for (const kmcfg_opt *o = kmcfg_opts; o->name; o++, n++) {
+        char cell[128];
+        snprintf(cell, sizeof cell, "\n| `%s` | ", o->name);
+        if (!strstr(buf, cell))
+            fail_msg("%s: not in the docs table", o->name);
+    }
+    assert_int_equal(rows, n);
+    assert_non_null(strstr(buf, "| `cpus` | `null` (no cap) |"));
+    assert_non_null(strstr(buf, "(0 or 0.01–4096 CPUs)"));
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults_and_valid),   cmocka_unit_test(invalid_names_key_and_reason),
         cmocka_unit_test(tcp_needs_the_opt_in), cmocka_unit_test(sizes),
         cmocka_unit_test(cpu_limits),           cmocka_unit_test(gateway_unauth_bounds),
-        cmocka_unit_test(files_scan_bytes),
+        cmocka_unit_test(files_scan_bytes),     cmocka_unit_test(table_rows_are_sound),
+        cmocka_unit_test(defaults_validate),    cmocka_unit_test(round_trip_every_key),
+        cmocka_unit_test(doc_lists_every_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -263,12 +263,42 @@ static void scrub(void **state)
     assert_string_equal(msg, "cannot read $KERNELMGR_HOME/allowlist.json: gone ($KERNELMGR_HOME)");
 }
 
+/* The session options the configuration also sets have the configuration's
+ * ranges and words (both tables read kmlimits.h): a ceiling is in the
+ * range a request may ask for. */
+static void sessopts_agree_with_config(void **state)
+{
+    (void)state;
+    for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++) {
+        if (!strcmp(o->f.name, "workspace"))
+            continue; /* a session's own, no configuration key */
+        const kmcfg_opt *c = kmcfg_opt_find(o->f.name);
+        if (!c)
+            fail_msg("session option %s is no configuration key", o->f.name);
+        if (o->type == DT_SO_NUMBER) {
+            assert_int_equal(c->type, KMCFG_SECONDS);
+            if (c->min != o->min || c->max != o->max)
+                fail_msg("%s: config [%g, %g], session option [%g, %g]", o->f.name, c->min, c->max,
+                         o->min, o->max);
+        }
+        if (o->type == DT_SO_CHOICE && c->type == KMCFG_ENUM)
+            for (int i = 0; i < 2; i++)
+                assert_true(!strcmp(c->values[i], o->values[0]) ||
+                            !strcmp(c->values[i], o->values[1]));
+    }
+    assert_true(dtier_sessopt_find("memory")->min == (double)KM_MEMORY_MIN);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(names),         cmocka_unit_test(fields_allowlist),
-        cmocka_unit_test(sessopt_tiers), cmocka_unit_test(sopts_values),
-        cmocka_unit_test(ceilings),      cmocka_unit_test(scrub),
+        cmocka_unit_test(sessopts_agree_with_config),
+        cmocka_unit_test(names),
+        cmocka_unit_test(fields_allowlist),
+        cmocka_unit_test(sessopt_tiers),
+        cmocka_unit_test(sopts_values),
+        cmocka_unit_test(ceilings),
+        cmocka_unit_test(scrub),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
