@@ -195,3 +195,67 @@ def test_no_note_when_the_network_is_not_why(sbx):
     assert reply["content"]["status"] == "ok" and "caught" in out, (reply, out)
     assert NOTE not in notes(reply), reply["metadata"]
     k.assert_alive()
+
+
+def test_manager_result_carries_the_note():
+    """Through the manager (the invoker's strict sandbox): the note reaches
+    the code_exec result's limits_hit; the error is the program's own, and
+    the session works afterwards with its state."""
+    import mgrutil
+    if mgrutil.SANDBOX != "strict":
+        pytest.skip("the network note is the strict sandbox's")
+    m = mgrutil.Mgr()
+    try:
+        rc, res, p = m.exec("net", "x = 7")
+        assert rc == 0, p.stderr
+        rc, res, p = m.exec("net", "import urllib.request\n"
+                                   "urllib.request.urlopen('http://93.184.216.34/', timeout=10)\n")
+        assert res, p.stdout + p.stderr
+        r = res[-1]
+        assert r["limits_hit"] == [NOTE], r
+        assert "Network is unreachable" in r["error"]["value"], r
+        rc, res, p = m.exec("net", "print(x)")
+        assert rc == 0 and res[-1]["stdout"] == "7\n", res
+        assert "limits_hit" not in res[-1], res
+    finally:
+        m.close()
+
+
+def test_mcp_text_carries_the_note():
+    """The model-facing text of an MCP code_exec names the note too."""
+    import json
+    import select
+    import subprocess
+    import mgrutil
+    if mgrutil.SANDBOX != "strict":
+        pytest.skip("the network note is the strict sandbox's")
+    m = mgrutil.Mgr()
+    p = subprocess.Popen([mgrutil.KM, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=m.env)
+
+    def ask(id_, method, params, timeout=120):
+        p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": id_, "method": method,
+                                  "params": params}).encode() + b"\n")
+        p.stdin.flush()
+        r, _, _ = select.select([p.stdout], [], [], timeout)
+        assert r, "no answer from kernelmgr mcp"
+        return json.loads(p.stdout.readline())
+
+    try:
+        ask(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "t", "version": "0"}})
+        p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        code = ("```bash\ncurl -sS --max-time 10 http://example.com/\n```\n"
+                "```python\nprint('still here')\n```\n")
+        ans = ask(2, "tools/call", {"name": "code_exec",
+                                    "arguments": {"code": code, "session": "mcpnet"}})
+        res = ans["result"]
+        text = "\n".join(c["text"] for c in res["content"] if c["type"] == "text")
+        assert "Could not resolve host" in text and "note: " + NOTE in text, text
+        assert text.count(NOTE) == 1, text  # only the block that failed
+    finally:
+        p.stdin.close()
+        p.wait(30)
+        p.stdout.close()
+        p.stderr.close()
+        m.close()
