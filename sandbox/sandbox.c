@@ -75,6 +75,7 @@ struct sandbox {
     sbx_limits *lim;     /* strict: cgroups */
     int listen_fd;       /* strict: loopback listener from init, until taken */
     int stats_fd;        /* strict: the monitor's final CPU time (read end) */
+    int net_fds[2];      /* strict, network off: its namespace's IP counters */
     uint64_t cpu_ns;     /* the largest value sandbox_cpu_ns() returned */
     int cpu_final;       /* cpu_ns is the monitor's final figure */
 };
@@ -147,6 +148,7 @@ static sandbox *sandbox_alloc(const sandbox_config *cfg, char *err, size_t errle
     sb->worker_pidfd = -1;
     sb->listen_fd = -1;
     sb->stats_fd = -1;
+    sb->net_fds[0] = sb->net_fds[1] = -1;
     return sb;
 }
 
@@ -608,6 +610,14 @@ static void find_worker(sandbox *sb)
     }
 }
 
+/* Init still runs, so its pid is still the sandbox's (held by the pidfd). */
+static int init_alive(const sandbox *sb)
+{
+    if (sb->init_pidfd >= 0)
+        return syscall(SYS_pidfd_send_signal, sb->init_pidfd, 0, NULL, 0) == 0;
+    return 0;
+}
+
 static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char *const envp[],
                              const int *fds, int nfds, char *err, size_t errlen)
 {
@@ -760,6 +770,13 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
     if (failed)
         goto fail;
     find_worker(sb);
+    /* Opened while init (held by its pidfd) surely is the sandbox's. */
+    if (!cfg->network && sbx_net_open_counters(sb->init_pid, sb->net_fds) == 0 && !init_alive(sb)) {
+        for (int i = 0; i < 2; i++)
+            if (sb->net_fds[i] >= 0)
+                close(sb->net_fds[i]);
+        sb->net_fds[0] = sb->net_fds[1] = -1;
+    }
     return sb;
 fail:
     sandbox_destroy(&sb);
@@ -846,18 +863,18 @@ const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t si
     return NULL;
 }
 
-static int init_alive(const sandbox *sb)
-{
-    if (sb->init_pidfd >= 0)
-        return syscall(SYS_pidfd_send_signal, sb->init_pidfd, 0, NULL, 0) == 0;
-    return 0;
-}
-
 long long sandbox_oom_kills(sandbox *sb)
 {
     if (!sb || sb->cfg.level != SANDBOX_STRICT)
         return -1;
     return sbx_limits_oom_kills(sb->lim);
+}
+
+long long sandbox_net_no_routes(const sandbox *sb)
+{
+    if (!sb || sb->cfg.level != SANDBOX_STRICT || sb->cfg.network)
+        return -1;
+    return sbx_net_no_routes(sb->net_fds);
 }
 
 uint64_t sandbox_cpu_ns(sandbox *sb)
@@ -912,6 +929,9 @@ void sandbox_destroy(sandbox **psb)
         close(sb->listen_fd);
     if (sb->stats_fd >= 0)
         close(sb->stats_fd);
+    for (int i = 0; i < 2; i++)
+        if (sb->net_fds[i] >= 0)
+            close(sb->net_fds[i]);
     if (sb->worker_pidfd >= 0)
         close(sb->worker_pidfd);
     if (sb->init_pidfd >= 0) {
@@ -966,9 +986,6 @@ json_t *sandbox_protections(const sandbox_config *cfg)
         char name[32];
         snprintf(name, sizeof name, "landlock-v%d", abi);
         json_array_append_new(a, json_string(name));
-        if (abi >= 4 && !cfg->network)
-            json_array_append_new(a, json_string(cfg->loopback_listen_port ? "landlock-tcp-one-port"
-                                                                           : "landlock-tcp"));
         if (abi >= 6)
             json_array_append_new(a, json_string("landlock-scope"));
     }

@@ -68,9 +68,9 @@ typedef struct sandbox_config {
      * namespace, made by its init before any restriction applies and handed
      * to the caller (sandbox_take_listen_fd()), who serves it from outside:
      * the one way out of an otherwise empty namespace (package installers
-     * reach their index proxy this way). The worker may then create AF_INET
-     * stream sockets (seccomp) and connect to that port only (Landlock,
-     * ABI >= 4); binding any TCP port stays denied. 0: off (default). */
+     * reach their index proxy this way). The worker's sockets are those of
+     * network off (TCP and UDP, reaching only its own loopback); the port
+     * itself is taken, so nothing inside can listen on it. 0: off (default). */
     unsigned short loopback_listen_port;
     /* Strict only. Ceilings on the kernel's per-user quotas, per sandbox.
      * The kernel charges what the sandbox takes to the uid that created its
@@ -137,6 +137,14 @@ unsigned long long sandbox_memory_rlimit(const sandbox *sb);
  * the process that made it, and nothing can be attributed). Reads one small
  * file; call it at cell boundaries and compare. */
 long long sandbox_oom_kills(sandbox *sb);
+
+/* Network off (strict): how many times a process of the sandbox tried to
+ * reach an address outside it — a connect or send that found no route
+ * (ENETUNREACH: the namespace routes nothing but loopback), counted by the
+ * kernel in the namespace (IPv4 OutNoRoutes + IPv6 Ip6OutNoRoutes). -1 when
+ * unknown, or network on or level none. Reads two small files; call it at
+ * cell boundaries and compare. */
+long long sandbox_net_no_routes(const sandbox *sb);
 
 /* CPU time (user + system, nanoseconds) used by every process of the sandbox
  * so far, or 0 when it cannot be measured. With a cgroup (cpuacct / cpu.stat)

@@ -213,6 +213,14 @@ int sbx_net_host_addrs(uint32_t *addrs, int max);
 int sbx_net_block_host(const uint32_t *addrs, int n, char *err, size_t len);
 /* 0 when user-mode networking can work on this host, else -1 + reason. */
 int sbx_net_probe(char *err, size_t len);
+/* Parent side: opens the IPv4 and IPv6 counters (/proc/PID/net/snmp and
+ * snmp6, O_CLOEXEC) of pid's network namespace into fds; an fd stays bound
+ * to that namespace, whoever reuses the pid later. One missing (no IPv6) is
+ * -1. Returns 0 when at least one was opened. */
+int sbx_net_open_counters(pid_t pid, int fds[2]);
+/* How many connects and sends found no route (OutNoRoutes + Ip6OutNoRoutes)
+ * in the namespace of fds, or -1 when neither can be read. */
+long long sbx_net_no_routes(const int fds[2]);
 
 /* ---- sbx_init.c --------------------------------------------------------- */
 

@@ -2,10 +2,11 @@
  * sbx_landlock.c — Landlock as a second wall behind the mounts: even if a
  * mount were wrong, the worker can only read (and execute) below / of its
  * own root, write below the workspace, /tmp and /dev/shm, and use the few
- * device nodes of /dev. With network off, TCP bind/connect are denied
- * (ABI 4), except connect to the loopback listener's port when there is
- * one (the namespace has only lo, so that means 127.0.0.1:port); signals and abstract unix sockets
- * are scoped to the sandbox (ABI 6).
+ * device nodes of /dev; signals and abstract unix sockets are scoped to the
+ * sandbox (ABI 6). TCP ports are left alone (ABI 4's rules could only name
+ * ports, not addresses): with network off the empty network namespace is
+ * the wall, and what it lets through is the sandbox's own loopback (see
+ * sbx_net.c).
  *
  * Debian's headers predate most of this, so the ABI is spelled out here.
  * Every right a newer ABI adds is handled when the kernel knows it, so the
@@ -29,7 +30,6 @@
 
 #define SBX_LL_CREATE_RULESET_VERSION (1U << 0)
 #define SBX_LL_RULE_PATH_BENEATH 1
-#define SBX_LL_RULE_NET_PORT 2 /* ABI 4 */
 
 #define SBX_LL_FS_EXECUTE (1ULL << 0)
 #define SBX_LL_FS_WRITE_FILE (1ULL << 1)
@@ -42,15 +42,12 @@
 #define SBX_LL_FS_MAKE_CHAR (1ULL << 6)
 #define SBX_LL_FS_MAKE_BLOCK (1ULL << 11)
 
-#define SBX_LL_NET_BIND_TCP (1ULL << 0)    /* ABI 4 */
-#define SBX_LL_NET_CONNECT_TCP (1ULL << 1) /* ABI 4 */
-
 #define SBX_LL_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0) /* ABI 6 */
 #define SBX_LL_SCOPE_SIGNAL (1ULL << 1)               /* ABI 6 */
 
 struct sbx_ll_ruleset_attr {
     uint64_t handled_access_fs;
-    uint64_t handled_access_net;
+    uint64_t handled_access_net; /* ABI 4; none handled */
     uint64_t scoped;
 };
 
@@ -58,11 +55,6 @@ struct sbx_ll_path_beneath_attr {
     uint64_t allowed_access;
     int32_t parent_fd;
 } __attribute__((packed));
-
-struct sbx_ll_net_port_attr {
-    uint64_t allowed_access;
-    uint64_t port;
-};
 
 int sbx_landlock_abi(void)
 {
@@ -107,11 +99,8 @@ int sbx_landlock_apply(const sandbox_config *cfg, char *err, size_t len)
     uint64_t fs = sbx_landlock_fs_rights(abi);
     struct sbx_ll_ruleset_attr attr = {.handled_access_fs = fs};
     size_t attr_size = sizeof attr.handled_access_fs;
-    if (abi >= 4) {
+    if (abi >= 4)
         attr_size += sizeof attr.handled_access_net;
-        if (!cfg->network)
-            attr.handled_access_net = SBX_LL_NET_BIND_TCP | SBX_LL_NET_CONNECT_TCP;
-    }
     if (abi >= 6) {
         attr_size += sizeof attr.scoped;
         attr.scoped = SBX_LL_SCOPE_ABSTRACT_UNIX_SOCKET | SBX_LL_SCOPE_SIGNAL;
@@ -137,13 +126,6 @@ int sbx_landlock_apply(const sandbox_config *cfg, char *err, size_t len)
         rc = sbx_landlock_allow(rs, "/dev/pts", dev | SBX_LL_FS_READ_DIR, err, len);
     for (const char *const *d = devs; rc == 0 && *d; d++)
         rc = sbx_landlock_allow(rs, *d, dev, err, len);
-    if (rc == 0 && abi >= 4 && !cfg->network && cfg->loopback_listen_port) {
-        struct sbx_ll_net_port_attr np = {.allowed_access = SBX_LL_NET_CONNECT_TCP,
-                                          .port = cfg->loopback_listen_port};
-        if (syscall(SYS_landlock_add_rule, rs, SBX_LL_RULE_NET_PORT, &np, 0) < 0)
-            rc = sbx_util_fail(err, len, "landlock: rule for TCP port %u",
-                               (unsigned)cfg->loopback_listen_port);
-    }
     if (rc == 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         rc = sbx_util_fail(err, len, "no_new_privs");
     if (rc == 0 && syscall(SYS_landlock_restrict_self, rs, 0) < 0)

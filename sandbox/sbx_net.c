@@ -1,16 +1,19 @@
 /*
  * sbx_net.c — the sandbox's network.
  *
- * Off (default): the new network namespace is empty; only lo is brought up,
- * so local servers inside the sandbox work. Sockets of the INET families are
- * additionally denied by seccomp and TCP by Landlock.
+ * Off (default): the new network namespace is empty; only lo is brought up
+ * (127.0.0.1, and ::1 where the kernel has IPv6), so local servers inside
+ * the sandbox work: seccomp allows TCP and UDP sockets (sbx_seccomp.c). With
+ * no other interface there is no route but loopback, so a connect or send
+ * to any other address fails with ENETUNREACH, which the namespace's own
+ * counters record (sbx_net_no_routes()); /etc/resolv.conf is absent, so a
+ * name lookup of anything but localhost (/etc/hosts) fails at once.
  *
  * Off with a loopback listener (sandbox_config.loopback_listen_port): init
- * creates a socket listening on 127.0.0.1:port in the empty namespace and
- * hands it to the caller, who serves it from the host. The namespace still
- * has only lo, so that socket is the only thing outside the sandbox that
- * its processes can reach; seccomp then allows AF_INET stream sockets and
- * Landlock allows TCP connect to that one port.
+ * also creates a socket listening on 127.0.0.1:port in the empty namespace,
+ * before anything of the worker's exists, and hands it to the caller, who
+ * serves it from the host. That socket is the only thing outside the
+ * sandbox that its processes can reach; the rest is as with network off.
  *
  * On: slirp4netns (Debian) is attached to the namespace from outside and
  * gives it a tap0 with NAT to the host's network, user-mode, with
@@ -33,6 +36,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -218,4 +222,77 @@ int sbx_net_block_host(const uint32_t *addrs, int n, char *err, size_t len)
     }
     close(s);
     return 0;
+}
+
+int sbx_net_open_counters(pid_t pid, int fds[2])
+{
+    static const char *const names[2] = {"snmp", "snmp6"};
+    for (int i = 0; i < 2; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/net/%s", (int)pid, names[i]);
+        fds[i] = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    return fds[0] >= 0 || fds[1] >= 0 ? 0 : -1;
+}
+
+/* The whole of a small /proc file, NUL-terminated, from its start. */
+static ssize_t sbx_net_read_all(int fd, char *buf, size_t size)
+{
+    size_t have = 0;
+    while (have + 1 < size) {
+        ssize_t n = pread(fd, buf + have, size - 1 - have, (off_t)have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        have += (size_t)n;
+    }
+    buf[have] = 0;
+    return (ssize_t)have;
+}
+
+/* snmp: "Ip: Forwarding ... OutNoRoutes ...\nIp: 1 ... 0 ...": the value in
+ * the column of OutNoRoutes of the line after the header. */
+static long long sbx_net_snmp_no_routes(const char *text)
+{
+    const char *hdr = strstr(text, "Ip: ");
+    const char *vals = hdr ? strstr(hdr + 4, "\nIp: ") : NULL;
+    if (!vals)
+        return -1;
+    vals += 5;
+    const char *h = hdr + 4;
+    for (;;) {
+        while (*h == ' ')
+            h++;
+        while (*vals == ' ')
+            vals++;
+        if (*h == '\n' || !*h || *vals == '\n' || !*vals)
+            return -1;
+        size_t n = strcspn(h, " \n");
+        if (n == 11 && !strncmp(h, "OutNoRoutes", 11))
+            return strtoll(vals, NULL, 10);
+        h += n;
+        vals += strcspn(vals, " \n");
+    }
+}
+
+long long sbx_net_no_routes(const int fds[2])
+{
+    char buf[8192];
+    long long total = -1;
+    if (fds[0] >= 0 && sbx_net_read_all(fds[0], buf, sizeof buf) > 0) {
+        long long v = sbx_net_snmp_no_routes(buf);
+        if (v >= 0)
+            total = v;
+    }
+    const char *line;
+    if (fds[1] >= 0 && sbx_net_read_all(fds[1], buf, sizeof buf) > 0 &&
+        (line = strstr(buf, "Ip6OutNoRoutes")) != NULL) {
+        long long v = strtoll(line + 14, NULL, 10);
+        if (v >= 0)
+            total = (total < 0 ? 0 : total) + v;
+    }
+    return total;
 }

@@ -24,11 +24,16 @@
  * the process: the filter only speaks the native one.
  *
  * Sockets: AF_UNIX always; AF_NETLINK only NETLINK_ROUTE (ip, getifaddrs —
- * it only shows the sandbox's own network namespace); AF_INET/AF_INET6 only
- * with network on; every other family denied. With a loopback listener
- * (network off, see sandbox.h) AF_INET is allowed for plain TCP stream
- * sockets only, which is all a client of 127.0.0.1:port needs; AF_INET6,
- * datagram, raw and SCTP sockets stay denied.
+ * it only shows the sandbox's own network namespace); every other family
+ * denied, for socketpair() too (it creates a socket of the family before it
+ * can fail, loading the family's module). AF_INET/AF_INET6: everything with
+ * network on. With network off (with or without a loopback listener, see
+ * sandbox.h) only SOCK_STREAM and SOCK_DGRAM with protocol 0, TCP or UDP:
+ * the namespace holds nothing but lo, so these reach only the sandbox's own
+ * 127.0.0.1 and ::1 (local servers, test suites, debuggers), and a connect
+ * or send to any other address fails with ENETUNREACH; raw and packet
+ * sockets, ICMP (ping) sockets, SCTP, MPTCP, UDP-Lite and every other
+ * protocol or type stay denied.
  *
  * Set-id bits: chmod/fchmod/fchmodat/fchmodat2 and the creating calls
  * (open/openat with O_CREAT or O_TMPFILE, creat, mknod/mknodat) fail with
@@ -307,28 +312,30 @@ int sbx_seccomp_apply(const sandbox_config *cfg, char *err, size_t len)
         if (rc == 0)
             rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
                              SCMP_A2(SCMP_CMP_NE, NETLINK_ROUTE));
-        if (rc == 0 && !cfg->network && !cfg->loopback_listen_port) {
-            rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_INET));
-            if (rc == 0)
-                rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_INET6));
-        }
-        if (rc == 0 && !cfg->network && cfg->loopback_listen_port) {
-            what = "socket (loopback listener)";
-            rc = SBX_SC_RULE(ctx, eperm, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_INET6));
-            /* The type's low 4 bits (SOCK_TYPE_MASK) must be SOCK_STREAM;
-             * SOCK_CLOEXEC / SOCK_NONBLOCK above them are fine. */
+        /* Network off: the INET families for plain TCP and UDP only. The
+         * type's low 4 bits (SOCK_TYPE_MASK) must be SOCK_STREAM or
+         * SOCK_DGRAM (SOCK_CLOEXEC / SOCK_NONBLOCK above them are fine); the
+         * protocol 0, TCP or UDP (anything with high bits is > UDP). */
+        static const uint64_t inet[] = {AF_INET, AF_INET6};
+        for (size_t f = 0; rc == 0 && !cfg->network && f < 2; f++) {
+            what = "socket (network off)";
             for (uint64_t t = 0; rc == 0 && t <= 0xf; t++)
-                if (t != SOCK_STREAM)
-                    rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, AF_INET),
+                if (t != SOCK_STREAM && t != SOCK_DGRAM)
+                    rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, inet[f]),
                                      SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, t));
-            /* Protocol 0 or IPPROTO_TCP: not SCTP or MPTCP, which Landlock's
-             * TCP rules may not cover. Anything with high bits is > 6. */
-            for (uint64_t p = 1; rc == 0 && p < IPPROTO_TCP; p++)
-                rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, AF_INET),
-                                 SCMP_A2(SCMP_CMP_EQ, p));
+            for (uint64_t p = 1; rc == 0 && p < IPPROTO_UDP; p++)
+                if (p != IPPROTO_TCP)
+                    rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, inet[f]),
+                                     SCMP_A2(SCMP_CMP_EQ, p));
             if (rc == 0)
-                rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, AF_INET),
-                                 SCMP_A2(SCMP_CMP_GT, IPPROTO_TCP));
+                rc = SBX_SC_RULE(ctx, eperm, "socket", 2, SCMP_A0(SCMP_CMP_EQ, inet[f]),
+                                 SCMP_A2(SCMP_CMP_GT, IPPROTO_UDP));
+        }
+        /* socketpair() only exists for AF_UNIX, but makes a socket of the
+         * family it is given before it fails. */
+        if (rc == 0) {
+            what = "socketpair";
+            rc = SBX_SC_RULE(ctx, eperm, "socketpair", 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
         }
     }
     if (rc == 0) {

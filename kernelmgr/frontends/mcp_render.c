@@ -289,6 +289,14 @@ json_t *mcpr_exec_result(const json_t *exec_reply, const char *session, const ch
                     json_string_value(json_object_get(kernel, "reason")) ?: "");
         if (strcmp(status, "timeout") == 0)
             fputs("note: the execution hit its time limit and was interrupted\n", f);
+        /* what the limits and the network policy did to this block */
+        size_t li;
+        json_t *lh;
+        json_array_foreach(json_object_get(r, "limits_hit"), li, lh)
+        {
+            if (json_is_string(lh))
+                fprintf(f, "note: %s\n", json_string_value(lh));
+        }
         json_array_append_new(blocks, copy);
     }
     fclose(f);

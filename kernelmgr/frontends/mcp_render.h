@@ -5,7 +5,8 @@
  *   1. one text item, compact, for the model: per block its language and
  *      status, stdout, stderr, the last expression's value, the error with
  *      the end of its traceback, the files changed, truncation notes (with
- *      the spill file holding the full output), kernel restarts;
+ *      the spill file holding the full output), kernel restarts, the limits
+ *      hit (limits_hit: memory, CPU time, the network policy);
  *   2. every image output (image/png, image/jpeg, image/gif, image/webp) as
  *      an image item when its base64 is at most MCPR_IMAGE_MAX bytes, else a
  *      resource_link to the saved file (file:// URI) when the manager saved

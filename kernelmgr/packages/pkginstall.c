@@ -19,9 +19,9 @@
  * 127.0.0.1:PKGINST_PROXY_PORT inside the sandbox's empty network namespace,
  * handed to us (sandbox_take_listen_fd()) and served by pkgproxy, which
  * connects only to the index's host:port and the allowlist's allowed_hosts.
- * seccomp allows the installer TCP stream sockets only and Landlock connect
- * to that port only. A sandbox without SANDBOX_HAS_LOOPBACK_LISTEN makes
- * every install refuse with that reason rather than run unconfined.
+ * Nothing else leads outside: the namespace routes only its own loopback,
+ * and nothing inside can take the listener's port. A sandbox without SANDBOX_HAS_LOOPBACK_LISTEN
+ * makes every install refuse with that reason rather than run unconfined.
  */
 #include "kernelmgr/packages/pkginstall.h"
 #include "common/cm_clock.h"

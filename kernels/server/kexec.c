@@ -45,6 +45,8 @@ static void publish_stream(kserver *ks, kstream *s, int final)
     char *text = kstream_take(s, final, kworker_now_ns());
     if (!text)
         return;
+    if (s == &ks->err)
+        knetnote_scan(&ks->netnote, text, strlen(text));
     json_t *content = json_pack("{s:s, s:s}", "name", s->name, "text", text);
     free(text);
     kserver_publish(ks, "stream", content, output_parent(ks));
@@ -175,11 +177,34 @@ static const char *cpu_limit_text(const kserver *ks, char *buf, size_t size)
     return buf;
 }
 
+/* The network note of a cell that failed: its error's text is scanned as
+ * its stderr was (knetnote.h). */
+static int network_note_due(kserver *ks, int failed)
+{
+    if (!ks->netnote.active || !failed)
+        return 0;
+    json_t *e = ks->cur_error;
+    const char *ev = json_string_value(json_object_get(e, "evalue"));
+    if (ev)
+        knetnote_scan(&ks->netnote, ev, strlen(ev));
+    size_t i;
+    json_t *line;
+    json_array_foreach(json_object_get(e, "traceback"), i, line)
+    {
+        const char *t = json_string_value(line);
+        if (t)
+            knetnote_scan(&ks->netnote, t, strlen(t));
+    }
+    long long now = ks->worker ? sandbox_net_no_routes(kworker_sandbox(ks->worker)) : -1;
+    return knetnote_due(&ks->netnote, failed, now);
+}
+
 /* Limits the cell hit, in md's "limits_hit": a memory limit hit by any
  * process of the sandbox during the cell (a child of a Bash cell, not only
  * the worker: the memory cgroup's OOM-kill counter grew; also said on the
- * cell's stderr), and its CPU-time budget (said when it was reached). */
-static void report_limits(kserver *ks, json_t *md)
+ * cell's stderr), its CPU-time budget (said when it was reached), and the
+ * network policy when it is why the cell failed (only in the result). */
+static void report_limits(kserver *ks, json_t *md, int failed)
 {
     json_t *hits = json_array();
     char what[160];
@@ -199,6 +224,8 @@ static void report_limits(kserver *ks, json_t *md)
     }
     if (ks->cpu_hit)
         json_array_append_new(hits, json_string(cpu_limit_text(ks, what, sizeof what)));
+    if (network_note_due(ks, failed))
+        json_array_append_new(hits, json_string(KNETNOTE_TEXT));
     if (json_array_size(hits))
         json_object_set_new(md, "limits_hit", hits);
     else
@@ -251,6 +278,10 @@ static void check_cpu_budget(kserver *ks, uint64_t now)
 void kexec_cell_starts(kserver *ks)
 {
     ks->cur_oom_kills = ks->worker ? sandbox_oom_kills(kworker_sandbox(ks->worker)) : -1;
+    knetnote_start(&ks->netnote,
+                   ks->worker && ks->opts.sandbox.level == SANDBOX_STRICT &&
+                       !ks->opts.sandbox.network,
+                   ks->worker ? sandbox_net_no_routes(kworker_sandbox(ks->worker)) : -1);
     ks->cpu_hit = 0;
     ks->cpu_hit_used_ns = 0;
     ks->cpu_check_ns = 0;
@@ -309,7 +340,7 @@ static void finish_execute(kserver *ks, const char *status, int exit_code, json_
         json_object_update(content, ks->cur_error);
     json_t *md = reply_metadata(ks, status);
     json_object_set_new(md, "exit_code", json_integer(exit_code));
-    report_limits(ks, md);
+    report_limits(ks, md, !strcmp(status, "error") || exit_code != 0);
     if (extra_md) {
         json_object_update(md, extra_md);
         json_decref(extra_md);
@@ -523,6 +554,8 @@ static void dispatch_event(kserver *ks, json_t *ev)
         const char *text = json_string_value(json_object_get(ev, "text"));
         if (text) {
             kexec_flush_streams(ks, 0);
+            if (name && !strcmp(name, "stderr"))
+                knetnote_scan(&ks->netnote, text, json_string_length(json_object_get(ev, "text")));
             kserver_publish(ks, "stream",
                             json_pack("{s:s, s:s}", "name",
                                       name && !strcmp(name, "stderr") ? "stderr" : "stdout", "text",

@@ -17,6 +17,7 @@
 #include "kernels/server/khb.h"
 #include "kernels/server/khistory.h"
 #include "kernels/server/kiopub.h"
+#include "kernels/server/knetnote.h"
 #include "kernels/server/kopts.h"
 #include "kernels/server/kreplyq.h"
 #include "kernels/server/kstream.h"
@@ -105,6 +106,7 @@ typedef struct kserver {
                                        be lost in a fork before exec) */
     const char *kill_reason;        /* static: why we killed the worker, or NULL */
     long long cur_oom_kills;        /* sandbox_oom_kills() when it started (-1: unknown) */
+    knetnote netnote;               /* whether the network policy is why the cell failed */
     /* --cpu-time: the execution's CPU budget (kexec.c). While an execute
      * runs with a budget, the sandbox's CPU time is read at cpu_check_ns
      * (0: no check pending); once the budget is used, cpu_hit is set and

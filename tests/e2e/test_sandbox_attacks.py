@@ -327,6 +327,78 @@ def test_connect_kernel_zmq_endpoints(sbx, via):
     k.assert_alive()
 
 
+FAMILIES = r"""
+import ctypes, errno, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+A = socket
+tries = {
+    "raw inet": (A.AF_INET, A.SOCK_RAW, 1), "raw inet6": (A.AF_INET6, A.SOCK_RAW, 58),
+    "raw inet tcp": (A.AF_INET, A.SOCK_RAW, 6), "SOCK_PACKET": (A.AF_INET, 10, 0x300),
+    "packet raw": (17, A.SOCK_RAW, 0x300), "packet dgram": (17, A.SOCK_DGRAM, 0x300),
+    "ping": (A.AF_INET, A.SOCK_DGRAM, 1), "ping6": (A.AF_INET6, A.SOCK_DGRAM, 58),
+    "sctp": (A.AF_INET, A.SOCK_STREAM, 132), "sctp seqpacket": (A.AF_INET, 5, 132),
+    "sctp6": (A.AF_INET6, A.SOCK_STREAM, 132), "udplite": (A.AF_INET, A.SOCK_DGRAM, 136),
+    "mptcp": (A.AF_INET, A.SOCK_STREAM, 262), "dccp": (A.AF_INET, 6, 33),
+    "rdm": (A.AF_INET, 4, 0), "seqpacket": (A.AF_INET6, 5, 0),
+    "netlink audit": (16, A.SOCK_RAW, 9), "netlink uevent": (16, A.SOCK_DGRAM, 15),
+    "netlink sock_diag": (16, A.SOCK_RAW, 4), "netlink netfilter": (16, A.SOCK_RAW, 12),
+    "vsock": (40, A.SOCK_STREAM, 0), "alg": (38, 5, 0), "xdp": (44, A.SOCK_RAW, 0),
+    "key": (15, A.SOCK_RAW, 2), "tipc": (30, 5, 0), "bluetooth": (31, A.SOCK_RAW, 0),
+    "unspec": (0, A.SOCK_STREAM, 0),
+    # high bits the kernel drops: still the families and protocols above
+    "sctp, protocol high bits": (A.AF_INET, A.SOCK_STREAM, (1 << 32) | 132),
+    "raw, type high bits": (A.AF_INET, (1 << 32) | A.SOCK_RAW, 1),
+    "packet, domain high bits": ((1 << 32) | 17, A.SOCK_RAW, 0x300),
+}
+bad = []
+for name, (d, t, p) in tries.items():
+    r = libc.syscall(ctypes.c_long(41), ctypes.c_long(d), ctypes.c_long(t), ctypes.c_long(p))
+    e = ctypes.get_errno()
+    print("socket", name, r, errno.errorcode.get(e))
+    if r >= 0 or e != errno.EPERM:
+        bad.append(name)
+sv = (ctypes.c_int * 2)()
+for name, d in {"inet": 2, "inet6": 10, "netlink": 16, "tipc": 30, "vsock": 40,
+                "packet": 17}.items():
+    r = libc.syscall(ctypes.c_long(53), ctypes.c_long(d), ctypes.c_long(1), 0, sv)
+    e = ctypes.get_errno()
+    print("socketpair", name, r, errno.errorcode.get(e))
+    if r >= 0 or e != errno.EPERM:
+        bad.append("socketpair " + name)
+# What network off allows reaches nothing outside: no route but loopback.
+for h in HOSTS:
+    for kind in (A.SOCK_STREAM, A.SOCK_DGRAM):
+        s = socket.socket(A.AF_INET, kind)
+        try:
+            s.settimeout(3)
+            s.connect((h, PORT)) if kind == A.SOCK_STREAM else s.sendto(b"x", (h, PORT))
+            bad.append("reached %s %s" % (h, kind))
+        except OSError as x:
+            print("to", h, kind, errno.errorcode.get(x.errno))
+            if x.errno != errno.ENETUNREACH:
+                bad.append("%s %s: %s" % (h, kind, x))
+print("interfaces", socket.if_nameindex())
+if [n for _, n in socket.if_nameindex()] != ["lo"]:
+    bad.append("interfaces")
+print("PWNED" if bad else "SAFE", bad)
+"""
+
+
+def test_network_off_other_families_and_outside(sbx, via):
+    """Network off allows TCP and UDP on the sandbox's own loopback only: raw,
+    packet, ICMP, SCTP and every other protocol and family stay denied (for
+    socketpair() too), and nothing outside has a route."""
+    lst = sbxutil.Listener("0.0.0.0")
+    try:
+        hosts = ["93.184.216.34", "10.0.2.2", *sbxutil.host_addresses()]
+        code = FAMILIES.replace("HOSTS", repr(hosts)).replace("PORT", str(lst.port))
+        assert_safe(attack(sbx, via, "python", code))
+        assert lst.accepted == [], lst.accepted
+    finally:
+        lst.close()
+
+
 def test_network_on_cannot_reach_host(sbx, via):
     probe = sbx.run("true", "bash", ["--network"])
     if probe.rc == 125:
