@@ -140,6 +140,7 @@ def run_notebook(path, kernel_name, specs):
     old = {k: os.environ.get(k) for k in specs.environ()}
     os.environ.update(specs.environ())
     failure = None
+    km = None
     log_path = specs.base / ("%s-%s.log" % (ws.name, kernel_name))
     t0 = time.perf_counter()
     try:
@@ -162,6 +163,12 @@ def run_notebook(path, kernel_name, specs):
         failure = "%s: %s\nkernel log: %s" % (type(e).__name__, str(e)[:2000], tail)
     finally:
         seconds = time.perf_counter() - t0
+        # nbclient shuts down only a kernel manager it made itself
+        try:
+            if km is not None and km.has_kernel:
+                km.shutdown_kernel()
+        except Exception:  # noqa: BLE001 -- a kernel that is gone is what we want
+            pass
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
