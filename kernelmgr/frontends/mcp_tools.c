@@ -80,32 +80,39 @@ static int mcp_sessopt(const char *name)
 }
 
 /* Refuses unknown argument names: a typo ("timeout" for "timeout_s") must
- * not be silently ignored. With sopts, the session options the mcp tier
- * may set are known too. */
-static json_t *check_keys(json_t *args, const char *const *allowed, int sopts)
+ * not be silently ignored. The names are the properties of the tool's
+ * schema and, with session_options, the session options the mcp tier may
+ * set. NULL, or a tool error that lists them. */
+static json_t *check_keys(const mcpt_tool *t, json_t *args)
 {
+    json_t *schema = json_loads(t->input_schema, 0, NULL);
+    json_t *props = json_object_get(schema, "properties");
+    json_t *res = NULL;
     const char *key;
     json_t *v;
     json_object_foreach(args, key, v)
     {
-        int ok = sopts && mcp_sessopt(key);
-        for (int i = 0; allowed[i]; i++)
-            ok |= strcmp(key, allowed[i]) == 0;
-        if (!ok) {
-            char list[400] = "";
-            for (int i = 0; allowed[i]; i++) {
-                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-                strncat(list, allowed[i], sizeof list - strlen(list) - 1);
-            }
-            for (const dtier_sessopt *o = dtier_sessopts; sopts && o->f.name; o++)
-                if (o->f.tiers & DT_M) {
-                    strncat(list, ", ", sizeof list - strlen(list) - 1);
-                    strncat(list, o->f.name, sizeof list - strlen(list) - 1);
-                }
-            return tool_error("unknown argument '%.60s' (expected: %s)", key, list);
+        if (json_object_get(props, key) || (t->session_options && mcp_sessopt(key)))
+            continue;
+        char list[400] = "";
+        const char *name;
+        json_t *pv;
+        int i = 0;
+        json_object_foreach(props, name, pv)
+        {
+            strncat(list, i++ ? ", " : "", sizeof list - strlen(list) - 1);
+            strncat(list, name, sizeof list - strlen(list) - 1);
         }
+        for (const dtier_sessopt *o = dtier_sessopts; t->session_options && o->f.name; o++)
+            if (o->f.tiers & DT_M) {
+                strncat(list, ", ", sizeof list - strlen(list) - 1);
+                strncat(list, o->f.name, sizeof list - strlen(list) - 1);
+            }
+        res = tool_error("unknown argument '%.60s' (expected: %s)", key, list);
+        break;
     }
-    return NULL;
+    json_decref(schema);
+    return res;
 }
 
 /* new: the result of an API request without events, or NULL with err. */
@@ -201,10 +208,7 @@ static int exec_tick(void *ud, double elapsed)
 
 static json_t *tool_code_exec(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"code", "language", "session", "timeout_s", NULL};
-    json_t *res = check_keys(args, keys, 1);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *code = json_string_value(json_object_get(args, "code"));
     if (!code)
         return tool_error("`code` (string) is required");
@@ -253,10 +257,7 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
 
 static json_t *tool_list_files(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "path", NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -326,10 +327,7 @@ static json_t *tool_list_files(mcp_call *call, json_t *args)
 
 static json_t *tool_read_file(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "path", "offset", "length", "encoding", NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -376,10 +374,7 @@ static json_t *tool_read_file(mcp_call *call, json_t *args)
 
 static json_t *tool_write_file(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "path", "content", "encoding", "append", NULL};
-    json_t *res = check_keys(args, keys, 1);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -418,10 +413,6 @@ static json_t *tool_write_file(mcp_call *call, json_t *args)
 
 static json_t *tool_list_sessions(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
     char err[1024];
     json_t *reply = api("sessions.list", json_object(), err, sizeof err);
     if (!reply)
@@ -463,10 +454,7 @@ static json_t *tool_list_sessions(mcp_call *call, json_t *args)
 
 static json_t *simple_session_op(json_t *args, const char *op, const char *done)
 {
-    static const char *const keys[] = {"session", NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -485,10 +473,7 @@ static json_t *simple_session_op(json_t *args, const char *op, const char *done)
 
 static json_t *do_install(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "manager", "packages", NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -772,8 +757,10 @@ json_t *mcpt_call(mcp_call *call, const char *name, json_t *args, int *rpc_code,
                   size_t msglen)
 {
     const mcpt_tool *t = mcpt_find(name);
-    if (t)
-        return t->handler(call, args);
+    if (t) {
+        json_t *res = check_keys(t, args);
+        return res ? res : t->handler(call, args);
+    }
     *rpc_code = -32602;
     snprintf(msg, msglen, "Unknown tool: %.100s", name);
     return NULL;

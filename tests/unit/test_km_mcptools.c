@@ -1,7 +1,8 @@
 /* Unit tests of the MCP tool table (kernelmgr/frontends/mcp_tools.c): every
  * tool has a name, a description, a schema that parses and a handler; names
  * are unique; tools/list shows exactly the table, in order, with the session
- * options added where the table says; tools/call refuses an unknown name. */
+ * options added where the table says; tools/call refuses an unknown name
+ * and an argument its schema does not name. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,12 +78,51 @@ static void unknown_tool(void **state)
     json_decref(args);
 }
 
+/* The text of a CallToolResult that is an error. */
+static const char *error_text(json_t *r)
+{
+    assert_true(json_is_true(json_object_get(r, "isError")));
+    return json_string_value(
+        json_object_get(json_array_get(json_object_get(r, "content"), 0), "text"));
+}
+
+/* The argument names a tool accepts are its schema's properties (and the
+ * session options where the table says), listed in a refusal in order. */
+static void unknown_argument(void **state)
+{
+    (void)state;
+    int code = 0;
+    char msg[200] = "";
+    json_t *args = json_pack("{s:i}", "bogus", 1);
+    json_t *r = mcpt_call(NULL, "read_file", args, &code, msg, sizeof msg);
+    assert_string_equal(
+        error_text(r),
+        "unknown argument 'bogus' (expected: session, path, offset, length, encoding)");
+    json_decref(r);
+    r = mcpt_call(NULL, "list_sessions", args, &code, msg, sizeof msg);
+    assert_string_equal(error_text(r), "unknown argument 'bogus' (expected: )");
+    json_decref(r);
+    r = mcpt_call(NULL, "code_exec", args, &code, msg, sizeof msg);
+    char want[400] = "unknown argument 'bogus' (expected: code, language, session, timeout_s";
+    for (const dtier_sessopt *so = dtier_sessopts; so->f.name; so++)
+        if (so->f.tiers & DT_M) {
+            strcat(want, ", ");
+            strcat(want, so->f.name);
+        }
+    strcat(want, ")");
+    assert_string_equal(error_text(r), want);
+    json_decref(r);
+    json_decref(args);
+    assert_int_equal(code, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(entries),
         cmocka_unit_test(list_is_the_table),
         cmocka_unit_test(unknown_tool),
+        cmocka_unit_test(unknown_argument),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
