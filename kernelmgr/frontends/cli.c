@@ -735,168 +735,169 @@ static int cmd_repair(cli *c)
     return 0;
 }
 
-static int cmd_simple(cli *c, const char *op)
+/* ------------------------------------------- commands that are one request */
+
+/* What `sessions`, `close`, ... add to their request beyond the session. */
+static void build_close(cli *c, json_t *req)
 {
-    if (!strcmp(op, "sessions") && c->repair)
-        return cmd_repair(c);
-    const char *name = c->npos ? c->pos[0] : c->session;
-    if (strcmp(op, "sessions") && !name)
-        return usage_error("%s needs a session NAME", c->cmd);
-    /* the API's method for each command */
-    const char *method = !strcmp(op, "sessions") ? "sessions.list"
-                         : !strcmp(op, "files")  ? "files.list"
-                                                 : op;
-    json_t *req = json_object();
-    if (name)
-        json_object_set_new(req, "session", json_string(name));
-    if (!strcmp(op, "close") && c->keep)
+    if (c->keep)
         json_object_set_new(req, "keep", json_true());
-    if (!strcmp(op, "connection_file"))
-        json_object_set_new(req, "lang", json_string(c->lang ? c->lang : "python"));
-    if (!strcmp(op, "export") && c->kernel_name)
+}
+
+static void build_connection_file(cli *c, json_t *req)
+{
+    json_object_set_new(req, "lang", json_string(c->lang ? c->lang : "python"));
+}
+
+static void build_export(cli *c, json_t *req)
+{
+    if (c->kernel_name)
         json_object_set_new(req, "kernel_name", json_string(c->kernel_name));
-    /* listing sessions must not start a daemon just to say "none" */
-    int autostart = strcmp(op, "sessions") != 0;
-    json_t *rep;
-    km_err err;
-    if (!autostart) {
-        int fd = connect_daemon(c, 0, &err);
-        if (fd < 0) {
-            json_decref(req);
-            if (c->json)
-                puts("[]");
-            else
-                puts("no sessions (no daemon running)");
-            return 0;
-        }
-        close(fd);
-    }
-    int st = call(c, method, req, autostart, NULL, NULL, &rep);
-    if (st)
-        return st;
-    print_warnings(rep); /* close: a workspace it kept */
-    if (!strcmp(op, "sessions")) {
-        json_t *ss = json_object_get(rep, "sessions");
-        if (c->json) {
-            print_json(ss);
-        } else {
-            size_t i;
-            json_t *s;
-            if (!json_array_size(ss))
-                puts("no sessions");
-            json_t *pool = json_object_get(rep, "pool");
-            if (json_integer_value(json_object_get(pool, "size")))
-                printf("warm pool: %lld of %lld ready\n",
-                       (long long)json_integer_value(json_object_get(pool, "ready")),
-                       (long long)json_integer_value(json_object_get(pool, "size")));
-            json_array_foreach(ss, i, s)
-            {
-                json_t *k = json_object_get(s, "kernels");
-                char *ws = termsafe_escape(
-                    json_string_value(json_object_get(s, "workspace")) ?: "",
-                    strlen(json_string_value(json_object_get(s, "workspace")) ?: ""), TERMSAFE_NAME,
-                    NULL, NULL);
-                /* one column per language of the daemon's table */
-                printf("%-20s %-5s", json_string_value(json_object_get(s, "name")),
-                       json_is_true(json_object_get(s, "busy")) ? "busy" : "idle");
-                const char *ln;
-                json_t *kv;
-                json_object_foreach(k, ln, kv)
-                {
-                    char *lsafe = termsafe_escape(ln, strlen(ln), TERMSAFE_NAME, NULL, NULL);
-                    printf(" %s:%-8s", lsafe ? lsafe : "?", json_is_null(kv) ? "-" : "live");
-                    free(lsafe);
-                }
-                printf(" %s\n", ws ? ws : "?");
-                free(ws);
-            }
-        }
-    } else if (!strcmp(op, "files")) {
-        if (c->json) {
-            print_json(rep);
-        } else {
-            size_t i;
-            json_t *f;
-            /* names are the sandbox's: always escaped, one per line */
-            fputs("workspace: ", stdout);
-            termsafe_fputs(stdout, json_string_value(json_object_get(rep, "workspace")),
-                           TERMSAFE_NAME);
-            fputc('\n', stdout);
-            json_array_foreach(json_object_get(rep, "files"), i, f)
-            {
-                const char *mime = json_string_value(json_object_get(f, "mime"));
-                char *m = termsafe_escape(mime ? mime : "", mime ? strlen(mime) : 0, TERMSAFE_NAME,
-                                          NULL, NULL);
-                printf("%10lld  %-24s ", (long long)json_integer_value(json_object_get(f, "size")),
-                       m ? m : "?");
-                free(m);
-                termsafe_fputs(stdout, json_string_value(json_object_get(f, "path")),
-                               TERMSAFE_NAME);
-                fputc('\n', stdout);
-            }
-            json_int_t left = json_integer_value(json_object_get(rep, "files_omitted"));
-            if (left)
-                printf("(%lld more entries not listed)\n", (long long)left);
-            /* never a listing with holes that looks complete */
-            const char *why = json_string_value(json_object_get(
-                json_object_get(json_object_get(rep, "truncated"), "files"), "reason"));
-            if (why) {
-                fputs("(incomplete: ", stdout);
-                termsafe_fputs(stdout, why, TERMSAFE_NAME);
-                fputs(")\n", stdout);
-            }
-        }
-    } else if (!strcmp(op, "connection_file")) {
-        const char *p = json_string_value(json_object_get(rep, "connection_file"));
-        if (c->json)
-            print_json(rep);
-        else
-            puts(p ? p : "");
-    } else if (!strcmp(op, "export")) {
-        json_t *nb = json_object_get(rep, "notebook");
-        size_t wi;
-        json_t *w;
-        json_t *kmmd = json_object_get(json_object_get(nb, "metadata"), "kernelmgr");
-        json_array_foreach(json_object_get(kmmd, "warnings"), wi, w)
+}
+
+/* sessions --repair NAME is session.repair instead; -1 without it. */
+static int sessions_repair(cli *c)
+{
+    return c->repair ? cmd_repair(c) : -1;
+}
+
+/* listing sessions must not start a daemon just to say "none" */
+static void sessions_no_daemon(cli *c)
+{
+    if (c->json)
+        puts("[]");
+    else
+        puts("no sessions (no daemon running)");
+}
+
+/* How each prints its reply (rep borrowed); the exit status. */
+static int print_sessions(cli *c, const char *name, json_t *rep)
+{
+    json_t *ss = json_object_get(rep, "sessions");
+    if (c->json) {
+        print_json(ss);
+    } else {
+        size_t i;
+        json_t *s;
+        if (!json_array_size(ss))
+            puts("no sessions");
+        json_t *pool = json_object_get(rep, "pool");
+        if (json_integer_value(json_object_get(pool, "size")))
+            printf("warm pool: %lld of %lld ready\n",
+                   (long long)json_integer_value(json_object_get(pool, "ready")),
+                   (long long)json_integer_value(json_object_get(pool, "size")));
+        json_array_foreach(ss, i, s)
         {
-            put_msg("kernelmgr: warning: ", json_string_value(w));
-        }
-        char path[4096];
-        snprintf(path, sizeof path, "%s", c->output ? c->output : "");
-        if (!path[0])
-            snprintf(path, sizeof path, "%s.ipynb", name);
-        FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
-        if (!f) {
-            json_decref(rep);
-            return fail(KM_EINTERNAL, strerror(errno));
-        }
-        int werr =
-            json_dumpf(nb, f, JSON_INDENT(1) | JSON_ENSURE_ASCII) ? (errno ? errno : EIO) : 0;
-        if (!werr && fputc('\n', f) == EOF)
-            werr = errno;
-        if (f != stdout) {
-            if ((fclose(f) || werr) && !werr)
-                werr = errno ? errno : EIO;
-            if (werr) {
-                /* no truncated notebook is left behind */
-                unlink(path);
-                json_decref(rep);
-                fprintf(stderr, "kernelmgr: cannot write %s: %s\n", path, strerror(werr));
-                return KM_EOUTPUT;
+            json_t *k = json_object_get(s, "kernels");
+            char *ws =
+                termsafe_escape(json_string_value(json_object_get(s, "workspace")) ?: "",
+                                strlen(json_string_value(json_object_get(s, "workspace")) ?: ""),
+                                TERMSAFE_NAME, NULL, NULL);
+            /* one column per language of the daemon's table */
+            printf("%-20s %-5s", json_string_value(json_object_get(s, "name")),
+                   json_is_true(json_object_get(s, "busy")) ? "busy" : "idle");
+            const char *ln;
+            json_t *kv;
+            json_object_foreach(k, ln, kv)
+            {
+                char *lsafe = termsafe_escape(ln, strlen(ln), TERMSAFE_NAME, NULL, NULL);
+                printf(" %s:%-8s", lsafe ? lsafe : "?", json_is_null(kv) ? "-" : "live");
+                free(lsafe);
             }
-            if (c->json)
-                printf("{\"notebook\":\"%s\",\"cells\":%zu}\n", path,
-                       json_array_size(json_object_get(nb, "cells")));
-            else
-                printf("wrote %s (%zu cells)\n", path,
-                       json_array_size(json_object_get(nb, "cells")));
+            printf(" %s\n", ws ? ws : "?");
+            free(ws);
         }
-    } else if (c->json) {
-        puts("{\"ok\":true}");
     }
-    json_decref(rep);
     return 0;
 }
+
+static int print_files(cli *c, const char *name, json_t *rep)
+{
+    if (c->json) {
+        print_json(rep);
+    } else {
+        size_t i;
+        json_t *f;
+        /* names are the sandbox's: always escaped, one per line */
+        fputs("workspace: ", stdout);
+        termsafe_fputs(stdout, json_string_value(json_object_get(rep, "workspace")), TERMSAFE_NAME);
+        fputc('\n', stdout);
+        json_array_foreach(json_object_get(rep, "files"), i, f)
+        {
+            const char *mime = json_string_value(json_object_get(f, "mime"));
+            char *m = termsafe_escape(mime ? mime : "", mime ? strlen(mime) : 0, TERMSAFE_NAME,
+                                      NULL, NULL);
+            printf("%10lld  %-24s ", (long long)json_integer_value(json_object_get(f, "size")),
+                   m ? m : "?");
+            free(m);
+            termsafe_fputs(stdout, json_string_value(json_object_get(f, "path")), TERMSAFE_NAME);
+            fputc('\n', stdout);
+        }
+        json_int_t left = json_integer_value(json_object_get(rep, "files_omitted"));
+        if (left)
+            printf("(%lld more entries not listed)\n", (long long)left);
+        /* never a listing with holes that looks complete */
+        const char *why = json_string_value(
+            json_object_get(json_object_get(json_object_get(rep, "truncated"), "files"), "reason"));
+        if (why) {
+            fputs("(incomplete: ", stdout);
+            termsafe_fputs(stdout, why, TERMSAFE_NAME);
+            fputs(")\n", stdout);
+        }
+    }
+    return 0;
+}
+
+static int print_connection_file(cli *c, const char *name, json_t *rep)
+{
+    const char *p = json_string_value(json_object_get(rep, "connection_file"));
+    if (c->json)
+        print_json(rep);
+    else
+        puts(p ? p : "");
+    return 0;
+}
+
+static int print_export(cli *c, const char *name, json_t *rep)
+{
+    json_t *nb = json_object_get(rep, "notebook");
+    size_t wi;
+    json_t *w;
+    json_t *kmmd = json_object_get(json_object_get(nb, "metadata"), "kernelmgr");
+    json_array_foreach(json_object_get(kmmd, "warnings"), wi, w)
+    {
+        put_msg("kernelmgr: warning: ", json_string_value(w));
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s", c->output ? c->output : "");
+    if (!path[0])
+        snprintf(path, sizeof path, "%s.ipynb", name);
+    FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+    if (!f)
+        return fail(KM_EINTERNAL, strerror(errno));
+    int werr = json_dumpf(nb, f, JSON_INDENT(1) | JSON_ENSURE_ASCII) ? (errno ? errno : EIO) : 0;
+    if (!werr && fputc('\n', f) == EOF)
+        werr = errno;
+    if (f != stdout) {
+        if ((fclose(f) || werr) && !werr)
+            werr = errno ? errno : EIO;
+        if (werr) {
+            /* no truncated notebook is left behind */
+            unlink(path);
+            fprintf(stderr, "kernelmgr: cannot write %s: %s\n", path, strerror(werr));
+            return KM_EOUTPUT;
+        }
+        if (c->json)
+            printf("{\"notebook\":\"%s\",\"cells\":%zu}\n", path,
+                   json_array_size(json_object_get(nb, "cells")));
+        else
+            printf("wrote %s (%zu cells)\n", path, json_array_size(json_object_get(nb, "cells")));
+    }
+    return 0;
+}
+
+typedef struct cli_command cli_command;
+static int cmd_simple(cli *c, const cli_command *k);
 
 /* `kernelmgr install`: the API's packages.install, as MCP's install_packages. */
 
@@ -1260,32 +1261,79 @@ static int cmd_mcp(cli *c)
 }
 
 /* The commands: one entry each. A command either runs a function or is one
- * daemon request of the same shape (cmd_simple, with its API method);
- * own_args: it parses its own options (before any of ours). */
-typedef struct cli_command {
+ * daemon request (cmd_simple): its API method, whether it needs a session
+ * NAME, what it adds to the request (build), how it prints the reply
+ * (print; NULL: {"ok":true} with --json, nothing else) and, for one that
+ * must not start a daemon, what it says when none runs (no_daemon);
+ * instead: an option that makes it another request (sessions --repair),
+ * -1 when not given. own_args: it parses its own options (before any of ours). */
+struct cli_command {
     const char *name;
     int (*run)(cli *c);
     const char *method;
+    int needs_session;
+    void (*build)(cli *c, json_t *req);
+    int (*print)(cli *c, const char *name, json_t *rep);
+    void (*no_daemon)(cli *c);
+    int (*instead)(cli *c);
     int own_args;
-} cli_command;
+};
 
 static const cli_command cli_commands[] = {
-    {"run", cmd_code, NULL, 0},
-    {"exec", cmd_code, NULL, 0},
-    {"sessions", NULL, "sessions", 0},
-    {"close", NULL, "close", 0},
-    {"interrupt", NULL, "interrupt", 0},
-    {"restart", NULL, "restart", 0},
-    {"files", NULL, "files", 0},
-    {"export", NULL, "export", 0},
-    {"connection-file", NULL, "connection_file", 0},
-    {"serve", cmd_serve, NULL, 0},
-    {"doctor", cmd_doctor, NULL, 0},
-    {"kernelspec", cmd_kernelspec, NULL, 0},
-    {"install", cmd_install, NULL, 0},
-    {"mcp", cmd_mcp, NULL, 1},
-    {"config", cmd_config, NULL, 1},
+    {"run", cmd_code, NULL, 0, NULL, NULL, NULL, NULL, 0},
+    {"exec", cmd_code, NULL, 0, NULL, NULL, NULL, NULL, 0},
+    {"sessions", NULL, "sessions.list", 0, NULL, print_sessions, sessions_no_daemon,
+     sessions_repair, 0},
+    {"close", NULL, "close", 1, build_close, NULL, NULL, NULL, 0},
+    {"interrupt", NULL, "interrupt", 1, NULL, NULL, NULL, NULL, 0},
+    {"restart", NULL, "restart", 1, NULL, NULL, NULL, NULL, 0},
+    {"files", NULL, "files.list", 1, NULL, print_files, NULL, NULL, 0},
+    {"export", NULL, "export", 1, build_export, print_export, NULL, NULL, 0},
+    {"connection-file", NULL, "connection_file", 1, build_connection_file, print_connection_file,
+     NULL, NULL, 0},
+    {"serve", cmd_serve, NULL, 0, NULL, NULL, NULL, NULL, 0},
+    {"doctor", cmd_doctor, NULL, 0, NULL, NULL, NULL, NULL, 0},
+    {"kernelspec", cmd_kernelspec, NULL, 0, NULL, NULL, NULL, NULL, 0},
+    {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0},
+    {"mcp", cmd_mcp, NULL, 0, NULL, NULL, NULL, NULL, 1},
+    {"config", cmd_config, NULL, 0, NULL, NULL, NULL, NULL, 1},
 };
+
+static int cmd_simple(cli *c, const cli_command *k)
+{
+    int st = k->instead ? k->instead(c) : -1;
+    if (st >= 0)
+        return st;
+    const char *name = c->npos ? c->pos[0] : c->session;
+    if (k->needs_session && !name)
+        return usage_error("%s needs a session NAME", c->cmd);
+    json_t *req = json_object();
+    if (name)
+        json_object_set_new(req, "session", json_string(name));
+    if (k->build)
+        k->build(c, req);
+    json_t *rep;
+    km_err err;
+    if (k->no_daemon) {
+        int fd = connect_daemon(c, 0, &err);
+        if (fd < 0) {
+            json_decref(req);
+            k->no_daemon(c);
+            return 0;
+        }
+        close(fd);
+    }
+    st = call(c, k->method, req, !k->no_daemon, NULL, NULL, &rep);
+    if (st)
+        return st;
+    print_warnings(rep); /* close: a workspace it kept */
+    if (k->print)
+        st = k->print(c, name, rep);
+    else if (c->json)
+        puts("{\"ok\":true}");
+    json_decref(rep);
+    return st;
+}
 
 /* Every command's output is checked: a write error on stdout (a closed pipe,
  * a full disk, EIO) is said on stderr and gives KM_EOUTPUT, never exit 0.
@@ -1586,5 +1634,5 @@ static int cli_dispatch(int argc, char **argv)
     if (c.sandbox)
         snprintf(c.cfg.sandbox, sizeof c.cfg.sandbox, "%s", c.sandbox);
 
-    return command->run ? command->run(&c) : cmd_simple(&c, command->method);
+    return command->run ? command->run(&c) : cmd_simple(&c, command);
 }

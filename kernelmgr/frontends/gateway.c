@@ -579,109 +579,187 @@ static void run_job(gw_job *j)
     free(copy);
 }
 
-static void route(gw_job *j, char *segs[5], int n)
+/* ---------------------------------------------------------------- routes */
+
+static void on_version(gw_job *j, char **segs, gw_kernel *gk)
+{
+    respond(j, 200, json_text(json_pack("{s:s s:s}", "version", "1.23.3", "kernelmgr", "gateway")));
+}
+
+static void on_kernelspecs(gw_job *j, char **segs, gw_kernel *gk)
 {
     gateway *g = j->g;
-    int get = !strcmp(j->method, "GET"), post = !strcmp(j->method, "POST"),
-        del = !strcmp(j->method, "DELETE");
-    if (n < 1 || strcmp(segs[0], "api")) {
-        respond(j, 404, error_body("Not Found", "no such resource: %s", j->path));
-        return;
-    }
-    if (n == 1 && get) {
+    char defname[KM_LANG_NAME_MAX + 16];
+    spec_name(km_manager_config(g->m)->langs.v[0].name, defname, sizeof defname);
+    respond(j, 200,
+            json_text(json_pack("{s:s s:o}", "default", defname, "kernelspecs", kernelspecs(g))));
+}
+
+static void on_kernelspec(gw_job *j, char **segs, gw_kernel *gk)
+{
+    json_t *specs = kernelspecs(j->g);
+    json_t *one = json_object_get(specs, segs[2]);
+    if (one)
+        respond(j, 200, json_text(json_incref(one)));
+    else
+        respond(j, 404, error_body("Not Found", "no kernelspec named \"%s\"", segs[2]));
+    json_decref(specs);
+}
+
+static void no_spec_resource(gw_job *j, char **segs, gw_kernel *gk)
+{
+    respond(j, 404, error_body("Not Found", "no such kernelspec resource"));
+}
+
+static void on_api_call(gw_job *j, char **segs, gw_kernel *gk)
+{
+    gateway *g = j->g;
+    json_error_t je;
+    json_t *req = json_loadb((const char *)j->body, j->body_len, 0, &je);
+    if (!req) {
         respond(j, 200,
-                json_text(json_pack("{s:s s:s}", "version", "1.23.3", "kernelmgr", "gateway")));
+                json_text(json_pack("{s:s s:n s:{s:i s:s}}", "jsonrpc", "2.0", "id", "error",
+                                    "code", -32700, "message", "parse error")));
         return;
     }
-    if (!strcmp(segs[1], "kernelspecs") && get && n <= 3) {
-        json_t *specs = kernelspecs(g);
-        if (n == 2) {
-            char defname[KM_LANG_NAME_MAX + 16];
-            spec_name(km_manager_config(g->m)->langs.v[0].name, defname, sizeof defname);
-            respond(j, 200,
-                    json_text(json_pack("{s:s s:o}", "default", defname, "kernelspecs", specs)));
-            return;
-        }
-        json_t *one = json_object_get(specs, segs[2]);
-        if (one)
-            respond(j, 200, json_text(json_incref(one)));
-        else
-            respond(j, 404, error_body("Not Found", "no kernelspec named \"%s\"", segs[2]));
-        json_decref(specs);
-        return;
+    j->verbatim = 1;
+    json_t *refused = gwapi_check(req, g->o.allow_unsafe);
+    respond(j, 200, json_text(refused ? refused : gwapi_call(g->home, req, g->o.max_pending)));
+    json_decref(req);
+}
+
+static void api_post_only(gw_job *j, char **segs, gw_kernel *gk)
+{
+    respond(j, 405,
+            error_body("Method Not Allowed", "POST a JSON-RPC 2.0 request here (docs/API.md)"));
+}
+
+static void on_list_kernels(gw_job *j, char **segs, gw_kernel *gk)
+{
+    respond(j, 200, json_text(list_kernels(j->g, 0)));
+}
+
+static void on_start_kernel(gw_job *j, char **segs, gw_kernel *gk)
+{
+    start_kernel(j);
+}
+
+static void kernels_not_allowed(gw_job *j, char **segs, gw_kernel *gk)
+{
+    respond(j, 405, error_body("Method Not Allowed", "%s is not allowed here", j->method));
+}
+
+static void on_kernel(gw_job *j, char **segs, gw_kernel *gk)
+{
+    respond(j, 200, json_text(json_incref(gk->model)));
+}
+
+static void on_delete_kernel(gw_job *j, char **segs, gw_kernel *gk)
+{
+    km_err e = {0};
+    /* a session the gateway did not create (an agent's) is detached
+     * from, never shut down: its state is the agent's */
+    if (strncmp(gk->session, GW_SESSION_PREFIX, strlen(GW_SESSION_PREFIX)))
+        respond(j, 204, NULL);
+    else if (km_close(j->g->m, gk->session, 0, &e))
+        km_fail(j, &e);
+    else
+        respond(j, 204, NULL);
+}
+
+static void on_interrupt(gw_job *j, char **segs, gw_kernel *gk)
+{
+    km_err e = {0};
+    if (km_interrupt(j->g->m, gk->session, &e))
+        km_fail(j, &e);
+    else
+        respond(j, 204, NULL);
+}
+
+static void on_restart(gw_job *j, char **segs, gw_kernel *gk)
+{
+    km_err e = {0};
+    gw_kernel after = {0};
+    if (km_restart(j->g->m, gk->session, &e))
+        km_fail(j, &e);
+    else if (find_kernel(j->g, segs[2], &after) == 0)
+        respond(j, 200, json_text(after.model));
+    else
+        respond(j, 500, error_body("Error", "the kernel did not come back after restart"));
+}
+
+static void kernel_not_allowed(gw_job *j, char **segs, gw_kernel *gk)
+{
+    respond(j, 405, error_body("Method Not Allowed", "%s %s is not allowed", j->method, j->path));
+}
+
+/* The REST routes, first match wins. A pattern is path segments: "*" is any
+ * one, a final "**" any number (none too). method NULL is any method: the
+ * answer to a path whose methods above did not match. With kernel, the
+ * third segment names a kernel, looked up before any handler (404 when
+ * none, whatever the method). The token is not a column: every request
+ * shows it before it is routed (on_http_request), and nothing is routed
+ * without it. */
+typedef struct gw_route {
+    const char *method;
+    const char *pattern;
+    int kernel;
+    void (*handler)(gw_job *j, char **segs, gw_kernel *gk);
+} gw_route;
+
+static const gw_route routes[] = {
+    {"GET", "api", 0, on_version},
+    {"GET", "api/kernelspecs", 0, on_kernelspecs},
+    {"GET", "api/kernelspecs/*", 0, on_kernelspec},
+    {NULL, "api/kernelspecs/**", 0, no_spec_resource},
+    {NULL, "api/kernelspecs-resources/**", 0, no_spec_resource},
+    {"POST", "api/kernelmgr", 0, on_api_call},
+    {NULL, "api/kernelmgr", 0, api_post_only},
+    {"GET", "api/kernels", 0, on_list_kernels},
+    {"POST", "api/kernels", 0, on_start_kernel},
+    {NULL, "api/kernels", 0, kernels_not_allowed},
+    {"GET", "api/kernels/*", 1, on_kernel},
+    {"DELETE", "api/kernels/*", 1, on_delete_kernel},
+    {"POST", "api/kernels/*/interrupt", 1, on_interrupt},
+    {"POST", "api/kernels/*/restart", 1, on_restart},
+    {NULL, "api/kernels/*/**", 1, kernel_not_allowed},
+    {NULL, NULL, 0, NULL},
+};
+
+/* 1 when the n segments match pattern. */
+static int route_matches(const char *pattern, char **segs, int n)
+{
+    int i = 0;
+    for (const char *p = pattern; *p; i++) {
+        const char *end = strchrnul(p, '/');
+        size_t len = (size_t)(end - p);
+        if (len == 2 && !strncmp(p, "**", 2))
+            return 1;
+        if (i >= n)
+            return 0;
+        if (!(len == 1 && *p == '*') && (strlen(segs[i]) != len || strncmp(segs[i], p, len)))
+            return 0;
+        p = *end ? end + 1 : end;
     }
-    if (!strcmp(segs[1], "kernelspecs") || !strcmp(segs[1], "kernelspecs-resources")) {
-        respond(j, 404, error_body("Not Found", "no such kernelspec resource"));
-        return;
-    }
-    if (!strcmp(segs[1], "kernelmgr") && n == 2) {
-        if (!post) {
-            respond(j, 405,
-                    error_body("Method Not Allowed", "POST a JSON-RPC 2.0 request here "
-                                                     "(docs/API.md)"));
-            return;
-        }
-        json_error_t je;
-        json_t *req = json_loadb((const char *)j->body, j->body_len, 0, &je);
-        if (!req) {
-            respond(j, 200,
-                    json_text(json_pack("{s:s s:n s:{s:i s:s}}", "jsonrpc", "2.0", "id", "error",
-                                        "code", -32700, "message", "parse error")));
-            return;
-        }
-        j->verbatim = 1;
-        json_t *refused = gwapi_check(req, g->o.allow_unsafe);
-        respond(j, 200, json_text(refused ? refused : gwapi_call(g->home, req, g->o.max_pending)));
-        json_decref(req);
-        return;
-    }
-    if (strcmp(segs[1], "kernels")) {
+    return i == n;
+}
+
+static void route(gw_job *j, char *segs[5], int n)
+{
+    const gw_route *r = routes;
+    for (; r->pattern; r++)
+        if ((!r->method || !strcmp(r->method, j->method)) && route_matches(r->pattern, segs, n))
+            break;
+    if (!r->pattern) {
         respond(j, 404, error_body("Not Found", "no such resource: %s", j->path));
-        return;
-    }
-    if (n == 2) {
-        if (get)
-            respond(j, 200, json_text(list_kernels(g, 0)));
-        else if (post)
-            start_kernel(j);
-        else
-            respond(j, 405, error_body("Method Not Allowed", "%s is not allowed here", j->method));
         return;
     }
     gw_kernel gk = {0};
-    if (find_kernel(g, segs[2], &gk)) {
+    if (r->kernel && find_kernel(j->g, segs[2], &gk)) {
         respond(j, 404, error_body("Not Found", "Kernel does not exist: %s", segs[2]));
         return;
     }
-    km_err e = {0};
-    if (n == 3 && get) {
-        respond(j, 200, json_text(json_incref(gk.model)));
-    } else if (n == 3 && del) {
-        /* a session the gateway did not create (an agent's) is detached
-         * from, never shut down: its state is the agent's */
-        if (strncmp(gk.session, GW_SESSION_PREFIX, strlen(GW_SESSION_PREFIX)))
-            respond(j, 204, NULL);
-        else if (km_close(g->m, gk.session, 0, &e))
-            km_fail(j, &e);
-        else
-            respond(j, 204, NULL);
-    } else if (n == 4 && post && !strcmp(segs[3], "interrupt")) {
-        if (km_interrupt(g->m, gk.session, &e))
-            km_fail(j, &e);
-        else
-            respond(j, 204, NULL);
-    } else if (n == 4 && post && !strcmp(segs[3], "restart")) {
-        gw_kernel after = {0};
-        if (km_restart(g->m, gk.session, &e))
-            km_fail(j, &e);
-        else if (find_kernel(g, segs[2], &after) == 0)
-            respond(j, 200, json_text(after.model));
-        else
-            respond(j, 500, error_body("Error", "the kernel did not come back after restart"));
-    } else {
-        respond(j, 405,
-                error_body("Method Not Allowed", "%s %s is not allowed", j->method, j->path));
-    }
+    r->handler(j, segs, r->kernel ? &gk : NULL);
     json_decref(gk.model);
 }
 

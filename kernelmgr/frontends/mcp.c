@@ -388,27 +388,80 @@ static int check_era(mcp_server *srv, json_t *id, json_t *params)
     return 1;
 }
 
+static void do_ping(mcp_server *srv, json_t *req, json_t *id, json_t *params, int modern)
+{
+    send_result(srv, id, json_object(), modern);
+}
+
+static void do_tools_list(mcp_server *srv, json_t *req, json_t *id, json_t *params, int modern)
+{
+    json_t *result = json_pack("{s:o}", "tools", mcpt_list());
+    if (modern)
+        json_object_set_new(result, "ttlMs", json_integer(0));
+    send_result(srv, id, result, modern);
+}
+
+static void on_initialize(mcp_server *srv, json_t *req, json_t *id, json_t *params, int modern)
+{
+    do_initialize(srv, id, params);
+}
+
+static void on_discover(mcp_server *srv, json_t *req, json_t *id, json_t *params, int modern)
+{
+    do_discover(srv, id);
+}
+
+static void on_initialized(mcp_server *srv, json_t *params)
+{
+    srv->initialized = 1;
+}
+
+/* The JSON-RPC methods this server answers. A request is looked up among
+ * the requests, a notification among the notifications; an unknown request
+ * is "Method not found", an unknown notification (progress,
+ * roots/list_changed...) needs nothing from us. Every request but
+ * initialize has its era checked first (check_era: the modern _meta). */
+typedef struct mcp_method {
+    const char *name;
+    int era; /* check_era before the handler */
+    void (*request)(mcp_server *srv, json_t *req, json_t *id, json_t *params, int modern);
+    void (*notification)(mcp_server *srv, json_t *params);
+} mcp_method;
+
+static const mcp_method methods[] = {
+    {"initialize", 0, on_initialize, NULL},
+    {"server/discover", 1, on_discover, NULL},
+    {"ping", 1, do_ping, NULL},
+    {"tools/list", 1, do_tools_list, NULL},
+    {"tools/call", 1, do_tools_call, NULL},
+    {"notifications/initialized", 0, NULL, on_initialized},
+    {"notifications/cancelled", 0, NULL, do_cancelled},
+    {NULL, 0, NULL, NULL},
+};
+
+static const mcp_method *find_method(const char *name, int notification)
+{
+    for (const mcp_method *m = methods; m->name; m++)
+        if ((notification ? m->notification != NULL : m->request != NULL) &&
+            strcmp(m->name, name) == 0)
+            return m;
+    return NULL;
+}
+
 static void handle_request(mcp_server *srv, json_t *req, json_t *id, const char *method,
                            json_t *params)
 {
-    if (strcmp(method, "initialize") == 0) {
-        do_initialize(srv, id, params);
-        return;
+    const mcp_method *m = find_method(method, 0);
+    int modern = 0;
+    if (!m || m->era) {
+        /* an unknown method's request is checked as well: a bad _meta is
+         * reported before "Method not found" */
+        modern = check_era(srv, id, params);
+        if (modern < 0)
+            return;
     }
-    int modern = check_era(srv, id, params);
-    if (modern < 0)
-        return;
-    if (strcmp(method, "server/discover") == 0) {
-        do_discover(srv, id);
-    } else if (strcmp(method, "ping") == 0) {
-        send_result(srv, id, json_object(), modern);
-    } else if (strcmp(method, "tools/list") == 0) {
-        json_t *result = json_pack("{s:o}", "tools", mcpt_list());
-        if (modern)
-            json_object_set_new(result, "ttlMs", json_integer(0));
-        send_result(srv, id, result, modern);
-    } else if (strcmp(method, "tools/call") == 0) {
-        do_tools_call(srv, req, id, params, modern);
+    if (m) {
+        m->request(srv, req, id, params, modern);
     } else {
         char msg[160];
         snprintf(msg, sizeof msg, "Method not found: %.100s", method);
@@ -418,11 +471,9 @@ static void handle_request(mcp_server *srv, json_t *req, json_t *id, const char 
 
 static void handle_notification(mcp_server *srv, const char *method, json_t *params)
 {
-    if (strcmp(method, "notifications/initialized") == 0)
-        srv->initialized = 1;
-    else if (strcmp(method, "notifications/cancelled") == 0)
-        do_cancelled(srv, params);
-    /* Anything else (progress, roots/list_changed...) needs nothing from us. */
+    const mcp_method *m = find_method(method, 1);
+    if (m)
+        m->notification(srv, params);
 }
 
 /* One line of input. Never exits: a malformed message gets an error reply

@@ -5,7 +5,8 @@
  * sessions, their workspace files (read and written confined by wsfile.c)
  * and package installs, under each session's lock, and validates every
  * request; a tool only renames arguments and renders the result for a
- * model.
+ * model. The tools are one table (mcpt_tools[], at the end): name,
+ * description, schema and handler together.
  */
 #include "kernelmgr/frontends/mcp_tools.h"
 
@@ -25,180 +26,6 @@
 
 #define DEFAULT_SESSION "default"
 #define LIST_MAX 2000
-
-/* ---------------------------------------------------------------- schemas */
-
-/* The options of a session a tool call may create (code_exec and
- * write_file) are not in these schemas: mcpt_list adds them from the
- * daemon's table (dtier.h), those the mcp tier may set. */
-static const char *const tools_json =
-    "["
-    "{\"name\":\"code_exec\","
-    "\"title\":\"Run code\","
-    "\"description\":\"Run Python or Bash code in a persistent, sandboxed session and get back "
-    "stdout, stderr, the value of the last expression, errors with tracebacks, plots (as "
-    "images) and the files the code created or changed. State persists between calls with the "
-    "same `session`: Python variables and imports, the shell's cwd, variables and functions, and "
-    "the files in the workspace (the working directory of both kernels). Python and Bash of "
-    "one session share the workspace, not variables. `code` may be plain code or Markdown with "
-    "```python / ```bash fenced blocks, which run in order (text outside fences is ignored). "
-    "The sandbox has no network access. Long computations: set timeout_s; on timeout the code "
-    "is interrupted (Python gets KeyboardInterrupt) and state is kept when possible. Use "
-    "matplotlib normally: figures are returned as images.\","
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
-    "\"code\":{\"type\":\"string\",\"description\":\"The code to run, or Markdown with "
-    "```python / ```bash blocks.\"},"
-    "\"language\":{\"type\":\"string\",\"default\":"
-    "\"auto\",\"description\":\"python or bash to run `code` as-is in that language; auto "
-    "(default) runs Markdown fences by their language and guesses for unfenced code. The "
-    "server's configuration may add languages (its error for an unknown one lists them).\"},"
-    "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
-    "\"default\":\"default\",\"description\":\"Session name; reuse it to keep state. Created on "
-    "first use.\"},"
-    "\"timeout_s\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"
-    "\"description\":\"Time limit of each block in seconds (default: the server's, usually "
-    "60).\"}},"
-    "\"required\":[\"code\"],\"additionalProperties\":false},"
-    "\"annotations\":{\"title\":\"Run code\",\"readOnlyHint\":false,\"destructiveHint\":false,"
-    "\"idempotentHint\":false,\"openWorldHint\":false}},"
-
-    "{\"name\":\"list_files\",\"title\":\"List workspace files\","
-    "\"description\":\"List the files in a session's workspace (the kernels' working "
-    "directory), with size and type. Optionally only below a sub-directory.\","
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
-    "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"},"
-    "\"path\":{\"type\":\"string\",\"description\":\"Sub-directory relative to the workspace "
-    "(default: all).\"}},\"required\":[\"session\"],\"additionalProperties\":false},"
-    "\"annotations\":{\"readOnlyHint\":true,\"openWorldHint\":false}},"
-
-    "{\"name\":\"read_file\",\"title\":\"Read a workspace file\","
-    "\"description\":\"Read a file from a session's workspace. Text comes back as text; binary "
-    "files as base64 (encoding tells which). Large files: read in pieces with offset and "
-    "length (bytes, at most 1 MiB per call); `eof` says whether the end was reached. Paths are "
-    "relative to the workspace; '..' and symbolic links are refused.\","
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
-    "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"},"
-    "\"path\":{\"type\":\"string\",\"description\":\"File path relative to the workspace.\"},"
-    "\"offset\":{\"type\":\"integer\",\"minimum\":0,\"default\":0,\"description\":\"Byte "
-    "offset to start at.\"},"
-    "\"length\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1048576,\"description\":\"Bytes "
-    "to read (default and maximum 1 MiB).\"},"
-    "\"encoding\":{\"type\":\"string\",\"enum\":[\"auto\",\"text\",\"base64\"],\"default\":"
-    "\"auto\",\"description\":\"auto: text when the bytes are UTF-8, else base64.\"}},"
-    "\"required\":[\"session\",\"path\"],\"additionalProperties\":false},"
-    "\"annotations\":{\"readOnlyHint\":true,\"openWorldHint\":false}},"
-
-    "{\"name\":\"write_file\",\"title\":\"Write a workspace file\","
-    "\"description\":\"Create or overwrite a file in a session's workspace (missing "
-    "directories are created), e.g. to give the code a data file. Content is text, or base64 "
-    "for binary data. Paths are relative to the workspace; '..' and symbolic links are "
-    "refused. Creates the session when it does not exist.\","
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
-    "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
-    "\"description\":\"Session name.\"},"
-    "\"path\":{\"type\":\"string\",\"description\":\"File path relative to the workspace.\"},"
-    "\"content\":{\"type\":\"string\",\"description\":\"The file's content.\"},"
-    "\"encoding\":{\"type\":\"string\",\"enum\":[\"text\",\"base64\"],\"default\":\"text\"},"
-    "\"append\":{\"type\":\"boolean\",\"default\":false,\"description\":\"Append instead of "
-    "overwriting.\"}},"
-    "\"required\":[\"session\",\"path\",\"content\"],\"additionalProperties\":false},"
-    "\"annotations\":{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}},"
-
-    "{\"name\":\"list_sessions\",\"title\":\"List sessions\","
-    "\"description\":\"List the live sessions with their workspace and kernels.\","
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false},"
-    "\"annotations\":{\"readOnlyHint\":true,\"openWorldHint\":false}},"
-
-    "{\"name\":\"restart_session\",\"title\":\"Restart a session\","
-    "\"description\":\"Restart a session's kernels: variables, imports and shell state are "
-    "cleared; workspace files are kept. Use it when a kernel is stuck or its state is "
-    "broken.\","
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
-    "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"}},"
-    "\"required\":[\"session\"],\"additionalProperties\":false},"
-    "\"annotations\":{\"destructiveHint\":true,\"idempotentHint\":true,\"openWorldHint\":false}},"
-
-    "{\"name\":\"close_session\",\"title\":\"Close a session\","
-    "\"description\":\"Close a session: its kernels stop and its workspace is deleted. The "
-    "name can be used again afterwards for a fresh session.\","
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
-    "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"}},"
-    "\"required\":[\"session\"],\"additionalProperties\":false},"
-    "\"annotations\":{\"destructiveHint\":true,\"idempotentHint\":true,\"openWorldHint\":false}},"
-
-    "{\"name\":\"install_packages\",\"title\":\"Install packages\","
-    "\"description\":\"Install Python (pip) or Node (npm) packages for a session, only from the "
-    "operator's allowlist (names, optionally with a version: \\\"pkg\\\", \\\"pkg==1.2\\\" for "
-    "pip, \\\"pkg@1.2.0\\\" for npm). URLs, paths, VCS links and options are refused. Python "
-    "packages become importable in the session's Python kernel right away; npm packages are "
-    "usable from Bash (node with NODE_PATH, their commands on PATH). Dependencies are installed "
-    "only when they are on the allowlist too; otherwise the install is refused and names "
-    "them.\","
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{"
-    "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
-    "\"description\":\"Session name.\"},"
-    "\"manager\":{\"type\":\"string\",\"enum\":[\"pip\",\"npm\"]},"
-    "\"packages\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,"
-    "\"maxItems\":50}},"
-    "\"required\":[\"session\",\"manager\",\"packages\"],\"additionalProperties\":false},"
-    "\"annotations\":{\"destructiveHint\":false,\"idempotentHint\":true,\"openWorldHint\":true}}"
-    "]";
-
-/* new: the JSON schema of a session option (a row of the daemon's table). */
-static json_t *sessopt_schema(const dtier_sessopt *o)
-{
-    json_t *p = NULL;
-    switch (o->type) {
-    case DT_SO_CHOICE:
-        p = json_pack("{s:s s:[]}", "type", "string", "enum");
-        for (int i = 0; p && o->values[i]; i++)
-            json_array_append_new(json_object_get(p, "enum"), json_string(o->values[i]));
-        break;
-    case DT_SO_SIZE:
-        p = json_pack("{s:[s,s]}", "type", "string", "integer");
-        break;
-    case DT_SO_NUMBER:
-        p = json_pack("{s:s s:f s:f}", "type", "number", "minimum", o->min, "maximum", o->max);
-        break;
-    case DT_SO_ENV:
-        p = json_pack("{s:s s:{s:s} s:i}", "type", "object", "additionalProperties", "type",
-                      "string", "maxProperties", 64);
-        break;
-    case DT_SO_PATH:
-        p = json_pack("{s:s}", "type", "string");
-        break;
-    }
-    char d[600];
-    snprintf(d, sizeof d, "%s%s%s%s Applied when this call creates the session.", o->help,
-             o->relaxing ? " \"" : "", o->relaxing ? o->relaxing : "",
-             o->relaxing ? "\" only when the server allows it." : "");
-    if (p)
-        json_object_set_new(p, "description", json_string(d));
-    return p;
-}
-
-json_t *mcpt_list(void)
-{
-    json_error_t jerr;
-    json_t *tools = json_loads(tools_json, 0, &jerr);
-    if (!tools) {
-        mcp_log("BUG: tool schemas do not parse: %s at %d", jerr.text, jerr.position);
-        return json_array();
-    }
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t)
-    {
-        const char *name = json_string_value(json_object_get(t, "name"));
-        if (strcmp(name, "code_exec") && strcmp(name, "write_file"))
-            continue;
-        json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
-        for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++)
-            if (o->f.tiers & DT_M)
-                json_object_set_new(props, o->f.name, sessopt_schema(o));
-    }
-    return tools;
-}
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -253,32 +80,39 @@ static int mcp_sessopt(const char *name)
 }
 
 /* Refuses unknown argument names: a typo ("timeout" for "timeout_s") must
- * not be silently ignored. With sopts, the session options the mcp tier
- * may set are known too. */
-static json_t *check_keys(json_t *args, const char *const *allowed, int sopts)
+ * not be silently ignored. The names are the properties of the tool's
+ * schema and, with session_options, the session options the mcp tier may
+ * set. NULL, or a tool error that lists them. */
+static json_t *check_keys(const mcpt_tool *t, json_t *args)
 {
+    json_t *schema = json_loads(t->input_schema, 0, NULL);
+    json_t *props = json_object_get(schema, "properties");
+    json_t *res = NULL;
     const char *key;
     json_t *v;
     json_object_foreach(args, key, v)
     {
-        int ok = sopts && mcp_sessopt(key);
-        for (int i = 0; allowed[i]; i++)
-            ok |= strcmp(key, allowed[i]) == 0;
-        if (!ok) {
-            char list[400] = "";
-            for (int i = 0; allowed[i]; i++) {
-                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-                strncat(list, allowed[i], sizeof list - strlen(list) - 1);
-            }
-            for (const dtier_sessopt *o = dtier_sessopts; sopts && o->f.name; o++)
-                if (o->f.tiers & DT_M) {
-                    strncat(list, ", ", sizeof list - strlen(list) - 1);
-                    strncat(list, o->f.name, sizeof list - strlen(list) - 1);
-                }
-            return tool_error("unknown argument '%.60s' (expected: %s)", key, list);
+        if (json_object_get(props, key) || (t->session_options && mcp_sessopt(key)))
+            continue;
+        char list[400] = "";
+        const char *name;
+        json_t *pv;
+        int i = 0;
+        json_object_foreach(props, name, pv)
+        {
+            strncat(list, i++ ? ", " : "", sizeof list - strlen(list) - 1);
+            strncat(list, name, sizeof list - strlen(list) - 1);
         }
+        for (const dtier_sessopt *o = dtier_sessopts; t->session_options && o->f.name; o++)
+            if (o->f.tiers & DT_M) {
+                strncat(list, ", ", sizeof list - strlen(list) - 1);
+                strncat(list, o->f.name, sizeof list - strlen(list) - 1);
+            }
+        res = tool_error("unknown argument '%.60s' (expected: %s)", key, list);
+        break;
     }
-    return NULL;
+    json_decref(schema);
+    return res;
 }
 
 /* new: the result of an API request without events, or NULL with err. */
@@ -374,10 +208,7 @@ static int exec_tick(void *ud, double elapsed)
 
 static json_t *tool_code_exec(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"code", "language", "session", "timeout_s", NULL};
-    json_t *res = check_keys(args, keys, 1);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *code = json_string_value(json_object_get(args, "code"));
     if (!code)
         return tool_error("`code` (string) is required");
@@ -424,12 +255,9 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
 
 /* ---------------------------------------------------------------- files */
 
-static json_t *tool_list_files(json_t *args)
+static json_t *tool_list_files(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "path", NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -497,12 +325,9 @@ static json_t *tool_list_files(json_t *args)
     return r;
 }
 
-static json_t *tool_read_file(json_t *args)
+static json_t *tool_read_file(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "path", "offset", "length", "encoding", NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -549,10 +374,7 @@ static json_t *tool_read_file(json_t *args)
 
 static json_t *tool_write_file(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "path", "content", "encoding", "append", NULL};
-    json_t *res = check_keys(args, keys, 1);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -589,12 +411,8 @@ static json_t *tool_write_file(mcp_call *call, json_t *args)
 
 /* ---------------------------------------------------------------- sessions */
 
-static json_t *tool_list_sessions(json_t *args)
+static json_t *tool_list_sessions(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
     char err[1024];
     json_t *reply = api("sessions.list", json_object(), err, sizeof err);
     if (!reply)
@@ -636,10 +454,7 @@ static json_t *tool_list_sessions(json_t *args)
 
 static json_t *simple_session_op(json_t *args, const char *op, const char *done)
 {
-    static const char *const keys[] = {"session", NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -658,10 +473,7 @@ static json_t *simple_session_op(json_t *args, const char *op, const char *done)
 
 static json_t *do_install(mcp_call *call, json_t *args)
 {
-    static const char *const keys[] = {"session", "manager", "packages", NULL};
-    json_t *res = check_keys(args, keys, 0);
-    if (res)
-        return res;
+    json_t *res = NULL;
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
@@ -701,26 +513,254 @@ static json_t *do_install(mcp_call *call, json_t *args)
     return result;
 }
 
+/* ---------------------------------------------------------------- the tools */
+
+static json_t *tool_restart_session(mcp_call *call, json_t *args)
+{
+    return simple_session_op(args, "restart",
+                             "restarted: variables and imports are cleared, files kept");
+}
+
+static json_t *tool_close_session(mcp_call *call, json_t *args)
+{
+    return simple_session_op(args, "close", "closed: kernels stopped, workspace removed");
+}
+
+/* The one list of tools: tools/list is built from it and tools/call looks
+ * the name up in it. The options of a session a tool call may create are
+ * not in these schemas: with session_options, mcpt_list adds them from the
+ * daemon's table (dtier.h), those the mcp tier may set. */
+const mcpt_tool mcpt_tools[] = {
+    {
+        .name = "code_exec",
+        .title = "Run code",
+        .description =
+            "Run Python or Bash code in a persistent, sandboxed session and get back stdout, "
+            "stderr, the value of the last expression, errors with tracebacks, plots (as "
+            "images) and the files the code created or changed. State persists between calls "
+            "with the same `session`: Python variables and imports, the shell's cwd, "
+            "variables and functions, and the files in the workspace (the working directory "
+            "of both kernels). Python and Bash of one session share the workspace, not "
+            "variables. `code` may be plain code or Markdown with ```python / ```bash fenced "
+            "blocks, which run in order (text outside fences is ignored). The sandbox has no "
+            "network access. Long computations: set timeout_s; on timeout the code is "
+            "interrupted (Python gets KeyboardInterrupt) and state is kept when possible. Use "
+            "matplotlib normally: figures are returned as images.",
+        .input_schema =
+            "{\"type\":\"object\",\"properties\":{"
+            "\"code\":{\"type\":\"string\",\"description\":\"The code to run, or Markdown with "
+            "```python / ```bash blocks.\"},"
+            "\"language\":{\"type\":\"string\",\"default\":"
+            "\"auto\",\"description\":\"python or bash to run `code` as-is in that language; auto "
+            "(default) runs Markdown fences by their language and guesses for unfenced code. The "
+            "server's configuration may add languages (its error for an unknown one lists "
+            "them).\"},"
+            "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
+            "\"default\":\"default\",\"description\":\"Session name; reuse it to keep state. "
+            "Created "
+            "on first use.\"},"
+            "\"timeout_s\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":86400,"
+            "\"description\":\"Time limit of each block in seconds (default: the server's, usually "
+            "60).\"}},"
+            "\"required\":[\"code\"],\"additionalProperties\":false}",
+        .annotations = "{\"title\":\"Run code\",\"readOnlyHint\":false,\"destructiveHint\":false,"
+                       "\"idempotentHint\":false,\"openWorldHint\":false}",
+        .session_options = 1,
+        .handler = tool_code_exec,
+    },
+    {
+        .name = "list_files",
+        .title = "List workspace files",
+        .description =
+            "List the files in a session's workspace (the kernels' working directory), with "
+            "size and type. Optionally only below a sub-directory.",
+        .input_schema = "{\"type\":\"object\",\"properties\":{"
+                        "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"},"
+                        "\"path\":{\"type\":\"string\",\"description\":\"Sub-directory relative to "
+                        "the workspace (default: all).\"}},\"required\":[\"session\"],"
+                        "\"additionalProperties\":false}",
+        .annotations = "{\"readOnlyHint\":true,\"openWorldHint\":false}",
+        .handler = tool_list_files,
+    },
+    {
+        .name = "read_file",
+        .title = "Read a workspace file",
+        .description =
+            "Read a file from a session's workspace. Text comes back as text; binary files as "
+            "base64 (encoding tells which). Large files: read in pieces with offset and "
+            "length (bytes, at most 1 MiB per call); `eof` says whether the end was reached. "
+            "Paths are relative to the workspace; '..' and symbolic links are refused.",
+        .input_schema =
+            "{\"type\":\"object\",\"properties\":{"
+            "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"},"
+            "\"path\":{\"type\":\"string\",\"description\":\"File path relative to the "
+            "workspace.\"},"
+            "\"offset\":{\"type\":\"integer\",\"minimum\":0,\"default\":0,\"description\":\"Byte "
+            "offset to start at.\"},"
+            "\"length\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1048576,\"description\":"
+            "\"Bytes to read (default and maximum 1 MiB).\"},"
+            "\"encoding\":{\"type\":\"string\",\"enum\":[\"auto\",\"text\",\"base64\"],\"default\":"
+            "\"auto\",\"description\":\"auto: text when the bytes are UTF-8, else base64.\"}},"
+            "\"required\":[\"session\",\"path\"],\"additionalProperties\":false}",
+        .annotations = "{\"readOnlyHint\":true,\"openWorldHint\":false}",
+        .handler = tool_read_file,
+    },
+    {
+        .name = "write_file",
+        .title = "Write a workspace file",
+        .description =
+            "Create or overwrite a file in a session's workspace (missing directories are "
+            "created), e.g. to give the code a data file. Content is text, or base64 for "
+            "binary data. Paths are relative to the workspace; '..' and symbolic links are "
+            "refused. Creates the session when it does not exist.",
+        .input_schema =
+            "{\"type\":\"object\",\"properties\":{"
+            "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
+            "\"description\":\"Session name.\"},"
+            "\"path\":{\"type\":\"string\",\"description\":\"File path relative to the "
+            "workspace.\"},"
+            "\"content\":{\"type\":\"string\",\"description\":\"The file's content.\"},"
+            "\"encoding\":{\"type\":\"string\",\"enum\":[\"text\",\"base64\"],\"default\":\"text\"}"
+            ","
+            "\"append\":{\"type\":\"boolean\",\"default\":false,\"description\":\"Append instead "
+            "of "
+            "overwriting.\"}},"
+            "\"required\":[\"session\",\"path\",\"content\"],\"additionalProperties\":false}",
+        .annotations = "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}",
+        .session_options = 1,
+        .handler = tool_write_file,
+    },
+    {
+        .name = "list_sessions",
+        .title = "List sessions",
+        .description = "List the live sessions with their workspace and kernels.",
+        .input_schema = "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
+        .annotations = "{\"readOnlyHint\":true,\"openWorldHint\":false}",
+        .handler = tool_list_sessions,
+    },
+    {
+        .name = "restart_session",
+        .title = "Restart a session",
+        .description =
+            "Restart a session's kernels: variables, imports and shell state are cleared; "
+            "workspace files are kept. Use it when a kernel is stuck or its state is broken.",
+        .input_schema = "{\"type\":\"object\",\"properties\":{"
+                        "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"}},"
+                        "\"required\":[\"session\"],\"additionalProperties\":false}",
+        .annotations = "{\"destructiveHint\":true,\"idempotentHint\":true,\"openWorldHint\":false}",
+        .handler = tool_restart_session,
+    },
+    {
+        .name = "close_session",
+        .title = "Close a session",
+        .description =
+            "Close a session: its kernels stop and its workspace is deleted. The name can be "
+            "used again afterwards for a fresh session.",
+        .input_schema = "{\"type\":\"object\",\"properties\":{"
+                        "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"}},"
+                        "\"required\":[\"session\"],\"additionalProperties\":false}",
+        .annotations = "{\"destructiveHint\":true,\"idempotentHint\":true,\"openWorldHint\":false}",
+        .handler = tool_close_session,
+    },
+    {
+        .name = "install_packages",
+        .title = "Install packages",
+        .description =
+            "Install Python (pip) or Node (npm) packages for a session, only from the "
+            "operator's allowlist (names, optionally with a version: \"pkg\", \"pkg==1.2\" "
+            "for pip, \"pkg@1.2.0\" for npm). URLs, paths, VCS links and options are refused. "
+            "Python packages become importable in the session's Python kernel right away; npm "
+            "packages are usable from Bash (node with NODE_PATH, their commands on PATH). "
+            "Dependencies are installed only when they are on the allowlist too; otherwise "
+            "the install is refused and names them.",
+        .input_schema =
+            "{\"type\":\"object\",\"properties\":{"
+            "\"session\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\","
+            "\"description\":\"Session name.\"},"
+            "\"manager\":{\"type\":\"string\",\"enum\":[\"pip\",\"npm\"]},"
+            "\"packages\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,"
+            "\"maxItems\":50}},"
+            "\"required\":[\"session\",\"manager\",\"packages\"],\"additionalProperties\":false}",
+        .annotations = "{\"destructiveHint\":false,\"idempotentHint\":true,\"openWorldHint\":true}",
+        .handler = do_install,
+    },
+    {.name = NULL},
+};
+
+const mcpt_tool *mcpt_find(const char *name)
+{
+    for (const mcpt_tool *t = mcpt_tools; name && t->name; t++)
+        if (strcmp(t->name, name) == 0)
+            return t;
+    return NULL;
+}
+
+/* new: the JSON schema of a session option (a row of the daemon's table). */
+static json_t *sessopt_schema(const dtier_sessopt *o)
+{
+    json_t *p = NULL;
+    switch (o->type) {
+    case DT_SO_CHOICE:
+        p = json_pack("{s:s s:[]}", "type", "string", "enum");
+        for (int i = 0; p && o->values[i]; i++)
+            json_array_append_new(json_object_get(p, "enum"), json_string(o->values[i]));
+        break;
+    case DT_SO_SIZE:
+        p = json_pack("{s:[s,s]}", "type", "string", "integer");
+        break;
+    case DT_SO_NUMBER:
+        p = json_pack("{s:s s:f s:f}", "type", "number", "minimum", o->min, "maximum", o->max);
+        break;
+    case DT_SO_ENV:
+        p = json_pack("{s:s s:{s:s} s:i}", "type", "object", "additionalProperties", "type",
+                      "string", "maxProperties", 64);
+        break;
+    case DT_SO_PATH:
+        p = json_pack("{s:s}", "type", "string");
+        break;
+    }
+    char d[600];
+    snprintf(d, sizeof d, "%s%s%s%s Applied when this call creates the session.", o->help,
+             o->relaxing ? " \"" : "", o->relaxing ? o->relaxing : "",
+             o->relaxing ? "\" only when the server allows it." : "");
+    if (p)
+        json_object_set_new(p, "description", json_string(d));
+    return p;
+}
+
+json_t *mcpt_list(void)
+{
+    json_t *tools = json_array();
+    for (const mcpt_tool *t = mcpt_tools; tools && t->name; t++) {
+        json_error_t jerr;
+        json_t *schema = json_loads(t->input_schema, 0, &jerr);
+        json_t *ann = json_loads(t->annotations, 0, &jerr);
+        if (!schema || !ann) {
+            mcp_log("BUG: the schema of tool %s does not parse: %s at %d", t->name, jerr.text,
+                    jerr.position);
+            json_decref(schema);
+            json_decref(ann);
+            continue;
+        }
+        json_t *props = json_object_get(schema, "properties");
+        for (const dtier_sessopt *o = dtier_sessopts; t->session_options && o->f.name; o++)
+            if (o->f.tiers & DT_M)
+                json_object_set_new(props, o->f.name, sessopt_schema(o));
+        json_array_append_new(tools, json_pack("{s:s,s:s,s:s,s:o,s:o}", "name", t->name, "title",
+                                               t->title, "description", t->description,
+                                               "inputSchema", schema, "annotations", ann));
+    }
+    return tools;
+}
+
 json_t *mcpt_call(mcp_call *call, const char *name, json_t *args, int *rpc_code, char *msg,
                   size_t msglen)
 {
-    if (strcmp(name, "code_exec") == 0)
-        return tool_code_exec(call, args);
-    if (strcmp(name, "list_files") == 0)
-        return tool_list_files(args);
-    if (strcmp(name, "read_file") == 0)
-        return tool_read_file(args);
-    if (strcmp(name, "write_file") == 0)
-        return tool_write_file(call, args);
-    if (strcmp(name, "list_sessions") == 0)
-        return tool_list_sessions(args);
-    if (strcmp(name, "restart_session") == 0)
-        return simple_session_op(args, "restart",
-                                 "restarted: variables and imports are cleared, files kept");
-    if (strcmp(name, "close_session") == 0)
-        return simple_session_op(args, "close", "closed: kernels stopped, workspace removed");
-    if (strcmp(name, "install_packages") == 0)
-        return do_install(call, args);
+    const mcpt_tool *t = mcpt_find(name);
+    if (t) {
+        json_t *res = check_keys(t, args);
+        return res ? res : t->handler(call, args);
+    }
     *rpc_code = -32602;
     snprintf(msg, msglen, "Unknown tool: %.100s", name);
     return NULL;

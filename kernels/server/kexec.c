@@ -380,16 +380,8 @@ static void finish_other(kserver *ks, const char *reply_type, json_t *content)
 
 static const char *reply_type_of(kreq_kind kind)
 {
-    switch (kind) {
-    case KREQ_COMPLETE:
-        return "complete_reply";
-    case KREQ_INSPECT:
-        return "inspect_reply";
-    case KREQ_IS_COMPLETE:
-        return "is_complete_reply";
-    default:
-        return "execute_reply";
-    }
+    const kshell_msg *m = kshell_msg_of_kind(kind);
+    return m ? m->reply : "execute_reply";
 }
 
 /* ---------------------------------------------------------------- events */
@@ -713,10 +705,7 @@ void kexec_worker_gone(kserver *ks)
         else if (ks->cur_kind == KREQ_EXECUTE)
             r = asprintf(&lost, "%s during a silent execution", what);
         else
-            r = asprintf(&lost, "%s during a %s", what,
-                         ks->cur_kind == KREQ_COMPLETE  ? "completion request"
-                         : ks->cur_kind == KREQ_INSPECT ? "inspect request"
-                                                        : "is_complete request");
+            r = asprintf(&lost, "%s during a %s", what, kshell_msg_of_kind(ks->cur_kind)->what);
         if (r >= 0) {
             free(ks->lost_reason);
             ks->lost_reason = lost;

@@ -37,9 +37,41 @@ typedef enum kreq_kind {
     KREQ_IS_COMPLETE,
 } kreq_kind;
 
+/* The channels a request may come on (kshell_msg.channels). */
+#define KCH_SHELL 1u
+#define KCH_CONTROL 2u
+#define KCH_STDIN 4u
+
+/* One Jupyter message type the server answers: the one table (kshell_msgs[]
+ * in kshell.c) that the shell, control and stdin loops, the queue and the
+ * replies read. A request of kind KREQ_NONE is answered at once, even
+ * while code runs (answer); any other waits in the FIFO and goes to the
+ * worker one at a time (start). */
+struct kserver;
+typedef struct kshell_msg kshell_msg;
+struct kshell_msg {
+    const char *type;  /* the request's msg_type */
+    const char *reply; /* the reply's msg_type; NULL: none */
+    unsigned channels; /* KCH_* it is accepted on */
+    kreq_kind kind;
+    const char *what; /* queued: how a lost state's reason names the request */
+    /* immediate: answers msg (borrowed) on sock */
+    void (*answer)(struct kserver *ks, void *sock, jmsg *msg, const kshell_msg *m);
+    /* queued: hands msg (stolen) to the worker, or refuses it */
+    void (*start)(struct kserver *ks, jmsg *msg, const kshell_msg *m);
+};
+
+/* The table, ended by an entry with a NULL type. */
+extern const kshell_msg kshell_msgs[];
+/* borrowed: the entry of type accepted on channel (a KCH_* bit), or NULL. */
+const kshell_msg *kshell_msg_find(const char *type, unsigned channel);
+/* borrowed: the entry of a queued kind (never NULL for one of the table). */
+const kshell_msg *kshell_msg_of_kind(kreq_kind kind);
+
 /* A shell request waiting for the worker. */
 typedef struct kqueued {
-    jmsg *msg; /* owned */
+    jmsg *msg;           /* owned */
+    const kshell_msg *m; /* its entry */
     struct kqueued *next;
 } kqueued;
 

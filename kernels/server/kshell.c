@@ -3,6 +3,8 @@
  * (kernel_info, comm_info, history, shutdown, interrupt) are answered at once,
  * even while code runs; requests that need the worker (execute, complete,
  * inspect, is_complete) wait in a FIFO and go to the worker one at a time.
+ * Which is which, on which channels, and what each reply is called is one
+ * table, kshell_msgs[] (kserver.h), that every part here reads.
  */
 #include "kernels/server/kserver.h"
 
@@ -10,6 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
+
+static unsigned channel_bit(kserver *ks, void *sock)
+{
+    if (sock == ks->shell)
+        return KCH_SHELL;
+    if (sock == ks->control)
+        return KCH_CONTROL;
+    return KCH_STDIN;
+}
 
 static const char *channel_of(kserver *ks, void *sock)
 {
@@ -55,7 +66,7 @@ void kshell_receive_all(kserver *ks, void *sock, int max)
     }
 }
 
-static void enqueue(kserver *ks, jmsg *msg)
+static void enqueue(kserver *ks, jmsg *msg, const kshell_msg *m)
 {
     kqueued *q = calloc(1, sizeof *q);
     if (!q) {
@@ -64,6 +75,7 @@ static void enqueue(kserver *ks, jmsg *msg)
         return;
     }
     q->msg = msg;
+    q->m = m;
     if (ks->qtail)
         ks->qtail->next = q;
     else
@@ -79,12 +91,47 @@ static void answer_directly(kserver *ks, void *sock, jmsg *msg, const char *repl
     kserver_status(ks, "idle", msg);
 }
 
-static void handle_stdin(kserver *ks, jmsg *msg)
+static void answer_kernel_info(kserver *ks, void *sock, jmsg *msg, const kshell_msg *m)
 {
-    if (strcmp(jmsg_type(msg), "input_reply") != 0) {
-        kserver_log("ignoring %s on stdin", jmsg_type(msg));
-        return;
-    }
+    answer_directly(ks, sock, msg, m->reply, kserver_kernel_info(ks));
+}
+
+static void answer_comm_info(kserver *ks, void *sock, jmsg *msg, const kshell_msg *m)
+{
+    answer_directly(ks, sock, msg, m->reply, json_pack("{s:s, s:{}}", "status", "ok", "comms"));
+}
+
+static void answer_history(kserver *ks, void *sock, jmsg *msg, const kshell_msg *m)
+{
+    json_t *hist = khistory_query(ks->history, msg->content);
+    answer_directly(ks, sock, msg, m->reply,
+                    json_pack("{s:s, s:o}", "status", "ok", "history", hist ? hist : json_array()));
+}
+
+static void answer_shutdown(kserver *ks, void *sock, jmsg *msg, const kshell_msg *m)
+{
+    int restart = json_is_true(json_object_get(msg->content, "restart"));
+    json_t *content = json_pack("{s:s, s:b}", "status", "ok", "restart", restart);
+    kserver_status(ks, "busy", msg);
+    kserver_reply(ks, sock, m->reply, json_deep_copy(content), NULL, msg);
+    /* Other clients learn about it on IOPub, as with ipykernel. With
+     * restart true the kernel still exits: the manager starts a new one. */
+    kserver_publish(ks, m->reply, content, msg);
+    kserver_status(ks, "idle", msg);
+    kserver_log("shutdown requested (restart=%s)", restart ? "true" : "false");
+    ks->quit = 1;
+}
+
+static void answer_interrupt(kserver *ks, void *sock, jmsg *msg, const kshell_msg *m)
+{
+    kserver_status(ks, "busy", msg);
+    kexec_interrupt(ks);
+    kserver_reply(ks, sock, m->reply, json_pack("{s:s}", "status", "ok"), NULL, msg);
+    kserver_status(ks, "idle", msg);
+}
+
+static void answer_input(kserver *ks, void *sock, jmsg *msg, const kshell_msg *m)
+{
     if (!ks->input_pending || !ks->worker) {
         kserver_log("ignoring an input_reply nobody asked for");
         return;
@@ -98,48 +145,20 @@ static void handle_stdin(kserver *ks, jmsg *msg)
 void kshell_handle(kserver *ks, void *sock, jmsg *msg)
 {
     const char *type = jmsg_type(msg);
-    if (sock == ks->stdin_sock) {
-        handle_stdin(ks, msg);
-        jmsg_destroy(&msg);
-        return;
-    }
-    if (!strcmp(type, "kernel_info_request")) {
-        answer_directly(ks, sock, msg, "kernel_info_reply", kserver_kernel_info(ks));
-    } else if (!strcmp(type, "comm_info_request")) {
-        answer_directly(ks, sock, msg, "comm_info_reply",
-                        json_pack("{s:s, s:{}}", "status", "ok", "comms"));
-    } else if (!strcmp(type, "history_request")) {
-        json_t *hist = khistory_query(ks->history, msg->content);
-        answer_directly(
-            ks, sock, msg, "history_reply",
-            json_pack("{s:s, s:o}", "status", "ok", "history", hist ? hist : json_array()));
-    } else if (!strcmp(type, "shutdown_request")) {
-        int restart = json_is_true(json_object_get(msg->content, "restart"));
-        json_t *content = json_pack("{s:s, s:b}", "status", "ok", "restart", restart);
-        kserver_status(ks, "busy", msg);
-        kserver_reply(ks, sock, "shutdown_reply", json_deep_copy(content), NULL, msg);
-        /* Other clients learn about it on IOPub, as with ipykernel. With
-         * restart true the kernel still exits: the manager starts a new one. */
-        kserver_publish(ks, "shutdown_reply", content, msg);
-        kserver_status(ks, "idle", msg);
-        kserver_log("shutdown requested (restart=%s)", restart ? "true" : "false");
-        ks->quit = 1;
-    } else if (!strcmp(type, "interrupt_request")) {
-        kserver_status(ks, "busy", msg);
-        kexec_interrupt(ks);
-        kserver_reply(ks, sock, "interrupt_reply", json_pack("{s:s}", "status", "ok"), NULL, msg);
-        kserver_status(ks, "idle", msg);
-    } else if (sock == ks->shell &&
-               (!strcmp(type, "execute_request") || !strcmp(type, "complete_request") ||
-                !strcmp(type, "inspect_request") || !strcmp(type, "is_complete_request"))) {
-        enqueue(ks, msg);
+    const kshell_msg *m = kshell_msg_find(type, channel_bit(ks, sock));
+    if (m && m->kind != KREQ_NONE) {
+        enqueue(ks, msg, m);
         return; /* owned by the queue now */
-    } else if (!strncmp(type, "comm_", 5)) {
+    }
+    if (m)
+        m->answer(ks, sock, msg, m);
+    else if (sock == ks->stdin_sock)
+        kserver_log("ignoring %s on stdin", type);
+    else if (!strncmp(type, "comm_", 5))
         /* No comm targets are registered: nothing to open or deliver to. */
         kserver_log("ignoring %s (no comms)", type);
-    } else {
+    else
         kserver_log("ignoring unknown message type '%s' on %s", type, channel_of(ks, sock));
-    }
     jmsg_destroy(&msg);
 }
 
@@ -150,18 +169,11 @@ static int get_bool(const json_t *content, const char *key, int dflt)
 }
 
 /* Answers a request that cannot run with status "error" (or "aborted"). */
-static void refuse(kserver *ks, jmsg *msg, const char *status, const char *ename,
-                   const char *evalue)
+static void refuse(kserver *ks, jmsg *msg, const kshell_msg *m, const char *status,
+                   const char *ename, const char *evalue)
 {
-    const char *type = jmsg_type(msg);
-    char reply_type[64];
-    size_t tl = strlen(type);
-    if (tl > 8 && !strcmp(type + tl - 8, "_request"))
-        snprintf(reply_type, sizeof reply_type, "%.*s_reply", (int)(tl - 8), type);
-    else
-        snprintf(reply_type, sizeof reply_type, "%s_reply", type);
     json_t *content = json_pack("{s:s}", "status", status);
-    if (!strcmp(type, "execute_request"))
+    if (m->kind == KREQ_EXECUTE)
         json_object_set_new(content, "execution_count", json_integer(ks->execution_count));
     if (ename) {
         json_object_set_new(content, "ename", json_string(ename));
@@ -171,7 +183,7 @@ static void refuse(kserver *ks, jmsg *msg, const char *status, const char *ename
     json_t *md = json_pack("{s:s, s:s, s:b, s:I}", "status", status, "engine", ks->session_id,
                            "dependencies_met", 1, "worker_generation", (json_int_t)ks->worker_gen);
     kserver_status(ks, "busy", msg);
-    kserver_reply(ks, ks->shell, reply_type, content, md, msg);
+    kserver_reply(ks, ks->shell, m->reply, content, md, msg);
     kserver_status(ks, "idle", msg);
 }
 
@@ -180,12 +192,12 @@ void kshell_abort_queued(kserver *ks, const char *why)
     kqueued **pp = &ks->qhead, *keep_tail = NULL;
     while (*pp) {
         kqueued *q = *pp;
-        int is_exec = !strcmp(jmsg_type(q->msg), "execute_request");
+        int is_exec = q->m->kind == KREQ_EXECUTE;
         if (why || is_exec) {
             if (why)
-                refuse(ks, q->msg, "error", "KernelUnavailable", why);
+                refuse(ks, q->msg, q->m, "error", "KernelUnavailable", why);
             else
-                refuse(ks, q->msg, "aborted", NULL, NULL);
+                refuse(ks, q->msg, q->m, "aborted", NULL, NULL);
             *pp = q->next;
             jmsg_destroy(&q->msg);
             free(q);
@@ -197,11 +209,11 @@ void kshell_abort_queued(kserver *ks, const char *why)
     ks->qtail = keep_tail;
 }
 
-static void start_execute(kserver *ks, jmsg *msg)
+static void start_execute(kserver *ks, jmsg *msg, const kshell_msg *m)
 {
     json_t *code = json_object_get(msg->content, "code");
     if (!json_is_string(code)) {
-        refuse(ks, msg, "error", "InvalidRequest", "execute_request: 'code' must be a string");
+        refuse(ks, msg, m, "error", "InvalidRequest", "execute_request: 'code' must be a string");
         jmsg_destroy(&msg);
         return;
     }
@@ -262,11 +274,12 @@ static size_t codepoints(const char *s)
     return n;
 }
 
-static void start_other(kserver *ks, jmsg *msg, kreq_kind kind)
+static void start_other(kserver *ks, jmsg *msg, const kshell_msg *m)
 {
+    kreq_kind kind = m->kind;
     const char *code = json_string_value(json_object_get(msg->content, "code"));
     if (!code) {
-        refuse(ks, msg, "error", "InvalidRequest", "'code' must be a string");
+        refuse(ks, msg, m, "error", "InvalidRequest", "'code' must be a string");
         jmsg_destroy(&msg);
         return;
     }
@@ -301,15 +314,46 @@ void kshell_start_next(kserver *ks)
         if (!ks->qhead)
             ks->qtail = NULL;
         jmsg *msg = q->msg;
+        const kshell_msg *m = q->m;
         free(q);
-        const char *type = jmsg_type(msg);
-        if (!strcmp(type, "execute_request"))
-            start_execute(ks, msg);
-        else if (!strcmp(type, "complete_request"))
-            start_other(ks, msg, KREQ_COMPLETE);
-        else if (!strcmp(type, "inspect_request"))
-            start_other(ks, msg, KREQ_INSPECT);
-        else
-            start_other(ks, msg, KREQ_IS_COMPLETE);
+        m->start(ks, msg, m);
     }
+}
+
+/* ---------------------------------------------------------------- the table */
+
+#define KCH_CLIENT (KCH_SHELL | KCH_CONTROL)
+
+const kshell_msg kshell_msgs[] = {
+    {"kernel_info_request", "kernel_info_reply", KCH_CLIENT, KREQ_NONE, NULL, answer_kernel_info,
+     NULL},
+    {"comm_info_request", "comm_info_reply", KCH_CLIENT, KREQ_NONE, NULL, answer_comm_info, NULL},
+    {"history_request", "history_reply", KCH_CLIENT, KREQ_NONE, NULL, answer_history, NULL},
+    {"shutdown_request", "shutdown_reply", KCH_CLIENT, KREQ_NONE, NULL, answer_shutdown, NULL},
+    {"interrupt_request", "interrupt_reply", KCH_CLIENT, KREQ_NONE, NULL, answer_interrupt, NULL},
+    {"input_reply", NULL, KCH_STDIN, KREQ_NONE, NULL, answer_input, NULL},
+    {"execute_request", "execute_reply", KCH_SHELL, KREQ_EXECUTE, "execution", NULL, start_execute},
+    {"complete_request", "complete_reply", KCH_SHELL, KREQ_COMPLETE, "completion request", NULL,
+     start_other},
+    {"inspect_request", "inspect_reply", KCH_SHELL, KREQ_INSPECT, "inspect request", NULL,
+     start_other},
+    {"is_complete_request", "is_complete_reply", KCH_SHELL, KREQ_IS_COMPLETE, "is_complete request",
+     NULL, start_other},
+    {NULL, NULL, 0, KREQ_NONE, NULL, NULL, NULL},
+};
+
+const kshell_msg *kshell_msg_find(const char *type, unsigned channel)
+{
+    for (const kshell_msg *m = kshell_msgs; type && m->type; m++)
+        if ((m->channels & channel) && !strcmp(m->type, type))
+            return m;
+    return NULL;
+}
+
+const kshell_msg *kshell_msg_of_kind(kreq_kind kind)
+{
+    for (const kshell_msg *m = kshell_msgs; kind != KREQ_NONE && m->type; m++)
+        if (m->kind == kind)
+            return m;
+    return NULL;
 }

@@ -203,6 +203,20 @@ def test_token_required(gw):
     agent_works(gw)
 
 
+def test_routes_answer_every_method_and_path(gw):
+    """Every method on every path gets an answer from the route table, and
+    the daemon lives on: /api itself is GET only."""
+    st, body = gw.req("GET", "/api")
+    assert st == 200 and body["kernelmgr"] == "gateway", body
+    for method, path, want in [("POST", "/api", 404), ("DELETE", "/api", 404),
+                               ("GET", "/api/nope", 404), ("DELETE", "/api/kernels", 405),
+                               ("POST", "/api/kernelspecs", 404), ("GET", "/api/kernelmgr", 405),
+                               ("GET", "/api/kernels/nope/interrupt", 404)]:
+        st, body = gw.req(method, path, raw=b"{}" if method == "POST" else None)
+        assert st == want, (method, path, st, body)
+    agent_works(gw)
+
+
 def test_kernelspecs_and_the_agents_kernel_listed(gw):
     st, specs = gw.req("GET", "/api/kernelspecs")
     assert st == 200
