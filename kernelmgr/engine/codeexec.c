@@ -128,6 +128,8 @@ static int write_file(const char *path, const void *buf, size_t len)
 static void save_images(const codeexec_params *p, json_t *bundle, json_t *images, int *seq,
                         rich_acct *acct)
 {
+    if (!p->outdir)
+        return; /* a watched cell: images stay in its outputs */
     const char *mime;
     json_t *v;
     json_object_foreach(bundle, mime, v)
@@ -274,6 +276,10 @@ typedef struct exec_state {
     json_t *displays;  /* display_data bundles */
     json_t *images;    /* saved image files */
     int idle, timed_out, interrupted, died, stuck, img_seq;
+    int watched;     /* another client's cell (codeexec_watch): no outcap, no files */
+    int started;     /* a message of ours came: the kernel started the request */
+    int other_first; /* another client's cell ran before ours started */
+    double t_sent, t_started;
     json_int_t exec_count;
     char msg_id[37]; /* of the execute_request */
 } exec_state;
@@ -334,8 +340,9 @@ static void exec_on_stream(exec_state *x, const json_t *c)
     const char *name = json_string_value(json_object_get(c, "name"));
     const char *text = json_string_value(json_object_get(c, "text"));
     int si = name && !strcmp(name, "stderr") ? 1 : 0;
-    if (text && x->cap[si]) {
-        outcap_add(x->cap[si], text, json_string_length(json_object_get(c, "text")));
+    if (text && (x->cap[si] || x->watched)) {
+        if (x->cap[si])
+            outcap_add(x->cap[si], text, json_string_length(json_object_get(c, "text")));
         nb_stream(x->out->nb_outputs, stream_names[si], text, p->output_cap, &x->nb_kept[si]);
         /* the kernel's string itself (no copy), and only for a listener */
         if (p->fn)
@@ -518,8 +525,16 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp, double t0)
         }
         json_t *parent_id = json_object_get(m->parent_header, "msg_id");
         if (!json_is_string(parent_id) || strcmp(json_string_value(parent_id), x->msg_id)) {
+            /* someone else's (a frontend's on the same kernel) or an old
+             * request: another client's cell is followed by p->other */
+            if (p->other && p->other(p->other_ud, ch, m) && !x->started)
+                x->other_first = 1;
             jmsg_destroy(&m);
-            continue; /* someone else's (an attached console's) or an old request */
+            continue;
+        }
+        if (!x->started) {
+            x->started = 1;
+            x->t_started = cm_mono_s();
         }
         const char *type = jmsg_type(m);
         if (ch == JP_SHELL && !strcmp(type, "execute_reply"))
@@ -724,8 +739,11 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     x.displays = json_array();
     x.images = json_array();
     x.exec_count = -1;
+    x.t_sent = cm_mono_s();
     if (sent)
         exec_wait(&x, kc, kp, t0);
+    if (x.other_first && x.started)
+        out->queued_s = x.t_started - x.t_sent;
 
     char reason[512] = "";
     result_status status = exec_status(&x, kp, unsendable, sent, reason, sizeof reason);
@@ -737,4 +755,70 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     json_object_set_new(r, "duration_ms", json_real((cm_mono_s() - t0) * 1000.0));
     json_decref(x.reply);
     return r;
+}
+
+/* ------------------------------------------------------------ watched cells */
+
+struct codeexec_watch {
+    codeexec_params p; /* the caps; no outdir, no listener */
+    codeexec_outcome out;
+    exec_state x;
+};
+
+codeexec_watch *codeexec_watch_new(size_t output_cap, uint64_t display_max)
+{
+    codeexec_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->p.output_cap = output_cap;
+    w->p.display_max = display_max;
+    w->out.nb_outputs = json_array();
+    exec_state *x = &w->x;
+    x->p = &w->p;
+    x->out = &w->out;
+    x->watched = 1;
+    x->r = json_object();
+    x->result = json_null();
+    x->error = json_null();
+    x->displays = json_array();
+    x->images = json_array();
+    x->exec_count = -1;
+    if (!w->out.nb_outputs || !x->r || !x->displays || !x->images) {
+        codeexec_watch_destroy(&w);
+        return NULL;
+    }
+    return w;
+}
+
+void codeexec_watch_iopub(codeexec_watch *w, const char *type, const json_t *content)
+{
+    exec_on_iopub(&w->x, type, content);
+}
+
+int codeexec_watch_idle(const codeexec_watch *w)
+{
+    return w->x.idle;
+}
+
+json_t *codeexec_watch_outputs(const codeexec_watch *w, int *errored, json_int_t *count)
+{
+    *errored = nb_has_error(w->out.nb_outputs);
+    *count = w->x.exec_count;
+    return json_deep_copy(w->out.nb_outputs);
+}
+
+void codeexec_watch_destroy(codeexec_watch **pw)
+{
+    if (!pw || !*pw)
+        return;
+    codeexec_watch *w = *pw;
+    json_decref(w->out.nb_outputs);
+    json_decref(w->x.r);
+    json_decref(w->x.reply);
+    json_decref(w->x.result);
+    json_decref(w->x.error);
+    json_decref(w->x.displays);
+    json_decref(w->x.images);
+    free(w);
+    *pw = NULL;
 }

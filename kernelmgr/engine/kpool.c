@@ -177,7 +177,8 @@ static void cull_idle(km_manager *m)
 
 /* Drains the IOPub of kernels no execution is reading (a person's frontend
  * attached to the same kernel may flood it; the kernel cuts a subscriber
- * that takes nothing for its grace period, >= 2 s). Idle sessions only, and
+ * that takes nothing for its grace period, >= 2 s); the cells other
+ * clients ran go to the history on the way (slot_follow). Idle sessions only, and
  * never waits for one (trylock): an execution reads its own IOPub. */
 static void drain_idle_iopub(km_manager *m)
 {
@@ -196,7 +197,7 @@ static void drain_idle_iopub(km_manager *m)
         if (pthread_mutex_trylock(&s->lock) == 0) {
             for (int l = 0; l < m->cfg.langs.n; l++)
                 if (!s->gone && s->k[l].client)
-                    kclient_discard_iopub(s->k[l].client, 100000);
+                    slot_follow(&s->k[l], 5000);
             pthread_mutex_unlock(&s->lock);
         }
         session_put(m, s);
