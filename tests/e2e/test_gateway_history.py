@@ -198,6 +198,9 @@ def test_export_holds_cli_mcp_and_websocket_cells_in_order(gw):
     assert all(ev == ["started", "finished"] for ev in by_id.values()), hs
     ws_cells = [h for h in hs if h.get("event") == "finished" and h.get("client") == "websocket"]
     assert len(ws_cells) == 3, hs
+    clients = [c["metadata"]["kernelmgr"].get("client") for c in export(gw.m)["cells"]
+               if c["cell_type"] == "code"]
+    assert clients == [None, None, "websocket", "websocket", None, "websocket"], clients
     assert all(h["execution_count"] for h in ws_cells), ws_cells
     # the agent's session still works
     rc, res, p = gw.m.exec("agent", "print(y)")
@@ -264,3 +267,40 @@ def test_websocket_client_vanishes_mid_cell_its_cell_is_in_the_history(gw):
     assert (code, "finished-alone\n") in nb, nb
     rc, res, p = gw.m.exec("agent", "print(x + 1)")
     assert rc == 0 and "42" in res[0]["stdout"] and "waited" not in res[0], (p.stderr, res)
+
+
+def test_exec_that_waits_past_its_timeout_is_not_run_and_leaves_the_other_cell(gw):
+    flag = workspace(gw.m) / "go3"
+    k = gw.kernel_of("agent")
+    ws = gw.ws(k["id"])
+    try:
+        wait_ready(ws)
+        code = WAIT_FOR.format(flag="go3", say="ws-kept")
+        mid = send_cell(ws, code)
+        wait_busy(ws, mid)
+        rc, res, p = gw.m.exec("agent", "print('never')", "--timeout", "1")
+        assert rc == 1, (p.stderr, res)
+        r = res[0]
+        assert r["status"] == "timeout" and r["error"]["name"] == "Timeout", r
+        assert "WebSocket" in r["error"]["value"] and "not run" in r["error"]["value"], r
+        assert r["waited"]["for"] == "websocket" and r["waited"]["seconds"] >= 1, r
+        assert "never" not in r["stdout"]
+        # the WebSocket's cell was left running, not interrupted
+        flag.write_text("")
+        out = ""
+        while True:
+            m = json.loads(ws.recv())
+            if m["parent_header"].get("msg_id") != mid:
+                continue
+            if m["header"]["msg_type"] == "stream":
+                out += m["content"]["text"]
+            if m["header"]["msg_type"] == "execute_reply":
+                assert m["content"]["status"] == "ok", m
+                break
+        assert "ws-kept" in out
+    finally:
+        ws.close()
+    srcs = [c[0] for c in cells(export(gw.m))]
+    assert "print('never')" not in srcs, srcs
+    agent_ok = gw.m.exec("agent", "print(x + 1)")
+    assert agent_ok[0] == 0 and "42" in agent_ok[1][0]["stdout"], agent_ok[2].stderr
