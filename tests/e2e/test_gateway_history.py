@@ -287,17 +287,20 @@ def test_exec_that_waits_past_its_timeout_is_not_run_and_leaves_the_other_cell(g
         assert "never" not in r["stdout"]
         # the WebSocket's cell was left running, not interrupted
         flag.write_text("")
-        out = ""
-        while True:
+        # (the reply and the IOPub come on different channels: both awaited)
+        out, reply, idle = "", None, False
+        while not (reply and idle):
             m = json.loads(ws.recv())
             if m["parent_header"].get("msg_id") != mid:
                 continue
-            if m["header"]["msg_type"] == "stream":
+            t = m["header"]["msg_type"]
+            if t == "stream":
                 out += m["content"]["text"]
-            if m["header"]["msg_type"] == "execute_reply":
-                assert m["content"]["status"] == "ok", m
-                break
-        assert "ws-kept" in out
+            elif t == "status" and m["content"]["execution_state"] == "idle":
+                idle = True
+            elif t == "execute_reply":
+                reply = m["content"]
+        assert reply["status"] == "ok" and "ws-kept" in out, (reply, out)
     finally:
         ws.close()
     srcs = [c[0] for c in cells(export(gw.m))]
