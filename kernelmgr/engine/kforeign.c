@@ -28,7 +28,7 @@ typedef struct fcell {
 
 struct kforeign {
     char own[37];
-    char *dir, *language;
+    const char *dir, *language; /* borrowed (kforeign_new) */
     uint64_t history_max;
     size_t output_cap;
     uint64_t display_max;
@@ -89,15 +89,11 @@ kforeign *kforeign_new(const char *own_session, const char *session_dir, const c
     if (!f)
         return NULL;
     snprintf(f->own, sizeof f->own, "%s", own_session);
-    f->dir = strdup(session_dir);
-    f->language = strdup(language);
+    f->dir = session_dir;
+    f->language = language;
     f->history_max = history_max;
     f->output_cap = output_cap;
     f->display_max = display_max;
-    if (!f->dir || !f->language) {
-        kforeign_destroy(&f, NULL);
-        return NULL;
-    }
     return f;
 }
 
@@ -154,8 +150,6 @@ void kforeign_destroy(kforeign **pf, const char *why)
                               "KernelStopped", "evalue", w, "traceback", w));
         f->cur = NULL;
     }
-    free(f->dir);
-    free(f->language);
     free(f);
     *pf = NULL;
 }

@@ -30,8 +30,11 @@ typedef struct kforeign kforeign;
 
 /* new (kforeign_destroy): follows the kernel whose manager-side client
  * signs as own_session (kclient_session_id; copied: messages caused by that
- * client's requests are not foreign). session_dir, language copied. NULL
- * when out of memory. */
+ * client's requests are not foreign). session_dir and language are
+ * borrowed and must outlive f: the session's own dir array, read at each
+ * write (a warm-pool entry's kernels keep their kforeign when the entry
+ * becomes a named session, whose dir it then is), and the language table's
+ * name. NULL when out of memory. */
 kforeign *kforeign_new(const char *own_session, const char *session_dir, const char *language,
                        uint64_t history_max, size_t output_cap, uint64_t display_max);
 
