@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mgrutil  # noqa: E402
 from kutil import poll_until as poll  # noqa: E402
 from test_gateway import GW, execute, msg, wait_ready  # noqa: E402
+from test_mgr_lifecycle import ask  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not mgrutil.have_kernel("python"), reason="no kernel-python")
 
@@ -307,3 +308,24 @@ def test_exec_that_waits_past_its_timeout_is_not_run_and_leaves_the_other_cell(g
     assert "print('never')" not in srcs, srcs
     agent_ok = gw.m.exec("agent", "print(x + 1)")
     assert agent_ok[0] == 0 and "42" in agent_ok[1][0]["stdout"], agent_ok[2].stderr
+
+
+def test_websocket_cells_of_a_session_from_the_warm_pool_reach_its_history(make_mgr):
+    """A warm-pool entry's kernels become a named session's: their cells
+    from a WebSocket go to that session's history, not the entry's."""
+    gw = GW(make_mgr, pool=1)
+    poll(lambda: ask(gw.m, "ping")["pool"], lambda p: p["ready"] == 1, 120, "the pool is ready")
+    rc, res, p = gw.m.exec("warm", "w = 7")
+    assert rc == 0, p.stderr
+    ss = json.loads(gw.m.run("sessions", "--json").stdout)
+    assert [s for s in ss if s["name"] == "warm"][0]["from_pool"] is True, ss
+    ws = gw.ws(gw.kernel_of("warm")["id"])
+    try:
+        wait_ready(ws)
+        out, reply, _ = execute(ws, "print('pooled', w * 6)")
+        assert reply["status"] == "ok" and "pooled 42" in out, (out, reply)
+    finally:
+        ws.close()
+    cs = poll(lambda: cells(export(gw.m, "warm")), lambda c: len(c) == 2, 30,
+              "the WebSocket's cell in the pooled session's export")
+    assert cs == [("w = 7", ""), ("print('pooled', w * 6)", "pooled 42\n")], cs
