@@ -158,6 +158,12 @@ static void cull_idle(km_manager *m)
                 kslot *k = &s->k[l];
                 if (s->gone || !k->proc || now - k->last_used <= m->cfg.idle_timeout)
                     continue;
+                /* another client's cell runs on it (a silent one too): in use */
+                slot_follow(k, 5000);
+                if (kforeign_busy(k->foreign, NULL, NULL)) {
+                    k->last_used = now;
+                    continue;
+                }
                 slot_stop(m, k);
                 snprintf(k->pending, sizeof k->pending,
                          "culled: the %s kernel was stopped after %g s idle (idle_timeout=%g); "

@@ -213,7 +213,9 @@ static int evict_one(km_manager *m, session *self, int self_lang)
     if (best && pthread_mutex_trylock(&best->lock) == 0) {
         best->refs++;
         pthread_mutex_unlock(&m->lock);
-        if (best->k[best_l].proc) {
+        /* a kernel running another client's cell (a person's, on a gateway
+         * WebSocket) is not idle: it is not stopped under that cell */
+        if (best->k[best_l].proc && !kforeign_busy(best->k[best_l].foreign, NULL, NULL)) {
             slot_stop(m, &best->k[best_l]);
             snprintf(best->k[best_l].pending, sizeof best->k[best_l].pending,
                      "evicted: the %s kernel was stopped to stay under max_kernels=%u (session "

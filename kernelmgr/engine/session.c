@@ -581,8 +581,8 @@ static void waited_add(json_t **waited, double secs, const char *client, const c
  * the user interrupted the wait (the other client's cell is not
  * interrupted). 0 when the kernel is free, with *secs and *client set when
  * it waited. Caller holds s->lock. */
-static int foreign_wait(km_manager *m, session *s, int l, double timeout, km_event_fn fn, void *ud,
-                        double *secs, const char **client)
+static int foreign_wait(km_manager *m, session *s, int l, int block, double timeout, km_event_fn fn,
+                        void *ud, double *secs, const char **client)
 {
     kslot *k = &s->k[l];
     *secs = 0;
@@ -596,7 +596,7 @@ static int foreign_wait(km_manager *m, session *s, int l, double timeout, km_eve
         char msg[300];
         snprintf(msg, sizeof msg, "waiting for %s on the %s kernel to finish (running for %.1f s)",
                  kforeign_describe(*client), kmcfg_lang_name(&m->cfg, l), t0 - since);
-        json_t *ev = json_pack("{s:s s:i s:s}", "event", "notice", "block", 0, "message", msg);
+        json_t *ev = json_pack("{s:s s:i s:s}", "event", "notice", "block", block, "message", msg);
         fn(ud, ev);
         json_decref(ev);
     }
@@ -754,7 +754,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 };
                 double fsecs = 0;
                 const char *fclient = NULL;
-                int frc = foreign_wait(m, s, b->lang, p.timeout, fn, ud, &fsecs, &fclient);
+                int frc = foreign_wait(m, s, b->lang, (int)i, p.timeout, fn, ud, &fsecs, &fclient);
                 if (fclient && fsecs > 0)
                     waited_add(&bwaited, fsecs, fclient, lname);
                 if (frc) {
