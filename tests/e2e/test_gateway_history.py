@@ -329,3 +329,61 @@ def test_websocket_cells_of_a_session_from_the_warm_pool_reach_its_history(make_
     cs = poll(lambda: cells(export(gw.m, "warm")), lambda c: len(c) == 2, 30,
               "the WebSocket's cell in the pooled session's export")
     assert cs == [("w = 7", ""), ("print('pooled', w * 6)", "pooled 42\n")], cs
+
+
+def test_kernel_running_a_websocket_cell_is_not_culled(make_mgr):
+    """idle_timeout passes while a WebSocket's silent cell runs: its kernel
+    is in use, not culled under it (a session idle for as long is)."""
+    gw = GW(make_mgr, idle_timeout=2)
+    flag = workspace(gw.m) / "go4"
+    code = WAIT_FOR.format(flag="go4", say="not-culled")
+
+    def start():
+        # the agent's kernel may itself be culled before the cell starts on
+        # a loaded machine: then again
+        rc, _, p = gw.m.exec("agent", "pass")
+        assert rc == 0, p.stderr
+        k = gw.kernel_of("agent")
+        if not k:
+            return None
+        try:
+            ws = gw.ws(k["id"])
+            wait_ready(ws, deadline=10)
+            mid = send_cell(ws, code)
+            wait_busy(ws, mid, deadline=10)
+            return ws, mid
+        except Exception:
+            return None
+
+    ws, mid = poll(start, bool, 120, "the WebSocket's cell started")
+    try:
+        pid = gw.kernel_of("agent")["kernelmgr"]["pid"]
+        # a session used after the cell started, then idle: once it is
+        # culled, the agent's kernel was due too had it been idle
+        rc, _, p = gw.m.exec("other", "pass")
+        assert rc == 0, p.stderr
+
+        def other_python():
+            ss = json.loads(gw.m.run("sessions", "--json").stdout)
+            o = [s for s in ss if s["name"] == "other"][0]
+            return (o.get("kernels") or {}).get("python")
+
+        poll(other_python, lambda k: not k or not k.get("pid"), 60, "the idle session culled")
+        k = gw.kernel_of("agent")
+        assert k and k["kernelmgr"]["pid"] == pid, k
+        flag.write_text("")
+        out, reply, idle = "", None, False
+        while not (reply and idle):
+            m = json.loads(ws.recv())
+            if m["parent_header"].get("msg_id") != mid:
+                continue
+            t = m["header"]["msg_type"]
+            if t == "stream":
+                out += m["content"]["text"]
+            elif t == "status" and m["content"]["execution_state"] == "idle":
+                idle = True
+            elif t == "execute_reply":
+                reply = m["content"]
+        assert reply["status"] == "ok" and "not-culled" in out, (reply, out)
+    finally:
+        ws.close()
