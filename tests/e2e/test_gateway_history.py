@@ -7,7 +7,6 @@ history. Real daemon, gateway, kernels, MCP server and WebSocket client; no
 fixed sleeps (a cell that must run long waits for a file the test
 creates)."""
 import json
-import os
 import select
 import subprocess
 import sys
@@ -138,6 +137,26 @@ def wait_busy(ws, mid, deadline=60):
                 and r["header"]["msg_type"] == "execute_input"):
             return
     raise AssertionError("the kernel never started the WebSocket's cell")
+
+
+def finish(ws, mid, deadline=60):
+    """Reads the WebSocket until request mid's reply and idle (they come on
+    different channels): (stdout text, reply content)."""
+    out, reply, idle = "", None, False
+    end = time.monotonic() + deadline
+    while not (reply and idle):
+        assert time.monotonic() < end, "no reply and idle for the WebSocket's cell"
+        m = json.loads(ws.recv())
+        if m["parent_header"].get("msg_id") != mid:
+            continue
+        t = m["header"]["msg_type"]
+        if t == "stream":
+            out += m["content"]["text"]
+        elif t == "status" and m["content"]["execution_state"] == "idle":
+            idle = True
+        elif t == "execute_reply":
+            reply = m["content"]
+    return out, reply
 
 
 # Waits for a file of the workspace the test creates: a cell that runs as
@@ -288,19 +307,7 @@ def test_exec_that_waits_past_its_timeout_is_not_run_and_leaves_the_other_cell(g
         assert "never" not in r["stdout"]
         # the WebSocket's cell was left running, not interrupted
         flag.write_text("")
-        # (the reply and the IOPub come on different channels: both awaited)
-        out, reply, idle = "", None, False
-        while not (reply and idle):
-            m = json.loads(ws.recv())
-            if m["parent_header"].get("msg_id") != mid:
-                continue
-            t = m["header"]["msg_type"]
-            if t == "stream":
-                out += m["content"]["text"]
-            elif t == "status" and m["content"]["execution_state"] == "idle":
-                idle = True
-            elif t == "execute_reply":
-                reply = m["content"]
+        out, reply = finish(ws, mid)
         assert reply["status"] == "ok" and "ws-kept" in out, (reply, out)
     finally:
         ws.close()
@@ -372,18 +379,39 @@ def test_kernel_running_a_websocket_cell_is_not_culled(make_mgr):
         k = gw.kernel_of("agent")
         assert k and k["kernelmgr"]["pid"] == pid, k
         flag.write_text("")
-        out, reply, idle = "", None, False
-        while not (reply and idle):
-            m = json.loads(ws.recv())
-            if m["parent_header"].get("msg_id") != mid:
-                continue
-            t = m["header"]["msg_type"]
-            if t == "stream":
-                out += m["content"]["text"]
-            elif t == "status" and m["content"]["execution_state"] == "idle":
-                idle = True
-            elif t == "execute_reply":
-                reply = m["content"]
+        out, reply = finish(ws, mid)
         assert reply["status"] == "ok" and "not-culled" in out, (reply, out)
     finally:
+        ws.close()
+
+
+def test_interrupt_ends_the_wait_not_the_websocket_cell(gw):
+    flag = workspace(gw.m) / "go5"
+    ws = gw.ws(gw.kernel_of("agent")["id"])
+    agent = None
+    try:
+        wait_ready(ws)
+        code = WAIT_FOR.format(flag="go5", say="still-mine")
+        mid = send_cell(ws, code)
+        wait_busy(ws, mid)
+        err = gw.m.home / "agent5.err"
+        with open(err, "w") as ef:
+            agent = subprocess.Popen([mgrutil.KM, "exec", "--session", "agent", "-c",
+                                      "print('agent-interrupted')", "--json"],
+                                     stdout=subprocess.PIPE, stderr=ef, text=True, env=gw.m.env)
+        poll(lambda: err.read_text(), lambda t: "WebSocket" in t, 60, "the exec waits")
+        p = gw.m.run("interrupt", "agent")
+        assert p.returncode == 0, p.stderr
+        out, _ = agent.communicate(timeout=120)
+        res = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        r = res[0]
+        assert r["status"] == "error" and r["error"]["name"] == "Interrupted", r
+        assert r["waited"]["for"] == "websocket", r
+        assert "agent-interrupted" not in r["stdout"]
+        flag.write_text("")
+        out, reply = finish(ws, mid)
+        assert reply["status"] == "ok" and "still-mine" in out, (reply, out)
+    finally:
+        if agent and agent.poll() is None:
+            agent.kill()
         ws.close()
