@@ -17,7 +17,7 @@
 /* The one cell of another client the kernel runs now (a kernel runs one
  * execute_request at a time: memory is one cell's, bounded by the caps). */
 typedef struct fcell {
-    char msg_id[37];
+    char *msg_id;       /* any length: jupyter_client's are "UUID_PID_N" */
     const char *client; /* static */
     double since;
     char tag[96];       /* its history id, once "started" was written */
@@ -40,15 +40,18 @@ struct kforeign {
 /* ------------------------------------------------------------------ notes */
 
 static pthread_mutex_t notes_mu = PTHREAD_MUTEX_INITIALIZER;
+/* a request id longer than a note holds is not noted (its cell is then
+ * "jupyter"): never a wrong match by a cut id */
+#define KFOREIGN_NOTE_ID_MAX 128
 static struct {
-    char id[37];
+    char id[KFOREIGN_NOTE_ID_MAX + 1];
     const char *client;
 } notes[KFOREIGN_NOTES];
 static unsigned notes_next;
 
 void kforeign_note(const char *msg_id, const char *client)
 {
-    if (!msg_id || !client)
+    if (!msg_id || !client || strlen(msg_id) > KFOREIGN_NOTE_ID_MAX)
         return;
     pthread_mutex_lock(&notes_mu);
     snprintf(notes[notes_next].id, sizeof notes[0].id, "%s", msg_id);
@@ -135,6 +138,7 @@ static void cell_finish(kforeign *f, fcell *c, const char *status, json_t *extra
     json_decref(extra);
     codeexec_watch_destroy(&c->w);
     free(c->code);
+    free(c->msg_id);
     free(c);
 }
 
@@ -165,9 +169,10 @@ static fcell *cell_of(kforeign *f, const char *msg_id)
         f->cur = NULL;
     }
     fcell *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c || !(c->msg_id = strdup(msg_id))) {
+        free(c);
         return NULL;
-    snprintf(c->msg_id, sizeof c->msg_id, "%s", msg_id);
+    }
     c->client = note_take(msg_id);
     f->last_client = c->client;
     c->since = kclient_now();

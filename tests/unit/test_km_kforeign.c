@@ -178,6 +178,31 @@ static void stopped_kernel_leaves_the_cell_killed_and_errors_say_error(void **st
     free(dir);
 }
 
+/* jupyter_client's msg_ids ("UUID_PID_N") are longer than a UUID */
+static void long_request_ids_are_one_cell(void **state)
+{
+    (void)state;
+    char *dir = make_dir();
+    kforeign *f = kforeign_new("own", dir, "python", 0, 1000, 1 << 20);
+    assert_non_null(f);
+    const char *id = "8f43f88e-2685893b650c14daf559931a_12616_1";
+    status(f, "busy", id, "console");
+    feed(f, "execute_input", json_pack("{s:s}", "code", "print(42)"), id, "console",
+         "execute_request");
+    feed(f, "stream", json_pack("{s:s s:s}", "name", "stdout", "text", "42\n"), id, "console",
+         "execute_request");
+    status(f, "idle", id, "console");
+    assert_int_equal(kforeign_busy(f, NULL, NULL), 0);
+    json_t *r = records(dir);
+    assert_int_equal(json_array_size(r), 2);
+    json_t *o = json_array_get(json_object_get(json_array_get(r, 1), "outputs"), 0);
+    assert_string_equal(json_string_value(json_object_get(o, "text")), "42\n");
+    json_decref(r);
+    kforeign_destroy(&f, NULL);
+    assert_int_equal(session_rmtree(dir), 0);
+    free(dir);
+}
+
 static void stream_cap_holds_for_watched_cells(void **state)
 {
     (void)state;
@@ -206,6 +231,7 @@ int main(void)
         cmocka_unit_test(cell_recorded_with_outputs),
         cmocka_unit_test(own_and_other_requests_are_not_foreign),
         cmocka_unit_test(stopped_kernel_leaves_the_cell_killed_and_errors_say_error),
+        cmocka_unit_test(long_request_ids_are_one_cell),
         cmocka_unit_test(stream_cap_holds_for_watched_cells),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
