@@ -415,3 +415,29 @@ def test_interrupt_ends_the_wait_not_the_websocket_cell(gw):
         if agent and agent.poll() is None:
             agent.kill()
         ws.close()
+
+
+def test_attached_jupyter_client_cells_are_in_the_history(gw):
+    """jupyter_client on the connection file (as `jupyter console
+    --existing`): its cells too, named "jupyter" (its msg_ids are longer
+    than a UUID)."""
+    from jupyter_client import BlockingKernelClient
+    p = gw.m.run("connection-file", "agent", "--lang", "python")
+    assert p.returncode == 0, p.stderr
+    kc = BlockingKernelClient(connection_file=p.stdout.strip())
+    kc.load_connection_file()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        reply = kc.execute_interactive("print('console', x)", timeout=60,
+                                       output_hook=lambda m: None)
+        assert reply["content"]["status"] == "ok", reply
+    finally:
+        kc.stop_channels()
+    rc, res, p = gw.m.exec("agent", "print('agent', x + 1)")
+    assert rc == 0 and "agent 42" in res[0]["stdout"] and "waited" not in res[0], (p.stderr, res)
+    nb = export(gw.m)
+    cs = cells(nb)
+    assert cs == [("x = 41", ""), ("print('console', x)", "console 41\n"),
+                  ("print('agent', x + 1)", "agent 42\n")], cs
+    assert nb["cells"][1]["metadata"]["kernelmgr"]["client"] == "jupyter", nb["cells"][1]
