@@ -233,7 +233,10 @@ int kforeign_feed(kforeign *f, jp_channel ch, const jmsg *m)
 
 int kforeign_busy(const kforeign *f, double *since, const char **client)
 {
-    if (!f || !f->cur)
+    /* a cell some of whose messages went unread may have ended unseen: not
+     * waited for (an exec sent behind it still reports its queueing, from
+     * the cell's later messages: codeexec's queued_s) */
+    if (!f || !f->cur || f->cur->lost)
         return 0;
     if (since)
         *since = f->cur->since;

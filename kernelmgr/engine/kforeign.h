@@ -48,7 +48,8 @@ void kforeign_destroy(kforeign **f, const char *why);
 int kforeign_feed(kforeign *f, jp_channel ch, const jmsg *m);
 
 /* 1 while another client's cell runs on the kernel (busy seen, idle not
- * yet), with *since (kclient_now() when it was seen starting) and *client
+ * yet, none of its messages dropped unread: its idle may have been one), with *since (kclient_now()
+ * when it was seen starting) and *client
  * ("websocket" or "jupyter", static) when not NULL. */
 int kforeign_busy(const kforeign *f, double *since, const char **client);
 

@@ -158,7 +158,9 @@ static void stopped_kernel_leaves_the_cell_killed_and_errors_say_error(void **st
     status(f, "busy", "b", "console");
     feed(f, "execute_input", json_pack("{s:s}", "code", "while True: pass"), "b", "console",
          "execute_request");
+    assert_int_equal(kforeign_busy(f, NULL, NULL), 1);
     kforeign_lost(f, 7);
+    assert_int_equal(kforeign_busy(f, NULL, NULL), 0); /* its idle may be lost */
     kforeign_destroy(&f, "stopped for the test");
     json_t *r = records(dir);
     assert_int_equal(json_array_size(r), 4);
