@@ -574,6 +574,25 @@ static void waited_add(json_t **waited, double secs, const char *client, const c
     json_object_del(*waited, "holder_pid");
 }
 
+/* After another client's cell ended on slot k's kernel: up to
+ * KM_FOREIGN_SETTLE_S for the kernel to start a request of that client
+ * queued behind it (it does so at once; the time is for the message to
+ * arrive). Caller holds the session lock. */
+#define KM_FOREIGN_SETTLE_S 0.05
+static void foreign_settle(kslot *k)
+{
+    double end = kclient_now() + KM_FOREIGN_SETTLE_S;
+    while (!kforeign_busy(k->foreign, NULL, NULL)) {
+        double left = end - kclient_now();
+        jp_channel ch;
+        jmsg *msg = NULL;
+        if (left <= 0 || kclient_recv(k->client, (int)(left * 1000) + 1, &ch, &msg) != 1)
+            return;
+        kforeign_feed(k->foreign, ch, msg);
+        jmsg_destroy(&msg);
+    }
+}
+
 /* Before a block runs on slot l: another client's cell that the kernel is
  * running (kforeign) is waited for, so the block starts when the kernel is
  * free and the result says how long it waited, for whom. At most timeout
@@ -626,6 +645,11 @@ static int foreign_wait(km_manager *m, session *s, int l, int block, double time
             kforeign_feed(k->foreign, ch, msg);
             jmsg_destroy(&msg);
         }
+        /* the other cell ended: a request queued behind it (a frontend
+         * sends several) starts at once; it goes before this block, as in
+         * the kernel's queue, rather than get in between unseen */
+        if (!kforeign_busy(k->foreign, NULL, NULL))
+            foreign_settle(k);
     }
     *secs = kclient_now() - t0;
     k->last_used = kclient_now();

@@ -139,24 +139,31 @@ def wait_busy(ws, mid, deadline=60):
     raise AssertionError("the kernel never started the WebSocket's cell")
 
 
-def finish(ws, mid, deadline=60):
-    """Reads the WebSocket until request mid's reply and idle (they come on
-    different channels): (stdout text, reply content)."""
-    out, reply, idle = "", None, False
+def finish_all(ws, mids, deadline=60):
+    """Reads the WebSocket until each request of mids has its reply and idle
+    (they come on different channels, and one request's reply may come
+    after the next one's output): {mid: (stdout text, reply content)}."""
+    got = {mid: ["", None, False] for mid in mids}
     end = time.monotonic() + deadline
-    while not (reply and idle):
-        assert time.monotonic() < end, "no reply and idle for the WebSocket's cell"
+    while not all(g[1] and g[2] for g in got.values()):
+        assert time.monotonic() < end, f"no reply and idle for the WebSocket's cells: {got}"
         m = json.loads(ws.recv())
-        if m["parent_header"].get("msg_id") != mid:
+        g = got.get(m["parent_header"].get("msg_id"))
+        if g is None:
             continue
         t = m["header"]["msg_type"]
         if t == "stream":
-            out += m["content"]["text"]
+            g[0] += m["content"]["text"]
         elif t == "status" and m["content"]["execution_state"] == "idle":
-            idle = True
+            g[2] = True
         elif t == "execute_reply":
-            reply = m["content"]
-    return out, reply
+            g[1] = m["content"]
+    return {mid: (g[0], g[1]) for mid, g in got.items()}
+
+
+def finish(ws, mid, deadline=60):
+    """finish_all for one request: (stdout text, reply content)."""
+    return finish_all(ws, [mid], deadline)[mid]
 
 
 # Waits for a file of the workspace the test creates: a cell that runs as
@@ -441,3 +448,40 @@ def test_attached_jupyter_client_cells_are_in_the_history(gw):
     assert cs == [("x = 41", ""), ("print('console', x)", "console 41\n"),
                   ("print('agent', x + 1)", "agent 42\n")], cs
     assert nb["cells"][1]["metadata"]["kernelmgr"]["client"] == "jupyter", nb["cells"][1]
+
+
+def test_cells_a_frontend_queued_run_before_the_waiting_exec_in_history_order(gw):
+    """A frontend sends two cells at once (both wait in the kernel's shell
+    queue); an agent's exec arriving during the first waits for both, and
+    the history has them in the order the kernel ran them."""
+    flag = workspace(gw.m) / "go6"
+    ws = gw.ws(gw.kernel_of("agent")["id"])
+    agent = None
+    try:
+        wait_ready(ws)
+        first = WAIT_FOR.format(flag="go6", say="first")
+        a = send_cell(ws, first)
+        b = send_cell(ws, "print('second')")
+        wait_busy(ws, a)
+        err = gw.m.home / "agent6.err"
+        with open(err, "w") as ef:
+            agent = subprocess.Popen([mgrutil.KM, "exec", "--session", "agent", "-c",
+                                      "print('third')", "--json"],
+                                     stdout=subprocess.PIPE, stderr=ef, text=True, env=gw.m.env)
+        poll(lambda: err.read_text(), lambda t: "WebSocket" in t, 60, "the exec waits")
+        flag.write_text("")
+        out, _ = agent.communicate(timeout=120)
+        res = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert agent.returncode == 0 and res[0]["stdout"] == "third\n", (out, err.read_text())
+        assert res[0]["waited"]["for"] == "websocket" and res[0]["waited"]["seconds"] > 0, res
+        done = finish_all(ws, [a, b])
+        for mid, say in ((a, "first"), (b, "second")):
+            text, reply = done[mid]
+            assert reply["status"] == "ok" and say in text, (say, reply, text)
+    finally:
+        if agent and agent.poll() is None:
+            agent.kill()
+        ws.close()
+    cs = cells(export(gw.m))
+    assert [c[0] for c in cs[-3:]] == [first, "print('second')", "print('third')"], cs
+    assert [c[1] for c in cs[-3:]] == ["first\n", "second\n", "third\n"], cs
