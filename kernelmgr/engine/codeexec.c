@@ -128,6 +128,8 @@ static int write_file(const char *path, const void *buf, size_t len)
 static void save_images(const codeexec_params *p, json_t *bundle, json_t *images, int *seq,
                         rich_acct *acct)
 {
+    if (!p->outdir)
+        return; /* a watched cell: images stay in its outputs */
     const char *mime;
     json_t *v;
     json_object_foreach(bundle, mime, v)
@@ -274,6 +276,10 @@ typedef struct exec_state {
     json_t *displays;  /* display_data bundles */
     json_t *images;    /* saved image files */
     int idle, timed_out, interrupted, died, stuck, no_reply, img_seq;
+    int watched;     /* another client's cell (codeexec_watch): no outcap, no files */
+    int started;     /* a message of ours came: the kernel started the request */
+    int other_first; /* another client's cell ran before ours started */
+    double t_started;
     json_int_t exec_count;
     char msg_id[37]; /* of the execute_request */
     /* The kernel's own clock (its header dates, wall time; 0: not seen):
@@ -365,8 +371,9 @@ static void exec_on_stream(exec_state *x, const json_t *c)
     const char *name = json_string_value(json_object_get(c, "name"));
     const char *text = json_string_value(json_object_get(c, "text"));
     int si = name && !strcmp(name, "stderr") ? 1 : 0;
-    if (text && x->cap[si]) {
-        outcap_add(x->cap[si], text, json_string_length(json_object_get(c, "text")));
+    if (text && (x->cap[si] || x->watched)) {
+        if (x->cap[si])
+            outcap_add(x->cap[si], text, json_string_length(json_object_get(c, "text")));
         nb_stream(x->out->nb_outputs, stream_names[si], text, p->output_cap, &x->nb_kept[si]);
         /* the kernel's string itself (no copy), and only for a listener */
         if (p->fn)
@@ -478,11 +485,11 @@ static void exec_on_error(exec_state *x, const json_t *c)
 }
 
 /* One IOPub message of this execution. */
-static void exec_on_iopub(exec_state *x, const char *type, const jmsg *m)
+/* date: the message's header date by the kernel's clock, 0 when unknown */
+static void exec_on_iopub(exec_state *x, const char *type, const json_t *c, double date)
 {
-    const json_t *c = m->content;
     if (!strcmp(type, "status")) {
-        exec_on_status(x, c, msg_date(m));
+        exec_on_status(x, c, date);
     } else if (!strcmp(type, "execute_input")) {
         json_t *cnt = json_object_get(c, "execution_count");
         if (json_is_integer(cnt))
@@ -519,11 +526,20 @@ static void exec_handle(exec_state *x, jp_channel ch, jmsg *m)
     const char *parent = json_string_value(json_object_get(m->parent_header, "msg_id"));
     const char *type = jmsg_type(m);
     if (parent && !strcmp(parent, x->msg_id)) {
+        if (!x->started) {
+            x->started = 1;
+            x->t_started = cm_mono_s();
+        }
         if (ch == JP_SHELL && !strcmp(type, "execute_reply"))
             exec_on_reply(x, m);
         else if (ch == JP_IOPUB)
-            exec_on_iopub(x, type, m);
-    } else if (parent && x->probe_id[0] && !strcmp(parent, x->probe_id)) {
+            exec_on_iopub(x, type, m->content, msg_date(m));
+    } else if (!(parent && x->probe_id[0] && !strcmp(parent, x->probe_id))) {
+        /* someone else's (a frontend's on the same kernel) or an old
+         * request: another client's cell is followed by p->other */
+        if (x->p->other && x->p->other(x->p->other_ud, ch, m) && !x->started)
+            x->other_first = 1;
+    } else {
         const char *st = json_string_value(json_object_get(m->content, "execution_state"));
         if (ch == JP_IOPUB && !strcmp(type, "status") && st && !strcmp(st, "idle")) {
             x->probe_idle = 1;
@@ -893,6 +909,8 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
         x.t_sent = cm_mono_s();
         exec_wait(&x, kc, kp);
     }
+    if (x.other_first && x.started)
+        out->queued_s = x.t_started - x.t_sent;
 
     char reason[512] = "";
     result_status status = exec_status(&x, kp, unsendable, sent, reason, sizeof reason);
@@ -904,4 +922,70 @@ json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const cha
     json_object_set_new(r, "duration_ms", json_real((cm_mono_s() - t0) * 1000.0));
     json_decref(x.reply);
     return r;
+}
+
+/* ------------------------------------------------------------ watched cells */
+
+struct codeexec_watch {
+    codeexec_params p; /* the caps; no outdir, no listener */
+    codeexec_outcome out;
+    exec_state x;
+};
+
+codeexec_watch *codeexec_watch_new(size_t output_cap, uint64_t display_max)
+{
+    codeexec_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->p.output_cap = output_cap;
+    w->p.display_max = display_max;
+    w->out.nb_outputs = json_array();
+    exec_state *x = &w->x;
+    x->p = &w->p;
+    x->out = &w->out;
+    x->watched = 1;
+    x->r = json_object();
+    x->result = json_null();
+    x->error = json_null();
+    x->displays = json_array();
+    x->images = json_array();
+    x->exec_count = -1;
+    if (!w->out.nb_outputs || !x->r || !x->displays || !x->images) {
+        codeexec_watch_destroy(&w);
+        return NULL;
+    }
+    return w;
+}
+
+void codeexec_watch_iopub(codeexec_watch *w, const char *type, const json_t *content)
+{
+    exec_on_iopub(&w->x, type, content, 0);
+}
+
+int codeexec_watch_idle(const codeexec_watch *w)
+{
+    return w->x.idle;
+}
+
+json_t *codeexec_watch_outputs(const codeexec_watch *w, int *errored, json_int_t *count)
+{
+    *errored = nb_has_error(w->out.nb_outputs);
+    *count = w->x.exec_count;
+    return json_deep_copy(w->out.nb_outputs);
+}
+
+void codeexec_watch_destroy(codeexec_watch **pw)
+{
+    if (!pw || !*pw)
+        return;
+    codeexec_watch *w = *pw;
+    json_decref(w->out.nb_outputs);
+    json_decref(w->x.r);
+    json_decref(w->x.reply);
+    json_decref(w->x.result);
+    json_decref(w->x.error);
+    json_decref(w->x.displays);
+    json_decref(w->x.images);
+    free(w);
+    *pw = NULL;
 }

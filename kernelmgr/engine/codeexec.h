@@ -36,6 +36,13 @@ typedef struct codeexec_params {
     atomic_int *interrupt_flag;             /* set by another thread to interrupt; may be NULL */
     km_event_fn fn;                         /* live events; may be NULL */
     void *ud;
+    /* Each message of another client's request received while this
+     * execution waits (a Jupyter frontend's cell on the same kernel): given
+     * to other(other_ud, ch, m) (m borrowed), which returns 1 when it is
+     * part of another client's cell. May be NULL (such messages are
+     * dropped). */
+    int (*other)(void *other_ud, jp_channel ch, const jmsg *m);
+    void *other_ud;
 } codeexec_params;
 
 typedef struct codeexec_outcome {
@@ -43,6 +50,10 @@ typedef struct codeexec_outcome {
     int state_lost;   /* the kernel itself reported that its state was lost */
     char reason[512];
     json_t *nb_outputs; /* new: nbformat 4 outputs of this execution (for history) */
+    /* seconds from sending the request until the kernel started it, when
+     * another client's cell ran on the kernel in between (it was queued in
+     * the kernel behind it); else 0 */
+    double queued_s;
 } codeexec_outcome;
 
 /* new: the result of running code; never NULL unless out of memory. The
@@ -50,6 +61,26 @@ typedef struct codeexec_outcome {
  * it restarts the kernel. */
 json_t *codeexec_run(kclient *kc, kproc *kp, const codeexec_params *p, const char *code,
                      codeexec_outcome *out);
+
+/* A cell another client runs on a kernel, followed from the kernel's IOPub
+ * (the messages whose parent is that client's execute_request): its
+ * nbformat outputs, within the same caps as a block of ours (output_cap per
+ * stream and per error output, display_max for rich outputs, the same count
+ * caps). Nothing is written to disk: images stay in the outputs only.
+ * Owned by the caller; one thread at a time. */
+typedef struct codeexec_watch codeexec_watch;
+
+/* new (codeexec_watch_destroy); NULL when out of memory. */
+codeexec_watch *codeexec_watch_new(size_t output_cap, uint64_t display_max);
+/* One IOPub message (type, content borrowed) of the cell. */
+void codeexec_watch_iopub(codeexec_watch *w, const char *type, const json_t *content);
+/* 1 once the kernel reported idle for the cell. */
+int codeexec_watch_idle(const codeexec_watch *w);
+/* new: the cell's nbformat outputs so far (the watch keeps its own);
+ * *errored 1 when one of them is an error; *count the execution count
+ * (-1: unknown). */
+json_t *codeexec_watch_outputs(const codeexec_watch *w, int *errored, json_int_t *count);
+void codeexec_watch_destroy(codeexec_watch **w);
 
 /* Removes ANSI escape sequences (colour codes in tracebacks) in place. */
 void codeexec_strip_ansi(char *s);

@@ -379,6 +379,10 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
                                unfinished ? "unknown"
                                           : json_string_value(json_object_get(h, "status")) ?: "ok",
                                "execution_count", ec ? ec : json_null());
+        /* a cell another client ran on the kernel (a gateway WebSocket) */
+        const char *client = json_string_value(json_object_get(h, "client"));
+        if (client)
+            json_object_set_new(json_object_get(md, "kernelmgr"), "client", json_string(client));
         if (clang->vscode_id[0])
             json_object_set_new(md, "vscode", json_pack("{s:s}", "languageId", clang->vscode_id));
         char cid[64];

@@ -181,6 +181,11 @@ int kclient_send(kclient *kc, jp_channel ch, const char *msg_type, json_t *conte
     return 0;
 }
 
+const char *kclient_session_id(const kclient *kc)
+{
+    return kc->session_id;
+}
+
 int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out)
 {
     static const jp_channel order[4] = {JP_IOPUB, JP_SHELL, JP_CONTROL, JP_STDIN};

@@ -51,6 +51,11 @@ json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), 
 /* Heartbeat round trip within timeout_ms: 1 answered, 0 not. */
 int kclient_heartbeat(kclient *kc, int timeout_ms);
 
+/* borrowed: the Jupyter session id in the header of every message this
+ * client sends (a reply's or output's parent_header.session names it), so a
+ * message caused by another client's request is told from ours. */
+const char *kclient_session_id(const kclient *kc);
+
 /* Number of malformed messages dropped so far. */
 unsigned long kclient_dropped(const kclient *kc);
 

@@ -164,6 +164,12 @@ static void cull_idle(km_manager *m)
                 kslot *k = &s->k[l];
                 if (s->gone || !k->proc || now - k->last_used <= m->cfg.idle_timeout)
                     continue;
+                /* another client's cell runs on it (a silent one too): in use */
+                slot_follow(k, 5000);
+                if (kforeign_busy(k->foreign, NULL, NULL)) {
+                    k->last_used = now;
+                    continue;
+                }
                 slot_stop(m, k);
                 snprintf(k->pending, sizeof k->pending,
                          "culled: the %s kernel was stopped after %g s idle (idle_timeout=%g); "
@@ -183,7 +189,8 @@ static void cull_idle(km_manager *m)
 
 /* Drains the IOPub of kernels no execution is reading (a person's frontend
  * attached to the same kernel may flood it; the kernel cuts a subscriber
- * that takes nothing for its grace period, >= 2 s). Idle sessions only, and
+ * that takes nothing for its grace period, >= 2 s); the cells other
+ * clients ran go to the history on the way (slot_follow). Idle sessions only, and
  * never waits for one (trylock): an execution reads its own IOPub. */
 static void drain_idle_iopub(km_manager *m)
 {
@@ -202,7 +209,7 @@ static void drain_idle_iopub(km_manager *m)
         if (pthread_mutex_trylock(&s->lock) == 0) {
             for (int l = 0; l < m->cfg.langs.n; l++)
                 if (!s->gone && s->k[l].client)
-                    kclient_discard_iopub(s->k[l].client, 100000);
+                    slot_follow(&s->k[l], 5000);
             pthread_mutex_unlock(&s->lock);
         }
         session_put(m, s);

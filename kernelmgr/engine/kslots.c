@@ -99,6 +99,10 @@ static int proc_alive_cb(void *ud)
 
 void slot_stop(km_manager *m, kslot *k)
 {
+    /* what the kernel sent last (the idle of another client's cell) first */
+    if (k->client && k->foreign)
+        slot_follow(k, 10000);
+    kforeign_destroy(&k->foreign, "the kernel was stopped while this cell ran");
     kclient_destroy(&k->client);
     if (k->proc) {
         /* the kernel's history file (beside its connection file, named by
@@ -111,6 +115,28 @@ void slot_stop(km_manager *m, kslot *k)
         klaunch_stop(&k->proc, 2.0);
         atomic_fetch_sub(&m->live, 1);
         slot_changed(m);
+    }
+}
+
+void slot_follow(kslot *k, unsigned long max)
+{
+    if (!k->client)
+        return;
+    unsigned long n = 0;
+    jp_channel ch;
+    jmsg *msg = NULL;
+    while (n < max && kclient_recv(k->client, 0, &ch, &msg) == 1) {
+        /* another client's cell is use of the kernel (culling, eviction) */
+        if (kforeign_feed(k->foreign, ch, msg))
+            k->last_used = kclient_now();
+        jmsg_destroy(&msg);
+        n++;
+    }
+    if (n == max) {
+        /* a flood: the kernel must not take this subscriber for a stuck
+         * one; the cell running now says what it lost */
+        unsigned long lost = kclient_discard_iopub(k->client, 100000);
+        kforeign_lost(k->foreign, lost);
     }
 }
 
@@ -187,7 +213,9 @@ static int evict_one(km_manager *m, session *self, int self_lang)
     if (best && pthread_mutex_trylock(&best->lock) == 0) {
         best->refs++;
         pthread_mutex_unlock(&m->lock);
-        if (best->k[best_l].proc) {
+        /* a kernel running another client's cell (a person's, on a gateway
+         * WebSocket) is not idle: it is not stopped under that cell */
+        if (best->k[best_l].proc && !kforeign_busy(best->k[best_l].foreign, NULL, NULL)) {
             slot_stop(m, &best->k[best_l]);
             snprintf(best->k[best_l].pending, sizeof best->k[best_l].pending,
                      "evicted: the %s kernel was stopped to stay under max_kernels=%u (session "
@@ -267,7 +295,12 @@ static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err
         return -1;
     }
     k->client = kclient_new(&k->proc->conn, label, err, errlen);
-    if (!k->client) {
+    if (k->client)
+        k->foreign = kforeign_new(kclient_session_id(k->client), s->dir, lg->name,
+                                  m->cfg.history_max, m->cfg.output_cap, m->cfg.display_max);
+    if (!k->client || !k->foreign) {
+        if (k->client)
+            snprintf(err, errlen, "out of memory");
         slot_stop(m, k);
         return -1;
     }

@@ -511,6 +511,11 @@ void km_exec_set_client(int pid)
     exec_client_pid = pid;
 }
 
+static int feed_other(void *ud, jp_channel ch, const jmsg *m)
+{
+    return kforeign_feed(ud, ch, m);
+}
+
 static json_t *session_lock_exec(km_manager *m, session *s, km_event_fn fn, void *ud)
 {
     json_t *waited = NULL;
@@ -545,7 +550,8 @@ static json_t *session_lock_exec(km_manager *m, session *s, km_event_fn fn, void
         double w = kclient_now() - t0;
         char msg[300];
         snprintf(msg, sizeof msg, "waited %.1f s for %s to finish", w, who);
-        waited = json_pack("{s:f s:s}", "seconds", w, "message", msg);
+        waited = json_pack("{s:f s:s s:s}", "seconds", w, "message", msg, "for",
+                           holding ? "exec" : "operation");
         if (holding && pid > 0 && pid != getpid())
             json_object_set_new(waited, "holder_pid", json_integer(pid));
     }
@@ -555,6 +561,108 @@ static json_t *session_lock_exec(km_manager *m, session *s, km_event_fn fn, void
     s->holder_since = kclient_now();
     pthread_mutex_unlock(&m->lock);
     return waited;
+}
+
+/* Adds a wait of secs for client (kforeign: "websocket", "jupyter") to
+ * *waited (created when NULL): seconds summed, "for" the last one waited
+ * for, the message saying each. */
+static void waited_add(json_t **waited, double secs, const char *client, const char *lang)
+{
+    char msg[600];
+    const char *prev = *waited ? json_string_value(json_object_get(*waited, "message")) : NULL;
+    snprintf(msg, sizeof msg, "%.300s%swaited %.1f s for %s on the %s kernel to finish",
+             prev ? prev : "", prev ? "; then " : "", secs, kforeign_describe(client), lang);
+    double before = *waited ? json_real_value(json_object_get(*waited, "seconds")) : 0;
+    if (!*waited)
+        *waited = json_object();
+    if (!*waited)
+        return;
+    json_object_set_new(*waited, "seconds", json_real(before + secs));
+    json_object_set_new(*waited, "message", json_string(msg));
+    json_object_set_new(*waited, "for", json_string(client));
+    json_object_del(*waited, "holder_pid");
+}
+
+/* After another client's cell ended on slot k's kernel: up to
+ * KM_FOREIGN_SETTLE_S for the kernel to start a request of that client
+ * queued behind it (it does so at once; the time is for the message to
+ * arrive). Caller holds the session lock. */
+#define KM_FOREIGN_SETTLE_S 0.05
+static void foreign_settle(kslot *k)
+{
+    double end = kclient_now() + KM_FOREIGN_SETTLE_S;
+    while (!kforeign_busy(k->foreign, NULL, NULL)) {
+        double left = end - kclient_now();
+        jp_channel ch;
+        jmsg *msg = NULL;
+        if (left <= 0 || kclient_recv(k->client, (int)(left * 1000) + 1, &ch, &msg) != 1)
+            return;
+        kforeign_feed(k->foreign, ch, msg);
+        jmsg_destroy(&msg);
+    }
+}
+
+/* Before a block runs on slot l: another client's cell that the kernel is
+ * running (kforeign) is waited for, so the block starts when the kernel is
+ * free and the result says how long it waited, for whom. At most timeout
+ * seconds: then -1 (the block is not sent; the other cell runs on); -2 when
+ * the user interrupted the wait (the other client's cell is not
+ * interrupted). 0 when the kernel is free, with *secs and *client set when
+ * it waited. Caller holds s->lock. */
+static int foreign_wait(km_manager *m, session *s, int l, int block, double timeout, km_event_fn fn,
+                        void *ud, double *secs, const char **client)
+{
+    kslot *k = &s->k[l];
+    *secs = 0;
+    *client = NULL;
+    slot_follow(k, 100000); /* what happened since the last tick */
+    double since = 0;
+    if (!kforeign_busy(k->foreign, &since, client))
+        return 0;
+    double t0 = kclient_now();
+    if (fn) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "waiting for %s on the %s kernel to finish (running for %.1f s)",
+                 kforeign_describe(*client), kmcfg_lang_name(&m->cfg, l), t0 - since);
+        json_t *ev = json_pack("{s:s s:i s:s}", "event", "notice", "block", block, "message", msg);
+        fn(ud, ev);
+        json_decref(ev);
+    }
+    int rc = 0;
+    double last_alive = t0;
+    while (kforeign_busy(k->foreign, NULL, client)) {
+        double now = kclient_now();
+        if (atomic_load(&s->interrupt_flag)) {
+            rc = -2;
+            break;
+        }
+        if (now - t0 >= timeout) {
+            rc = -1;
+            break;
+        }
+        if (now - last_alive > 0.25) {
+            last_alive = now;
+            if (!klaunch_alive(k->proc))
+                break; /* the block finds the dead kernel and says so */
+        }
+        jp_channel ch;
+        jmsg *msg = NULL;
+        int got = kclient_recv(k->client, 100, &ch, &msg);
+        if (got < 0)
+            break;
+        if (got == 1) {
+            kforeign_feed(k->foreign, ch, msg);
+            jmsg_destroy(&msg);
+        }
+        /* the other cell ended: a request queued behind it (a frontend
+         * sends several) starts at once; it goes before this block, as in
+         * the kernel's queue, rather than get in between unseen */
+        if (!kforeign_busy(k->foreign, NULL, NULL))
+            foreign_settle(k);
+    }
+    *secs = kclient_now() - t0;
+    k->last_used = kclient_now();
+    return rc;
 }
 
 /* 0 when name is a valid session name, else KM_EUSAGE in err naming the rule */
@@ -631,6 +739,9 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         cblock *b = &blocks.v[i];
         const char *lname = kmcfg_lang_name(&m->cfg, b->lang);
         json_t *r = NULL;
+        /* this block's wait: the session's lock (the first block), then
+         * another client's cell on its kernel */
+        json_t *bwaited = i == 0 && waited ? json_deep_copy(waited) : NULL;
         if (s->gone) {
             r = result_new(name, lname);
             result_set_failure(r, RESULT_ERROR, "SessionClosed", "the session was closed");
@@ -674,10 +785,29 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                     .fn = fn,
                     .ud = ud,
                 };
+                double fsecs = 0;
+                const char *fclient = NULL;
+                int frc = foreign_wait(m, s, b->lang, (int)i, p.timeout, fn, ud, &fsecs, &fclient);
+                if (fclient && fsecs > 0)
+                    waited_add(&bwaited, fsecs, fclient, lname);
+                if (frc) {
+                    r = result_new(name, lname);
+                    char msg[400];
+                    snprintf(msg, sizeof msg,
+                             "%s for %.1f s: the kernel was running %s (timeout=%g); this block "
+                             "was not run, and that cell was left running",
+                             frc == -2 ? "interrupted after waiting" : "timeout after waiting",
+                             fsecs, kforeign_describe(fclient), p.timeout);
+                    result_set_failure(r, frc == -2 ? RESULT_ERROR : RESULT_TIMEOUT,
+                                       frc == -2 ? "Interrupted" : "Timeout", msg);
+                    goto block_done;
+                }
+                p.other = feed_other;
+                p.other_ud = k->foreign;
                 /* the history knows the cell before the kernel does: a
                  * manager killed while it runs leaves it "started" */
                 char herr[600] = "";
-                int hstarted = session_history_start(s->dir, tag, lname, b->code,
+                int hstarted = session_history_start(s->dir, tag, lname, NULL, b->code,
                                                      m->cfg.history_max, herr, sizeof herr) == 0;
                 codeexec_outcome out;
                 r = codeexec_run(k->client, k->proc, &p, b->code, &out);
@@ -701,9 +831,14 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 } else if (restarted) {
                     result_set_kernel(r, 1, 0, reason);
                 }
+                if (out.queued_s > 0)
+                    /* a cell of another client got into the kernel's queue
+                     * first (between the wait above and the send) */
+                    waited_add(&bwaited, out.queued_s,
+                               kforeign_last_client(k->foreign) ?: "jupyter", lname);
                 char herr2[600];
                 if (r &&
-                    session_history_append(s->dir, hstarted ? tag : NULL, lname, b->code, r,
+                    session_history_append(s->dir, hstarted ? tag : NULL, lname, NULL, b->code, r,
                                            out.nb_outputs, m->cfg.history_max, herr2, sizeof herr2))
                     json_object_set_new(r, "history_error", json_string(herr2));
                 else if (r && !hstarted)
@@ -711,12 +846,18 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 json_decref(out.nb_outputs);
             }
         }
+    block_done:
         if (!r)
             r = result_new(name, lname);
         if (i == 0 && warnings)
             json_object_set(r, "warnings", warnings);
-        if (i == 0 && waited)
-            json_object_set(r, "waited", waited);
+        if (bwaited)
+            json_object_set(r, "waited", bwaited);
+        if (i == 0 && bwaited && bwaited != waited) {
+            json_decref(waited);
+            waited = json_incref(bwaited); /* the execution's: its first block's */
+        }
+        json_decref(bwaited);
         ran++;
         if (fn) {
             json_t *ev =

@@ -23,25 +23,29 @@
 
 #include "kernelmgr/engine/km.h"
 
-/* One history line: {"language","code","execution_count","status","outputs"}.
+/* One history line: {"language","code","execution_count","status","outputs"}
+ * (and "client" when it is not NULL: a cell another client of the kernel
+ * ran, "websocket" for the gateway's kernel WebSockets, "jupyter" for any
+ * other; NULL for the manager's own exec).
  * The file stays under max bytes (0: no cap): when the line would pass it,
  * the newest complete lines that fit in max/2 are kept (temp + rename); a
  * line whose outputs alone exceed max/2 gets a note instead of its outputs.
  * A torn last line is dropped first; a failed write is taken back. 0, or -1
  * with the reason (what failed, where) in err. */
 int session_history_append(const char *session_dir, const char *id, const char *language,
-                           const char *code, const json_t *result, const json_t *nb_outputs,
-                           uint64_t max, char *err, size_t errlen);
+                           const char *client, const char *code, const json_t *result,
+                           const json_t *nb_outputs, uint64_t max, char *err, size_t errlen);
 
 /* A cell's life in the history: before its code is sent to a kernel, a
  * "started" record {"event":"started","id","language","code","time",
- * "manager"} is appended; when its result arrives, session_history_append
+ * "manager"[,"client"]} is appended; when its result arrives, session_history_append
  * with the same id appends the complete record plus {"event":"finished",
  * "id"}. A started record with no finished one is a cell whose manager
  * stopped while it ran (export.c says so; "manager" is export_manager_id()
  * of the process that ran it). Same bounds and errors as above. */
 int session_history_start(const char *session_dir, const char *id, const char *language,
-                          const char *code, uint64_t max, char *err, size_t errlen);
+                          const char *client, const char *code, uint64_t max, char *err,
+                          size_t errlen);
 
 /* Removes a directory tree without following symlinks. 0 or -1. */
 int session_rmtree(const char *path);

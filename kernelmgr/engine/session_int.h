@@ -30,6 +30,7 @@
 
 #include "kernelmgr/engine/codeblocks.h"
 #include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/kforeign.h"
 #include "kernelmgr/engine/klaunch.h"
 #include "kernelmgr/engine/km.h"
 
@@ -44,6 +45,7 @@
 typedef struct kslot {
     kproc *proc;
     kclient *client;
+    kforeign *foreign;    /* other clients' cells on this kernel (with client) */
     char pending[512];    /* why the next result must say "restarted, state lost" */
     char start_err[1024]; /* slots_prestart's failure, for the block that needs it */
     double last_used;
@@ -184,6 +186,11 @@ void slot_changed(km_manager *m);
 void slot_stop(km_manager *m, kslot *k);
 /* Stops every kernel of s at once. Caller holds s->lock. */
 void slots_stop_all(km_manager *m, session *s);
+/* Reads what slot k's kernel sent that no execution waits for, up to max
+ * messages (the rest of a flood, up to a bound, is dropped unread): other
+ * clients' cells go to the history (kforeign). Caller holds the slot's
+ * session lock. */
+void slot_follow(kslot *k, unsigned long max);
 /* Starts the kernel of slot l (admission, launch, wait until it answers).
  * Caller holds s->lock. 0, or -1 with err. */
 int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen);

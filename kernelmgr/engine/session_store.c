@@ -144,11 +144,14 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
                          size_t errlen);
 
 int session_history_start(const char *session_dir, const char *id, const char *language,
-                          const char *code, uint64_t max, char *err, size_t errlen)
+                          const char *client, const char *code, uint64_t max, char *err,
+                          size_t errlen)
 {
     json_t *line =
         json_pack("{s:s s:s s:s s:s s:f s:s}", "event", "started", "id", id, "language", language,
                   "code", code, "time", cm_wall_s(), "manager", export_manager_id());
+    if (line && client)
+        json_object_set_new(line, "client", json_string(client));
     if (!line) {
         snprintf(err, errlen, "cannot record the cell in the session history: out of memory");
         return -1;
@@ -157,8 +160,8 @@ int session_history_start(const char *session_dir, const char *id, const char *l
 }
 
 int session_history_append(const char *session_dir, const char *id, const char *language,
-                           const char *code, const json_t *result, const json_t *nb_outputs,
-                           uint64_t max, char *err, size_t errlen)
+                           const char *client, const char *code, const json_t *result,
+                           const json_t *nb_outputs, uint64_t max, char *err, size_t errlen)
 {
     json_t *line = json_pack("{s:s s:s s:O s:O s:O}", "language", language, "code", code,
                              "execution_count", json_object_get(result, "execution_count"),
@@ -168,6 +171,8 @@ int session_history_append(const char *session_dir, const char *id, const char *
         json_object_set_new(line, "event", json_string("finished"));
         json_object_set_new(line, "id", json_string(id));
     }
+    if (line && client)
+        json_object_set_new(line, "client", json_string(client));
     if (!line) {
         snprintf(err, errlen, "cannot write the session history: out of memory");
         return -1;

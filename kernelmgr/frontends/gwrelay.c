@@ -4,6 +4,7 @@
 #include "kernelmgr/frontends/gwrelay.h"
 #include "common/cm_clock.h"
 #include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/kforeign.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -232,6 +233,11 @@ static void *relay_main(void *arg)
             pthread_mutex_unlock(&r->mu);
             if (!in)
                 break;
+            /* the manager follows the cell from the kernel's IOPub into
+             * the session's history and names its client there, and in
+             * the `waited` of an exec that waits for it (kforeign.h) */
+            if (in->ch == JP_SHELL && !strcmp(jmsg_type(in->msg), "execute_request"))
+                kforeign_note(jmsg_id(in->msg), "websocket");
             jp_status st = jp_session_send(sess, sock[in->ch], in->msg, 0, &je);
             if (st != JP_OK)
                 fprintf(stderr, "kernelmgr gateway: cannot send a %s message to the kernel: %s\n",

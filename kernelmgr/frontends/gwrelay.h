@@ -18,6 +18,12 @@
  * is live (or 2 s pass, for kernels that send none), client messages are
  * held, so no output of a first request is lost to the slow-joiner race.
  * iopub_welcome messages themselves are not forwarded.
+ *
+ * The relay records nothing itself: the manager's own client of the kernel
+ * sees every cell on its IOPub and writes the session's history
+ * (kforeign.h); the relay only notes which execute_requests came from a
+ * WebSocket, so the history and `waited` can say so. Nothing the client
+ * sends is held back, dropped or reordered for it.
  */
 #ifndef KERNELMGR_GWRELAY_H
 #define KERNELMGR_GWRELAY_H

@@ -88,7 +88,8 @@ static void running_cell_of_this_manager(void **state)
     char *dir = make_dir("");
     char err[256];
     assert_int_equal(
-        session_history_start(dir, "x1", "python", "while True: pass", 0, err, sizeof err), 0);
+        session_history_start(dir, "x1", "python", NULL, "while True: pass", 0, err, sizeof err),
+        0);
     int bad = 0;
     json_t *nb = export_notebook(dir, "s", NULL, NULL, &bad, err, sizeof err);
     assert_non_null(nb);
@@ -101,8 +102,8 @@ static void running_cell_of_this_manager(void **state)
     json_t *r = json_pack("{s:i s:s}", "execution_count", 1, "status", "ok");
     json_t *outs =
         json_pack("[{s:s s:s s:s}]", "output_type", "stream", "name", "stdout", "text", "done\n");
-    assert_int_equal(session_history_append(dir, "x1", "python", "while True: pass", r, outs, 0,
-                                            err, sizeof err),
+    assert_int_equal(session_history_append(dir, "x1", "python", NULL, "while True: pass", r, outs,
+                                            0, err, sizeof err),
                      0);
     nb = export_notebook(dir, "s", NULL, NULL, &bad, err, sizeof err);
     cells = json_object_get(nb, "cells");

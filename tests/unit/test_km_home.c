@@ -216,17 +216,17 @@ static void history_owner_checked(void **state)
     char *d = tmpdir();
     char path[512], err[1024] = "";
     snprintf(path, sizeof path, "%s/history.jsonl", d);
-    assert_int_equal(session_history_start(d, "id1", "bash", "echo 1", 1 << 20, err, sizeof err),
-                     0);
+    assert_int_equal(
+        session_history_start(d, "id1", "bash", NULL, "echo 1", 1 << 20, err, sizeof err), 0);
     assert_int_equal(chmod(path, 0666), 0);
-    assert_int_equal(session_history_start(d, "id2", "bash", "echo 2", 1 << 20, err, sizeof err),
-                     -1);
+    assert_int_equal(
+        session_history_start(d, "id2", "bash", NULL, "echo 2", 1 << 20, err, sizeof err), -1);
     assert_non_null(strstr(err, "not this user's own file"));
     assert_non_null(strstr(err, path));
     assert_int_equal(unlink(path), 0);
     assert_int_equal(mkfifo(path, 0600), 0); /* never blocks */
-    assert_int_equal(session_history_start(d, "id3", "bash", "echo 3", 1 << 20, err, sizeof err),
-                     -1);
+    assert_int_equal(
+        session_history_start(d, "id3", "bash", NULL, "echo 3", 1 << 20, err, sizeof err), -1);
     assert_non_null(strstr(err, "not a regular file"));
     rmrf(d);
     free(d);
