@@ -4,6 +4,7 @@
  * dtier.h).
  */
 #include "kernelmgr/service/dtier.h"
+#include "kernelmgr/service/rpc.h"
 #include "kernelmgr/engine/kmlimits.h"
 #include "kernels/server/kenv.h"
 
@@ -190,27 +191,6 @@ int dtier_check_fields(const dtier_grant *g, const dtier_field *fields, int sopt
     return 0;
 }
 
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a real";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 /* "256M", "2G", or bytes: the shortest exact form. */
 static const char *fmt_size(uint64_t b, char *buf, size_t n)
 {
@@ -234,7 +214,7 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     case DT_SO_CHOICE: {
         const char *s = json_string_value(v);
         if (!s) {
-            snprintf(why, n, "field \"%s\": expected a string, got %s", name, type_name(v));
+            snprintf(why, n, "field \"%s\": expected a string, got %s", name, rpc_type_name(v));
             return -1;
         }
         int ok = 0;
@@ -270,7 +250,7 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     }
     case DT_SO_NUMBER: {
         if (!json_is_number(v)) {
-            snprintf(why, n, "field \"%s\": expected a number, got %s", name, type_name(v));
+            snprintf(why, n, "field \"%s\": expected a number, got %s", name, rpc_type_name(v));
             return -1;
         }
         double d = json_number_value(v);
@@ -289,7 +269,7 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     case DT_SO_PATH: {
         const char *s = json_string_value(v);
         if (!s) {
-            snprintf(why, n, "field \"%s\": expected a string, got %s", name, type_name(v));
+            snprintf(why, n, "field \"%s\": expected a string, got %s", name, rpc_type_name(v));
             return -1;
         }
         if (s[0] != '/') {

@@ -151,7 +151,7 @@ int rpc_code_to_km(int rpc_code)
 
 #define RPC_MAX_FIELDS 40
 
-static const char *type_name(const json_t *v)
+const char *rpc_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT:
@@ -268,7 +268,7 @@ int rpc_unpack(const json_t *params, char *why, size_t whylen, const char *fmt, 
         }
         if (!type_ok(types[known], v)) {
             snprintf(why, whylen, "field \"%s\": expected %s, got %s", k, type_want(types[known]),
-                     type_name(v));
+                     rpc_type_name(v));
             return -1;
         }
     }

@@ -88,4 +88,8 @@ int rpc_code_to_km(int rpc_code);
  * Returns 0, or -1 with the reason in why. */
 int rpc_unpack(const json_t *params, char *why, size_t whylen, const char *fmt, ...);
 
+/* The JSON type of v as error messages name it ("an object", "a string",
+ * "a number", ..., "null"); static. */
+const char *rpc_type_name(const json_t *v);
+
 #endif

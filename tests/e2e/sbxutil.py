@@ -190,6 +190,14 @@ def nobody_binary(name):
     return str(_nobody_dir / name)
 
 
+def kernelmgr_for(user):
+    """build/kernelmgr, or for nobody its copy beside nobody's kernel copies
+    (with kernelmgr-gateway, which `serve --http` execs)."""
+    if user != "nobody":
+        return kutil.binary("kernelmgr")
+    return nobody_binary("kernelmgr")
+
+
 class SandboxKernel(kutil.Kernel):
     """kutil.Kernel with a command prefix (setpriv) and a given workspace."""
 

@@ -50,13 +50,6 @@ PASSED = {"LANG": "C.UTF-8", "LC_MESSAGES": "C", "TZ": "UTC", "TERM": "xterm-256
 
 
 
-def km_binary(user):
-    """build/kernelmgr, or for nobody a copy beside nobody's kernel copies."""
-    if user != "nobody":
-        return mgrutil.KM
-    return sbxutil.nobody_binary("kernelmgr")
-
-
 class KM:
     """A KERNELMGR_HOME owned by user, the CLI run as user, a daemon to stop."""
 
@@ -66,7 +59,7 @@ class KM:
                         "already runs unprivileged)")
         self.user = user
         self.prefix = sbxutil.SETPRIV if user == "nobody" else []
-        self.bin = km_binary(user)
+        self.bin = sbxutil.kernelmgr_for(user)
         self.home = Path(tempfile.mkdtemp(prefix="kmh5", dir="/tmp"))
         cfg = {"sandbox": mgrutil.SANDBOX, "python": "/usr/bin/python3"}
         cfg.update(config or {})

@@ -42,14 +42,6 @@ TOKEN_PEER = "127.0.0.2"
 
 
 
-def km_binary(user):
-    """build/kernelmgr, or for nobody a copy (with kernelmgr-gateway, which
-    `serve --http` execs) beside nobody's kernel copies."""
-    if user != "nobody":
-        return mgrutil.KM
-    return sbxutil.nobody_binary("kernelmgr")
-
-
 class GwKM:
     """A KERNELMGR_HOME owned by user whose daemon serves the gateway."""
 
@@ -59,7 +51,7 @@ class GwKM:
                         "already runs unprivileged)")
         self.user = user
         self.prefix = sbxutil.SETPRIV if user == "nobody" else []
-        self.bin = km_binary(user)
+        self.bin = sbxutil.kernelmgr_for(user)
         self.home = Path(tempfile.mkdtemp(prefix="kmga", dir="/tmp"))
         cfg = {"sandbox": mgrutil.SANDBOX, "python": "/usr/bin/python3",
                "http": "127.0.0.1:0", "http_header_timeout": HEADER_TIMEOUT,

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kutil  # noqa: E402
 import mgrutil  # noqa: E402
 import sbxutil  # noqa: E402
-from test_faults_orphans import km_binary  # noqa: E402
+
 
 NOBODY = sbxutil.NOBODY
 EUSAGE = 2
@@ -210,7 +210,7 @@ def test_nobody_refuses_a_home_root_owns(planted, make_mgr):
     os.chmod(planted.home, 0o755)
     os.chmod(planted.home / "sessions", 0o755)
     planted.snapshot()
-    binary = km_binary("nobody")
+    binary = sbxutil.kernelmgr_for("nobody")
     for args in (["exec", "--session", "victim", "-c", "echo hi"], ["sessions"],
                  ["close", "victim"], ["run", "-c", "echo hi"]):
         p = planted.run(args, prefix=sbxutil.SETPRIV, binary=binary)

@@ -29,13 +29,6 @@ import sbxutil  # noqa: E402
 
 
 
-def km_binary(user):
-    """build/kernelmgr, or for nobody a copy beside nobody's kernel copies."""
-    if user != "nobody":
-        return mgrutil.KM
-    return sbxutil.nobody_binary("kernelmgr")
-
-
 def poll(what, pred, deadline=60, msg="condition"):
     return kutil.poll_until(what, pred, deadline, msg, step=0.1)
 
@@ -60,7 +53,7 @@ class KM:
             pytest.skip("the nobody variant needs root to switch users")
         self.user = user
         self.prefix = sbxutil.SETPRIV if user == "nobody" else []
-        self.bin = km_binary(user)
+        self.bin = sbxutil.kernelmgr_for(user)
         self.home = Path(tempfile.mkdtemp(prefix="kmorph", dir="/tmp"))
         cfg = {"sandbox": mgrutil.SANDBOX, "python": "/usr/bin/python3"}
         (self.home / "config.json").write_text(json.dumps(cfg))
