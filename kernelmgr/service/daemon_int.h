@@ -105,7 +105,8 @@ void dloop_close(dloop *L);
 /* -------------------------------------------------------------- dreq.c */
 
 /* One request in flight, on the stack of the worker that runs it: where
- * its answer goes. */
+ * its answer goes and the scratch its handler fills (err from a km_* call,
+ * why for a refusal). */
 typedef struct dreq {
     dconn *dc;
     json_t *id;         /* borrowed from the request */
@@ -113,6 +114,8 @@ typedef struct dreq {
     int dead;           /* the client went away: keep running, stop writing */
     int raw;            /* exec with "raw_text": stream text follows its event line as bytes */
     dtier tier;         /* the connection's when the request started: what replies may carry */
+    km_err err;         /* filled by the km_* call the handler makes */
+    char why[600];      /* a refusal's reason, for rpc_unpack and its kin */
 } dreq;
 
 /* A request of c with id (borrowed) for method (static; NULL outside a
@@ -124,8 +127,15 @@ void dreq_init(dreq *r, dconn *c, json_t *id, const char *method);
 void dreq_ok(dreq *r, json_t *result);
 /* an error of the operation (a KM_E* code, rpc.h) */
 void dreq_err(dreq *r, int km_code, const char *msg);
+/* the error of the km_* call in r->err */
+void dreq_fail(dreq *r);
+/* by the outcome of a km_* call returning a result: res (stolen) or, when
+ * it is NULL, r->err */
+void dreq_reply(dreq *r, json_t *res);
 /* a request refused before anything is done (invalid params): "method: why" */
 void dreq_invalid(dreq *r, const char *why);
+/* the same with the reason formatted into r->why */
+void dreq_invalidf(dreq *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* km_exec's event callback (ud: the dreq): each event as a notification
  * {"method":"event","params":{"request_id","event",...}}. */

@@ -5,7 +5,9 @@
  *
  * Each method validates its params once, with rpc_unpack (json_unpack_ex,
  * JSON_STRICT): an unknown, missing or mistyped field is refused naming it,
- * before anything is done.
+ * before anything is done. A handler's format string is its params; the
+ * request context (dreq) holds the one reason buffer and the km_err of the
+ * call it makes, and dreq_reply answers by that call's outcome.
  */
 #include "kernelmgr/service/daemon_int.h"
 #include "kernelmgr/service/daemon_http.h"
@@ -27,72 +29,66 @@ typedef struct sopts_raw {
 } sopts_raw;
 
 #define SOPTS_FMT "s?o s?o s?o s?o s?o s?o s?o s?o"
-#define SOPTS_ARGS(r)                                                                              \
-    "network", &(r).v[0], "memory", &(r).v[1], "cpus", &(r).v[2], "cpu_time", &(r).v[3], "python", \
-        &(r).v[4], "workspace", &(r).v[5], "sandbox", &(r).v[6], "env", &(r).v[7]
+#define SOPTS_ARGS(s)                                                                              \
+    "network", &(s).v[0], "memory", &(s).v[1], "cpus", &(s).v[2], "cpu_time", &(s).v[3], "python", \
+        &(s).v[4], "workspace", &(s).v[5], "sandbox", &(s).v[6], "env", &(s).v[7]
 
 /* Checks the session options of params by the table and against the
- * operator's ceilings for c's tier, and fills so (borrowing from params).
- * 0, or -1 with the reason naming the field. */
-static int sopts_fill(dreq *c, const json_t *p, km_session_opts *so, char *why, size_t n)
+ * operator's ceilings for r's tier, and fills so (borrowing from params).
+ * 0, or -1 with the reason naming the field in r->why. */
+static int sopts_fill(dreq *r, const json_t *p, km_session_opts *so)
 {
-    return dtier_sopts_fill(p, so, why, n) ||
-                   dtier_sopts_ceiling(&c->dc->grant, km_manager_config(daemon_mgr), p, so, why, n)
+    return dtier_sopts_fill(p, so, r->why, sizeof r->why) ||
+                   dtier_sopts_ceiling(&r->dc->grant, km_manager_config(daemon_mgr), p, so, r->why,
+                                       sizeof r->why)
                ? -1
                : 0;
 }
 
 static json_t *hello_for(km_manager *m, const dtier_grant *g);
 
-static void m_ping(dreq *c, const json_t *p)
+static void m_ping(dreq *r, const json_t *p)
 {
-    char why[600];
-    if (rpc_unpack(p, why, sizeof why, "{}"))
-        return dreq_invalid(c, why);
-    dreq_ok(c, hello_for(daemon_mgr, &c->dc->grant));
+    if (rpc_unpack(p, r->why, sizeof r->why, "{}"))
+        return dreq_invalid(r, r->why);
+    dreq_ok(r, hello_for(daemon_mgr, &r->dc->grant));
 }
 
-static void m_initialize(dreq *c, const json_t *p)
+static void m_initialize(dreq *r, const json_t *p)
 {
-    char why[600];
     json_int_t want = DAEMON_API_VERSION;
     const char *client = NULL, *tname = NULL, *allow = NULL;
     int unsafe = 0;
-    if (rpc_unpack(p, why, sizeof why, "{s?I s?s s?s s?s s?b}", "api_version", &want, "client",
-                   &client, "tier", &tname, "allowlist", &allow, "allow_unsafe_session_options",
-                   &unsafe))
-        return dreq_invalid(c, why);
-    if (want != DAEMON_API_VERSION) {
-        snprintf(why, sizeof why,
-                 "api_version %lld is not served here: this daemon speaks api_version %d",
-                 (long long)want, DAEMON_API_VERSION);
-        return dreq_invalid(c, why);
-    }
-    dconn *dc = c->dc;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s?I s?s s?s s?s s?b}", "api_version", &want,
+                   "client", &client, "tier", &tname, "allowlist", &allow,
+                   "allow_unsafe_session_options", &unsafe))
+        return dreq_invalid(r, r->why);
+    if (want != DAEMON_API_VERSION)
+        return dreq_invalidf(r,
+                             "api_version %lld is not served here: this daemon speaks "
+                             "api_version %d",
+                             (long long)want, DAEMON_API_VERSION);
+    dconn *dc = r->dc;
     dtier t = dc->grant.tier;
-    if (tname && dtier_parse(tname, &t)) {
-        snprintf(why, sizeof why,
-                 "field \"tier\": must be \"owner\", \"mcp\" or \"http\" (got "
-                 "\"%.40s\")",
-                 tname);
-        return dreq_invalid(c, why);
-    }
-    if (t < dc->grant.tier) {
-        snprintf(why, sizeof why,
-                 "field \"tier\": a connection may only lower its tier (it is \"%s\", asked "
-                 "for \"%s\")",
-                 dtier_name(dc->grant.tier), dtier_name(t));
-        return dreq_invalid(c, why);
-    }
+    if (tname && dtier_parse(tname, &t))
+        return dreq_invalidf(r,
+                             "field \"tier\": must be \"owner\", \"mcp\" or \"http\" (got "
+                             "\"%.40s\")",
+                             tname);
+    if (t < dc->grant.tier)
+        return dreq_invalidf(r,
+                             "field \"tier\": a connection may only lower its tier (it is "
+                             "\"%s\", asked for \"%s\")",
+                             dtier_name(dc->grant.tier), dtier_name(t));
     if (allow && allow[0] != '/')
-        return dreq_invalid(c, "field \"allowlist\": must be an absolute path");
+        return dreq_invalid(r, "field \"allowlist\": must be an absolute path");
     /* allowlist and allow_unsafe_session_options are owner fields (the
      * table): what the operator gave the lowering party, fixed for the
      * connection before its tier drops */
     if (allow) {
         char *a = strdup(allow);
         if (!a)
-            return dreq_err(c, KM_EINTERNAL, "out of memory");
+            return dreq_err(r, KM_EINTERNAL, "out of memory");
         free(dc->allowlist);
         dc->allowlist = a;
     }
@@ -102,131 +98,109 @@ static void m_initialize(dreq *c, const json_t *p)
     if (t == DT_HTTP && dc->grant.tier != DT_HTTP)
         dc->grant.unsafe |= km_manager_config(daemon_mgr)->http_allow_unsafe;
     dc->grant.tier = t;
-    c->tier = t;
-    dreq_ok(c, hello_for(daemon_mgr, &c->dc->grant));
+    r->tier = t;
+    dreq_ok(r, hello_for(daemon_mgr, &dc->grant));
 }
 
-static void m_session_create(dreq *c, const json_t *p)
+static void m_session_create(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name;
-    sopts_raw r = {0};
+    sopts_raw sr = {0};
     km_session_opts so;
-    if (rpc_unpack(p, why, sizeof why, "{s:s " SOPTS_FMT "}", "session", &name, SOPTS_ARGS(r)) ||
-        sopts_fill(c, p, &so, why, sizeof why))
-        return dreq_invalid(c, why);
-    km_err err = {0, ""};
-    json_t *res = km_session_create(daemon_mgr, name, &so, &err);
-    if (!res)
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, res);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s " SOPTS_FMT "}", "session", &name,
+                   SOPTS_ARGS(sr)) ||
+        sopts_fill(r, p, &so))
+        return dreq_invalid(r, r->why);
+    dreq_reply(r, km_session_create(daemon_mgr, name, &so, &r->err));
 }
 
-static void m_exec(dreq *c, const json_t *p)
+static void m_exec(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name, *code, *lang = NULL;
     double timeout = 0;
     int coe = 0, stream = 0, raw = 0;
-    sopts_raw r = {0};
+    sopts_raw sr = {0};
     km_session_opts so;
-    if (rpc_unpack(p, why, sizeof why, "{s:s s:s s?s s?F s?b s?b s?b " SOPTS_FMT "}", "session",
-                   &name, "code", &code, "lang", &lang, "timeout", &timeout, "continue_on_error",
-                   &coe, "stream", &stream, "raw_text", &raw, SOPTS_ARGS(r)) ||
-        sopts_fill(c, p, &so, why, sizeof why))
-        return dreq_invalid(c, why);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?s s?F s?b s?b s?b " SOPTS_FMT "}",
+                   "session", &name, "code", &code, "lang", &lang, "timeout", &timeout,
+                   "continue_on_error", &coe, "stream", &stream, "raw_text", &raw,
+                   SOPTS_ARGS(sr)) ||
+        sopts_fill(r, p, &so))
+        return dreq_invalid(r, r->why);
     /* the one check of the language: the configuration's table (lang.h);
      * the CLI and MCP pass it through */
     const kmcfg *cfg = km_manager_config(daemon_mgr);
     if (lang && strcmp(lang, "auto") && kmcfg_lang_index(cfg, lang) < 0) {
         char known[400];
-        snprintf(why, sizeof why, "field \"lang\": unknown language \"%.64s\" (known: %s or auto)",
-                 lang, km_langs_names(&cfg->langs, known, sizeof known));
-        return dreq_invalid(c, why);
+        return dreq_invalidf(r, "field \"lang\": unknown language \"%.64s\" (known: %s or auto)",
+                             lang, km_langs_names(&cfg->langs, known, sizeof known));
     }
-    if (json_object_get(p, "timeout") && !(timeout > 0 && timeout <= 604800)) {
-        snprintf(why, sizeof why, "field \"timeout\": must be a number of seconds in (0, 604800]");
-        return dreq_invalid(c, why);
-    }
+    if (json_object_get(p, "timeout") && !(timeout > 0 && timeout <= 604800))
+        return dreq_invalid(r, "field \"timeout\": must be a number of seconds in (0, 604800]");
     km_exec_opts eo = {lang, timeout, coe};
-    c->raw = stream && raw;
-    km_exec_set_client((int)c->dc->peer_pid);
-    km_err err = {0, ""};
-    json_t *res = km_exec(daemon_mgr, name, &so, &eo, code, stream ? dreq_on_event : NULL, c, &err);
-    if (!res)
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, res);
+    r->raw = stream && raw;
+    km_exec_set_client((int)r->dc->peer_pid);
+    dreq_reply(
+        r, km_exec(daemon_mgr, name, &so, &eo, code, stream ? dreq_on_event : NULL, r, &r->err));
 }
 
-static void m_sessions_list(dreq *c, const json_t *p)
+static void m_sessions_list(dreq *r, const json_t *p)
 {
-    char why[600];
-    if (rpc_unpack(p, why, sizeof why, "{}"))
-        return dreq_invalid(c, why);
-    dreq_ok(c, json_pack("{s:o s:o}", "sessions", km_sessions(daemon_mgr), "pool",
+    if (rpc_unpack(p, r->why, sizeof r->why, "{}"))
+        return dreq_invalid(r, r->why);
+    dreq_ok(r, json_pack("{s:o s:o}", "sessions", km_sessions(daemon_mgr), "pool",
                          km_pool_status(daemon_mgr)));
 }
 
-static void m_close(dreq *c, const json_t *p)
+static void m_close(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name;
     int keep = 0;
-    if (rpc_unpack(p, why, sizeof why, "{s:s s?b}", "session", &name, "keep", &keep))
-        return dreq_invalid(c, why);
-    km_err err = {0, ""};
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?b}", "session", &name, "keep", &keep))
+        return dreq_invalid(r, r->why);
     json_t *warnings = json_array();
-    if (km_close_warn(daemon_mgr, name, keep ? KM_KEEP : 0, warnings, &err)) {
+    if (km_close_warn(daemon_mgr, name, keep ? KM_KEEP : 0, warnings, &r->err)) {
         json_decref(warnings);
-        return dreq_err(c, err.code, err.msg);
+        return dreq_fail(r);
     }
     json_t *res = json_pack("{s:s s:b}", "session", name, "kept", keep);
     if (res && json_array_size(warnings))
         json_object_set(res, "warnings", warnings);
     json_decref(warnings);
-    dreq_ok(c, res);
+    dreq_ok(r, res);
 }
 
-static void m_session_repair(dreq *c, const json_t *p)
+static void m_session_repair(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name;
-    if (rpc_unpack(p, why, sizeof why, "{s:s}", "session", &name))
-        return dreq_invalid(c, why);
-    km_err err = {0, ""};
-    json_t *res = km_session_repair(daemon_mgr, name, &err);
-    if (!res)
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, res);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s}", "session", &name))
+        return dreq_invalid(r, r->why);
+    dreq_reply(r, km_session_repair(daemon_mgr, name, &r->err));
 }
 
-static void m_interrupt_restart(dreq *c, const json_t *p)
+static void m_interrupt_restart(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name;
-    if (rpc_unpack(p, why, sizeof why, "{s:s}", "session", &name))
-        return dreq_invalid(c, why);
-    km_err err = {0, ""};
-    int rc = !strcmp(c->method, "interrupt") ? km_interrupt(daemon_mgr, name, &err)
-                                             : km_restart(daemon_mgr, name, &err);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s}", "session", &name))
+        return dreq_invalid(r, r->why);
+    int rc = !strcmp(r->method, "interrupt") ? km_interrupt(daemon_mgr, name, &r->err)
+                                             : km_restart(daemon_mgr, name, &r->err);
     if (rc)
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, json_pack("{s:s}", "session", name));
+        return dreq_fail(r);
+    dreq_ok(r, json_pack("{s:s}", "session", name));
 }
 
-static void m_files_list(dreq *c, const json_t *p)
+static void m_files_list(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name, *path = NULL;
-    if (rpc_unpack(p, why, sizeof why, "{s:s s?s}", "session", &name, "path", &path))
-        return dreq_invalid(c, why);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "path", &path))
+        return dreq_invalid(r, r->why);
     char sub[WSFILE_PATH_MAX + 1];
-    if (wsfile_normalize(path ? path : "", 1, sub, why, sizeof why) < 0)
-        return dreq_invalid(c, why);
-    km_err err = {0, ""};
-    json_t *f = km_files(daemon_mgr, name, &err);
+    if (wsfile_normalize(path ? path : "", 1, sub, r->why, sizeof r->why) < 0)
+        return dreq_invalid(r, r->why);
+    json_t *f = km_files(daemon_mgr, name, &r->err);
     if (!f)
-        return dreq_err(c, err.code, err.msg);
+        return dreq_fail(r);
     if (strcmp(sub, ".")) {
         /* below a sub-directory: the walk never follows a link (fsdiff), so
          * filtering the whole listing by prefix cannot leave the workspace */
@@ -242,152 +216,145 @@ static void m_files_list(dreq *c, const json_t *p)
         json_object_set_new(f, "files", keep);
         json_object_set_new(f, "path", json_string(sub));
     }
-    dreq_ok(c, f);
+    dreq_ok(r, f);
 }
 
-static void m_files_read(dreq *c, const json_t *p)
+static void m_files_read(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name, *path, *enc = "auto";
     json_int_t off = 0, len = 0;
-    if (rpc_unpack(p, why, sizeof why, "{s:s s:s s?I s?I s?s}", "session", &name, "path", &path,
-                   "offset", &off, "length", &len, "encoding", &enc))
-        return dreq_invalid(c, why);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?I s?I s?s}", "session", &name, "path",
+                   &path, "offset", &off, "length", &len, "encoding", &enc))
+        return dreq_invalid(r, r->why);
     if (off < 0 || (json_object_get(p, "length") && len < 1))
-        return dreq_invalid(c, "field \"offset\" must be >= 0 and field \"length\" >= 1");
+        return dreq_invalid(r, "field \"offset\" must be >= 0 and field \"length\" >= 1");
     if (strcmp(enc, "auto") && strcmp(enc, "text") && strcmp(enc, "base64"))
-        return dreq_invalid(c, "field \"encoding\": must be \"auto\", \"text\" or \"base64\"");
-    km_err err = {0, ""};
-    json_t *r = km_file_read(daemon_mgr, name, path, (uint64_t)off, (uint64_t)len, enc, &err);
-    if (!r)
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, r);
+        return dreq_invalid(r, "field \"encoding\": must be \"auto\", \"text\" or \"base64\"");
+    dreq_reply(r, km_file_read(daemon_mgr, name, path, (uint64_t)off, (uint64_t)len, enc, &r->err));
 }
 
-static void m_files_write(dreq *c, const json_t *p)
+/* content in encoding enc as bytes: *data borrows content ("text") or is
+ * *bin (new, "base64"); *len its length in, its bytes out. 0, or -1: not
+ * valid base64. */
+static int content_bytes(const char *content, const char *enc, const void **data,
+                         unsigned char **bin, size_t *len)
 {
-    char why[600];
+    *data = content;
+    *bin = NULL;
+    if (strcmp(enc, "base64"))
+        return 0;
+    size_t binlen = 0;
+    *bin = malloc(*len / 4 * 3 + 3);
+    if (!*bin || sodium_base642bin(*bin, *len / 4 * 3 + 3, content, *len, " \t\r\n", &binlen, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL) != 0) {
+        free(*bin);
+        *bin = NULL;
+        return -1;
+    }
+    *data = *bin;
+    *len = binlen;
+    return 0;
+}
+
+static void m_files_write(dreq *r, const json_t *p)
+{
     const char *name, *path, *content, *enc = "text";
     int append = 0, create = 0;
-    sopts_raw r = {0};
+    sopts_raw sr = {0};
     km_session_opts so;
-    if (rpc_unpack(p, why, sizeof why, "{s:s s:s s:s s?s s?b s?b " SOPTS_FMT "}", "session", &name,
-                   "path", &path, "content", &content, "encoding", &enc, "append", &append,
-                   "create", &create, SOPTS_ARGS(r)) ||
-        sopts_fill(c, p, &so, why, sizeof why))
-        return dreq_invalid(c, why);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s:s s?s s?b s?b " SOPTS_FMT "}", "session",
+                   &name, "path", &path, "content", &content, "encoding", &enc, "append", &append,
+                   "create", &create, SOPTS_ARGS(sr)) ||
+        sopts_fill(r, p, &so))
+        return dreq_invalid(r, r->why);
     if (strcmp(enc, "text") && strcmp(enc, "base64"))
-        return dreq_invalid(c, "field \"encoding\": must be \"text\" or \"base64\"");
+        return dreq_invalid(r, "field \"encoding\": must be \"text\" or \"base64\"");
     char norm[WSFILE_PATH_MAX + 1];
     /* a bad path is refused before a session is created for it */
-    if (wsfile_normalize(path, 0, norm, why, sizeof why) < 0)
-        return dreq_invalid(c, why);
+    if (wsfile_normalize(path, 0, norm, r->why, sizeof r->why) < 0)
+        return dreq_invalid(r, r->why);
     size_t len = json_string_length(json_object_get(p, "content"));
-    unsigned char *bin = NULL;
-    const void *data = content;
-    if (!strcmp(enc, "base64")) {
-        size_t binlen = 0;
-        bin = malloc(len / 4 * 3 + 3);
-        if (!bin || sodium_base642bin(bin, len / 4 * 3 + 3, content, len, " \t\r\n", &binlen, NULL,
-                                      sodium_base64_VARIANT_ORIGINAL) != 0) {
-            free(bin);
-            return dreq_invalid(c, "field \"content\": not valid base64");
-        }
-        data = bin;
-        len = binlen;
-    }
-    km_err err = {0, ""};
+    unsigned char *bin;
+    const void *data;
+    if (content_bytes(content, enc, &data, &bin, &len))
+        return dreq_invalid(r, "field \"content\": not valid base64");
     json_t *created = NULL;
-    if (create && !(created = km_session_create(daemon_mgr, name, &so, &err))) {
+    if (create && !(created = km_session_create(daemon_mgr, name, &so, &r->err))) {
         free(bin);
-        return dreq_err(c, err.code, err.msg);
+        return dreq_fail(r);
     }
-    json_t *res = km_file_write(daemon_mgr, name, path, data, len, append, &err);
+    json_t *res = km_file_write(daemon_mgr, name, path, data, len, append, &r->err);
     free(bin);
     if (res && json_is_array(json_object_get(created, "warnings")))
         json_object_set(res, "warnings", json_object_get(created, "warnings"));
     json_decref(created);
-    if (!res)
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, res);
+    dreq_reply(r, res);
 }
 
-static void m_packages_install(dreq *c, const json_t *p)
+static void m_packages_install(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name, *manager, *allow = NULL;
     json_t *pkgs;
-    if (rpc_unpack(p, why, sizeof why, "{s:s s:s s:o s?s}", "session", &name, "manager", &manager,
-                   "packages", &pkgs, "allowlist", &allow))
-        return dreq_invalid(c, why);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s:o s?s}", "session", &name, "manager",
+                   &manager, "packages", &pkgs, "allowlist", &allow))
+        return dreq_invalid(r, r->why);
     if (!json_is_array(pkgs))
-        return dreq_invalid(c, "field \"packages\": expected an array of strings");
+        return dreq_invalid(r, "field \"packages\": expected an array of strings");
     /* a tier below owner never names the file (the table): the allowlist
      * its operator fixed for the connection at initialize, else the
      * daemon's own */
     if (!allow)
-        allow = c->dc->allowlist;
-    km_err err = {0, ""};
-    json_t *r = km_packages_install(daemon_mgr, name, allow, manager, pkgs, &err);
-    if (!r)
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, r);
+        allow = r->dc->allowlist;
+    dreq_reply(r, km_packages_install(daemon_mgr, name, allow, manager, pkgs, &r->err));
 }
 
-static void m_export(dreq *c, const json_t *p)
+static void m_export(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name, *kname = NULL;
-    if (rpc_unpack(p, why, sizeof why, "{s:s s?s}", "session", &name, "kernel_name", &kname))
-        return dreq_invalid(c, why);
-    km_err err = {0, ""};
-    json_t *nb = km_export(daemon_mgr, name, kname, &err);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "kernel_name", &kname))
+        return dreq_invalid(r, r->why);
+    json_t *nb = km_export(daemon_mgr, name, kname, &r->err);
     if (!nb)
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, json_pack("{s:o}", "notebook", nb));
+        return dreq_fail(r);
+    dreq_ok(r, json_pack("{s:o}", "notebook", nb));
 }
 
-static void m_connection_file(dreq *c, const json_t *p)
+static void m_connection_file(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *name, *lang = NULL;
-    if (rpc_unpack(p, why, sizeof why, "{s:s s?s}", "session", &name, "lang", &lang))
-        return dreq_invalid(c, why);
-    km_err err = {0, ""};
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "lang", &lang))
+        return dreq_invalid(r, r->why);
     char path[4096];
-    if (km_connection_file(daemon_mgr, name, lang, path, sizeof path, &err))
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, json_pack("{s:s}", "connection_file", path));
+    if (km_connection_file(daemon_mgr, name, lang, path, sizeof path, &r->err))
+        return dreq_fail(r);
+    dreq_ok(r, json_pack("{s:s}", "connection_file", path));
 }
 
 /* Starts serving HTTP in this running daemon (daemon_http.h): what `serve
  * --http` asks of a daemon an agent's exec started. */
-static void m_http_start(dreq *c, const json_t *p)
+static void m_http_start(dreq *r, const json_t *p)
 {
-    char why[600];
     const char *listen, *cert = NULL, *key = NULL;
     int insecure = 0;
-    if (rpc_unpack(p, why, sizeof why, "{s:s s?s s?s s?b}", "listen", &listen, "tls_cert", &cert,
-                   "tls_key", &key, "insecure", &insecure))
-        return dreq_invalid(c, why);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s s?s s?b}", "listen", &listen, "tls_cert",
+                   &cert, "tls_key", &key, "insecure", &insecure))
+        return dreq_invalid(r, r->why);
     if ((cert && cert[0] != '/') || (key && key[0] != '/'))
-        return dreq_invalid(c, "fields \"tls_cert\", \"tls_key\": must be absolute paths");
+        return dreq_invalid(r, "fields \"tls_cert\", \"tls_key\": must be absolute paths");
     daemon_http_listen l = {listen, cert, key, insecure};
-    km_err err = {0, ""};
     char url[256];
     int started = 0, port = 0;
-    if (daemon_http_start(daemon_mgr, &l, &started, url, sizeof url, &port, &err))
-        return dreq_err(c, err.code, err.msg);
-    dreq_ok(c, json_pack("{s:s s:i s:b s:i}", "url", url, "port", port, "started", started, "pid",
+    if (daemon_http_start(daemon_mgr, &l, &started, url, sizeof url, &port, &r->err))
+        return dreq_fail(r);
+    dreq_ok(r, json_pack("{s:s s:i s:b s:i}", "url", url, "port", port, "started", started, "pid",
                          (int)getpid()));
 }
 
-static void m_shutdown(dreq *c, const json_t *p)
+static void m_shutdown(dreq *r, const json_t *p)
 {
-    char why[600];
-    if (rpc_unpack(p, why, sizeof why, "{}"))
-        return dreq_invalid(c, why);
-    dreq_ok(c, NULL);
+    if (rpc_unpack(p, r->why, sizeof r->why, "{}"))
+        return dreq_invalid(r, r->why);
+    dreq_ok(r, NULL);
     daemon_stop = 1;
     dloop_wake();
 }

@@ -5,6 +5,7 @@
 #include "kernelmgr/service/daemon_int.h"
 #include "kernelmgr/service/rpc.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,11 @@ void dreq_err(dreq *r, int km_code, const char *msg)
     dreq_send(r, rpc_error_km(r->id, km_code, m2));
 }
 
+void dreq_fail(dreq *r)
+{
+    dreq_err(r, r->err.code, r->err.msg);
+}
+
 void dreq_invalid(dreq *r, const char *why)
 {
     char msg[1200];
@@ -50,10 +56,26 @@ void dreq_invalid(dreq *r, const char *why)
               rpc_error(r->id, RPC_INVALID_PARAMS, msg, json_pack("{s:i}", "km_code", KM_EUSAGE)));
 }
 
+void dreq_invalidf(dreq *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why, sizeof r->why, fmt, ap);
+    va_end(ap);
+    dreq_invalid(r, r->why);
+}
+
 void dreq_ok(dreq *r, json_t *result)
 {
     dtier_scrub(r->tier, result, km_manager_home(daemon_mgr));
     dreq_send(r, rpc_result(r->id, result));
+}
+
+void dreq_reply(dreq *r, json_t *res)
+{
+    if (!res)
+        return dreq_fail(r);
+    dreq_ok(r, res);
 }
 
 /* A stream event for a "raw_text" client: the notification without "text"
