@@ -277,12 +277,117 @@ static int error_from(const json_t *e, km_err *err)
 
 static atomic_llong call_seq;
 
+/* What a call waits on: the connection's reader, the request's id, a raw
+ * stream event whose text has yet to come. */
+typedef struct dcall {
+    const daemon_callbacks *cb;
+    lreader r;
+    json_t *id;      /* owned */
+    json_t *pending; /* owned: a raw stream event waiting for its text */
+    size_t pending_n;
+    int cancelled;
+    double next_tick;
+} dcall;
+
+/* What call_step returns while the response has not come. */
+#define CALL_MORE (-1)
+
+/* Ticks by the clock: a request streaming output without pause still gets
+ * them (progress, cancellation). */
+static void call_tick(dcall *k)
+{
+    const daemon_callbacks *cb = k->cb;
+    if (!cb->on_tick || cm_mono_s() < k->next_tick)
+        return;
+    k->next_tick = cm_mono_s() + 0.2;
+    if (cb->on_tick(cb->ud) && !k->cancelled) {
+        k->cancelled = 1;
+        if (cb->on_cancel)
+            cb->on_cancel(cb->ud);
+    }
+}
+
+/* A notification o (borrowed): an event of our request, or the head of a
+ * raw one whose text follows. CALL_MORE, or KM_EDAEMON with err. */
+static int call_event(dcall *k, const json_t *o, km_err *err)
+{
+    json_t *ps = json_object_get(o, "params");
+    json_t *tb = json_object_get(ps, "text_bytes");
+    if (json_is_integer(tb)) {
+        /* raw_text: the text's bytes follow (dreq.c, on_event_raw) */
+        json_int_t n = json_integer_value(tb);
+        if (n < 0 || (unsigned long long)n > DAEMON_MAX_LINE) {
+            err->code = KM_EDAEMON;
+            snprintf(err->msg, sizeof err->msg,
+                     "the daemon sent a stream event of %lld bytes (at most %u)", (long long)n,
+                     DAEMON_MAX_LINE);
+            return KM_EDAEMON;
+        }
+        k->pending = json_incref(ps);
+        k->pending_n = (size_t)n;
+    } else if (json_is_object(ps) && k->cb->on_event &&
+               !strcmp(json_string_value(json_object_get(o, "method")), DAEMON_EVENT_METHOD)) {
+        k->cb->on_event(k->cb->ud, ps);
+    }
+    return CALL_MORE;
+}
+
+/* A response o (borrowed): CALL_MORE when it is not ours, else 0 with
+ * *result (new) or a KM_E* code with err. */
+static int call_response(dcall *k, const json_t *o, json_t **result, km_err *err)
+{
+    if (!json_equal(json_object_get(o, "id"), k->id) && !json_is_null(json_object_get(o, "id")))
+        return CALL_MORE;
+    json_t *e = json_object_get(o, "error");
+    if (e)
+        return error_from(e, err);
+    if (json_object_get(o, "result")) {
+        *result = json_incref(json_object_get(o, "result"));
+        return 0;
+    }
+    err->code = KM_EDAEMON;
+    snprintf(err->msg, sizeof err->msg, "the daemon sent a response without a result");
+    return KM_EDAEMON;
+}
+
+/* Reads on for one message (or the text of a pending raw event, given to
+ * on_event). CALL_MORE, or the call's outcome as daemon_call's. */
+static int call_step(dcall *k, json_t **result, km_err *err)
+{
+    int to;
+    call_tick(k);
+    if (k->pending) {
+        char *text = lreader_bytes(&k->r, k->pending_n, 200, &to);
+        if (text) {
+            json_object_set_new(k->pending, "text", json_stringn_nocheck(text, k->pending_n));
+            if (k->cb->on_event)
+                k->cb->on_event(k->cb->ud, k->pending);
+            json_decref(k->pending);
+            k->pending = NULL;
+            return CALL_MORE;
+        }
+    }
+    char *line = k->pending ? NULL : lreader_next(&k->r, 200, &to);
+    if (!line && !to) {
+        err->code = KM_EDAEMON;
+        snprintf(err->msg, sizeof err->msg,
+                 "the daemon closed the connection without a response (did it stop? see "
+                 "daemon.log)");
+        return KM_EDAEMON;
+    }
+    json_t *o = line ? json_loads(line, 0, NULL) : NULL;
+    int rc = CALL_MORE;
+    if (json_is_object(o))
+        rc = json_is_string(json_object_get(o, "method")) ? call_event(k, o, err)
+                                                          : call_response(k, o, result, err);
+    json_decref(o);
+    return rc;
+}
+
 int daemon_call(int fd, const char *method, json_t *params, const daemon_callbacks *cb,
                 json_t **result, km_err *err)
 {
     static const daemon_callbacks none = {0};
-    if (!cb)
-        cb = &none;
     *result = NULL;
     json_t *id = json_integer((json_int_t)atomic_fetch_add(&call_seq, 1) + 1);
     json_t *req = rpc_request(id, method, params);
@@ -294,95 +399,13 @@ int daemon_call(int fd, const char *method, json_t *params, const daemon_callbac
         snprintf(err->msg, sizeof err->msg, "cannot send to the daemon: %s", strerror(errno));
         return KM_EDAEMON;
     }
-    lreader r = {fd, NULL, 0, 0, 0};
-    int cancelled = 0, rc = KM_EDAEMON;
-    json_t *pending = NULL; /* a raw stream event waiting for its text */
-    size_t pending_n = 0;
-    double next_tick = cm_mono_s() + 0.2;
-    for (;;) {
-        int to;
-        char *line = NULL, *text = NULL;
-        /* ticks by the clock: a request streaming output without pause
-         * still gets them (progress, cancellation) */
-        if (cb->on_tick && cm_mono_s() >= next_tick) {
-            next_tick = cm_mono_s() + 0.2;
-            if (cb->on_tick(cb->ud) && !cancelled) {
-                cancelled = 1;
-                if (cb->on_cancel)
-                    cb->on_cancel(cb->ud);
-            }
-        }
-        if (pending)
-            text = lreader_bytes(&r, pending_n, 200, &to);
-        else
-            line = lreader_next(&r, 200, &to);
-        if (text) {
-            json_object_set_new(pending, "text", json_stringn_nocheck(text, pending_n));
-            if (cb->on_event)
-                cb->on_event(cb->ud, pending);
-            json_decref(pending);
-            pending = NULL;
-            continue;
-        }
-        if (!line) {
-            if (to)
-                continue;
-            err->code = KM_EDAEMON;
-            snprintf(err->msg, sizeof err->msg,
-                     "the daemon closed the connection without a response (did it stop? see "
-                     "daemon.log)");
-            break;
-        }
-        json_t *o = json_loads(line, 0, NULL);
-        if (!json_is_object(o)) {
-            json_decref(o);
-            continue;
-        }
-        json_t *m = json_object_get(o, "method");
-        if (json_is_string(m)) {
-            /* a notification: an event of our request */
-            json_t *ps = json_object_get(o, "params");
-            json_t *tb = json_object_get(ps, "text_bytes");
-            if (json_is_integer(tb)) {
-                /* raw_text: the text's bytes follow (dreq.c, on_event_raw) */
-                json_int_t n = json_integer_value(tb);
-                if (n < 0 || (unsigned long long)n > DAEMON_MAX_LINE) {
-                    json_decref(o);
-                    err->code = KM_EDAEMON;
-                    snprintf(err->msg, sizeof err->msg,
-                             "the daemon sent a stream event of %lld bytes (at most %u)",
-                             (long long)n, DAEMON_MAX_LINE);
-                    break;
-                }
-                pending = json_incref(ps);
-                pending_n = (size_t)n;
-            } else if (json_is_object(ps) && cb->on_event &&
-                       !strcmp(json_string_value(m), DAEMON_EVENT_METHOD)) {
-                cb->on_event(cb->ud, ps);
-            }
-            json_decref(o);
-            continue;
-        }
-        if (!json_equal(json_object_get(o, "id"), id) && !json_is_null(json_object_get(o, "id"))) {
-            json_decref(o);
-            continue;
-        }
-        json_t *e = json_object_get(o, "error");
-        if (e) {
-            rc = error_from(e, err);
-        } else if (json_object_get(o, "result")) {
-            *result = json_incref(json_object_get(o, "result"));
-            rc = 0;
-        } else {
-            err->code = KM_EDAEMON;
-            snprintf(err->msg, sizeof err->msg, "the daemon sent a response without a result");
-        }
-        json_decref(o);
-        break;
-    }
-    free(r.buf);
-    json_decref(pending);
-    json_decref(id);
+    dcall k = {cb ? cb : &none, {fd, NULL, 0, 0, 0}, id, NULL, 0, 0, cm_mono_s() + 0.2};
+    int rc;
+    while ((rc = call_step(&k, result, err)) == CALL_MORE)
+        ;
+    free(k.r.buf);
+    json_decref(k.pending);
+    json_decref(k.id);
     return rc;
 }
 

@@ -157,6 +157,57 @@ static int append_notice(dconn *c)
  * worker_thread: when to give memory back). */
 static __thread size_t job_bytes;
 
+/* Back-pressure, c->mu held: waits for the client to make room for an
+ * event of n bytes, not longer than DAEMON_STALL_S without progress. 0:
+ * write it; -1: not (c is dead, or now discards: the bytes are counted). */
+static int conn_wait_room(dconn *c, size_t n)
+{
+    for (;;) {
+        obuf_flush(c);
+        if (c->dead || c->olen - c->ohead + n <= D.obuf_max || c->olen == c->ohead)
+            return c->dead ? -1 : 0;
+        double give_up = c->last_progress + DAEMON_STALL_S;
+        double now = cm_mono_s();
+        if (now >= give_up) {
+            c->discarding = 1;
+            c->discarded += n;
+            return -1;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double left = give_up - now;
+        if (left > 0.1)
+            left = 0.1;
+        ts.tv_sec += (time_t)left;
+        ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+}
+
+/* Nothing pending, c->mu held: sends what the socket takes of *s (*n
+ * bytes), advancing both. 0, or -1: c is dead. */
+static int conn_send_now(dconn *c, const char **s, size_t *n)
+{
+    while (*n) {
+        ssize_t w = send(c->fd, *s, *n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (w <= 0) {
+            c->dead = 1;
+            return -1;
+        }
+        *s += w;
+        *n -= (size_t)w;
+    }
+    return 0;
+}
+
 void dconn_write(dconn *c, const char *s, size_t n, int is_event)
 {
     job_bytes += n;
@@ -170,52 +221,12 @@ void dconn_write(dconn *c, const char *s, size_t n, int is_event)
         c->discarded += n;
         goto out;
     }
-    if (is_event && c->olen - c->ohead + n > D.obuf_max && c->olen > c->ohead) {
-        /* back-pressure: wait for the client to make room, not longer than
-         * DAEMON_STALL_S without progress */
-        for (;;) {
-            obuf_flush(c);
-            if (c->dead || c->olen - c->ohead + n <= D.obuf_max || c->olen == c->ohead)
-                break;
-            double give_up = c->last_progress + DAEMON_STALL_S;
-            double now = cm_mono_s();
-            if (now >= give_up) {
-                c->discarding = 1;
-                c->discarded += n;
-                goto out;
-            }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            double left = give_up - now;
-            if (left > 0.1)
-                left = 0.1;
-            ts.tv_sec += (time_t)left;
-            ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-        }
-        if (c->dead)
-            goto out;
-    }
-    if (c->olen == c->ohead) {
-        /* nothing pending: straight to the socket */
-        while (n) {
-            ssize_t w = send(c->fd, s, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                break;
-            if (w <= 0) {
-                c->dead = 1;
-                goto out;
-            }
-            s += w;
-            n -= (size_t)w;
-        }
-    }
+    if (is_event && c->olen - c->ohead + n > D.obuf_max && c->olen > c->ohead &&
+        conn_wait_room(c, n))
+        goto out;
+    /* nothing pending: straight to the socket */
+    if (c->olen == c->ohead && conn_send_now(c, &s, &n))
+        goto out;
     if (n && obuf_append(c, s, n))
         c->dead = 1;
 out:;
