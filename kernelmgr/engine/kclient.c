@@ -124,7 +124,7 @@ kclient *kclient_new(const jp_connection *conn, const char *label, char *err, si
         zmq_setsockopt(kc->sock[ch], ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
         if (ch == JP_IOPUB) {
             /* Bounded: when the consumer is behind (a slow daemon client,
-             * see daemon.c) we stop reading, this queue fills and the kernel's
+             * see dloop.c) we stop reading, this queue fills and the kernel's
              * lossless IOPub (kiopub.h) holds its output back, instead of the
              * manager buffering a whole flood (1 GiB of output once grew the
              * daemon to 518 MB). Same depth as the kernel's KIOPUB_HWM. */

@@ -20,7 +20,7 @@
  * threads (config daemon_workers, daemon_queue) that run requests; output
  * to a client is bounded per connection (client_buffer) and a client that
  * reads nothing for client_timeout seconds is dropped while its request
- * runs on. Details at the top of the server part of daemon.c.
+ * runs on. Details at the top of dloop.c.
  */
 #ifndef KERNELMGR_DAEMON_H
 #define KERNELMGR_DAEMON_H

@@ -1,6 +1,6 @@
 /*
  * rpc.h — JSON-RPC 2.0 messages, one per line: the framing and validation
- * shared by the daemon's API (daemon.c, docs/API.md) and the MCP server
+ * shared by the daemon's API (dmethods.c, docs/API.md) and the MCP server
  * (mcp.c).
  *
  * Wire: each message is one compact JSON object followed by '\n' (jansson's
