@@ -371,25 +371,26 @@ static void evict_session(km_manager *m, session *victim, const session *self, c
  * holds self->lock. 0 when kernels were stopped. */
 static int evict_for(km_manager *m, session *self, const char *why)
 {
-    if (evict_pool_entry(m, why) == 0)
-        return 0;
     enum { TRIES = 16 };
     session *tried[TRIES] = {NULL};
     size_t ntried = 0;
     while (ntried < TRIES) {
         pthread_mutex_lock(&m->lock);
-        size_t n = 0;
+        /* the warm pool is one candidate (any of its entries), then each session */
+        size_t n = 1;
         for (session *s = m->list; s; s = s->next)
             n++;
-        kevict_cand *c = n ? calloc(n, sizeof *c) : NULL;
-        session **who = n ? calloc(n, sizeof *who) : NULL;
+        kevict_cand *c = calloc(n, sizeof *c);
+        session **who = calloc(n, sizeof *who);
         if (!c || !who) {
             pthread_mutex_unlock(&m->lock);
             free(c);
             free(who);
             return -1;
         }
-        size_t i = 0;
+        c[0].pool = 1;
+        c[0].kernels = m->pool != NULL;
+        size_t i = 1;
         for (session *s = m->list; s; s = s->next, i++) {
             who[i] = s;
             c[i].self = s == self;
@@ -401,12 +402,17 @@ static int evict_for(km_manager *m, session *self, const char *why)
                 c[i].skip |= tried[t] == s;
         }
         long pick = kevict_choose(c, n);
-        session *v = pick >= 0 ? who[pick] : NULL;
+        session *v = pick > 0 ? who[pick] : NULL;
         if (v)
             v->refs++;
         pthread_mutex_unlock(&m->lock);
         free(c);
         free(who);
+        if (pick == 0) {
+            if (evict_pool_entry(m, why) == 0)
+                return 0;
+            continue; /* the pool emptied meanwhile: the sessions' turn */
+        }
         if (!v)
             return -1;
         int done = 0;
