@@ -428,9 +428,10 @@ const kmcfg_opt kmcfg_opts[] = {
              "half of them are left for connections), at least 2"),
     OPT_SIZE("memory_budget", memory_budget, 0, 1ull << 50, 0,
              "bytes the live kernels may use together, measured (their sandboxes' memory "
-             "cgroups, else their processes' PSS): a kernel starts while that plus 64M for it "
-             "fits, else the least recently used session not running code is stopped; 0: "
-             "MemTotal less max(MemTotal / 8, min(1G, MemTotal / 2)) for the rest of the host"),
+             "cgroups, else their processes' resident anonymous memory): a kernel starts while "
+             "that plus 64M for it fits, else the least recently used session not running code "
+             "is stopped; 0: MemTotal less max(MemTotal / 8, min(1G, MemTotal / 2)) for the "
+             "rest of the host"),
     OPT_SPECIAL("output_cap", &sp_output_cap, 0, "`\"64K\"`",
                 "bytes kept per stream per block, 256 bytes to 256M"),
     OPT_UINT("files_max", files_max, 0, 100000, 100, KMCFG_F_TRUNC, NULL,

@@ -64,31 +64,24 @@ static void kmem_all_children(pid_t pid, kmem_pids *ps)
     closedir(d);
 }
 
-/* The PSS of pid in bytes (smaps_rollup), else its RSS (statm); 0 when gone. */
+/* The anonymous resident memory of pid in bytes: statm's resident less its
+ * shared (file-backed and shmem) pages, which are mostly the libraries every
+ * kernel maps from one page cache. statm costs a tenth of smaps_rollup's
+ * PSS (about 20 us against 250 us for a kernel server here). 0 when gone. */
 static uint64_t kmem_proc_bytes(pid_t pid)
 {
-    char p[64], line[256];
-    snprintf(p, sizeof p, "/proc/%d/smaps_rollup", (int)pid);
-    FILE *f = fopen(p, "re");
-    if (f) {
-        unsigned long long kb = 0;
-        int found = 0;
-        while (!found && fgets(line, sizeof line, f))
-            found = sscanf(line, "Pss: %llu kB", &kb) == 1;
-        fclose(f);
-        if (found)
-            return (uint64_t)kb << 10;
-    }
+    char p[64];
     snprintf(p, sizeof p, "/proc/%d/statm", (int)pid);
-    f = fopen(p, "re");
+    FILE *f = fopen(p, "re");
     if (!f)
         return 0;
-    unsigned long long size = 0, resident = 0;
-    if (fscanf(f, "%llu %llu", &size, &resident) != 2)
-        resident = 0;
+    unsigned long long size = 0, resident = 0, shared = 0;
+    if (fscanf(f, "%llu %llu %llu", &size, &resident, &shared) != 3)
+        resident = shared = 0;
     fclose(f);
     long page = sysconf(_SC_PAGESIZE);
-    return (uint64_t)resident * (uint64_t)(page > 0 ? page : 4096);
+    uint64_t pages = resident > shared ? resident - shared : 0;
+    return pages * (uint64_t)(page > 0 ? page : 4096);
 }
 
 uint64_t kmem_kernel_bytes(pid_t pid)

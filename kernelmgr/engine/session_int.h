@@ -201,7 +201,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
  * imports (an idle Python kernel uses about 8 MiB, a Bash one 2 MiB). */
 #define KM_ADMIT_HEADROOM (64ull << 20)
 /* How long a kernel's measured memory is reused before it is read again. */
-#define KM_MEM_MAX_AGE 1.0
+#define KM_MEM_MAX_AGE 2.0
 
 /* Sets up admission's state of m (its memory budget: cfg.memory_budget, or
  * the auto budget of this host); slots_fini releases it. */

@@ -2140,7 +2140,7 @@ def machine():
 
 def bench_density(num):
     """What admission counts per idle session (the daemon's own measurement:
-    the sandboxes' memory cgroups, else the processes' PSS; ping's
+    the sandboxes' memory cgroups, else the processes' anonymous memory; ping's
     kernels_memory) and how many idle sessions the default configuration's
     memory budget and cap admit on this host."""
     if not (binary("kernel-python") and binary("kernel-bash")):
@@ -2152,7 +2152,7 @@ def bench_density(num):
     headroom = 64 << 20  # KM_ADMIT_HEADROOM (session_int.h)
 
     def measured():
-        time.sleep(1.1)  # past KM_MEM_MAX_AGE: every kernel read again
+        time.sleep(2.1)  # past KM_MEM_MAX_AGE: every kernel read again
         return c.call(rpc("ping"), timeout=30)["pool"]
 
     try:

@@ -99,7 +99,7 @@ static void measures_a_live_process(void **state)
     uint64_t total = 0, avail = 0;
     assert_int_equal(kmem_host(&total, &avail), 0);
     assert_true(total > 0 && avail > 0 && avail <= total);
-    /* this process is no sandbox: its PSS, more than nothing and below
+    /* this process is no sandbox: its anonymous memory, more than nothing and below
      * the host's memory; a pid that does not exist uses nothing */
     uint64_t self = kmem_kernel_bytes(getpid());
     assert_true(self > 0 && self < total);
