@@ -198,7 +198,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
 
 /* The memory a kernel that has not answered yet is counted as using, and
  * the room admission keeps for a new one: a kernel's start and first
- * imports (an idle Python kernel uses about 8 MiB, a Bash one 2 MiB). */
+ * imports (an idle Python kernel uses about 7 MiB, a Bash one 2.5 MiB). */
 #define KM_ADMIT_HEADROOM (64ull << 20)
 /* How long a kernel's measured memory is reused before it is read again. */
 #define KM_MEM_MAX_AGE 2.0
