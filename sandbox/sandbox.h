@@ -146,6 +146,17 @@ long long sandbox_oom_kills(sandbox *sb);
  * cell boundaries and compare. */
 long long sandbox_net_no_routes(const sandbox *sb);
 
+/* The bytes the memory cgroup of the sandbox that process pid is in uses
+ * now (cgroup v2 memory.current, v1 memory.usage_in_bytes: its processes'
+ * memory, the page cache and tmpfs files they caused, kernel memory): what
+ * the sandbox's memory limit is held against. For any process on the host,
+ * not only the caller's sandboxes: a manager measures its kernels' sandboxes
+ * from the outside. -1 when pid is in no sandbox's memory cgroup (a process
+ * outside every sandbox, a sandbox without a memory cgroup: RLIMIT_DATA), is
+ * in the caller's own (a caller that itself runs in a sandbox) or is gone.
+ * Reads three small files. */
+long long sandbox_memory_cgroup_usage(pid_t pid);
+
 /* CPU time (user + system, nanoseconds) used by every process of the sandbox
  * so far, or 0 when it cannot be measured. With a cgroup (cpuacct / cpu.stat)
  * it is the cgroup's figure. Without one (unprivileged callers without

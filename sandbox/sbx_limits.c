@@ -41,6 +41,8 @@
 
 #define SBX_CG_ROOT "/sys/fs/cgroup"
 #define SBX_CG_DIRLEN 1024
+/* every sandbox cgroup's name: PREFIX<creator pid>-<counter> */
+#define SBX_CG_PREFIX "kernelmgr-sandbox-"
 
 struct sbx_limits {
     int version;             /* 0: no cgroups, 1, 2 */
@@ -74,11 +76,16 @@ static long long sbx_limits_cpu_quota_us(const sandbox_config *cfg)
     return us < SBX_CPU_MIN_QUOTA_US ? SBX_CPU_MIN_QUOTA_US : us;
 }
 
-/* The caller's cgroup path for a v1 controller (or "" for v2), from
- * /proc/self/cgroup. */
-static int sbx_limits_self_path(const char *ctrl, char *out, size_t size)
+/* The cgroup path of process pid (0: the caller) for a v1 controller (or
+ * "" for v2), from /proc/PID/cgroup. */
+static int sbx_limits_pid_path(pid_t pid, const char *ctrl, char *out, size_t size)
 {
-    FILE *f = fopen("/proc/self/cgroup", "re");
+    char file[64];
+    if (pid > 0)
+        snprintf(file, sizeof file, "/proc/%d/cgroup", (int)pid);
+    else
+        snprintf(file, sizeof file, "/proc/self/cgroup");
+    FILE *f = fopen(file, "re");
     if (!f)
         return -1;
     char line[1024];
@@ -94,7 +101,7 @@ static int sbx_limits_self_path(const char *ctrl, char *out, size_t size)
         if (ctrl[0] == 0)
             match = ctrls[0] == 0;
         else
-            for (char *tok = strtok(ctrls, ","); tok; tok = strtok(NULL, ","))
+            for (char *sp, *tok = strtok_r(ctrls, ",", &sp); tok; tok = strtok_r(NULL, ",", &sp))
                 if (!strcmp(tok, ctrl))
                     match = 1;
         if (match) {
@@ -107,6 +114,12 @@ static int sbx_limits_self_path(const char *ctrl, char *out, size_t size)
     }
     fclose(f);
     return found;
+}
+
+/* The caller's cgroup path for a v1 controller (or "" for v2). */
+static int sbx_limits_self_path(const char *ctrl, char *out, size_t size)
+{
+    return sbx_limits_pid_path(0, ctrl, out, size);
 }
 
 static int sbx_limits_exists(const char *dir, const char *file)
@@ -169,7 +182,7 @@ static void sbx_limits_collect_stale(const char *dir)
     struct dirent *de;
     while (d && (de = readdir(d))) {
         int pid;
-        if (sscanf(de->d_name, "kernelmgr-sandbox-%d-", &pid) != 1 || pid <= 0)
+        if (sscanf(de->d_name, SBX_CG_PREFIX "%d-", &pid) != 1 || pid <= 0)
             continue;
         /* One with our own pid, seen on our first scan of dir (before we
          * created any there), is a dead earlier holder's of that pid: pids
@@ -209,7 +222,7 @@ sbx_limits *sbx_limits_new(const sandbox_config *cfg)
     if (!lim)
         return NULL;
     char name[64], val[32];
-    snprintf(name, sizeof name, "kernelmgr-sandbox-%d-%u", (int)getpid(),
+    snprintf(name, sizeof name, SBX_CG_PREFIX "%d-%u", (int)getpid(),
              atomic_fetch_add(&sbx_limits_counter, 1));
     struct statfs sfs;
     if (statfs(SBX_CG_ROOT, &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC) {
@@ -389,6 +402,26 @@ static uint64_t sbx_limits_read_u64(const char *dir, const char *file)
         fclose(f);
     }
     return v;
+}
+
+long long sandbox_memory_cgroup_usage(pid_t pid)
+{
+    struct statfs sfs;
+    int v2 = statfs(SBX_CG_ROOT, &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC;
+    char path[SBX_CG_DIRLEN], dir[SBX_CG_DIRLEN + 32];
+    if (pid <= 0 || sbx_limits_pid_path(pid, v2 ? "" : "memory", path, sizeof path) < 0)
+        return -1;
+    const char *leaf = strrchr(path, '/');
+    if (!leaf || strncmp(leaf + 1, SBX_CG_PREFIX, strlen(SBX_CG_PREFIX)))
+        return -1; /* not in a sandbox's cgroup */
+    char own[SBX_CG_DIRLEN];
+    if (sbx_limits_self_path(v2 ? "" : "memory", own, sizeof own) == 0 && !strcmp(own, path))
+        return -1; /* the caller's own: a caller that itself runs in a sandbox */
+    snprintf(dir, sizeof dir, SBX_CG_ROOT "%s%s", v2 ? "" : "/memory", path);
+    const char *file = v2 ? "memory.current" : "memory.usage_in_bytes";
+    if (!sbx_limits_exists(dir, file))
+        return -1; /* a v2 sandbox cgroup without the memory controller */
+    return (long long)sbx_limits_read_u64(dir, file);
 }
 
 typedef struct sbx_limits_pids {

@@ -17,28 +17,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
-unsigned kmcfg_auto_max_kernels(uint64_t memory)
+unsigned kmcfg_auto_max_kernels(void)
 {
-    /* each kernel may use its memory limit plus the kernel server, the
-     * sandbox and the manager's share (about 256 MiB) */
-    uint64_t per = (memory ? memory : KM_MEMORY_DEFAULT) + (256ull << 20);
-    uint64_t total = 0;
-    FILE *f = fopen("/proc/meminfo", "re");
-    if (f) {
-        char line[256];
-        unsigned long long kb;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
-                total = (uint64_t)kb * 1024;
-                break;
-            }
-        fclose(f);
-    }
-    if (!total)
-        return 32;
-    uint64_t n = total / per;
-    return n < 2 ? 2 : n > 32 ? 32 : (unsigned)n;
+    /* the memory rule (memory_budget) decides how many kernels fit; this
+     * cap only keeps the daemon within its file descriptors, half of them
+     * (the daemon raises its soft limit to the hard one; the rest serve
+     * connections and the gateway) */
+    struct rlimit rl;
+    uint64_t fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY
+                       ? (uint64_t)rl.rlim_max
+                       : UINT64_MAX;
+    uint64_t n = fds / 2 / KMCFG_FDS_PER_KERNEL;
+    return n < 2 ? 2 : n > KMCFG_MAX_KERNELS_CAP ? KMCFG_MAX_KERNELS_CAP : (unsigned)n;
 }
 
 void kmcfg_clear(kmcfg *cfg)
@@ -368,6 +360,11 @@ static const char *check_host(const char *s)
     {                                                                                              \
         n, KMCFG_UINT, FIELD(f), lo, hi, d, NULL, {NULL, NULL}, fl, z, NULL, NULL, NULL, h         \
     }
+#define OPT_AUTO(n, f, lo, hi, d, sd, h)                                                           \
+    {                                                                                              \
+        n, KMCFG_UINT, FIELD(f), lo, hi, d, sd, {NULL, NULL}, KMCFG_F_AUTO, NULL, NULL, NULL,      \
+            NULL, h                                                                                \
+    }
 #define OPT_SECS(n, f, lo, hi, d, fl, z, u, h)                                                     \
     {                                                                                              \
         n, KMCFG_SECONDS, FIELD(f), lo, hi, d, NULL, {NULL, NULL}, fl, z, u, NULL, NULL, h         \
@@ -425,9 +422,16 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_UINT("pool", pool, 0, 64, 0, 0, NULL, "warm sessions the daemon keeps ready (a count)"),
     OPT_SECS("idle_timeout", idle_timeout, 0, DAY * 365, 3600, 0, "never", "seconds",
              "seconds before an idle kernel is stopped"),
-    OPT_UINT("max_kernels", max_kernels, 1, 4096, 32, KMCFG_F_AUTO, NULL,
-             "cap on live kernels (a count); unset: `min(32, MemTotal / (memory + 256 MiB))`, at "
-             "least 2"),
+    OPT_AUTO("max_kernels", max_kernels, 1, 4096, KMCFG_MAX_KERNELS_CAP, "from the fd limit",
+             "a safety cap on live kernels (a count) beside `memory_budget`; unset: `min(1024, "
+             "RLIMIT_NOFILE / 24)` (a kernel holds about 12 of the daemon's file descriptors, "
+             "half of them are left for connections), at least 2"),
+    OPT_SIZE("memory_budget", memory_budget, 0, 1ull << 50, 0,
+             "bytes the live kernels may use together, measured (their sandboxes' memory "
+             "cgroups, else their processes' resident anonymous memory): a kernel starts while "
+             "that plus 64M for it fits, else the least recently used session not running code "
+             "is stopped; 0: MemTotal less max(MemTotal / 8, min(1G, MemTotal / 2)) for the "
+             "rest of the host"),
     OPT_SPECIAL("output_cap", &sp_output_cap, 0, "`\"64K\"`",
                 "bytes kept per stream per block, 256 bytes to 256M"),
     OPT_UINT("files_max", files_max, 0, 100000, 100, KMCFG_F_TRUNC, NULL,
@@ -467,7 +471,7 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SECS("client_timeout", client_timeout, 0.1, DAY, 10, 0, NULL, "seconds",
              "seconds a client may take no output before it is dropped"),
     OPT_SECS("admission_timeout", admission_timeout, 0, DAY, 300, 0, NULL, "seconds",
-             "seconds a kernel start waits for a slot under `max_kernels`"),
+             "seconds a kernel start waits for room under `max_kernels` and `memory_budget`"),
     OPT_SPECIAL(
         "kernels", &sp_kernels, KMCFG_F_FIRST, "`{}`",
         "per language: a Jupyter kernelspec (`\"python\": \"python3\"`; null: back to ours) "
@@ -558,8 +562,8 @@ void kmcfg_defaults(kmcfg *cfg)
             break;
         }
     }
-    /* the one derived default: max_kernels follows memory until given */
-    cfg->max_kernels = kmcfg_auto_max_kernels(cfg->memory);
+    /* the one derived default: max_kernels follows the fd limit until given */
+    cfg->max_kernels = kmcfg_auto_max_kernels();
     cfg->max_kernels_auto = 1;
 }
 
@@ -651,9 +655,6 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
                     "\"tcp\": %s; set \"transport_tcp_exposed\": true to accept that, or use "
                     "\"ipc\"",
                     JP_TCP_EXPOSURE);
-    /* an unset max_kernels follows the memory limit */
-    if (cfg->max_kernels_auto)
-        cfg->max_kernels = kmcfg_auto_max_kernels(cfg->memory);
     return 0;
 }
 
@@ -778,7 +779,7 @@ static void doc_row(const kmcfg_opt *o, char *buf, size_t n)
     case KMCFG_UINT:
     case KMCFG_SECONDS:
         if (o->flags & KMCFG_F_AUTO)
-            snprintf(def, sizeof def, "from memory");
+            snprintf(def, sizeof def, "%s", o->sdef);
         else if ((o->flags & KMCFG_F_NONE) && o->def == 0)
             snprintf(def, sizeof def, "`null` (%s)", o->zero);
         else if (o->def == 0 && o->zero)

@@ -36,8 +36,10 @@ typedef struct kmcfg {
                                    (JP_TCP_EXPOSURE); "tcp" is refused without it */
     unsigned pool;              /* "pool": warm sessions kept ready (default 0) */
     double idle_timeout;        /* "idle_timeout": seconds, 0 = never (default 3600) */
-    unsigned max_kernels;       /* "max_kernels": live kernels (default: from memory,
-                                   kmcfg_auto_max_kernels) */
+    unsigned max_kernels;       /* "max_kernels": live kernels, a safety cap (default: from
+                                   the fd limit, kmcfg_auto_max_kernels) */
+    uint64_t memory_budget;     /* "memory_budget": bytes the live kernels may use together,
+                                   measured (kslots.c); 0 = auto (kmem_auto_budget) */
     size_t output_cap;          /* "output_cap": bytes kept per stream (default 64 KiB) */
     unsigned files_max;         /* "files_max": changes reported per execution (100) */
     unsigned files_scan_max;    /* "files_scan_max": entries walked (default 50000) */
@@ -61,7 +63,7 @@ typedef struct kmcfg {
     double client_timeout;    /* "client_timeout": seconds a client may not read (10) */
     double admission_timeout; /* "admission_timeout": seconds a kernel start waits for a
                                  slot under max_kernels (300) */
-    int max_kernels_auto;     /* max_kernels not set: derived from memory (config.c) */
+    int max_kernels_auto;     /* max_kernels not set: derived from the fd limit (config.c) */
     uint64_t code_max;        /* "code_max": bytes of code per request (16M) */
     /* The HTTP gateway (gateway.h); "http" "" = not served */
     char http[128];                /* "http": "[ADDR:]PORT" */
@@ -106,7 +108,7 @@ typedef enum kmcfg_type {
                              to_json: null for none */
 #define KMCFG_F_TRUNC 2u  /* UINT: a number in range, its fraction dropped (not refused) */
 #define KMCFG_F_SECRET 4u /* never in kmcfg_to_json (a token; env values may be credentials) */
-#define KMCFG_F_AUTO 8u   /* UINT max_kernels: derived from memory until given (max_kernels_auto) */
+#define KMCFG_F_AUTO 8u   /* UINT max_kernels: from the fd limit until given (max_kernels_auto) */
 #define KMCFG_F_FIRST 16u /* applied before every other key of the same object */
 
 /* A special key's hooks: its default (NULL: zero), its validation and
@@ -145,9 +147,14 @@ const kmcfg_opt *kmcfg_opt_find(const char *name);
  * range) to f: the docs' configuration table. 0, or -1 on a write error. */
 int kmcfg_doc(FILE *f);
 
-/* The default max_kernels: min(32, MemTotal / (memory + 256 MiB)), at least
- * 2; memory 0 means the kernels' default limit (2 GiB). */
-unsigned kmcfg_auto_max_kernels(uint64_t memory);
+/* The default max_kernels: a safety cap, not the memory rule (that is
+ * memory_budget): min(KMCFG_MAX_KERNELS_CAP, RLIMIT_NOFILE's hard limit / 2
+ * / KMCFG_FDS_PER_KERNEL), at least 2. A kernel holds about 12 of the
+ * daemon's file descriptors (its client's five ZeroMQ sockets, their
+ * connections and mailboxes, measured: 10-11). */
+#define KMCFG_MAX_KERNELS_CAP 1024u
+#define KMCFG_FDS_PER_KERNEL 12u
+unsigned kmcfg_auto_max_kernels(void);
 
 /* Fills cfg with the defaults (does not release an earlier cfg->env). */
 void kmcfg_defaults(kmcfg *cfg);

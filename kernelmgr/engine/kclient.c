@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <zmq.h>
 
@@ -36,8 +37,20 @@ static pthread_once_t zctx_once = PTHREAD_ONCE_INIT;
 static void zctx_init(void)
 {
     zctx = zmq_ctx_new();
-    if (zctx)
-        zmq_ctx_set(zctx, ZMQ_BLOCKY, 0);
+    if (!zctx)
+        return;
+    zmq_ctx_set(zctx, ZMQ_BLOCKY, 0);
+    /* libzmq allows 1023 sockets per context by default: about 200 kernels
+     * of five sockets each. A daemon's cap (max_kernels) follows its fd
+     * limit, so the context does too, up to what libzmq takes. */
+    struct rlimit rl;
+    int limit = zmq_ctx_get(zctx, ZMQ_SOCKET_LIMIT);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && limit > 0) {
+        int want =
+            rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)limit ? limit : (int)rl.rlim_max;
+        if (want > zmq_ctx_get(zctx, ZMQ_MAX_SOCKETS))
+            zmq_ctx_set(zctx, ZMQ_MAX_SOCKETS, want);
+    }
 }
 
 void *kclient_zctx(void)

@@ -22,9 +22,13 @@ json_t *km_pool_status(km_manager *m)
         json_array_append_new(entries, e);
     }
     pthread_mutex_unlock(&m->lock);
-    return json_pack("{s:i s:i s:i s:o}", "size", (int)m->cfg.pool, "ready",
-                     (int)json_array_size(entries), "live_kernels", atomic_load(&m->live),
-                     "entries", entries);
+    uint64_t used, budget;
+    slots_memory(m, &used, &budget);
+    return json_pack(
+        "{s:i s:i s:i s:i s:I s:o s:o}", "size", (int)m->cfg.pool, "ready",
+        (int)json_array_size(entries), "live_kernels", atomic_load(&m->live), "max_kernels",
+        (int)m->cfg.max_kernels, "kernels_memory", (json_int_t)used, "memory_budget",
+        budget == UINT64_MAX ? json_null() : json_integer((json_int_t)budget), "entries", entries);
 }
 
 /* ---------------------------------------------------------------- periodic */
@@ -78,8 +82,9 @@ static void pool_fill(km_manager *m)
         pthread_mutex_unlock(&m->lock);
         if (n >= m->cfg.pool || !per_entry)
             return;
-        /* the pool never pushes a session's kernel out: it only uses room */
-        if ((unsigned)atomic_load(&m->live) + per_entry > m->cfg.max_kernels)
+        /* the pool never pushes a session's kernel out: it only uses room
+         * (under max_kernels and the memory budget) */
+        if (!slots_room(m, per_entry))
             return;
         char u[37];
         jp_uuid4(u);

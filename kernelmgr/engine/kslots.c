@@ -1,10 +1,14 @@
 /*
  * kslots.c — a session's kernel slots (session_int.h): start (launch, wait
- * until ready), stop, admission under max_kernels and eviction.
+ * until ready), stop, admission under max_kernels and memory_budget, and
+ * eviction.
  */
+#include "kernelmgr/engine/kevict.h"
+#include "kernelmgr/engine/kmem.h"
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
 #include "common/cm_clock.h"
+#include "common/cm_size.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,19 +19,32 @@
 
 /* ---------------------------------------------------------------- admission
  *
- * The cap on live kernels is a reservation: m->live counts kernels that run
- * and kernels being started, and a start takes its unit with a
- * compare-and-swap below max_kernels before it launches anything, so
- * concurrent starts can never exceed the cap. A start that finds the cap
- * reached evicts an idle kernel (evict_one); when none is idle it waits
- * (polling every KM_ADMIT_POLL_S) for a slot, up to admission_timeout
- * seconds, instead of failing; the daemon log says how long it waited. The
- * waiting starts are bounded by the daemon's worker threads. A warm-pool
- * start never waits. */
+ * A kernel starts when two things hold at once:
+ *   - fewer than max_kernels run (a safety cap: m->live counts kernels that
+ *     run and kernels being started, and a start takes its unit with a
+ *     compare-and-swap below max_kernels before it launches anything, so
+ *     concurrent starts can never exceed it);
+ *   - the memory the live kernels use, measured (kmem.h; each kernel read
+ *     again when its figure is older than KM_MEM_MAX_AGE, a kernel that has
+ *     not answered yet counted as KM_ADMIT_HEADROOM), plus KM_ADMIT_HEADROOM
+ *     for the new one, fits in the memory budget, and the host's
+ *     MemAvailable is at least KM_ADMIT_HEADROOM. The check and the new
+ *     kernel's charge are one step under m->mem_mu, so concurrent starts
+ *     see each other.
+ * A start that finds either reached stops the kernels of the session chosen
+ * by kevict.h (a warm-pool entry first, then the least recently used
+ * session not running code; never the session that asked); when none may
+ * go it waits (polling every KM_ADMIT_POLL_S) up to admission_timeout
+ * seconds instead of failing, unless every live kernel is its own session's
+ * (nothing could ever free one: it fails at once). The daemon log says how
+ * long it waited. The waiting starts are bounded by the daemon's worker
+ * threads. A warm-pool start never waits nor stops anything. */
 
 #define KM_ADMIT_POLL_S 0.05
 
-static int evict_one(km_manager *m, session *self, int self_lang);
+typedef enum admit_limit { ADMIT_OK, ADMIT_CAP, ADMIT_MEMORY, ADMIT_HOST } admit_limit;
+
+static int evict_for(km_manager *m, session *self, const char *why);
 
 /* Wakes a start waiting for a slot: a kernel stopped, or a session stopped
  * running code (its kernels became evictable). One waiter per change (they
@@ -42,39 +59,206 @@ void slot_changed(km_manager *m)
     pthread_mutex_unlock(&m->slot_mu);
 }
 
-static void cap_release(km_manager *m)
+void slots_init(km_manager *m)
 {
+    pthread_mutex_init(&m->mem_mu, NULL);
+    uint64_t total = 0, avail = 0;
+    kmem_host(&total, &avail);
+    /* a host whose memory cannot be read has no memory rule: the cap holds */
+    m->mem_budget = m->cfg.memory_budget ? m->cfg.memory_budget
+                    : total              ? kmem_auto_budget(total)
+                                         : UINT64_MAX;
+}
+
+void slots_fini(km_manager *m)
+{
+    pthread_mutex_destroy(&m->mem_mu);
+}
+
+/* The charged kernels' memory now: each answered kernel's figure read again
+ * when older than KM_MEM_MAX_AGE, one still starting counted as
+ * KM_ADMIT_HEADROOM; the host's MemAvailable likewise. Caller holds
+ * m->mem_mu. */
+static uint64_t mem_count_locked(km_manager *m)
+{
+    double now = kclient_now();
+    uint64_t used = 0;
+    for (kslot *k = m->charged; k; k = k->mem_next) {
+        if (!k->mem_pid) {
+            used += KM_ADMIT_HEADROOM;
+            continue;
+        }
+        if (!(k->mem_at > 0) || now - k->mem_at > KM_MEM_MAX_AGE) {
+            k->mem_bytes = kmem_kernel_bytes(k->mem_pid);
+            k->mem_at = now;
+        }
+        used += k->mem_bytes;
+    }
+    if (!(m->host_at > 0) || now - m->host_at > KM_MEM_MAX_AGE) {
+        uint64_t total;
+        kmem_host(&total, &m->host_avail);
+        m->host_at = now;
+    }
+    m->mem_used = used;
+    return used;
+}
+
+/* The limit that refuses one more kernel now, in words for messages
+ * ("max_kernels=4", "memory_budget=1 GiB (...)"), or ADMIT_OK. */
+static admit_limit admit_check_locked(km_manager *m, unsigned live, unsigned n, char *why,
+                                      size_t whylen)
+{
+    char a[32], b[32], c[32];
+    if (live + n > m->cfg.max_kernels) {
+        snprintf(why, whylen, "max_kernels=%u", m->cfg.max_kernels);
+        return ADMIT_CAP;
+    }
+    uint64_t used = mem_count_locked(m);
+    if (m->mem_budget != UINT64_MAX && used + n * KM_ADMIT_HEADROOM > m->mem_budget) {
+        snprintf(why, whylen,
+                 "memory_budget=%s (the live kernels use %s, and a new one is given %s)",
+                 cm_size_format(m->mem_budget, a, sizeof a), cm_size_format(used, b, sizeof b),
+                 cm_size_format(KM_ADMIT_HEADROOM, c, sizeof c));
+        return ADMIT_MEMORY;
+    }
+    if (m->host_avail && m->host_avail < n * KM_ADMIT_HEADROOM) {
+        snprintf(why, whylen,
+                 "the host's free memory (MemAvailable %s, below the %s a new kernel is given)",
+                 cm_size_format(m->host_avail, a, sizeof a),
+                 cm_size_format(KM_ADMIT_HEADROOM, b, sizeof b));
+        return ADMIT_HOST;
+    }
+    return ADMIT_OK;
+}
+
+int slots_room(km_manager *m, unsigned n)
+{
+    char why[256];
+    pthread_mutex_lock(&m->mem_mu);
+    admit_limit lim = admit_check_locked(m, (unsigned)atomic_load(&m->live), n, why, sizeof why);
+    pthread_mutex_unlock(&m->mem_mu);
+    return lim == ADMIT_OK;
+}
+
+void slots_memory(km_manager *m, uint64_t *used, uint64_t *budget)
+{
+    pthread_mutex_lock(&m->mem_mu);
+    *used = mem_count_locked(m);
+    *budget = m->mem_budget;
+    pthread_mutex_unlock(&m->mem_mu);
+}
+
+/* Takes a unit of max_kernels for slot k and charges it, when both limits
+ * allow one more kernel now; else the limit's words in why. */
+static admit_limit admit_try(km_manager *m, kslot *k, char *why, size_t whylen)
+{
+    int cur = atomic_load(&m->live);
+    for (;;) {
+        if ((unsigned)cur >= m->cfg.max_kernels) {
+            snprintf(why, whylen, "max_kernels=%u", m->cfg.max_kernels);
+            return ADMIT_CAP;
+        }
+        if (atomic_compare_exchange_weak(&m->live, &cur, cur + 1))
+            break;
+    }
+    pthread_mutex_lock(&m->mem_mu);
+    /* the unit just taken is this start's: count the others */
+    admit_limit lim = admit_check_locked(m, 0, 1, why, whylen);
+    if (lim == ADMIT_OK) {
+        k->mem_next = m->charged;
+        m->charged = k;
+        k->mem_on = 1;
+        k->mem_pid = 0;
+        k->mem_bytes = 0;
+        k->mem_at = 0;
+        m->mem_used += KM_ADMIT_HEADROOM;
+    }
+    pthread_mutex_unlock(&m->mem_mu);
+    if (lim != ADMIT_OK) {
+        atomic_fetch_sub(&m->live, 1);
+        slot_changed(m);
+    }
+    return lim;
+}
+
+/* Releases slot k's unit of max_kernels and its charge. */
+static void admit_release(km_manager *m, kslot *k)
+{
+    pthread_mutex_lock(&m->mem_mu);
+    if (k->mem_on) {
+        for (kslot **pp = &m->charged; *pp; pp = &(*pp)->mem_next)
+            if (*pp == k) {
+                *pp = k->mem_next;
+                break;
+            }
+        k->mem_on = 0;
+        k->mem_next = NULL;
+    }
+    pthread_mutex_unlock(&m->mem_mu);
     atomic_fetch_sub(&m->live, 1);
     slot_changed(m);
 }
 
-/* Takes one unit of max_kernels for a start of slot l of s (caller holds
- * s->lock). 0, or -1 with a reason in err. */
-static int cap_reserve(km_manager *m, session *s, int l, char *err, size_t errlen)
+/* Slot k's kernel answered: from now on it is charged what it uses. */
+static void admit_ready(km_manager *m, kslot *k)
+{
+    pthread_mutex_lock(&m->mem_mu);
+    k->mem_pid = k->proc ? k->proc->pid : 0;
+    k->mem_at = 0;
+    pthread_mutex_unlock(&m->mem_mu);
+    slot_changed(m); /* its charge fell from the headroom to its use */
+}
+
+/* The live kernels of s (caller holds s->lock). */
+static unsigned slots_live(const km_manager *m, const session *s)
+{
+    unsigned n = 0;
+    for (int l = 0; l < m->cfg.langs.n; l++)
+        n += s->k[l].proc != NULL;
+    return n;
+}
+
+/* Takes one unit of max_kernels (and the memory charge) for a start of
+ * slot l of s (caller holds s->lock). 0, or -1 with a reason in err. */
+static int admit(km_manager *m, session *s, int l, char *err, size_t errlen)
 {
     double t0 = kclient_now();
     double deadline = t0 + (s->pool_entry ? 0 : m->cfg.admission_timeout);
     int evicted = 0;
+    char why[256];
     for (;;) {
         pthread_mutex_lock(&m->slot_mu);
         unsigned long gen = m->slot_gen;
         pthread_mutex_unlock(&m->slot_mu);
-        int cur = atomic_load(&m->live);
-        if ((unsigned)cur < m->cfg.max_kernels) {
-            if (atomic_compare_exchange_weak(&m->live, &cur, cur + 1))
-                break;
-            continue;
-        }
-        if (!s->pool_entry && evict_one(m, s, l) == 0) {
+        admit_limit lim = admit_try(m, &s->k[l], why, sizeof why);
+        if (lim == ADMIT_OK)
+            break;
+        if (!s->pool_entry && evict_for(m, s, why) == 0) {
             evicted++;
             continue;
         }
+        const char *what =
+            lim == ADMIT_CAP ? "too many live kernels" : "not enough memory for another kernel";
+        const char *raise = lim == ADMIT_CAP      ? "raise max_kernels"
+                            : lim == ADMIT_MEMORY ? "raise memory_budget"
+                                                  : "free memory on the host";
+        pthread_mutex_lock(&m->lock);
+        int pool_empty = m->pool == NULL;
+        pthread_mutex_unlock(&m->lock);
+        if (!s->pool_entry && pool_empty && (unsigned)atomic_load(&m->live) <= slots_live(m, s)) {
+            /* only this session's own kernels run: none will ever give way */
+            snprintf(err, errlen,
+                     "%s (%s): every live kernel is this session's own, and a session's kernels "
+                     "are never stopped for its other languages; %s",
+                     what, why, raise);
+            return -1;
+        }
         if (kclient_now() >= deadline) {
             snprintf(err, errlen,
-                     "too many live kernels (max_kernels=%u) and none idle to stop: every other "
-                     "kernel belongs to a session that is running code (waited %.1f s, "
-                     "admission_timeout=%g); retry later or raise max_kernels",
-                     m->cfg.max_kernels, kclient_now() - t0, m->cfg.admission_timeout);
+                     "%s (%s) and none idle to stop: every other kernel belongs to a session "
+                     "that is running code (waited %.1f s, admission_timeout=%g); retry later "
+                     "or %s",
+                     what, why, kclient_now() - t0, m->cfg.admission_timeout, raise);
             return -1;
         }
         /* until a slot may have freed (slot_changed), at most one poll */
@@ -86,9 +270,8 @@ static int cap_reserve(km_manager *m, session *s, int l, char *err, size_t errle
     }
     double waited = kclient_now() - t0;
     if (waited >= 0.5)
-        fprintf(stderr,
-                "kernelmgr: %s/%s waited %.1f s for a kernel slot (max_kernels=%u, %d evicted)\n",
-                s->name, kmcfg_lang_name(&m->cfg, l), waited, m->cfg.max_kernels, evicted);
+        fprintf(stderr, "kernelmgr: %s/%s waited %.1f s for a kernel slot (%s, %d evicted)\n",
+                s->name, kmcfg_lang_name(&m->cfg, l), waited, why, evicted);
     return 0;
 }
 
@@ -113,8 +296,7 @@ void slot_stop(km_manager *m, kslot *k)
             free(hist);
         }
         klaunch_stop(&k->proc, 2.0);
-        atomic_fetch_sub(&m->live, 1);
-        slot_changed(m);
+        admit_release(m, k);
     }
 }
 
@@ -152,9 +334,9 @@ void slots_stop_all(km_manager *m, session *s)
 }
 
 /* Stops the kernels of one warm-pool entry (the pool refills later). Pool
- * kernels go first when the cap is reached: they hold no one's state. 0 when
- * one was stopped. Caller holds no lock of m. */
-static int evict_pool_entry(km_manager *m)
+ * kernels go first when a limit is reached: they hold no one's state. 0
+ * when one was stopped. Caller holds no lock of m. */
+static int evict_pool_entry(km_manager *m, const char *why)
 {
     pthread_mutex_lock(&m->lock);
     session *p = m->pool;
@@ -168,81 +350,124 @@ static int evict_pool_entry(km_manager *m)
     session_rmtree(p->pool_dir);
     pthread_mutex_unlock(&p->lock);
     session_free(p);
-    fprintf(stderr, "kernelmgr: max_kernels=%u reached: stopped a warm-pool entry\n",
-            m->cfg.max_kernels);
+    fprintf(stderr, "kernelmgr: %s reached: stopped a warm-pool entry\n", why);
     return 0;
 }
 
-/* Stops one kernel to stay under max_kernels: a warm-pool entry first, then
- * the session's own idle kernel of the other language, then the least
- * recently used kernel of an idle session. The victim's next result says
- * why its state was lost. Caller holds self->lock. 0 when one was stopped. */
-static int evict_one(km_manager *m, session *self, int self_lang)
+/* When s last started a kernel or ran code (kclient_now's clock). */
+static double session_last_used(const km_manager *m, const session *s)
 {
-    if (evict_pool_entry(m) == 0)
-        return 0;
-    for (int l = 0; l < m->cfg.langs.n; l++) {
-        if (l == self_lang || !self->k[l].proc)
-            continue;
-        slot_stop(m, &self->k[l]);
-        snprintf(self->k[l].pending, sizeof self->k[l].pending,
-                 "evicted: the %s kernel was stopped to stay under max_kernels=%u (the "
-                 "%s kernel of this session needed the slot); state was lost (workspace kept)",
-                 kmcfg_lang_name(&m->cfg, l), m->cfg.max_kernels,
-                 kmcfg_lang_name(&m->cfg, self_lang));
-        session_save(m, self);
-        fprintf(stderr, "kernelmgr: max_kernels=%u reached: stopped %s/%s\n", m->cfg.max_kernels,
-                self->name, kmcfg_lang_name(&m->cfg, l));
-        return 0;
-    }
-    pthread_mutex_lock(&m->lock);
-    session *best = NULL;
-    int best_l = -1;
-    double oldest = 0;
-    for (session *s = m->list; s; s = s->next) {
-        if (s == self || s->gone || atomic_load(&s->busy))
-            continue;
-        for (int l = 0; l < m->cfg.langs.n; l++)
-            if (s->k[l].proc && (!best || s->k[l].last_used < oldest)) {
-                best = s;
-                best_l = l;
-                oldest = s->k[l].last_used;
-            }
-    }
-    int rc = -1;
-    if (best && pthread_mutex_trylock(&best->lock) == 0) {
-        best->refs++;
-        pthread_mutex_unlock(&m->lock);
-        /* a kernel running another client's cell (a person's, on a gateway
-         * WebSocket) is not idle: it is not stopped under that cell */
-        if (best->k[best_l].proc && !kforeign_busy(best->k[best_l].foreign, NULL, NULL)) {
-            slot_stop(m, &best->k[best_l]);
-            snprintf(best->k[best_l].pending, sizeof best->k[best_l].pending,
-                     "evicted: the %s kernel was stopped to stay under max_kernels=%u (session "
-                     "\"%s\" needed one; this session was the least recently used); state was "
-                     "lost (workspace kept)",
-                     kmcfg_lang_name(&m->cfg, best_l), m->cfg.max_kernels, self->name);
-            session_save(m, best);
-            fprintf(stderr, "kernelmgr: max_kernels=%u reached: stopped %s/%s for %s\n",
-                    m->cfg.max_kernels, best->name, kmcfg_lang_name(&m->cfg, best_l), self->name);
-            rc = 0;
-        }
-        pthread_mutex_unlock(&best->lock);
-        session_put(m, best);
-        return rc;
-    }
-    pthread_mutex_unlock(&m->lock);
-    return rc;
+    double t = 0;
+    for (int l = 0; l < m->cfg.langs.n; l++)
+        if (s->k[l].proc && s->k[l].last_used > t)
+            t = s->k[l].last_used;
+    return t;
 }
 
-/* Takes a unit of max_kernels only when one is free now (no eviction, no
- * wait). 0 when taken. */
-static int cap_try_reserve(km_manager *m)
+/* 1 when a kernel of s runs another client's cell (caller holds s->lock). */
+static int foreign_busy(const km_manager *m, const session *s)
 {
-    int cur = atomic_load(&m->live);
-    while ((unsigned)cur < m->cfg.max_kernels)
-        if (atomic_compare_exchange_weak(&m->live, &cur, cur + 1))
+    for (int l = 0; l < m->cfg.langs.n; l++)
+        if (s->k[l].proc && kforeign_busy(s->k[l].foreign, NULL, NULL))
+            return 1;
+    return 0;
+}
+
+/* Stops every kernel of victim for self (caller holds both locks). Each
+ * stopped kernel's next result says why its state was lost. */
+static void evict_session(km_manager *m, session *victim, const session *self, const char *why)
+{
+    int had[KM_LANG_MAX] = {0};
+    char langs[256] = "";
+    size_t used = 0;
+    for (int l = 0; l < m->cfg.langs.n; l++)
+        if ((had[l] = victim->k[l].proc != NULL) && used < sizeof langs) {
+            int w = snprintf(langs + used, sizeof langs - used, "%s%s", used ? ", " : "",
+                             kmcfg_lang_name(&m->cfg, l));
+            used += w > 0 ? (size_t)w : 0;
+        }
+    slots_stop_all(m, victim);
+    for (int l = 0; l < m->cfg.langs.n; l++)
+        if (had[l])
+            snprintf(victim->k[l].pending, sizeof victim->k[l].pending,
+                     "evicted: the %s kernel was stopped to stay under %s (session \"%s\" needed "
+                     "one; this session was the least recently used of those not running code); "
+                     "state was lost (workspace kept)",
+                     kmcfg_lang_name(&m->cfg, l), why, self->name);
+    session_save(m, victim);
+    fprintf(stderr, "kernelmgr: %s reached: stopped session %s (%s) for %s\n", why, victim->name,
+            langs, self->name);
+}
+
+/* Makes room for one kernel of self by the rule of kevict.h: a warm-pool
+ * entry, else every kernel of the least recently used session that is not
+ * running code (never self). why names the limit reached. A session whose
+ * lock is held (a close, a file write) is passed over for the next. Caller
+ * holds self->lock. 0 when kernels were stopped. */
+static int evict_for(km_manager *m, session *self, const char *why)
+{
+    enum { TRIES = 16 };
+    session *tried[TRIES] = {NULL};
+    size_t ntried = 0;
+    while (ntried < TRIES) {
+        pthread_mutex_lock(&m->lock);
+        /* the warm pool is one candidate (any of its entries), then each session */
+        size_t n = 1;
+        for (session *s = m->list; s; s = s->next)
+            n++;
+        kevict_cand *c = calloc(n, sizeof *c);
+        session **who = calloc(n, sizeof *who);
+        if (!c || !who) {
+            pthread_mutex_unlock(&m->lock);
+            free(c);
+            free(who);
+            return -1;
+        }
+        c[0].pool = 1;
+        c[0].kernels = m->pool != NULL;
+        size_t i = 1;
+        for (session *s = m->list; s; s = s->next, i++) {
+            who[i] = s;
+            c[i].self = s == self;
+            c[i].running = atomic_load(&s->busy) != 0;
+            c[i].kernels = slots_live(m, s);
+            c[i].last_used = session_last_used(m, s);
+            c[i].skip = s->gone;
+            for (size_t t = 0; t < ntried; t++)
+                c[i].skip |= tried[t] == s;
+        }
+        long pick = kevict_choose(c, n);
+        session *v = pick > 0 ? who[pick] : NULL;
+        if (v)
+            v->refs++;
+        pthread_mutex_unlock(&m->lock);
+        free(c);
+        free(who);
+        if (pick == 0) {
+            if (evict_pool_entry(m, why) == 0)
+                return 0;
+            continue; /* the pool emptied meanwhile: the sessions' turn */
+        }
+        if (!v)
+            return -1;
+        int done = 0;
+        if (pthread_mutex_trylock(&v->lock) == 0) {
+            /* still idle, open and holding kernels now that it is ours */
+            /* a kernel running another client's cell (a person's, on a
+             * gateway WebSocket) is not idle: its session is not stopped
+             * under that cell */
+            if (!v->gone && !atomic_load(&v->busy) && slots_live(m, v) && !foreign_busy(m, v)) {
+                evict_session(m, v, self, why);
+                done = 1;
+            }
+            pthread_mutex_unlock(&v->lock);
+        }
+        if (!done)
+            tried[ntried++] = v; /* if freed and its memory reused, one more is passed over */
+        session_put(m, v);
+        if (done)
             return 0;
+    }
     return -1;
 }
 
@@ -258,12 +483,14 @@ static void slot_log_path(const km_manager *m, const session *s, int l, char *lo
 static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err, size_t errlen)
 {
     kslot *k = &s->k[l];
-    /* the kernel's unit of max_kernels, released by slot_stop */
-    if (try_only ? cap_try_reserve(m) : cap_reserve(m, s, l, err, errlen))
+    /* the kernel's unit of max_kernels and its memory charge, released by
+     * slot_stop */
+    char why[256];
+    if (try_only ? admit_try(m, k, why, sizeof why) != ADMIT_OK : admit(m, s, l, err, errlen))
         return try_only ? -2 : -1;
     klaunch_cmd cmd;
     if (kernel_cmd(m, s, l, &cmd, err, errlen)) {
-        cap_release(m);
+        admit_release(m, k);
         return -1;
     }
     char id[48], log[PATH_MAX], label[128];
@@ -291,7 +518,7 @@ static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err
                             lg->kernelspec[0] ? lg->kernelspec : kname, err, errlen);
     klaunch_cmd_clear(&cmd);
     if (!k->proc) {
-        cap_release(m);
+        admit_release(m, k);
         return -1;
     }
     k->client = kclient_new(&k->proc->conn, label, err, errlen);
@@ -333,6 +560,7 @@ static int slot_finish(km_manager *m, session *s, int l, char *err, size_t errle
     }
     json_decref(info);
     k->last_used = kclient_now();
+    admit_ready(m, k);
     session_save(m, s);
     return 0;
 }

@@ -74,6 +74,7 @@ static void manager_free(km_manager *m)
     json_decref(m->cfg.env);
     pthread_cond_destroy(&m->slot_cv);
     pthread_mutex_destroy(&m->slot_mu);
+    slots_fini(m);
     pthread_mutex_destroy(&m->pkg_mu);
     pthread_mutex_destroy(&m->lock);
     free(m);
@@ -101,6 +102,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     pthread_mutex_init(&m->slot_mu, NULL);
     pthread_mutex_init(&m->pkg_mu, NULL);
     cm_cond_init_mono(&m->slot_cv);
+    slots_init(m);
     snprintf(m->home, sizeof m->home, "%s", home);
     char p[PATH_MAX];
     char why[1024];

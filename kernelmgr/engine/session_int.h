@@ -5,8 +5,8 @@
  *   session.c        the km_* API: manager, session registry, exec, close...
  *   session_store.c  persistence: session.json, history.jsonl, load/resume
  *   kcmd.c           a kernel's command line, environment file, interpreter
- *   kslots.c         kernel slots: start/stop, admission under max_kernels,
- *                    eviction
+ *   kslots.c         kernel slots: start/stop, admission under max_kernels
+ *                    and memory_budget, eviction (kevict.h, kmem.h)
  *   outprune.c       outputs/ pruning and the start-up scan of ended runs
  *   kpool.c          the periodic work: warm pool, culling, idle IOPub
  *
@@ -22,7 +22,8 @@
  * holder fields; each session's lock serialises everything that touches its
  * kernels. Order: a session lock may be held while taking m->lock, never the
  * reverse; other sessions' locks are only ever try-locked (eviction,
- * culling), so no cycle. m->slot_mu is a leaf lock (admission wake-ups).
+ * culling), so no cycle. m->slot_mu (admission wake-ups) and m->mem_mu (the
+ * kernels' measured memory) are leaf locks.
  * busy and interrupt_flag are atomics read without any lock.
  */
 #ifndef KERNELMGR_SESSION_INT_H
@@ -49,6 +50,15 @@ typedef struct kslot {
     char pending[512];    /* why the next result must say "restarted, state lost" */
     char start_err[1024]; /* slots_prestart's failure, for the block that needs it */
     double last_used;
+    /* admission's account of this kernel (kslots.c), guarded by m->mem_mu:
+     * on m->charged from its admission until its unit is released; charged
+     * KM_ADMIT_HEADROOM until it answered (mem_pid set), then what it was
+     * measured to use (mem_bytes, at mem_at; 0: not yet) */
+    struct kslot *mem_next;
+    int mem_on;
+    pid_t mem_pid;
+    uint64_t mem_bytes;
+    double mem_at;
 } kslot;
 
 typedef struct session {
@@ -100,6 +110,15 @@ struct km_manager {
     pthread_mutex_t slot_mu;
     pthread_cond_t slot_cv;
     unsigned long slot_gen;
+    /* admission under memory_budget (kslots.c): the kernels holding a unit
+     * of max_kernels (each kslot's mem_* fields) and the host's
+     * MemAvailable, guarded by mem_mu, a leaf lock held while measuring */
+    pthread_mutex_t mem_mu;
+    struct kslot *charged;
+    uint64_t mem_budget; /* cfg.memory_budget, or the auto budget (kmem.h) */
+    uint64_t mem_used;   /* what the charged kernels were last counted to use */
+    uint64_t host_avail; /* MemAvailable at host_at (0: unknown) */
+    double host_at;
     /* held by close from taking a session off the list until its package
      * directory is gone, and by an install for a name that has no session:
      * such an install runs wholly before or wholly after a close of that
@@ -179,6 +198,24 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
 
 /* ------------------------------------------------------------- kslots.c */
 
+/* The memory a kernel that has not answered yet is counted as using, and
+ * the room admission keeps for a new one: a kernel's start and first
+ * imports (an idle Python kernel uses about 7 MiB, a Bash one 2.5 MiB). */
+#define KM_ADMIT_HEADROOM (64ull << 20)
+/* How long a kernel's measured memory is reused before it is read again. */
+#define KM_MEM_MAX_AGE 2.0
+
+/* Sets up admission's state of m (its memory budget: cfg.memory_budget, or
+ * the auto budget of this host); slots_fini releases it. */
+void slots_init(km_manager *m);
+void slots_fini(km_manager *m);
+/* 1 when n more kernels fit now without stopping one: under max_kernels
+ * and, given KM_ADMIT_HEADROOM each, under the memory budget (the warm
+ * pool only uses room). */
+int slots_room(km_manager *m, unsigned n);
+/* What admission counts now: the live kernels' measured memory (a kernel
+ * still starting counted as KM_ADMIT_HEADROOM) and the budget. */
+void slots_memory(km_manager *m, uint64_t *used, uint64_t *budget);
 /* Wakes one start waiting for a unit of max_kernels. */
 void slot_changed(km_manager *m);
 /* Stops slot k's kernel (if any) and releases its unit of max_kernels.

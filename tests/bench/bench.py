@@ -13,7 +13,9 @@ Environment:
                        points: CLI exec, daemon socket, MCP, long output;
                        12: the notebook corpus through nbclient;
                        13: `x = 1` through the gateway's kernel WebSocket;
-                       14: the cost of a durable session.json write)
+                       14: the cost of a durable session.json write;
+                       15: density: idle sessions' measured memory and
+                       how many this host's memory budget admits)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -77,6 +79,7 @@ N = {
     "corpus": (1, 3),
     "gw_rtt": (30, 500),
     "state_writes": (50, 500),
+    "density": (4, 16),
 }
 
 
@@ -2132,6 +2135,63 @@ def machine():
             "versions": vers}
 
 
+# ---------------------------------------------------------------- 15. density
+
+
+def bench_density(num):
+    """What admission counts per idle session (the daemon's own measurement:
+    the sandboxes' memory cgroups, else the processes' anonymous memory; ping's
+    kernels_memory) and how many idle sessions the default configuration's
+    memory budget and cap admit on this host."""
+    if not (binary("kernel-python") and binary("kernel-bash")):
+        raise Skip("build/kernel-python and build/kernel-bash not built")
+    cfg = daemon_config()
+    cfg.pop("max_kernels", None)  # the default cap, the default budget
+    d = Daemon(cfg)
+    c = DaemonConn(d.sock)
+    headroom = 64 << 20  # KM_ADMIT_HEADROOM (session_int.h)
+
+    def measured():
+        time.sleep(2.1)  # past KM_MEM_MAX_AGE: every kernel read again
+        return c.call(rpc("ping"), timeout=30)["pool"]
+
+    try:
+        n = n_of("density")
+        per = {}
+        base = measured()["kernels_memory"]
+        for lang, code in (("python", "x = 1"), ("bash", "x=1")):
+            for i in range(n):
+                e = exec_ok(c.call(rpc("exec", {"session": f"d{i}", "code": code,
+                                                "lang": lang, "timeout": 300})))
+                if e:
+                    raise RuntimeError(f"{lang}: {e}")
+            pool = measured()
+            per[lang] = (pool["kernels_memory"] - base) / n
+            base = pool["kernels_memory"]
+        budget, cap = pool["memory_budget"], pool["max_kernels"]
+        mib = 1 << 20
+        py_only = min(cap, int((budget - headroom) // per["python"]))
+        both = min(cap // 2, int((budget - headroom) // (per["python"] + per["bash"])))
+        by_memory = int((budget - headroom) // per["python"])
+        DATA["density"] = {"sessions": n, "python_idle_bytes": per["python"],
+                           "bash_idle_bytes": per["bash"], "memory_budget": budget,
+                           "max_kernels": cap, "idle_python_sessions_admitted": py_only,
+                           "idle_python_sessions_by_memory_alone": by_memory,
+                           "idle_python_bash_sessions_admitted": both}
+        row(num, "measured memory of an idle Python kernel", f"{per['python'] / mib:.1f} MiB",
+            "", "", "(info)")
+        row(num, "measured memory of an idle Bash kernel", f"{per['bash'] / mib:.1f} MiB",
+            "", "", "(info)")
+        row(num, "idle sessions admitted by default (Python / Python+Bash)",
+            f"{py_only} / {both}",
+            f"budget {budget / (1 << 30):.1f} GiB ({by_memory} by memory alone), "
+            f"max_kernels {cap}", "", ">= 200 Python",
+            verdict(py_only >= 200))
+    finally:
+        c.close()
+        d.close()
+
+
 def print_table():
     head = ("#", "benchmark", "kernelmgr", "ipykernel / baseline", "ratio", "target", "result")
     rows = [head] + [tuple(str(c) for c in r) for r in ROWS]
@@ -2166,6 +2226,8 @@ def main():
     section(13, "`x = 1` through the gateway's kernel WebSocket vs jupyter_server + ipykernel",
             bench_gateway)
     section(14, "durable state: a session.json write with and without fsync", bench_state)
+    section(15, "density: idle sessions' measured memory, sessions the budget admits",
+            bench_density)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

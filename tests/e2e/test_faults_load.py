@@ -139,12 +139,11 @@ def daemon_factory():
 
 
 def auto_max_kernels():
-    """The default max_kernels (config.c): min(32, MemTotal / 2.25 GiB), >= 2."""
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            total = int(line.split()[1]) * 1024
-            return max(2, min(32, total // ((2 << 30) + (256 << 20))))
-    return 32
+    """The default max_kernels (config.c), a safety cap beside the memory
+    budget: min(1024, RLIMIT_NOFILE's hard limit / 24), >= 2 (the daemon
+    inherits the hard limit)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return 1024 if hard == resource.RLIM_INFINITY else max(2, min(1024, hard // 24))
 
 
 def raise_nofile(n):

@@ -158,13 +158,17 @@ def test_max_kernels_evicts_least_recently_used_and_reports(make_mgr):
     assert r["kernel"]["restarted"] is True and r["kernel"]["state_preserved"] is False
     assert "evicted" in r["kernel"]["reason"] and "max_kernels=1" in r["kernel"]["reason"]
     assert '"b"' in r["kernel"]["reason"]  # names the session that needed the kernel
-    # one session's two languages share the cap too
+    # one session's two languages share the cap too, but a session's own
+    # kernel is never stopped for its other language: alone at the cap, its
+    # Bash start fails at once naming the limit, and its Python state stays
+    assert mgr.exec("a", "va = 3")[0] == 0
     rc, res, _ = mgr.exec("a", "echo hi", "--lang", "bash")
-    assert rc == 0 and res[0]["stdout"] == "hi\n"
-    assert sessions(mgr)["a"]["kernels"]["python"] is None
-    rc, res, _ = mgr.exec("a", "1")
-    assert "max_kernels=1" in res[0]["kernel"]["reason"]
-    assert "bash kernel of this session needed" in res[0]["kernel"]["reason"]
+    assert rc != 0 and res[0]["error"]["name"] == "KernelStartError"
+    assert "max_kernels=1" in res[0]["error"]["value"]
+    assert "this session's own" in res[0]["error"]["value"]
+    rc, res, _ = mgr.exec("a", "va")
+    assert rc == 0 and res[0]["result"]["text/plain"] == "3"
+    assert not res[0]["kernel"]["restarted"]
 
 
 @needs_kernels
