@@ -1,0 +1,750 @@
+/*
+ * test_kserver_fake.c — the real kernel server (kserver/kshell/kexec/kworker)
+ * driven over ZeroMQ with kclient, in front of a fake worker instead of
+ * Python or Bash.
+ *
+ * This binary plays three parts, picked by argv[1]:
+ *   (none)           the cmocka tests: the client;
+ *   --fake-kernel    kserver_main() with fake_backend (the kernel process);
+ *   --fake-worker    the worker of kernels/WORKER_PROTOCOL.md, scripted by the
+ *                    cell's code (see fake_worker()).
+ * The kernel runs as a separate exec'ed process (no ZeroMQ context crosses a
+ * fork), with --sandbox none: nothing here needs privileges.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "kernelmgr/engine/kclient.h"
+#include "kernels/server/backend.h"
+
+/* ---------------------------------------------------------------- the worker
+ *
+ * Requests on fd 3, events on fd 4. It declares the "interrupt" feature.
+ * Each line of a cell's code is one command:
+ *   out TEXT / err TEXT   TEXT and a newline on stdout / stderr
+ *   stream TEXT           a "stream" event (stdout)
+ *   result TEXT           an execute_result with text/plain TEXT
+ *   fail                  an error event (FakeError), done with status error
+ *   die N                 exit(N) at once, mid-cell
+ *   exit-after            answer the cell, then exit(0): a death between cells
+ *   pid                   an execute_result with the worker's pid
+ *   wait                  wait for an interrupt announcement, then report
+ *                         KeyboardInterrupt (exit_code 130)
+ *   hang                  ignore everything until killed
+ * Anything else is ignored. */
+
+static int evt_fd = 4;
+
+static void ev(json_t *e) /* steals e */
+{
+    char *s = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    if (!s)
+        _exit(70);
+    size_t n = strlen(s);
+    s[n] = '\n'; /* overwrites the NUL: the line is written by length */
+    const char *p = s;
+    size_t left = n + 1;
+    while (left) {
+        ssize_t w = write(evt_fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            _exit(71);
+        p += w;
+        left -= (size_t)w;
+    }
+    free(s);
+}
+
+/* Reads one NUL-terminated field (new), NULL at end of file. */
+static char *field(void)
+{
+    size_t cap = 64, len = 0;
+    char *b = malloc(cap);
+    if (!b)
+        _exit(74);
+    for (;;) {
+        char c;
+        ssize_t r = read(3, &c, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            free(b);
+            return NULL;
+        }
+        if (len + 1 >= cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb)
+                _exit(74);
+            b = nb;
+        }
+        b[len++] = c;
+        if (!c)
+            return b;
+    }
+}
+
+/* An output event: with "sync", and nothing more is written until the
+ * server's sync came (WORKER_PROTOCOL.md, Ordering). A stray interrupt
+ * announcement read meanwhile is skipped. */
+static void ev_sync(json_t *e) /* steals e */
+{
+    json_object_set_new(e, "sync", json_true());
+    ev(e);
+    for (char *f; (f = field());) {
+        int is_sync = !strcmp(f, "sync"), is_interrupt = !strcmp(f, "interrupt");
+        free(f);
+        if (is_sync)
+            return;
+        if (is_interrupt)
+            free(field());
+    }
+    _exit(73);
+}
+
+static void say(int fd, const char *text)
+{
+    if (write(fd, text, strlen(text)) < 0 || write(fd, "\n", 1) < 0)
+        _exit(72);
+}
+
+/* Runs one cell; returns 1 when the worker must exit after answering. */
+static int fake_cell(char *code)
+{
+    int exit_after = 0;
+    for (char *save = NULL, *line = strtok_r(code, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (!strncmp(line, "out ", 4)) {
+            say(1, line + 4);
+        } else if (!strncmp(line, "err ", 4)) {
+            say(2, line + 4);
+        } else if (!strncmp(line, "stream ", 7)) {
+            ev_sync(
+                json_pack("{s:s, s:s, s:s}", "type", "stream", "name", "stdout", "text", line + 7));
+        } else if (!strncmp(line, "result ", 7)) {
+            ev_sync(json_pack("{s:s, s:{s:s}, s:{}}", "type", "execute_result", "data",
+                              "text/plain", line + 7, "metadata"));
+        } else if (!strcmp(line, "pid")) {
+            char pid[24];
+            snprintf(pid, sizeof pid, "%d", (int)getpid());
+            ev_sync(json_pack("{s:s, s:{s:s}, s:{}}", "type", "execute_result", "data",
+                              "text/plain", pid, "metadata"));
+        } else if (!strcmp(line, "fail")) {
+            ev_sync(json_pack("{s:s, s:s, s:s, s:[s]}", "type", "error", "ename", "FakeError",
+                              "evalue", "boom", "traceback", "boom"));
+            ev(json_pack("{s:s, s:s, s:i}", "type", "done", "status", "error", "exit_code", 1));
+            return exit_after;
+        } else if (!strncmp(line, "die ", 4)) {
+            _exit(atoi(line + 4)); /* no atexit: LSan would change the status */
+        } else if (!strcmp(line, "exit-after")) {
+            exit_after = 1;
+        } else if (!strcmp(line, "wait")) {
+            char *f;
+            while ((f = field())) {
+                int is_interrupt = !strcmp(f, "interrupt");
+                free(f);
+                if (is_interrupt) {
+                    free(field()); /* the generation */
+                    break;
+                }
+            }
+            ev(json_pack("{s:s, s:s, s:s, s:[s]}", "type", "error", "ename", "KeyboardInterrupt",
+                         "evalue", "", "traceback", "KeyboardInterrupt"));
+            ev(json_pack("{s:s, s:s, s:i}", "type", "done", "status", "error", "exit_code", 130));
+            return exit_after;
+        } else if (!strcmp(line, "hang")) {
+            for (char *f; (f = field());)
+                free(f);
+            pause();
+        }
+    }
+    ev(json_pack("{s:s, s:s, s:i}", "type", "done", "status", "ok", "exit_code", 0));
+    return exit_after;
+}
+
+static int fake_worker(void)
+{
+    signal(SIGINT, SIG_IGN); /* interrupts are read from the request pipe */
+    ev(json_pack("{s:s, s:[s]}", "type", "ready", "features", "interrupt"));
+    for (char *type; (type = field());) {
+        char *f[5] = {0};
+        int exit_after = 0;
+        if (!strcmp(type, "execute")) {
+            for (int i = 0; i < 5; i++)
+                f[i] = field();
+            exit_after = fake_cell(f[0] ? f[0] : (char *)"");
+        } else if (!strcmp(type, "is_complete")) {
+            f[0] = field();
+            ev(json_pack("{s:s, s:s}", "type", "is_complete_reply", "status", "complete"));
+        } else if (!strcmp(type, "interrupt") || !strcmp(type, "input_reply")) {
+            f[0] = field(); /* stray: skipped, as the protocol says */
+        }
+        for (int i = 0; i < 5; i++)
+            free(f[i]);
+        free(type);
+        if (exit_after)
+            return 0;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the kernel */
+
+static char self_exe[PATH_MAX];
+
+static int fake_prepare(const char *share_dir, const char *workspace, kworker_spec *spec, char *err,
+                        size_t errlen)
+{
+    (void)share_dir;
+    (void)workspace;
+    if (kspec_add_arg(spec, self_exe) < 0 || kspec_add_arg(spec, "--fake-worker") < 0) {
+        snprintf(err, errlen, "fake backend: argv full");
+        return -1;
+    }
+    spec->kernel_info = json_pack("{s:{s:s}}", "language_info", "name", "fake");
+    return 0;
+}
+
+static const kbackend fake_backend = {.name = "fake", .prepare = fake_prepare};
+
+/* ---------------------------------------------------------------- the client */
+
+typedef struct fixture {
+    char dir[64];
+    char conn_path[128];
+    char log_path[128];
+    pid_t pid;
+    int lifeline; /* write end: the kernel (--owner-fd) ends when this process does */
+    kclient *kc;
+} fixture;
+
+/* The kernel of the running test, for teardown after a failed assertion. */
+static fixture *current;
+
+static int kernel_alive(void *ud)
+{
+    fixture *fx = ud;
+    return waitpid(fx->pid, NULL, WNOHANG) == 0;
+}
+
+static fixture *start_kernel(const char *grace)
+{
+    fixture *fx = calloc(1, sizeof *fx);
+    assert_non_null(fx);
+    snprintf(fx->dir, sizeof fx->dir, "/tmp/test_kfakeXXXXXX");
+    assert_non_null(mkdtemp(fx->dir));
+    snprintf(fx->conn_path, sizeof fx->conn_path, "%s/kernel.json", fx->dir);
+    snprintf(fx->log_path, sizeof fx->log_path, "%s/kernel.log", fx->dir);
+    char stem[128];
+    snprintf(stem, sizeof stem, "%s/k", fx->dir);
+    jp_connection conn;
+    jp_error jerr;
+    assert_int_equal(jp_connection_init(&conn, "ipc", stem, "fake", &jerr), JP_OK);
+    assert_int_equal(jp_connection_write(fx->conn_path, &conn, &jerr), JP_OK);
+
+    int life[2];
+    assert_int_equal(pipe2(life, O_CLOEXEC), 0);
+    fx->lifeline = life[1];
+    fx->pid = fork();
+    assert_true(fx->pid >= 0);
+    if (fx->pid == 0) {
+        int log = open(fx->log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (log >= 0)
+            dup2(log, 2);
+        if (life[0] == 3)
+            fcntl(3, F_SETFD, 0);
+        else
+            dup2(life[0], 3); /* without O_CLOEXEC */
+        char *argv[] = {self_exe,      "--fake-kernel", "-f",
+                        fx->conn_path, "--sandbox",     "none",
+                        "--workspace", fx->dir,         "--interrupt-grace",
+                        (char *)grace, "--owner-fd",    "3",
+                        NULL};
+        execv(self_exe, argv);
+        _exit(127);
+    }
+    close(life[0]);
+    current = fx;
+    char err[256] = "";
+    fx->kc = kclient_new(&conn, "fake", err, sizeof err);
+    assert_non_null(fx->kc);
+    json_t *info = kclient_wait_ready(fx->kc, 20.0, kernel_alive, fx, err, sizeof err);
+    if (!info) {
+        print_message("kernel not ready: %s\n", err);
+        fail();
+    }
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(info, "language_info"), "name")), "fake");
+    json_decref(info);
+    return fx;
+}
+
+/* Waits for pid's end until the deadline (ms); 1 when it ended. */
+static int wait_gone(pid_t pid, int ms, int *status)
+{
+    double until = kclient_now() + ms / 1000.0;
+    while (kclient_now() < until) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid)
+            return 1;
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL); /* polls a condition, with a deadline */
+    }
+    return 0;
+}
+
+static void stop_kernel(fixture **pfx)
+{
+    fixture *fx = *pfx;
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "shutdown_request",
+                                  json_pack("{s:b}", "restart", 0), NULL, NULL),
+                     0);
+    int status = 0;
+    int gone = wait_gone(fx->pid, 10000, &status);
+    if (!gone) {
+        kill(fx->pid, SIGKILL);
+        waitpid(fx->pid, &status, 0);
+    }
+    kclient_destroy(&fx->kc);
+    close(fx->lifeline);
+    current = NULL;
+    assert_true(gone);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const char *files[] = {"kernel.json", "kernel.json.history.jsonl", "kernel.log", NULL};
+    for (int i = 0; files[i]; i++) {
+        char p[192];
+        snprintf(p, sizeof p, "%s/%s", fx->dir, files[i]);
+        unlink(p);
+    }
+    /* the kernel removes its ipc files; anything left makes rmdir fail */
+    assert_int_equal(rmdir(fx->dir), 0);
+    free(fx);
+    *pfx = NULL;
+}
+
+/* After a failed test: the kernel is killed and its directory left for a
+ * look at kernel.log. */
+static int teardown(void **state)
+{
+    (void)state;
+    fixture *fx = current;
+    if (!fx)
+        return 0;
+    print_message("kernel log left in %s\n", fx->log_path);
+    kill(fx->pid, SIGKILL);
+    waitpid(fx->pid, NULL, 0);
+    kclient_destroy(&fx->kc);
+    close(fx->lifeline);
+    free(fx);
+    current = NULL;
+    return 0;
+}
+
+/* What one request produced: its reply and, in order, the IOPub messages
+ * whose parent it is, as [msg_type, content] pairs (status included). */
+typedef struct outcome {
+    jmsg *reply;
+    json_t *iopub; /* array */
+} outcome;
+
+static void outcome_clear(outcome *o)
+{
+    jmsg_destroy(&o->reply);
+    json_decref(o->iopub);
+    o->iopub = NULL;
+}
+
+static const char *parent_id(const jmsg *m)
+{
+    return json_string_value(json_object_get(m->parent_header, "msg_id"));
+}
+
+/* Collects messages until every request of ids[0..n) has its reply and its
+ * idle status, or the deadline passes (fails). out[i] is for ids[i]. */
+static void collect(fixture *fx, char ids[][37], outcome *out, int n)
+{
+    for (int i = 0; i < n; i++) {
+        out[i].reply = NULL;
+        out[i].iopub = json_array();
+    }
+    int done = 0;
+    double until = kclient_now() + 20.0;
+    while (done < n) {
+        if (kclient_now() > until) {
+            print_message("no reply within 20 s (%d of %d done)\n", done, n);
+            fail();
+        }
+        jp_channel ch;
+        jmsg *m = NULL;
+        int r = kclient_recv(fx->kc, 100, &ch, &m);
+        assert_true(r >= 0);
+        if (!r)
+            continue;
+        const char *pid = parent_id(m);
+        int i = 0;
+        while (i < n && (!pid || strcmp(pid, ids[i])))
+            i++;
+        if (i == n) {
+            jmsg_destroy(&m);
+            continue;
+        }
+        if (ch == JP_SHELL) {
+            assert_null(out[i].reply);
+            out[i].reply = m;
+            m = NULL;
+        } else if (ch == JP_IOPUB) {
+            json_array_append_new(out[i].iopub, json_pack("[s, O]", jmsg_type(m), m->content));
+        }
+        jmsg_destroy(&m);
+        /* done once the reply and the idle status both arrived */
+        done = 0;
+        for (int k = 0; k < n; k++) {
+            size_t len = json_array_size(out[k].iopub);
+            json_t *last = len ? json_array_get(out[k].iopub, len - 1) : NULL;
+            int idle = last && !strcmp(json_string_value(json_array_get(last, 0)), "status") &&
+                       !strcmp(json_string_value(
+                                   json_object_get(json_array_get(last, 1), "execution_state")),
+                               "idle");
+            done += out[k].reply && idle;
+        }
+    }
+}
+
+static void send_execute(fixture *fx, const char *code, int stop_on_error, char id[37])
+{
+    assert_int_equal(kclient_send(fx->kc, JP_SHELL, "execute_request",
+                                  json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code,
+                                            "silent", 0, "store_history", 1, "user_expressions",
+                                            "allow_stdin", 0, "stop_on_error", stop_on_error),
+                                  NULL, id),
+                     0);
+}
+
+static void execute(fixture *fx, const char *code, outcome *o)
+{
+    char id[1][37];
+    send_execute(fx, code, 1, id[0]);
+    collect(fx, id, o, 1);
+}
+
+static const char *reply_str(const outcome *o, const char *key)
+{
+    return json_string_value(json_object_get(o->reply->content, key));
+}
+
+static json_t *reply_md(const outcome *o, const char *key)
+{
+    return json_object_get(o->reply->metadata, key);
+}
+
+/* The IOPub message types of o joined by spaces, streams as "stream:TEXT". */
+static char *iopub_types(const outcome *o)
+{
+    size_t cap = 1024, len = 0;
+    char *s = calloc(1, cap);
+    size_t i;
+    json_t *pair;
+    json_array_foreach(o->iopub, i, pair)
+    {
+        const char *t = json_string_value(json_array_get(pair, 0));
+        json_t *c = json_array_get(pair, 1);
+        char item[256];
+        if (!strcmp(t, "status"))
+            snprintf(item, sizeof item, "%s",
+                     json_string_value(json_object_get(c, "execution_state")));
+        else if (!strcmp(t, "stream"))
+            snprintf(item, sizeof item, "%s:%s", json_string_value(json_object_get(c, "name")),
+                     json_string_value(json_object_get(c, "text")));
+        else
+            snprintf(item, sizeof item, "%s", t);
+        len += (size_t)snprintf(s + len, cap - len, "%s%s", len ? " " : "", item);
+        assert_true(len < cap);
+    }
+    return s;
+}
+
+static void assert_iopub(const outcome *o, const char *want)
+{
+    char *got = iopub_types(o);
+    int same = !strcmp(got, want);
+    if (!same)
+        print_message("iopub: got  '%s'\n       want '%s'\n", got, want);
+    free(got);
+    assert_true(same);
+}
+
+/* Waits (and drops messages) until IOPub brings a msg_type message; fails
+ * after 20 s. For a test that acts while a cell runs. */
+static void wait_iopub(fixture *fx, const char *msg_type)
+{
+    double until = kclient_now() + 20.0;
+    while (kclient_now() < until) {
+        jp_channel ch;
+        jmsg *m = NULL;
+        if (kclient_recv(fx->kc, 100, &ch, &m) == 1) {
+            int hit = ch == JP_IOPUB && !strcmp(jmsg_type(m), msg_type);
+            jmsg_destroy(&m);
+            if (hit)
+                return;
+        }
+    }
+    print_message("no %s on iopub within 20 s\n", msg_type);
+    fail();
+}
+
+/* Waits (and drops other messages) for a shell reply of reply_type and an
+ * IOPub message of iopub_type, in either order. */
+static void wait_both(fixture *fx, const char *reply_type, const char *iopub_type)
+{
+    double until = kclient_now() + 20.0;
+    int got_reply = 0, got_iopub = 0;
+    while (!(got_reply && got_iopub) && kclient_now() < until) {
+        jp_channel ch;
+        jmsg *m = NULL;
+        if (kclient_recv(fx->kc, 100, &ch, &m) == 1) {
+            got_reply |= ch == JP_SHELL && !strcmp(jmsg_type(m), reply_type);
+            got_iopub |= ch == JP_IOPUB && !strcmp(jmsg_type(m), iopub_type);
+            jmsg_destroy(&m);
+        }
+    }
+    if (!(got_reply && got_iopub)) {
+        print_message("no %s and %s within 20 s\n", reply_type, iopub_type);
+        fail();
+    }
+}
+
+/* ---------------------------------------------------------------- tests */
+
+/* busy, the input, output in the order the worker wrote it, idle; the
+ * counter grows by one per cell. */
+static void test_execute_order_and_count(void **state)
+{
+    (void)state;
+    fixture *fx = start_kernel("2");
+    outcome o;
+    execute(fx, "out one\nresult 42\nerr two", &o);
+    assert_string_equal(reply_str(&o, "status"), "ok");
+    assert_int_equal(json_integer_value(json_object_get(o.reply->content, "execution_count")), 1);
+    assert_int_equal(json_integer_value(reply_md(&o, "exit_code")), 0);
+    assert_iopub(&o, "busy execute_input stdout:one\n execute_result stderr:two\n idle");
+    json_t *res = json_array_get(json_array_get(o.iopub, 3), 1);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(res, "data"), "text/plain")), "42");
+    assert_int_equal(json_integer_value(json_object_get(res, "execution_count")), 1);
+    outcome_clear(&o);
+
+    execute(fx, "stream via-event", &o);
+    assert_int_equal(json_integer_value(json_object_get(o.reply->content, "execution_count")), 2);
+    assert_iopub(&o, "busy execute_input stdout:via-event idle");
+    outcome_clear(&o);
+    stop_kernel(&fx);
+}
+
+/* An error: status "error" with the worker's ename; with stop_on_error the
+ * cells queued behind it are aborted without running, without it they run. */
+static void test_error_and_stop_on_error(void **state)
+{
+    (void)state;
+    fixture *fx = start_kernel("2");
+    char ids[2][37];
+    outcome o[2];
+    /* the second cell must be queued when the first fails: the kernel
+     * reads shell in order, so once the kernel_info sent after it is
+     * answered it is; then an interrupt makes the first cell fail */
+    send_execute(fx, "wait", 1, ids[0]);
+    send_execute(fx, "out never", 1, ids[1]);
+    assert_int_equal(kclient_send(fx->kc, JP_SHELL, "kernel_info_request", NULL, NULL, NULL), 0);
+    wait_both(fx, "kernel_info_reply", "execute_input"); /* and the first cell runs */
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "interrupt_request", NULL, NULL, NULL), 0);
+    collect(fx, ids, o, 2);
+    assert_string_equal(reply_str(&o[0], "status"), "error");
+    assert_string_equal(reply_str(&o[0], "ename"), "KeyboardInterrupt");
+    assert_string_equal(reply_str(&o[1], "status"), "aborted");
+    for (size_t i = 0; i < json_array_size(o[1].iopub); i++)
+        assert_string_not_equal(json_string_value(json_array_get(json_array_get(o[1].iopub, i), 0)),
+                                "stream");
+    outcome_clear(&o[0]);
+    outcome_clear(&o[1]);
+
+    send_execute(fx, "fail", 0, ids[0]);
+    send_execute(fx, "out ran", 1, ids[1]);
+    collect(fx, ids, o, 2);
+    assert_string_equal(reply_str(&o[0], "status"), "error");
+    assert_string_equal(reply_str(&o[0], "ename"), "FakeError");
+    assert_int_equal(json_integer_value(reply_md(&o[0], "exit_code")), 1);
+    assert_iopub(&o[0], "busy execute_input error idle");
+    assert_string_equal(reply_str(&o[1], "status"), "ok");
+    assert_iopub(&o[1], "busy execute_input stdout:ran\n idle");
+    outcome_clear(&o[0]);
+    outcome_clear(&o[1]);
+    stop_kernel(&fx);
+}
+
+/* A worker that exits between cells: the next cell runs in a fresh worker
+ * and its reply says the state was lost, and why. A death mid-cell answers
+ * that cell with KernelRestarted. */
+static void test_worker_death(void **state)
+{
+    (void)state;
+    fixture *fx = start_kernel("2");
+    outcome o;
+    execute(fx, "pid", &o);
+    assert_string_equal(reply_str(&o, "status"), "ok");
+    assert_null(reply_md(&o, "kernel_restarted"));
+    json_t *res = json_array_get(json_array_get(o.iopub, 2), 1);
+    pid_t worker =
+        (pid_t)atoi(json_string_value(json_object_get(json_object_get(res, "data"), "text/plain")));
+    assert_true(worker > 1);
+    outcome_clear(&o);
+    /* killed between cells: the death is announced on IOPub, and the next
+     * cell (sent after it, so it cannot reach the dead worker) says so */
+    assert_int_equal(kill(worker, SIGKILL), 0);
+    wait_iopub(fx, "stream");
+
+    execute(fx, "out hello again", &o);
+    assert_string_equal(reply_str(&o, "status"), "ok");
+    assert_true(json_is_true(reply_md(&o, "kernel_restarted")));
+    assert_true(json_is_false(reply_md(&o, "state_preserved")));
+    const char *why = json_string_value(reply_md(&o, "reason"));
+    assert_non_null(why);
+    assert_non_null(strstr(why, "the fake worker was killed by signal 9"));
+    assert_non_null(strstr(why, "while idle, after cell 1"));
+    outcome_clear(&o);
+
+    /* said once: the next cell has nothing to report */
+    execute(fx, "out quiet", &o);
+    assert_null(reply_md(&o, "kernel_restarted"));
+    outcome_clear(&o);
+
+    execute(fx, "out last words\ndie 3", &o);
+    assert_string_equal(reply_str(&o, "status"), "error");
+    assert_string_equal(reply_str(&o, "ename"), "KernelRestarted");
+    assert_true(json_is_true(reply_md(&o, "kernel_restarted")));
+    assert_int_equal(json_integer_value(reply_md(&o, "exit_code")), 3);
+    assert_iopub(&o, "busy execute_input stdout:last words\n error idle");
+    outcome_clear(&o);
+
+    execute(fx, "out alive", &o); /* and a new worker took over */
+    assert_string_equal(reply_str(&o, "status"), "ok");
+    assert_int_equal(json_integer_value(json_object_get(o.reply->content, "execution_count")), 5);
+    outcome_clear(&o);
+    stop_kernel(&fx);
+}
+
+/* interrupt_request on control reaches a waiting cell (the announcement on
+ * the request pipe); a worker that ignores it is killed after the grace
+ * period and the reply says so. */
+static void test_interrupt(void **state)
+{
+    (void)state;
+    fixture *fx = start_kernel("0.4");
+    char id[1][37];
+    outcome o;
+    send_execute(fx, "wait", 1, id[0]);
+    wait_iopub(fx, "execute_input"); /* the cell runs */
+    char iid[1][37];
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "interrupt_request", NULL, NULL, iid[0]), 0);
+    collect(fx, id, &o, 1);
+    assert_string_equal(reply_str(&o, "status"), "error");
+    assert_string_equal(reply_str(&o, "ename"), "KeyboardInterrupt");
+    assert_int_equal(json_integer_value(reply_md(&o, "exit_code")), 130);
+    assert_null(reply_md(&o, "kernel_restarted"));
+    outcome_clear(&o);
+
+    send_execute(fx, "hang", 1, id[0]);
+    wait_iopub(fx, "execute_input"); /* else the interrupt can come first */
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "interrupt_request", NULL, NULL, iid[0]), 0);
+    collect(fx, id, &o, 1);
+    assert_string_equal(reply_str(&o, "ename"), "KernelRestarted");
+    assert_non_null(
+        strstr(reply_str(&o, "evalue"), "did not stop within 0.4 s after an interrupt"));
+    outcome_clear(&o);
+
+    execute(fx, "out fine", &o);
+    assert_string_equal(reply_str(&o, "status"), "ok");
+    outcome_clear(&o);
+    stop_kernel(&fx);
+}
+
+/* kernel_info is answered while a cell runs (the loop never blocks on the
+ * worker), and a shell request other than execute reaches the worker. */
+static void test_kernel_info_while_busy(void **state)
+{
+    (void)state;
+    fixture *fx = start_kernel("2");
+    char id[1][37], kid[1][37];
+    outcome o, k;
+    send_execute(fx, "wait", 1, id[0]);
+    wait_iopub(fx, "execute_input");
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "kernel_info_request", NULL, NULL, kid[0]),
+                     0);
+    double until = kclient_now() + 20.0;
+    jmsg *info = NULL;
+    while (!info && kclient_now() < until) {
+        jp_channel ch;
+        jmsg *m = NULL;
+        if (kclient_recv(fx->kc, 100, &ch, &m) == 1 && ch == JP_CONTROL &&
+            !strcmp(jmsg_type(m), "kernel_info_reply"))
+            info = m;
+        else
+            jmsg_destroy(&m);
+    }
+    assert_non_null(info);
+    assert_string_equal(json_string_value(json_object_get(info->content, "status")), "ok");
+    assert_non_null(json_object_get(info->content, "protocol_version"));
+    jmsg_destroy(&info);
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "interrupt_request", NULL, NULL, kid[0]), 0);
+    collect(fx, id, &o, 1);
+    assert_string_equal(reply_str(&o, "ename"), "KeyboardInterrupt");
+    outcome_clear(&o);
+
+    assert_int_equal(kclient_send(fx->kc, JP_SHELL, "is_complete_request",
+                                  json_pack("{s:s}", "code", "x"), NULL, kid[0]),
+                     0);
+    collect(fx, kid, &k, 1);
+    assert_string_equal(jmsg_type(k.reply), "is_complete_reply");
+    assert_string_equal(reply_str(&k, "status"), "complete");
+    assert_iopub(&k, "busy idle");
+    outcome_clear(&k);
+    stop_kernel(&fx);
+}
+
+int main(int argc, char **argv)
+{
+    ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    if (n <= 0)
+        return 1;
+    self_exe[n] = '\0';
+    if (argc > 1 && !strcmp(argv[1], "--fake-worker"))
+        return fake_worker();
+    if (argc > 1 && !strcmp(argv[1], "--fake-kernel"))
+        return kserver_main(argc - 1, argv + 1, &fake_backend);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_execute_order_and_count, teardown),
+        cmocka_unit_test_teardown(test_error_and_stop_on_error, teardown),
+        cmocka_unit_test_teardown(test_worker_death, teardown),
+        cmocka_unit_test_teardown(test_interrupt, teardown),
+        cmocka_unit_test_teardown(test_kernel_info_while_busy, teardown),
+    };
+    /* KFAKE_TEST=glob runs only the matching tests (while debugging) */
+    if (getenv("KFAKE_TEST"))
+        cmocka_set_test_filter(getenv("KFAKE_TEST"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
