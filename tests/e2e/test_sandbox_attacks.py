@@ -444,6 +444,11 @@ def test_fork_bomb(sbx, via):
     assert n < 64, out
 
 
+# serial: the bomb loads every core until its forks give up, and as nobody
+# its process count is charged to the same user as every other test's
+# nobody sandbox; beside a full parallel pass under a CPU hog it outlasted
+# its 30 s
+@pytest.mark.serial
 def test_classic_fork_bomb_ends(sbx):
     # The bomb hits the process limit, the shell still works, and when it
     # exits the whole bomb goes with it (sandbox-run returns at all).
