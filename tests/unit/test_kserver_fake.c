@@ -43,6 +43,8 @@
  *   fail                  an error event (FakeError), done with status error
  *   die N                 exit(N) at once, mid-cell
  *   exit-after            answer the cell, then exit(0): a death between cells
+ *   done-exit             send done, then _exit(0) at once: a death right
+ *                         after the cell's completion message
  *   pid                   an execute_result with the worker's pid
  *   wait                  wait for an interrupt announcement, then report
  *                         KeyboardInterrupt (exit_code 130)
@@ -153,6 +155,9 @@ static int fake_cell(char *code)
             return exit_after;
         } else if (!strncmp(line, "die ", 4)) {
             _exit(atoi(line + 4)); /* no atexit: LSan would change the status */
+        } else if (!strcmp(line, "done-exit")) {
+            ev(json_pack("{s:s, s:s, s:i}", "type", "done", "status", "ok", "exit_code", 0));
+            _exit(0);
         } else if (!strcmp(line, "exit-after")) {
             exit_after = 1;
         } else if (!strcmp(line, "wait")) {
@@ -376,6 +381,8 @@ static const char *parent_id(const jmsg *m)
     return json_string_value(json_object_get(m->parent_header, "msg_id"));
 }
 
+static char *iopub_types(const outcome *o);
+
 /* Collects messages until every request of ids[0..n) has its reply and its
  * idle status, or the deadline passes (fails). out[i] is for ids[i]. */
 static void collect(fixture *fx, char ids[][37], outcome *out, int n)
@@ -389,6 +396,12 @@ static void collect(fixture *fx, char ids[][37], outcome *out, int n)
     while (done < n) {
         if (kclient_now() > until) {
             print_message("no reply within 20 s (%d of %d done)\n", done, n);
+            for (int k = 0; k < n; k++) {
+                char *got = iopub_types(&out[k]);
+                print_message("  request %d: %s, iopub '%s'\n", k,
+                              out[k].reply ? jmsg_type(out[k].reply) : "no reply", got);
+                free(got);
+            }
             fail();
         }
         jp_channel ch;
@@ -413,15 +426,23 @@ static void collect(fixture *fx, char ids[][37], outcome *out, int n)
             json_array_append_new(out[i].iopub, json_pack("[s, O]", jmsg_type(m), m->content));
         }
         jmsg_destroy(&m);
-        /* done once the reply and the idle status both arrived */
+        /* done once the reply and the idle status both arrived, in either
+         * order: kclient_recv takes IOPub first, so the idle status, and
+         * output published after it with the same parent (the restart
+         * notice of a worker that died between cells goes to the last
+         * request), can all come before the reply on shell */
         done = 0;
         for (int k = 0; k < n; k++) {
-            size_t len = json_array_size(out[k].iopub);
-            json_t *last = len ? json_array_get(out[k].iopub, len - 1) : NULL;
-            int idle = last && !strcmp(json_string_value(json_array_get(last, 0)), "status") &&
-                       !strcmp(json_string_value(
-                                   json_object_get(json_array_get(last, 1), "execution_state")),
-                               "idle");
+            int idle = 0;
+            size_t j;
+            json_t *pair;
+            json_array_foreach(out[k].iopub, j, pair)
+            {
+                idle |= !strcmp(json_string_value(json_array_get(pair, 0)), "status") &&
+                        !strcmp(json_string_value(
+                                    json_object_get(json_array_get(pair, 1), "execution_state")),
+                                "idle");
+            }
             done += out[k].reply && idle;
         }
     }
@@ -648,6 +669,61 @@ static void test_worker_death(void **state)
     stop_kernel(&fx);
 }
 
+/* 1 when the IOPub messages of o hold the notice of a restart between cells. */
+static int has_restart_notice(const outcome *o)
+{
+    size_t i;
+    json_t *pair;
+    json_array_foreach(o->iopub, i, pair)
+    {
+        json_t *c = json_array_get(pair, 1);
+        const char *text = json_string_value(json_object_get(c, "text"));
+        if (!strcmp(json_string_value(json_array_get(pair, 0)), "stream") && text &&
+            strstr(text, "Kernel restarted: the fake worker"))
+            return 1;
+    }
+    return 0;
+}
+
+/* A worker that exits right after its "done", before the server read
+ * anything more: the cell's reply is "ok", the restart is announced on
+ * IOPub (with that cell as parent, possibly before its reply comes), and
+ * the next cell, sent after the notice, runs in the new worker and says
+ * the state was lost. Repeated: the exit races with the server's reading
+ * of the event, and the notice with the reply. */
+static void test_worker_exits_right_after_done(void **state)
+{
+    (void)state;
+    fixture *fx = start_kernel("2");
+    outcome o;
+    for (int i = 0; i < 30; i++) {
+        execute(fx, "done-exit", &o);
+        assert_string_equal(reply_str(&o, "status"), "ok");
+        assert_null(reply_md(&o, "kernel_restarted"));
+        int notice = has_restart_notice(&o);
+        outcome_clear(&o);
+        if (!notice)
+            wait_iopub(fx, "stream");
+
+        execute(fx, "out next", &o);
+        assert_string_equal(reply_str(&o, "status"), "ok");
+        char want[400];
+        snprintf(want, sizeof want,
+                 "busy execute_input stderr:[fake] Kernel restarted before this cell: the fake "
+                 "worker exited with status 0 while idle, after cell %d. Its state (variables, "
+                 "functions, working directory, environment) was lost.\n stdout:next\n idle",
+                 2 * i + 1);
+        assert_iopub(&o, want);
+        assert_true(json_is_true(reply_md(&o, "kernel_restarted")));
+        assert_true(json_is_false(reply_md(&o, "state_preserved")));
+        const char *why = json_string_value(reply_md(&o, "reason"));
+        assert_non_null(why);
+        assert_non_null(strstr(why, "the fake worker exited with status 0 while idle"));
+        outcome_clear(&o);
+    }
+    stop_kernel(&fx);
+}
+
 /* interrupt_request on control reaches a waiting cell (the announcement on
  * the request pipe); a worker that ignores it is killed after the grace
  * period and the reply says so. */
@@ -740,6 +816,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_execute_order_and_count, teardown),
         cmocka_unit_test_teardown(test_error_and_stop_on_error, teardown),
         cmocka_unit_test_teardown(test_worker_death, teardown),
+        cmocka_unit_test_teardown(test_worker_exits_right_after_done, teardown),
         cmocka_unit_test_teardown(test_interrupt, teardown),
         cmocka_unit_test_teardown(test_kernel_info_while_busy, teardown),
     };
