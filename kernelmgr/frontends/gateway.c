@@ -623,7 +623,7 @@ static void on_api_call(gw_job *j, char **segs, gw_kernel *gk)
         return;
     }
     j->verbatim = 1;
-    json_t *refused = gwapi_check(req, g->o.allow_unsafe);
+    json_t *refused = gwapi_check(req);
     respond(j, 200, json_text(refused ? refused : gwapi_call(g->home, req, g->o.max_pending)));
     json_decref(req);
 }
@@ -1211,8 +1211,7 @@ static int ws_established(struct lws *wsi, gw_conn *c, gateway *g)
     if (!strcmp(uri, GW_API_WS_PATH)) {
         char why[300];
         snprintf(c->kernel_id, sizeof c->kernel_id, "api");
-        c->api = gwapi_open(g->home, g->o.max_pending, g->o.allow_unsafe, relay_wake, g, why,
-                            sizeof why);
+        c->api = gwapi_open(g->home, g->o.max_pending, relay_wake, g, why, sizeof why);
         if (!c->api) {
             return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why);
         }

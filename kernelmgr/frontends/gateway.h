@@ -72,7 +72,6 @@ typedef struct gateway_opts {
     unsigned max_connections; /* WebSocket connections at once (0 = 64) */
     double rate;              /* messages + requests per second per connection (0 = 500;
                                  bursts of twice that) */
-    int allow_unsafe;         /* the kernelmgr API may relax the sandbox (gwapi.h) */
 } gateway_opts;
 
 typedef struct gateway gateway;

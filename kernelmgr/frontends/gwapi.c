@@ -33,12 +33,10 @@ static json_t *error_response(const json_t *id, int code, const char *fmt, ...)
                      "error", "code", code, "message", msg);
 }
 
-json_t *gwapi_check(const json_t *req, int allow_unsafe)
+json_t *gwapi_check(const json_t *req)
 {
     /* what an HTTP client may ask for is the daemon's table (dtier.h): the
-     * connection declared the http tier; allow_unsafe is the daemon's own
-     * config there */
-    (void)allow_unsafe;
+     * connection declared the http tier */
     const json_t *id = json_object_get(req, "id");
     const char *method = json_string_value(json_object_get(req, "method"));
     if (!json_is_object(req) || !method)
@@ -175,7 +173,6 @@ typedef struct gwline {
 struct gwapi_conn {
     int fd, efd;
     size_t max_pending;
-    int allow_unsafe;
     void (*wake)(void *);
     void *ud;
     pthread_t thread;
@@ -303,8 +300,8 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
-gwapi_conn *gwapi_open(const char *home, size_t max_pending, int allow_unsafe, void (*wake)(void *),
-                       void *ud, char *err, size_t errlen)
+gwapi_conn *gwapi_open(const char *home, size_t max_pending, void (*wake)(void *), void *ud,
+                       char *err, size_t errlen)
 {
     gwapi_conn *c = calloc(1, sizeof *c);
     if (!c) {
@@ -313,7 +310,6 @@ gwapi_conn *gwapi_open(const char *home, size_t max_pending, int allow_unsafe, v
     }
     c->fd = c->efd = -1;
     c->max_pending = max_pending;
-    c->allow_unsafe = allow_unsafe;
     c->wake = wake;
     c->ud = ud;
     pthread_mutex_init(&c->mu, NULL);
@@ -364,7 +360,7 @@ int gwapi_send(gwapi_conn *c, const char *text, size_t len)
 {
     json_error_t je;
     json_t *req = json_loadb(text, len, 0, &je);
-    json_t *refused = req ? gwapi_check(req, c->allow_unsafe)
+    json_t *refused = req ? gwapi_check(req)
                           : json_pack("{s:s s:n s:{s:i s:s}}", "jsonrpc", "2.0", "id", "error",
                                       "code", -32700, "message", "parse error");
     pthread_mutex_lock(&c->mu);

@@ -19,9 +19,9 @@
 #include <stddef.h>
 
 /* Checks the shape of one request (borrowed): NULL when it may go to the
- * daemon, else a JSON-RPC error response for it (new). allow_unsafe is
- * unused: the daemon applies its own configuration to the http tier. */
-json_t *gwapi_check(const json_t *req, int allow_unsafe);
+ * daemon, else a JSON-RPC error response for it (new). Everything else is
+ * the daemon's to judge, with its own configuration for the http tier. */
+json_t *gwapi_check(const json_t *req);
 
 /* One call: sends req (borrowed, already checked) to the daemon of home and
  * returns the daemon's JSON-RPC response (new); notifications before it are
@@ -33,8 +33,8 @@ json_t *gwapi_call(const char *home, const json_t *req, size_t max_line);
 typedef struct gwapi_conn gwapi_conn;
 
 /* new: connected to the daemon of home; NULL with a reason in err. */
-gwapi_conn *gwapi_open(const char *home, size_t max_pending, int allow_unsafe, void (*wake)(void *),
-                       void *ud, char *err, size_t errlen);
+gwapi_conn *gwapi_open(const char *home, size_t max_pending, void (*wake)(void *), void *ud,
+                       char *err, size_t errlen);
 void gwapi_close(gwapi_conn **c);
 
 /* Takes one client message (text, len bytes): a JSON-RPC request is checked

@@ -77,7 +77,6 @@ int daemon_http_start(km_manager *m, const daemon_http_listen *l, int *started, 
             .max_pending = (size_t)cfg->http_max_pending,
             .max_connections = cfg->http_max_connections,
             .rate = cfg->http_rate,
-            .allow_unsafe = cfg->http_allow_unsafe,
         };
         char why[512];
         http_gw = gateway_start(m, &go, why, sizeof why);
