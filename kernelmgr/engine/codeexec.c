@@ -2,6 +2,7 @@
  * codeexec.c — run one block on a kernel and build its result.
  */
 #include "kernelmgr/engine/codeexec.h"
+#include "common/cm_utf8.h"
 #include "common/cm_clock.h"
 #include "common/cm_mime.h"
 #include "kernelmgr/engine/fsdiff.h"
@@ -189,7 +190,7 @@ static void save_images(const codeexec_params *p, json_t *bundle, json_t *images
  * *cut gets the number of bytes left out. */
 static char *cut_text(const char *s, size_t len, size_t max, size_t *cut)
 {
-    size_t n = len <= max ? len : jp_utf8_complete_prefix(s, max);
+    size_t n = len <= max ? len : cm_utf8_complete_prefix(s, max);
     *cut = len - n;
     return strndup(s, n);
 }

@@ -6,6 +6,7 @@
  * none runs, so state survives between CLI calls.
  */
 #include "kernelmgr/frontends/cli.h"
+#include "kernelmgr/frontends/gwdaemon.h"
 #include "kernelmgr/engine/codeblocks.h"
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/service/dtier.h"
@@ -17,7 +18,7 @@
 #include "kernelmgr/engine/km.h"
 #include "kernelmgr/engine/kmhome.h"
 #include "kernelmgr/engine/result.h"
-#include "kernelmgr/frontends/termsafe.h"
+#include "common/cm_termsafe.h"
 #include "kernels/server/kenv.h"
 #include "common/cm_clock.h"
 #include "common/cm_path.h"
@@ -1123,6 +1124,7 @@ static int cmd_serve(cli *c)
         fprintf(stderr, "kernelmgr: note: %s; this daemon cannot serve HTTP later\n", why);
     }
     km_err err = {0, ""};
+    daemon_http_register(&gwdaemon_ops);
     int st = daemon_serve(c->home, &c->cfg, &err);
     if (st == DAEMON_SERVE_ALREADY) {
         if (c->cfg.http[0])

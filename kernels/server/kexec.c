@@ -4,6 +4,7 @@
  * its end (done, death, interrupt escalation) restores a working worker.
  */
 #include "kernels/server/kserver.h"
+#include "common/cm_utf8.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -404,7 +405,7 @@ static void decode_base64_entries(json_t *data, json_t *which)
             continue;
         if (sodium_base642bin(bin, len / 4 * 3 + 4, b64, len, " \n\r", &out_len, NULL,
                               sodium_base64_VARIANT_ORIGINAL) == 0) {
-            char *text = jp_utf8_sanitize(bin, out_len, NULL);
+            char *text = cm_utf8_sanitize(bin, out_len, NULL);
             if (text)
                 json_object_set_new(data, mime, json_string(text));
             free(text);
