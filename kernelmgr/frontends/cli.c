@@ -7,6 +7,7 @@
  */
 #include "kernelmgr/frontends/cli.h"
 #include "kernelmgr/frontends/gwdaemon.h"
+#include "common/cm_text.h"
 #include "kernelmgr/engine/codeblocks.h"
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/service/dtier.h"
@@ -1559,30 +1560,6 @@ static int cli_parse_options(cli *c, int argc, char **argv)
     return 0;
 }
 
-/* Writes left and right as two columns, line by line (both split on \n),
- * the right one starting at column col; a right line whose left line is too
- * wide goes on a line of its own. 0, or -1 on a write error. */
-static int print_columns(FILE *f, const char *left, const char *right, int col)
-{
-    int err = 0;
-    const char *l = left ? left : "", *r = right ? right : "";
-    while (*l || *r) {
-        size_t ln = strcspn(l, "\n"), rn = strcspn(r, "\n");
-        err |= fprintf(f, "  %.*s", (int)ln, l) < 0;
-        if (rn) {
-            if ((int)ln + 2 >= col)
-                err |= fprintf(f, "\n%*s", col, "") < 0;
-            else
-                err |= fprintf(f, "%*s", col - 2 - (int)ln, "") < 0;
-            err |= fprintf(f, "%.*s", (int)rn, r) < 0;
-        }
-        err |= fputc('\n', f) == EOF;
-        l += ln + (l[ln] == '\n');
-        r += rn + (r[rn] == '\n');
-    }
-    return err ? -1 : 0;
-}
-
 /* --help: the commands' synopses (cli_commands[]) and the options
  * (cli_opts[]). */
 static int cli_usage(FILE *f)
@@ -1590,7 +1567,7 @@ static int cli_usage(FILE *f)
     int err = fputs("Usage: kernelmgr COMMAND [options]\n\nCommands:\n", f) == EOF;
     for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++)
         if (cli_commands[i].synopsis)
-            err |= print_columns(f, cli_commands[i].synopsis, cli_commands[i].help, 41);
+            err |= cm_print_columns(f, cli_commands[i].synopsis, cli_commands[i].help, 41);
     err |= fputs("\nOptions:\n", f) == EOF;
     for (size_t i = 0; i < CLI_NOPTS; i++) {
         const cli_opt *o = &cli_opts[i];
@@ -1605,7 +1582,7 @@ static int cli_usage(FILE *f)
                      o->arg ? o->arg : "");
         else
             snprintf(left, sizeof left, "-%c %s", o->short_name, o->arg ? o->arg : "");
-        err |= print_columns(f, left, o->help, 28);
+        err |= cm_print_columns(f, left, o->help, 28);
     }
     err |= fputs(cli_usage_footer, f) == EOF;
     return err ? -1 : 0;

@@ -5,6 +5,7 @@
  */
 #include "kernels/server/kopts.h"
 #include "common/cm_size.h"
+#include "common/cm_text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -46,100 +47,6 @@ static int parse_seconds(const char *s, double lo, double hi, double *out)
     if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
         return -1;
     *out = v;
-    return 0;
-}
-
-void kopts_usage(FILE *out, const kbackend *b)
-{
-    fprintf(out,
-            "Usage: kernel-%s -f CONNECTION_FILE [options]\n"
-            "\n"
-            "A Jupyter kernel (messaging protocol 5.3) for %s. The code runs in a\n"
-            "worker process inside a sandbox; this process speaks ZeroMQ.\n"
-            "\n"
-            "Options:\n"
-            "  -f, --connection-file FILE  Jupyter connection file (tcp or ipc) [required]\n"
-            "  --workspace DIR          working directory of the code, read-write in the\n"
-            "                           sandbox (default: the current directory)\n"
-            "  --sandbox strict|none    isolation level (default: strict); 'none' runs the\n"
-            "                           worker as a plain child process\n"
-            "  --memory SIZE            memory limit, e.g. 512M, 2G (default 2G)\n"
-            "  --procs N                process/thread limit (default 256)\n"
-            "  --tmp-size SIZE          size of the sandbox's /tmp and /dev/shm (default 512M)\n"
-            "  --open-files N           open file limit (default 1024)\n"
-            "  --file-size SIZE         largest file the code may write (default 1G)\n"
-            "  --network on|off         network access from the sandbox (default off)\n"
-            "  --cpus N                 CPU rate cap of the sandbox in CPUs, e.g. 0.5 or 2\n"
-            "                           (cgroup cpu.max / cfs quota; default: none). Not\n"
-            "                           enforceable without a cpu cgroup: kernel_info's\n"
-            "                           sandbox list then says cpu-rate-cap-unavailable\n"
-            "  --cpu-time SEC           CPU seconds a cell may use, every process of the\n"
-            "                           sandbox counted (default: none); past it the cell\n"
-            "                           is interrupted (killed after the grace) and its\n"
-            "                           reply says which limit was reached\n"
-            "  --interrupt-grace SEC    after an interrupt, seconds to wait before the\n"
-            "                           worker is killed and restarted (default 5)\n"
-            "  --log-max SIZE           stop writing this kernel's log (stderr) once the\n"
-            "                           file is this large (default 1M)\n"
-            "  --history-max SIZE       compact the history file (oldest entries go) when\n"
-            "                           it would grow past this (default 8M)\n"
-            "  --env NAME=VALUE         set a variable in the code's environment\n"
-            "                           (repeatable, at most 72; wins over the backend's\n"
-            "                           value). Nothing else of this process's environment\n"
-            "                           reaches the code but LANG, LC_*, TERM and TZ; PATH is\n"
-            "                           " KENV_SANDBOX_PATH ", HOME " KENV_SANDBOX_HOME "\n"
-            "  --env-file FILE          the same from FILE: NAME=VALUE entries separated by\n"
-            "                           NUL bytes (at most once; counted with --env toward\n"
-            "                           the 72). FILE: a regular file, not a symlink, owned\n"
-            "                           by this user, no group/other access (0600). Unlike\n"
-            "                           --env, values so given never show in ps or\n"
-            "                           /proc/PID/cmdline\n"
-            "  --ro-path DIR            bind the absolute host path DIR read-only into\n"
-            "                           the sandbox at the same path (repeatable)\n"
-            "  --owner-fd N             inherited fd N is the read end of a pipe whose\n"
-            "                           write end the owner keeps: when it closes (the\n"
-            "                           owner died) the kernel shuts down as on SIGTERM\n"
-            "  --allow-non-loopback-ip  bind a tcp connection file's ip even when it is not\n"
-            "                           a loopback address (127.0.0.0/8, ::1); refused\n"
-            "                           otherwise: whoever can reach that address can\n"
-            "                           read the kernel's output on IOPub (ZeroMQ PUB has\n"
-            "                           no authentication)\n"
-            "  -h, --help               show this help and exit\n"
-            "  --version                show the version and exit\n",
-            b->name, b->name);
-    if (b->option_help)
-        fprintf(out, "\n%s options:\n%s", b->name, b->option_help);
-    fprintf(out, "\nHistory is kept in CONNECTION_FILE.history.jsonl.\n"
-                 "Exit status: 0 after a shutdown request or SIGTERM, 1 on a startup\n"
-                 "error (connection file, sockets, sandbox), 2 on a usage error.\n");
-}
-
-/* Which of our options take a value; 0 when name is not ours. */
-static int takes_value(const char *name)
-{
-    static const char *const with_value[] = {"-f",
-                                             "--connection-file",
-                                             "--workspace",
-                                             "--sandbox",
-                                             "--memory",
-                                             "--procs",
-                                             "--tmp-size",
-                                             "--open-files",
-                                             "--file-size",
-                                             "--network",
-                                             "--interrupt-grace",
-                                             "--env",
-                                             "--log-max",
-                                             "--history-max",
-                                             "--ro-path",
-                                             "--env-file",
-                                             "--owner-fd",
-                                             "--cpus",
-                                             "--cpu-time",
-                                             NULL};
-    for (int i = 0; with_value[i]; i++)
-        if (!strcmp(name, with_value[i]))
-            return 1;
     return 0;
 }
 
@@ -346,95 +253,243 @@ static int set_owner_fd(kopts *o, const char *val, char *err, size_t errlen)
     return 0;
 }
 
-static int set_option(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+static int bad_value(const char *name, const char *val, char *err, size_t errlen)
 {
-    sandbox_config *c = &o->sandbox;
-    if (!strcmp(name, "-f") || !strcmp(name, "--connection-file")) {
-        o->connection_file = val;
-    } else if (!strcmp(name, "--workspace")) {
-        o->workspace_arg = val;
-    } else if (!strcmp(name, "--sandbox")) {
-        if (!strcmp(val, "strict"))
-            c->level = SANDBOX_STRICT;
-        else if (!strcmp(val, "none"))
-            c->level = SANDBOX_NONE;
-        else
-            goto bad;
-    } else if (!strcmp(name, "--memory")) {
-        if (kopts_parse_size(val, &c->memory_bytes) < 0 || c->memory_bytes < (16u << 20))
-            goto bad;
-    } else if (!strcmp(name, "--tmp-size")) {
-        if (kopts_parse_size(val, &c->tmp_bytes) < 0)
-            goto bad;
-    } else if (!strcmp(name, "--file-size")) {
-        if (kopts_parse_size(val, &c->max_file_bytes) < 0 || c->max_file_bytes == 0)
-            goto bad;
-    } else if (!strcmp(name, "--procs")) {
-        if (parse_uint(val, &c->max_procs) < 0 || c->max_procs == 0)
-            goto bad;
-    } else if (!strcmp(name, "--open-files")) {
-        if (parse_uint(val, &c->max_open_files) < 0 || c->max_open_files < 16)
-            goto bad;
-    } else if (!strcmp(name, "--network")) {
-        if (!strcmp(val, "on"))
-            c->network = 1;
-        else if (!strcmp(val, "off"))
-            c->network = 0;
-        else
-            goto bad;
-    } else if (!strcmp(name, "--interrupt-grace")) {
-        char *end;
-        errno = 0;
-        double g = strtod(val, &end);
-        if (errno || end == val || *end || !isfinite(g) || g < 0 || g > 3600)
-            goto bad;
-        o->interrupt_grace = g;
-    } else if (!strcmp(name, "--cpus")) {
-        if (parse_seconds(val, KOPTS_CPUS_MIN, KOPTS_CPUS_MAX, &c->cpus) < 0) {
-            snprintf(err, errlen,
-                     "invalid value for --cpus: '%s' (a number of CPUs from %g to %g, e.g. 0.5 "
-                     "or 2)",
-                     val, KOPTS_CPUS_MIN, KOPTS_CPUS_MAX);
-            return -1;
-        }
-    } else if (!strcmp(name, "--cpu-time")) {
-        if (parse_seconds(val, 0.001, KOPTS_CPU_TIME_MAX, &o->cpu_time) < 0) {
-            snprintf(err, errlen,
-                     "invalid value for --cpu-time: '%s' (seconds of CPU time per cell, more "
-                     "than 0 and at most %g)",
-                     val, KOPTS_CPU_TIME_MAX);
-            return -1;
-        }
-    } else if (!strcmp(name, "--log-max")) {
-        if (kopts_parse_size(val, &o->log_max) < 0 || o->log_max < 4096)
-            goto bad;
-    } else if (!strcmp(name, "--history-max")) {
-        if (kopts_parse_size(val, &o->history_max) < 0 || o->history_max < 4096)
-            goto bad;
-    } else if (!strcmp(name, "--env")) {
-        return add_env(o, "--env", val, err, errlen);
-    } else if (!strcmp(name, "--env-file")) {
-        return add_env_file(o, val, err, errlen);
-    } else if (!strcmp(name, "--owner-fd")) {
-        return set_owner_fd(o, val, err, errlen);
-    } else if (!strcmp(name, "--ro-path")) {
-        if (val[0] != '/') {
-            snprintf(err, errlen, "--ro-path %s: must be an absolute path", val);
-            return -1;
-        }
-        size_t n = 0;
-        while (o->ro_paths[n])
-            n++;
-        if (n >= KOPTS_MAX_RO) {
-            snprintf(err, errlen, "at most %d --ro-path options", KOPTS_MAX_RO);
-            return -1;
-        }
-        o->ro_paths[n] = val;
-    }
-    return 0;
-bad:
     snprintf(err, errlen, "invalid value for %s: '%s'", name, val);
     return -1;
+}
+
+static int set_connection_file(kopts *o, const char *name, const char *val, char *err,
+                               size_t errlen)
+{
+    o->connection_file = val;
+    return 0;
+}
+
+static int set_workspace(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    o->workspace_arg = val;
+    return 0;
+}
+
+static int set_sandbox(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    if (!strcmp(val, "strict"))
+        o->sandbox.level = SANDBOX_STRICT;
+    else if (!strcmp(val, "none"))
+        o->sandbox.level = SANDBOX_NONE;
+    else
+        return bad_value(name, val, err, errlen);
+    return 0;
+}
+
+static int set_memory(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    uint64_t *v = &o->sandbox.memory_bytes;
+    return kopts_parse_size(val, v) < 0 || *v < (16u << 20) ? bad_value(name, val, err, errlen) : 0;
+}
+
+static int set_tmp_size(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    return kopts_parse_size(val, &o->sandbox.tmp_bytes) < 0 ? bad_value(name, val, err, errlen) : 0;
+}
+
+static int set_file_size(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    uint64_t *v = &o->sandbox.max_file_bytes;
+    return kopts_parse_size(val, v) < 0 || *v == 0 ? bad_value(name, val, err, errlen) : 0;
+}
+
+static int set_procs(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    unsigned *v = &o->sandbox.max_procs;
+    return parse_uint(val, v) < 0 || *v == 0 ? bad_value(name, val, err, errlen) : 0;
+}
+
+static int set_open_files(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    unsigned *v = &o->sandbox.max_open_files;
+    return parse_uint(val, v) < 0 || *v < 16 ? bad_value(name, val, err, errlen) : 0;
+}
+
+static int set_network(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    if (!strcmp(val, "on"))
+        o->sandbox.network = 1;
+    else if (!strcmp(val, "off"))
+        o->sandbox.network = 0;
+    else
+        return bad_value(name, val, err, errlen);
+    return 0;
+}
+
+static int set_interrupt_grace(kopts *o, const char *name, const char *val, char *err,
+                               size_t errlen)
+{
+    return parse_seconds(val, 0, 3600, &o->interrupt_grace) < 0 ? bad_value(name, val, err, errlen)
+                                                                : 0;
+}
+
+static int set_cpus(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    if (parse_seconds(val, KOPTS_CPUS_MIN, KOPTS_CPUS_MAX, &o->sandbox.cpus) < 0) {
+        snprintf(err, errlen,
+                 "invalid value for --cpus: '%s' (a number of CPUs from %g to %g, e.g. 0.5 "
+                 "or 2)",
+                 val, KOPTS_CPUS_MIN, KOPTS_CPUS_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+static int set_cpu_time(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    if (parse_seconds(val, 0.001, KOPTS_CPU_TIME_MAX, &o->cpu_time) < 0) {
+        snprintf(err, errlen,
+                 "invalid value for --cpu-time: '%s' (seconds of CPU time per cell, more "
+                 "than 0 and at most %g)",
+                 val, KOPTS_CPU_TIME_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+static int set_log_max(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    return kopts_parse_size(val, &o->log_max) < 0 || o->log_max < 4096
+               ? bad_value(name, val, err, errlen)
+               : 0;
+}
+
+static int set_history_max(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    return kopts_parse_size(val, &o->history_max) < 0 || o->history_max < 4096
+               ? bad_value(name, val, err, errlen)
+               : 0;
+}
+
+static int set_env(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    return add_env(o, "--env", val, err, errlen);
+}
+
+static int set_env_file(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    return add_env_file(o, val, err, errlen);
+}
+
+static int set_owner(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    return set_owner_fd(o, val, err, errlen);
+}
+
+static int set_ro_path(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    if (val[0] != '/') {
+        snprintf(err, errlen, "--ro-path %s: must be an absolute path", val);
+        return -1;
+    }
+    size_t n = 0;
+    while (o->ro_paths[n])
+        n++;
+    if (n >= KOPTS_MAX_RO) {
+        snprintf(err, errlen, "at most %d --ro-path options", KOPTS_MAX_RO);
+        return -1;
+    }
+    o->ro_paths[n] = val;
+    return 0;
+}
+
+static int set_help(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    o->help = 1;
+    return 0;
+}
+
+static int set_version(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    o->version = 1;
+    return 0;
+}
+
+static int set_non_loopback(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    o->allow_non_loopback_ip = 1;
+    return 0;
+}
+
+/* Every option of the kernel binaries, one row each: its names, the name of
+ * its value (NULL: it takes none), the one function that checks and stores
+ * it, and its --help text (kopts_usage). A backend's own options come after
+ * (kbackend.option). */
+typedef struct kopt {
+    const char *name, *alias;
+    const char *arg;
+    int (*set)(kopts *o, const char *name, const char *val, char *err, size_t errlen);
+    const char *help;
+} kopt;
+
+static const kopt kopt_table[] = {
+    {"--connection-file", "-f", "FILE", set_connection_file,
+     "Jupyter connection file (tcp or ipc) [required]"},
+    {"--workspace", NULL, "DIR", set_workspace,
+     "working directory of the code, read-write in the\nsandbox (default: the current "
+     "directory)"},
+    {"--sandbox", NULL, "strict|none", set_sandbox,
+     "isolation level (default: strict); 'none' runs the\nworker as a plain child process"},
+    {"--memory", NULL, "SIZE", set_memory, "memory limit, e.g. 512M, 2G (default 2G)"},
+    {"--procs", NULL, "N", set_procs, "process/thread limit (default 256)"},
+    {"--tmp-size", NULL, "SIZE", set_tmp_size,
+     "size of the sandbox's /tmp and /dev/shm (default 512M)"},
+    {"--open-files", NULL, "N", set_open_files, "open file limit (default 1024)"},
+    {"--file-size", NULL, "SIZE", set_file_size, "largest file the code may write (default 1G)"},
+    {"--network", NULL, "on|off", set_network, "network access from the sandbox (default off)"},
+    {"--cpus", NULL, "N", set_cpus,
+     "CPU rate cap of the sandbox in CPUs, e.g. 0.5 or 2\n(cgroup cpu.max / cfs quota; default: "
+     "none). Not\nenforceable without a cpu cgroup: kernel_info's\nsandbox list then says "
+     "cpu-rate-cap-unavailable"},
+    {"--cpu-time", NULL, "SEC", set_cpu_time,
+     "CPU seconds a cell may use, every process of the\nsandbox counted (default: none); past "
+     "it the cell\nis interrupted (killed after the grace) and its\nreply says which limit was "
+     "reached"},
+    {"--interrupt-grace", NULL, "SEC", set_interrupt_grace,
+     "after an interrupt, seconds to wait before the\nworker is killed and restarted (default "
+     "5)"},
+    {"--log-max", NULL, "SIZE", set_log_max,
+     "stop writing this kernel's log (stderr) once the\nfile is this large (default 1M)"},
+    {"--history-max", NULL, "SIZE", set_history_max,
+     "compact the history file (oldest entries go) when\nit would grow past this (default 8M)"},
+    {"--env", NULL, "NAME=VALUE", set_env,
+     "set a variable in the code's environment\n(repeatable, at most 72; wins over the "
+     "backend's\nvalue). Nothing else of this process's environment\nreaches the code but LANG, "
+     "LC_*, TERM and TZ; PATH is\n" KENV_SANDBOX_PATH ", HOME " KENV_SANDBOX_HOME},
+    {"--env-file", NULL, "FILE", set_env_file,
+     "the same from FILE: NAME=VALUE entries separated by\nNUL bytes (at most once; counted "
+     "with --env toward\nthe 72). FILE: a regular file, not a symlink, owned\nby this user, no "
+     "group/other access (0600). Unlike\n--env, values so given never show in ps or\n"
+     "/proc/PID/cmdline"},
+    {"--ro-path", NULL, "DIR", set_ro_path,
+     "bind the absolute host path DIR read-only into\nthe sandbox at the same path "
+     "(repeatable)"},
+    {"--owner-fd", NULL, "N", set_owner,
+     "inherited fd N is the read end of a pipe whose\nwrite end the owner keeps: when it "
+     "closes (the\nowner died) the kernel shuts down as on SIGTERM"},
+    {"--allow-non-loopback-ip", NULL, NULL, set_non_loopback,
+     "bind a tcp connection file's ip even when it is not\na loopback address (127.0.0.0/8, "
+     "::1); refused\notherwise: whoever can reach that address can\nread the kernel's output on "
+     "IOPub (ZeroMQ PUB has\nno authentication)"},
+    {"--help", "-h", NULL, set_help, "show this help and exit"},
+    {"--version", NULL, NULL, set_version, "show the version and exit"},
+};
+
+/* The row of option name (or its alias), or NULL when it is not ours. */
+static const kopt *kopt_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof kopt_table / sizeof *kopt_table; i++)
+        if (!strcmp(name, kopt_table[i].name) ||
+            (kopt_table[i].alias && !strcmp(name, kopt_table[i].alias)))
+            return &kopt_table[i];
+    return NULL;
 }
 
 static int parse_args(kopts *o, int argc, char **argv, const kbackend *b, char *err, size_t errlen)
@@ -446,18 +501,6 @@ static int parse_args(kopts *o, int argc, char **argv, const kbackend *b, char *
     o->owner_fd = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            o->help = 1;
-            continue;
-        }
-        if (!strcmp(a, "--version")) {
-            o->version = 1;
-            continue;
-        }
-        if (!strcmp(a, "--allow-non-loopback-ip")) {
-            o->allow_non_loopback_ip = 1;
-            continue;
-        }
         /* Split "--name=value" (and "-fFILE" is not supported on purpose). */
         char name[128];
         const char *val = NULL;
@@ -474,15 +517,20 @@ static int parse_args(kopts *o, int argc, char **argv, const kbackend *b, char *
         } else {
             snprintf(name, sizeof name, "%s", a);
         }
-        if (takes_value(name)) {
-            if (!val) {
+        const kopt *k = kopt_find(name);
+        if (k && !k->arg && val) {
+            snprintf(err, errlen, "option %s takes no value", name);
+            return -1;
+        }
+        if (k) {
+            if (k->arg && !val) {
                 if (i + 1 >= argc) {
                     snprintf(err, errlen, "option %s needs a value", name);
                     return -1;
                 }
                 val = argv[++i];
             }
-            if (set_option(o, name, val, err, errlen) < 0)
+            if (k->set(o, name, val, err, errlen) < 0)
                 return -1;
             continue;
         }
@@ -510,6 +558,30 @@ static int parse_args(kopts *o, int argc, char **argv, const kbackend *b, char *
         return -1;
     }
     return 0;
+}
+
+void kopts_usage(FILE *out, const kbackend *b)
+{
+    fprintf(out,
+            "Usage: kernel-%s -f CONNECTION_FILE [options]\n"
+            "\n"
+            "A Jupyter kernel (messaging protocol 5.3) for %s. The code runs in a\n"
+            "worker process inside a sandbox; this process speaks ZeroMQ.\n"
+            "\n"
+            "Options:\n",
+            b->name, b->name);
+    for (size_t i = 0; i < sizeof kopt_table / sizeof *kopt_table; i++) {
+        const kopt *k = &kopt_table[i];
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s%s%s", k->alias ? k->alias : "", k->alias ? ", " : "",
+                 k->name, k->arg ? " " : "", k->arg ? k->arg : "");
+        cm_print_columns(out, left, k->help, 27);
+    }
+    if (b->option_help)
+        fprintf(out, "\n%s options:\n%s", b->name, b->option_help);
+    fprintf(out, "\nHistory is kept in CONNECTION_FILE.history.jsonl.\n"
+                 "Exit status: 0 after a shutdown request or SIGTERM, 1 on a startup\n"
+                 "error (connection file, sockets, sandbox), 2 on a usage error.\n");
 }
 
 int kopts_parse(kopts *o, int argc, char **argv, const kbackend *b, char *err, size_t errlen)
