@@ -126,8 +126,8 @@ KERNELMGR_API void kernelmgr_client_free(kernelmgr_client *c);
 /* One request: method with params_json (a JSON object as text, NULL = {});
  * returns the result as compact JSON text (new), or NULL with *err. For
  * methods this header has no function for (docs/API.md). */
-KERNELMGR_API char *kernelmgr_call(kernelmgr_client *c, const char *method,
-                                   const char *params_json, kernelmgr_error **err);
+KERNELMGR_API char *kernelmgr_call(kernelmgr_client *c, const char *method, const char *params_json,
+                                   kernelmgr_error **err);
 
 /* ----------------------------------------------------------- session options */
 
@@ -147,8 +147,8 @@ KERNELMGR_API void kernelmgr_options_free(kernelmgr_options *o);
 KERNELMGR_API int kernelmgr_options_set(kernelmgr_options *o, const char *key, const char *value,
                                         kernelmgr_error **err);
 /* A number option ("cpus" 0.5, "cpu_time" 10, "memory" in bytes). */
-KERNELMGR_API int kernelmgr_options_set_number(kernelmgr_options *o, const char *key,
-                                               double value, kernelmgr_error **err);
+KERNELMGR_API int kernelmgr_options_set_number(kernelmgr_options *o, const char *key, double value,
+                                               kernelmgr_error **err);
 /* One variable of the "env" option (NAME=value for the code). */
 KERNELMGR_API int kernelmgr_options_set_env(kernelmgr_options *o, const char *name,
                                             const char *value, kernelmgr_error **err);
@@ -268,10 +268,10 @@ typedef enum kernelmgr_event_kind {
  * of the callback only (copy what you keep). */
 typedef struct kernelmgr_event {
     kernelmgr_event_kind kind;
-    int block;                       /* the block it belongs to (0 first) */
-    const char *text;                /* STDOUT/STDERR: the text; NOTICE: the message */
-    size_t len;                      /* the length of text */
-    const kernelmgr_result *result;  /* RESULT: one block (index 0), else NULL */
+    int block;                      /* the block it belongs to (0 first) */
+    const char *text;               /* STDOUT/STDERR: the text; NOTICE: the message */
+    size_t len;                     /* the length of text */
+    const kernelmgr_result *result; /* RESULT: one block (index 0), else NULL */
 } kernelmgr_event;
 
 /* Called for each event as it arrives; return 0 to go on, non-zero to

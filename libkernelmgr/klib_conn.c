@@ -117,8 +117,8 @@ static int roundtrip(int fd, klib_reader *r, long long id, const char *method, j
                      const klib_events *ev, json_t **result, kernelmgr_error **err)
 {
     *result = NULL;
-    json_t *req = json_pack("{s:s s:I s:s s:o}", "jsonrpc", "2.0", "id", (json_int_t)id,
-                            "method", method, "params", params ? params : json_object());
+    json_t *req = json_pack("{s:s s:I s:s s:o}", "jsonrpc", "2.0", "id", (json_int_t)id, "method",
+                            method, "params", params ? params : json_object());
     char *line = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (!line)
@@ -141,7 +141,7 @@ static int roundtrip(int fd, klib_reader *r, long long id, const char *method, j
             return BROKEN;
         }
         json_error_t jerr;
-        json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+        json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
         if (!json_is_object(o)) {
             json_decref(o);
             klib_fail(err, KERNELMGR_EDAEMON, 0,
@@ -154,9 +154,8 @@ static int roundtrip(int fd, klib_reader *r, long long id, const char *method, j
             /* a notification: an event of our request */
             json_t *ps = json_object_get(o, "params");
             json_t *rid = json_object_get(ps, "request_id");
-            if (json_is_string(m) && !strcmp(json_string_value(m), "event") &&
-                json_is_object(ps) && json_is_integer(rid) && json_integer_value(rid) == id &&
-                ev && ev->on_event)
+            if (json_is_string(m) && !strcmp(json_string_value(m), "event") && json_is_object(ps) &&
+                json_is_integer(rid) && json_integer_value(rid) == id && ev && ev->on_event)
                 ev->on_event(ev->ud, ps);
             json_decref(o);
             continue;
@@ -276,8 +275,8 @@ KERNELMGR_API kernelmgr_client *kernelmgr_connect(const char *home, const char *
     }
     if (strlen(c->sock) >= sizeof sun.sun_path) {
         klib_fail(err, KERNELMGR_EUSAGE, 0,
-                  "socket path %s is longer than %zu bytes: use a shorter kernelmgr home",
-                  c->sock, sizeof sun.sun_path - 1);
+                  "socket path %s is longer than %zu bytes: use a shorter kernelmgr home", c->sock,
+                  sizeof sun.sun_path - 1);
         goto fail;
     }
     /* a socket in a home that is not ours alone may be anyone's daemon */
@@ -308,10 +307,10 @@ KERNELMGR_API kernelmgr_client *kernelmgr_connect(const char *home, const char *
     }
     c->r.fd = c->fd;
     json_t *res = NULL;
-    if (klib_call(c, "initialize",
-                  json_pack("{s:i s:s}", "api_version", KERNELMGR_API_VERSION, "client",
-                            "libkernelmgr"),
-                  NULL, &res, err))
+    if (klib_call(
+            c, "initialize",
+            json_pack("{s:i s:s}", "api_version", KERNELMGR_API_VERSION, "client", "libkernelmgr"),
+            NULL, &res, err))
         goto fail;
     json_decref(res);
     return c;
@@ -330,8 +329,8 @@ KERNELMGR_API void kernelmgr_client_free(kernelmgr_client *c)
     client_free(c);
 }
 
-KERNELMGR_API char *kernelmgr_call(kernelmgr_client *c, const char *method,
-                                   const char *params_json, kernelmgr_error **err)
+KERNELMGR_API char *kernelmgr_call(kernelmgr_client *c, const char *method, const char *params_json,
+                                   kernelmgr_error **err)
 {
     klib_ok(err);
     if (!c || !method || !*method) {

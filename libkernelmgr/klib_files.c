@@ -19,7 +19,9 @@ KERNELMGR_API int kernelmgr_file_write(kernelmgr_session *s, const char *path, c
     klib_ok(err);
     if (!s || !path || (!data && len))
         return klib_fail(err, KERNELMGR_EUSAGE, 0, "files.write: %s is NULL",
-                         !s ? "the session" : !path ? "the path" : "the data");
+                         !s      ? "the session"
+                         : !path ? "the path"
+                                 : "the data");
     if (flags & ~KERNELMGR_FILE_APPEND)
         return klib_fail(err, KERNELMGR_EUSAGE, 0, "files.write: unknown flags 0x%x",
                          flags & ~KERNELMGR_FILE_APPEND);
@@ -36,7 +38,8 @@ KERNELMGR_API int kernelmgr_file_write(kernelmgr_session *s, const char *path, c
             json_decref(jpath);
             json_decref(prm);
             return klib_fail(err, bad_path ? KERNELMGR_EUSAGE : KERNELMGR_EINTERNAL, 0,
-                             "files.write: %s", bad_path ? "the path is not UTF-8" : "out of memory");
+                             "files.write: %s",
+                             bad_path ? "the path is not UTF-8" : "out of memory");
         }
         json_object_set_new(prm, "path", jpath);
         json_object_set_new(prm, "content", json_string(b64));

@@ -49,8 +49,8 @@ char *klib_home_resolve(const char *given, kernelmgr_error **err)
         char *cwd = getcwd(NULL, 0);
         char *abs = NULL;
         if (!cwd || asprintf(&abs, "%s/%s", cwd, path) < 0) {
-            klib_fail(err, KERNELMGR_EINTERNAL, 0,
-                      "cannot make the kernelmgr home %s absolute: %s", path, strerror(errno));
+            klib_fail(err, KERNELMGR_EINTERNAL, 0, "cannot make the kernelmgr home %s absolute: %s",
+                      path, strerror(errno));
             free(cwd);
             free(path);
             return NULL;
@@ -74,9 +74,10 @@ char *klib_find_daemon(const char *given, kernelmgr_error **err)
     const char *pick = given && *given ? given : env && *env ? env : NULL;
     if (pick) {
         if (!executable(pick)) {
-            klib_fail(err, KERNELMGR_EDAEMON, 0, "cannot start the daemon: %s (%s) is not an "
-                      "executable file", pick, pick == given ? "the daemon argument" :
-                      "KERNELMGR_BIN");
+            klib_fail(err, KERNELMGR_EDAEMON, 0,
+                      "cannot start the daemon: %s (%s) is not an "
+                      "executable file",
+                      pick, pick == given ? "the daemon argument" : "KERNELMGR_BIN");
             return NULL;
         }
         char *r = strdup(pick);
@@ -181,8 +182,8 @@ static int alive(pid_t pid)
 
 /* The child between fork and exec: async-signal-safe calls only. Reports
  * the daemon's pid, then (if exec fails) its errno, on report. */
-static void child(const char *daemon, char *const argv[], char *const envp[], int nullfd,
-                  int logfd, int report)
+static void child(const char *daemon, char *const argv[], char *const envp[], int nullfd, int logfd,
+                  int report)
 {
     setsid();
     pid_t pid = fork();
@@ -211,8 +212,7 @@ static void child(const char *daemon, char *const argv[], char *const envp[], in
     _exit(127);
 }
 
-int klib_start_daemon(const char *daemon, const char *home, const char *sock,
-                      kernelmgr_error **err)
+int klib_start_daemon(const char *daemon, const char *home, const char *sock, kernelmgr_error **err)
 {
     char *argv[] = {(char *)daemon, "serve", NULL};
     char **envp = daemon_env(home);
@@ -223,8 +223,8 @@ int klib_start_daemon(const char *daemon, const char *home, const char *sock,
         free(envp);
         return klib_fail(err, KERNELMGR_EINTERNAL, 0, "out of memory");
     }
-    int logfd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
-                     0600);
+    int logfd =
+        open(logp, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     int pp[2] = {-1, -1};
     int rc = -1;
@@ -235,8 +235,7 @@ int klib_start_daemon(const char *daemon, const char *home, const char *sock,
     }
     pid_t pid = fork();
     if (pid < 0) {
-        klib_fail(err, KERNELMGR_EDAEMON, 0, "cannot start the daemon: fork: %s",
-                  strerror(errno));
+        klib_fail(err, KERNELMGR_EDAEMON, 0, "cannot start the daemon: fork: %s", strerror(errno));
         goto out;
     }
     if (pid == 0)
@@ -256,8 +255,10 @@ int klib_start_daemon(const char *daemon, const char *home, const char *sock,
         goto out;
     }
     if (got != (ssize_t)sizeof dpid) {
-        klib_fail(err, KERNELMGR_EDAEMON, 0, "cannot start the daemon: its process ended "
-                  "before it ran %s", daemon);
+        klib_fail(err, KERNELMGR_EDAEMON, 0,
+                  "cannot start the daemon: its process ended "
+                  "before it ran %s",
+                  daemon);
         goto out;
     }
     struct timespec t0;
@@ -277,17 +278,18 @@ int klib_start_daemon(const char *daemon, const char *home, const char *sock,
                 break;
             }
             char *tail = log_tail(home);
-            klib_fail(err, KERNELMGR_EDAEMON, 0, "the daemon (%s serve) exited at start%s%s "
-                      "(see %s)", daemon, tail ? ": " : "", tail ? tail : "", logp);
+            klib_fail(err, KERNELMGR_EDAEMON, 0,
+                      "the daemon (%s serve) exited at start%s%s "
+                      "(see %s)",
+                      daemon, tail ? ": " : "", tail ? tail : "", logp);
             free(tail);
             break;
         }
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec - t0.tv_sec >= KLIB_START_SECONDS) {
-            klib_fail(err, KERNELMGR_EDAEMON, 0,
-                      "the daemon did not come up within %d s (see %s)", KLIB_START_SECONDS,
-                      logp);
+            klib_fail(err, KERNELMGR_EDAEMON, 0, "the daemon did not come up within %d s (see %s)",
+                      KLIB_START_SECONDS, logp);
             break;
         }
         poll(NULL, 0, 50);

@@ -28,7 +28,8 @@ static void flatten(json_t *bundle)
 
 kernelmgr_result *klib_result_new(json_t *root, int one_block, kernelmgr_error **err)
 {
-    json_t *blocks = one_block ? json_pack("[O]", root) : json_incref(json_object_get(root, "results"));
+    json_t *blocks =
+        one_block ? json_pack("[O]", root) : json_incref(json_object_get(root, "results"));
     if (!json_is_object(root) || !json_is_array(blocks)) {
         json_decref(blocks);
         json_decref(root);
@@ -65,13 +66,11 @@ kernelmgr_result *klib_result_new(json_t *root, int one_block, kernelmgr_error *
         klib_fail(err, KERNELMGR_EINTERNAL, 0, "out of memory");
         return NULL;
     }
-    size_t i;
-    json_t *blk;
-    json_array_foreach(r->blocks, i, blk)
-    {
-        size_t j;
-        json_t *d;
-        json_array_foreach(json_object_get(blk, "displays"), j, d) flatten(d);
+    for (size_t i = 0; i < json_array_size(r->blocks); i++) {
+        json_t *blk = json_array_get(r->blocks, i);
+        json_t *d = json_object_get(blk, "displays");
+        for (size_t j = 0; j < json_array_size(d); j++)
+            flatten(json_array_get(d, j));
         flatten(json_object_get(blk, "result"));
     }
     return r;
@@ -126,14 +125,12 @@ KERNELMGR_API int kernelmgr_result_exit_code(const kernelmgr_result *r, size_t b
     return json_is_integer(v) ? (int)json_integer_value(v) : -1;
 }
 
-KERNELMGR_API const char *kernelmgr_result_stdout(const kernelmgr_result *r, size_t b,
-                                                  size_t *len)
+KERNELMGR_API const char *kernelmgr_result_stdout(const kernelmgr_result *r, size_t b, size_t *len)
 {
     return str(json_object_get(block(r, b), "stdout"), len);
 }
 
-KERNELMGR_API const char *kernelmgr_result_stderr(const kernelmgr_result *r, size_t b,
-                                                  size_t *len)
+KERNELMGR_API const char *kernelmgr_result_stderr(const kernelmgr_result *r, size_t b, size_t *len)
 {
     return str(json_object_get(block(r, b), "stderr"), len);
 }
@@ -192,8 +189,7 @@ KERNELMGR_API size_t kernelmgr_result_outputs(const kernelmgr_result *r, size_t 
            (json_is_object(json_object_get(blk, "result")) ? 1 : 0);
 }
 
-KERNELMGR_API int kernelmgr_result_output_is_result(const kernelmgr_result *r, size_t b,
-                                                    size_t i)
+KERNELMGR_API int kernelmgr_result_output_is_result(const kernelmgr_result *r, size_t b, size_t i)
 {
     int is_result;
     return output(r, b, i, &is_result) ? is_result : 0;
@@ -244,8 +240,7 @@ KERNELMGR_API size_t kernelmgr_result_files(const kernelmgr_result *r, size_t b)
     return json_array_size(json_object_get(block(r, b), "files"));
 }
 
-KERNELMGR_API const char *kernelmgr_result_file_path(const kernelmgr_result *r, size_t b,
-                                                     size_t i)
+KERNELMGR_API const char *kernelmgr_result_file_path(const kernelmgr_result *r, size_t b, size_t i)
 {
     return str(json_object_get(file_of(r, b, i), "path"), NULL);
 }

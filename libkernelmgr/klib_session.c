@@ -51,12 +51,12 @@ KERNELMGR_API int kernelmgr_options_set(kernelmgr_options *o, const char *key, c
     return set_value(o, key, value ? json_string(value) : NULL, err);
 }
 
-KERNELMGR_API int kernelmgr_options_set_number(kernelmgr_options *o, const char *key,
-                                               double value, kernelmgr_error **err)
+KERNELMGR_API int kernelmgr_options_set_number(kernelmgr_options *o, const char *key, double value,
+                                               kernelmgr_error **err)
 {
     /* whole numbers go as integers: "memory" in bytes must be one */
-    json_t *v = value == (double)(json_int_t)value ? json_integer((json_int_t)value)
-                                                   : json_real(value);
+    json_t *v =
+        value == (double)(json_int_t)value ? json_integer((json_int_t)value) : json_real(value);
     if (!v) /* NaN or infinite */
         return klib_fail(err, KERNELMGR_EUSAGE, 0,
                          "session option \"%s\": the number is not finite", key ? key : "?");
@@ -68,9 +68,10 @@ KERNELMGR_API int kernelmgr_options_set_env(kernelmgr_options *o, const char *na
 {
     klib_ok(err);
     if (!o || !name || !*name || !value)
-        return klib_fail(err, KERNELMGR_EUSAGE, 0,
-                         "session option \"env\": %s is NULL or empty",
-                         !o ? "the options" : !name || !*name ? "the name" : "the value");
+        return klib_fail(err, KERNELMGR_EUSAGE, 0, "session option \"env\": %s is NULL or empty",
+                         !o                ? "the options"
+                         : !name || !*name ? "the name"
+                                           : "the value");
     json_t *env = json_object_get(o->obj, "env");
     if (!json_is_object(env)) {
         env = json_object();
@@ -226,8 +227,8 @@ KERNELMGR_API char *kernelmgr_session_export(kernelmgr_session *s, kernelmgr_err
     char *text = json_is_object(nb) ? json_dumps(nb, JSON_COMPACT) : NULL;
     if (!text)
         klib_fail(err, json_is_object(nb) ? KERNELMGR_EINTERNAL : KERNELMGR_EDAEMON, 0,
-                  "export: %s", json_is_object(nb) ? "out of memory"
-                                                   : "the daemon's result has no notebook");
+                  "export: %s",
+                  json_is_object(nb) ? "out of memory" : "the daemon's result has no notebook");
     json_decref(res);
     return text;
 }

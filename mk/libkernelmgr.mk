@@ -80,10 +80,11 @@ $(KLIB_EXAMPLE): examples/c/code_exec.c libkernelmgr/kernelmgr.h $(KLIB_DIR)/lib
 	$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(CPPFLAGS) -Ilibkernelmgr -o $@ $< -L$(KLIB_DIR) -lkernelmgr \
 	  -Wl,-rpath,'$$ORIGIN/../lib' $(LDFLAGS)
 
-# The unit test links the static library (its internal functions too).
-$(BUILD)/tests/test_klib: tests/unit/test_klib.c $(KLIB_A) $(KLIB_HDR)
+# The unit test links the static library (its internal functions too) and,
+# after it, the manager's (kmcfg_home: the CLI's home, compared).
+$(BUILD)/tests/test_klib: tests/unit/test_klib.c $(KLIB_A) $(ALL_LIBS) $(KLIB_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(KLIB_A) -lcmocka $(KLIB_LIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(KLIB_A) $(ALL_LIBS) -lcmocka $(LDLIBS)
 
 install-lib: libkernelmgr
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
