@@ -46,7 +46,10 @@ libkernelmgr: $(KLIB_SO) $(KLIB_DIR)/$(KLIB_SONAME) $(KLIB_DIR)/libkernelmgr.so 
   $(KLIB_PC) $(KLIB_PC_UN) $(KLIB_EXAMPLE)
 INSTALL_EXTRA += install-lib
 UNINSTALL_EXTRA += uninstall-lib
-FMT_FILES += $(wildcard libkernelmgr/*.[ch] examples/c/*.c)
+FMT_FILES += $(wildcard libkernelmgr/*.[ch] examples/c/*.c tests/e2e/clib/*.c)
+# The Rust client (clients/rust) builds with Debian's cargo, offline;
+# tests/e2e/test_client_rust.py runs its tests where cargo is installed.
+DEB_PACKAGES += cargo
 
 $(KLIB_DIR)/obj/%.o: %.c $(KLIB_HDR)
 	@mkdir -p $(dir $@)

@@ -87,8 +87,7 @@ static void case_badopt(void)
     o = kernelmgr_options_new();
     CHECK(!kernelmgr_options_set_number(o, "frobnicate", 1, NULL), "set");
     s = kernelmgr_session_open(c, "badopt", o, &e);
-    CHECK(!s && strstr(kernelmgr_error_message(e), "frobnicate"), "%s",
-          kernelmgr_error_message(e));
+    CHECK(!s && strstr(kernelmgr_error_message(e), "frobnicate"), "%s", kernelmgr_error_message(e));
     printf("badopt unknown: %s\n", kernelmgr_error_message(e));
     kernelmgr_error_free(e);
     kernelmgr_options_free(o);
@@ -131,8 +130,8 @@ static void case_missing(void)
     kernelmgr_error *e = NULL;
     CHECK(!kernelmgr_session_close(s, 0, &e), "close");
     CHECK(kernelmgr_session_restart(s, &e) == -1, "restart of a closed session succeeded");
-    CHECK(kernelmgr_error_code(e) == KERNELMGR_ENOSESSION, "code %d: %s",
-          kernelmgr_error_code(e), kernelmgr_error_message(e));
+    CHECK(kernelmgr_error_code(e) == KERNELMGR_ENOSESSION, "code %d: %s", kernelmgr_error_code(e),
+          kernelmgr_error_message(e));
     printf("missing restart: %s\n", kernelmgr_error_message(e));
     kernelmgr_error_free(e);
     char *nb = kernelmgr_session_export(s, &e);
@@ -176,7 +175,8 @@ static void *intr_thread(void *arg)
 static int intr_event(const kernelmgr_event *ev, void *ud)
 {
     intr_ctx *x = ud;
-    if (ev->kind != KERNELMGR_EVENT_STDOUT || x->started || !memmem(ev->text, ev->len, "started", 7))
+    if (ev->kind != KERNELMGR_EVENT_STDOUT || x->started ||
+        !memmem(ev->text, ev->len, "started", 7))
         return 0;
     x->started = 1;
     if (x->from_callback)
@@ -203,8 +203,7 @@ static void interrupt_case(int from_callback)
     if (r) {
         const char *name = kernelmgr_result_error_name(r, 0);
         CHECK(name && !strcmp(name, "KeyboardInterrupt"), "%s", kernelmgr_result_json(r));
-        CHECK(!strcmp(kernelmgr_result_status(r, 0), "error"), "%s",
-              kernelmgr_result_status(r, 0));
+        CHECK(!strcmp(kernelmgr_result_status(r, 0), "error"), "%s", kernelmgr_result_status(r, 0));
         CHECK(!strstr(kernelmgr_result_stdout(r, 0, NULL), "late"), "ran on");
         printf("interrupted: %s\n", name ? name : "(none)");
     }
@@ -320,8 +319,8 @@ static void case_files(void)
           "out of range");
     kernelmgr_filelist_free(l);
 
-    kernelmgr_result *r = kernelmgr_exec(s, "rm t.txt; echo new > made.txt", "bash", 30, 0, NULL,
-                                         NULL, &e);
+    kernelmgr_result *r =
+        kernelmgr_exec(s, "rm t.txt; echo new > made.txt", "bash", 30, 0, NULL, NULL, &e);
     int created = 0, deleted = 0;
     for (size_t i = 0; r && i < kernelmgr_result_files(r, 0); i++) {
         const char *p = kernelmgr_result_file_path(r, 0, i);
@@ -349,8 +348,8 @@ static void case_rich(void)
           r ? kernelmgr_result_json(r) : kernelmgr_error_message(e));
     if (r && kernelmgr_result_blocks(r) == 2) {
         size_t n;
-        CHECK(kernelmgr_result_outputs(r, 0) == 2, "outputs %zu: %s", kernelmgr_result_outputs(r, 0),
-              kernelmgr_result_json(r));
+        CHECK(kernelmgr_result_outputs(r, 0) == 2, "outputs %zu: %s",
+              kernelmgr_result_outputs(r, 0), kernelmgr_result_json(r));
         const char *html = kernelmgr_result_output_data(r, 0, 0, "text/html", &n);
         CHECK(html && !strcmp(html, "<b>hi</b>") && !kernelmgr_result_output_is_result(r, 0, 0),
               "display %s", html ? html : "(null)");
