@@ -17,7 +17,11 @@ fn show(ex: &Execution) {
     }
     for r in &ex.results {
         let kind = if r.is_result { "result" } else { "display" };
-        println!("{}: {}", kind, r.get("text/plain").unwrap_or("(no text/plain)"));
+        println!(
+            "{}: {}",
+            kind,
+            r.get("text/plain").unwrap_or("(no text/plain)")
+        );
     }
     if let Some(e) = &ex.error {
         println!("error: {}: {}", e.name, e.value);
@@ -44,7 +48,11 @@ fn main() -> Result<(), kernelmgr::Error> {
     )?;
     show(&ex);
 
-    let ex = tool.run("echo hello from bash > note.txt; cat note.txt", "bash", timeout)?;
+    let ex = tool.run(
+        "echo hello from bash > note.txt; cat note.txt",
+        "bash",
+        timeout,
+    )?;
     show(&ex);
 
     let ex = tool.run("1 / 0", "python", timeout)?;

@@ -51,7 +51,9 @@ pub fn resolve_home() -> PathBuf {
 /// else the first `kernelmgr` in an absolute directory of `$PATH`.
 pub fn find_daemon(explicit: Option<&Path>) -> Result<PathBuf, Error> {
     let executable = |p: &Path| {
-        fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+        fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
     };
     if let Some(p) = explicit {
         return if executable(p) {
@@ -59,7 +61,10 @@ pub fn find_daemon(explicit: Option<&Path>) -> Result<PathBuf, Error> {
         } else {
             Err(Error::new(
                 ErrorKind::Daemon,
-                format!("cannot start the daemon: {} is not an executable file", p.display()),
+                format!(
+                    "cannot start the daemon: {} is not an executable file",
+                    p.display()
+                ),
             ))
         };
     }
@@ -101,7 +106,10 @@ fn check_home(home: &Path) -> Result<bool, Error> {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => {
-            return Err(Error::new(ErrorKind::Usage, format!("{}: {}", home.display(), e)))
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("{}: {}", home.display(), e),
+            ))
         }
     };
     let euid = unsafe { geteuid() };
@@ -156,9 +164,16 @@ fn dial(sock: &Path) -> std::io::Result<UnixStream> {
 }
 
 fn start_daemon(bin: &Path, home: &Path, sock: &Path) -> Result<UnixStream, Error> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(home).map_err(|e| {
-        Error::new(ErrorKind::Usage, format!("cannot create {}: {}", home.display(), e))
-    })?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(home)
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Usage,
+                format!("cannot create {}: {}", home.display(), e),
+            )
+        })?;
     check_home(home)?;
     let log_path = home.join("daemon.log");
     let log = fs::OpenOptions::new()
@@ -168,9 +183,14 @@ fn start_daemon(bin: &Path, home: &Path, sock: &Path) -> Result<UnixStream, Erro
         .custom_flags(0o400000) // O_NOFOLLOW
         .open(&log_path)
         .map_err(|e| {
-            Error::new(ErrorKind::Daemon, format!("cannot open {}: {}", log_path.display(), e))
+            Error::new(
+                ErrorKind::Daemon,
+                format!("cannot open {}: {}", log_path.display(), e),
+            )
         })?;
-    let log2 = log.try_clone().map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
     let mut cmd = Command::new(bin);
     cmd.arg("serve")
         .env("KERNELMGR_HOME", home)
@@ -185,7 +205,10 @@ fn start_daemon(bin: &Path, home: &Path, sock: &Path) -> Result<UnixStream, Erro
         });
     }
     let mut child = cmd.spawn().map_err(|e| {
-        Error::new(ErrorKind::Daemon, format!("cannot start the daemon: {}: {}", bin.display(), e))
+        Error::new(
+            ErrorKind::Daemon,
+            format!("cannot start the daemon: {}: {}", bin.display(), e),
+        )
     })?;
     let t0 = Instant::now();
     let result = loop {
@@ -234,7 +257,10 @@ fn start_daemon(bin: &Path, home: &Path, sock: &Path) -> Result<UnixStream, Erro
 /// The kernelmgr code of a JSON-RPC error object (`data.km_code`, else the
 /// server range -32000 - code, else usage for the protocol's own codes).
 pub(crate) fn kind_of(e: &Value) -> ErrorKind {
-    let km = e.get("data").and_then(|d| d.get("km_code")).and_then(Value::as_i64);
+    let km = e
+        .get("data")
+        .and_then(|d| d.get("km_code"))
+        .and_then(Value::as_i64);
     let rpc = e.get("code").and_then(Value::as_i64).unwrap_or(0);
     let code = match km {
         Some(k) if k > 0 && k < 100 => k,
@@ -271,14 +297,27 @@ impl Client {
             Err(e) if !c.autostart => {
                 return Err(Error::new(
                     ErrorKind::Daemon,
-                    format!("no daemon is running for {} ({}: {})", home.display(), sock.display(), e),
+                    format!(
+                        "no daemon is running for {} ({}: {})",
+                        home.display(),
+                        sock.display(),
+                        e
+                    ),
                 ))
             }
             Err(_) => start_daemon(&find_daemon(c.daemon.as_deref())?, &home, &sock)?,
         };
-        let writer = stream.try_clone().map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
-        let mut cl =
-            Client { home, sock, reader: BufReader::new(stream), writer, next_id: 0, broken: false };
+        let writer = stream
+            .try_clone()
+            .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+        let mut cl = Client {
+            home,
+            sock,
+            reader: BufReader::new(stream),
+            writer,
+            next_id: 0,
+            broken: false,
+        };
         let mut p = Value::object();
         p.set("api_version", Value::Int(API_VERSION));
         p.set("client", Value::from("kernelmgr-rust"));
@@ -308,11 +347,21 @@ impl Client {
         if self.broken {
             return Err(Error::new(
                 ErrorKind::Daemon,
-                format!("{}: the connection to the daemon was lost by an earlier call", method),
+                format!(
+                    "{}: the connection to the daemon was lost by an earlier call",
+                    method
+                ),
             ));
         }
         self.next_id += 1;
-        let r = roundtrip(&mut self.reader, &mut self.writer, self.next_id, method, params, on_event);
+        let r = roundtrip(
+            &mut self.reader,
+            &mut self.writer,
+            self.next_id,
+            method,
+            params,
+            on_event,
+        );
         if let Err(e) = &r {
             if e.rpc_code == 0 && e.kind == ErrorKind::Daemon {
                 self.broken = true;
@@ -325,9 +374,14 @@ impl Client {
 /// One request on a connection of its own (interrupt while a call waits).
 pub(crate) fn call_once(sock: &Path, method: &str, params: Value) -> Result<Value, Error> {
     let s = dial(sock).map_err(|e| {
-        Error::new(ErrorKind::Daemon, format!("{}: cannot connect to {}: {}", method, sock.display(), e))
+        Error::new(
+            ErrorKind::Daemon,
+            format!("{}: cannot connect to {}: {}", method, sock.display(), e),
+        )
     })?;
-    let mut w = s.try_clone().map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+    let mut w = s
+        .try_clone()
+        .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
     let mut r = BufReader::new(s);
     roundtrip(&mut r, &mut w, 1, method, params, &mut |_| {})
 }
@@ -340,9 +394,11 @@ fn read_line(r: &mut BufReader<UnixStream>, buf: &mut Vec<u8>) -> Result<(), Str
         .read_until(b'\n', buf)
         .map_err(|e| e.to_string())?;
     if n == 0 {
-        return Err("the daemon closed the connection without a response (did it stop? see \
+        return Err(
+            "the daemon closed the connection without a response (did it stop? see \
                     daemon.log)"
-            .to_string());
+                .to_string(),
+        );
     }
     if buf.last() != Some(&b'\n') {
         return Err(if buf.len() > MAX_LINE {
@@ -371,16 +427,26 @@ fn roundtrip(
     let mut line = req.to_json();
     line.push('\n');
     w.write_all(line.as_bytes()).map_err(|e| {
-        Error::new(ErrorKind::Daemon, format!("{}: cannot send to the daemon: {}", method, e))
+        Error::new(
+            ErrorKind::Daemon,
+            format!("{}: cannot send to the daemon: {}", method, e),
+        )
     })?;
     let mut buf = Vec::new();
     loop {
-        read_line(r, &mut buf).map_err(|e| Error::new(ErrorKind::Daemon, format!("{}: {}", method, e)))?;
+        read_line(r, &mut buf)
+            .map_err(|e| Error::new(ErrorKind::Daemon, format!("{}: {}", method, e)))?;
         let text = std::str::from_utf8(&buf).map_err(|_| {
-            Error::new(ErrorKind::Daemon, format!("{}: the daemon sent a line that is not UTF-8", method))
+            Error::new(
+                ErrorKind::Daemon,
+                format!("{}: the daemon sent a line that is not UTF-8", method),
+            )
         })?;
         let msg = json::parse(text).map_err(|e| {
-            Error::new(ErrorKind::Daemon, format!("{}: the daemon sent {}", method, e))
+            Error::new(
+                ErrorKind::Daemon,
+                format!("{}: the daemon sent {}", method, e),
+            )
         })?;
         if msg.as_object().is_none() {
             return Err(Error::new(
@@ -417,7 +483,10 @@ fn roundtrip(
             Some(v) => Ok(v.clone()),
             None => Err(Error::new(
                 ErrorKind::Daemon,
-                format!("{}: the daemon sent a response without result or error", method),
+                format!(
+                    "{}: the daemon sent a response without result or error",
+                    method
+                ),
             )),
         };
     }

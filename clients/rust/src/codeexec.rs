@@ -24,7 +24,12 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { home: None, daemon: None, autostart: true, session: Vec::new() }
+        Options {
+            home: None,
+            daemon: None,
+            autostart: true,
+            session: Vec::new(),
+        }
     }
 }
 
@@ -95,7 +100,10 @@ pub struct Output {
 impl Output {
     /// The data for `mime`, if the bundle has it.
     pub fn get(&self, mime: &str) -> Option<&str> {
-        self.data.iter().find(|(m, _)| m == mime).map(|(_, d)| d.as_str())
+        self.data
+            .iter()
+            .find(|(m, _)| m == mime)
+            .map(|(_, d)| d.as_str())
     }
 }
 
@@ -137,12 +145,24 @@ pub struct Execution {
 /// An event of a running [`CodeExec::run_streaming`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event<'a> {
-    Stdout { block: i64, text: &'a str },
-    Stderr { block: i64, text: &'a str },
+    Stdout {
+        block: i64,
+        text: &'a str,
+    },
+    Stderr {
+        block: i64,
+        text: &'a str,
+    },
     /// The daemon says something (the block waits for another cell).
-    Notice { block: i64, message: &'a str },
+    Notice {
+        block: i64,
+        message: &'a str,
+    },
     /// A block finished (its result is in the [`Execution`]).
-    BlockDone { block: i64, status: &'a str },
+    BlockDone {
+        block: i64,
+        status: &'a str,
+    },
 }
 
 /// What a streaming callback wants next.
@@ -188,16 +208,29 @@ fn bundle(v: &Value, is_result: bool) -> Option<Output> {
     let m = v.as_object()?;
     let data = m
         .iter()
-        .map(|(k, x)| (k.clone(), x.as_str().map(str::to_string).unwrap_or_else(|| x.to_json())))
+        .map(|(k, x)| {
+            (
+                k.clone(),
+                x.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| x.to_json()),
+            )
+        })
         .collect();
     Some(Output { data, is_result })
 }
 
 /// The [`Execution`] of an exec result.
 fn execution(raw: Value) -> Result<Execution, Error> {
-    let blocks = raw.get("results").and_then(Value::as_array).ok_or_else(|| {
-        Error::new(ErrorKind::Daemon, "exec: the daemon's result has no \"results\" array".into())
-    })?;
+    let blocks = raw
+        .get("results")
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Daemon,
+                "exec: the daemon's result has no \"results\" array".into(),
+            )
+        })?;
     let mut ex = Execution {
         stdout: String::new(),
         stderr: String::new(),
@@ -210,16 +243,31 @@ fn execution(raw: Value) -> Result<Execution, Error> {
     };
     let mut failed = false;
     for b in blocks {
-        ex.stdout.push_str(b.get("stdout").and_then(Value::as_str).unwrap_or(""));
-        ex.stderr.push_str(b.get("stderr").and_then(Value::as_str).unwrap_or(""));
-        for d in b.get("displays").and_then(Value::as_array).into_iter().flatten() {
+        ex.stdout
+            .push_str(b.get("stdout").and_then(Value::as_str).unwrap_or(""));
+        ex.stderr
+            .push_str(b.get("stderr").and_then(Value::as_str).unwrap_or(""));
+        for d in b
+            .get("displays")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             ex.results.extend(bundle(d, false));
         }
         if let Some(r) = b.get("result") {
             ex.results.extend(bundle(r, true));
         }
-        for f in b.get("files").and_then(Value::as_array).into_iter().flatten() {
-            ex.files.push(FileChange { path: str_of(f, "path"), change: str_of(f, "change") });
+        for f in b
+            .get("files")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            ex.files.push(FileChange {
+                path: str_of(f, "path"),
+                change: str_of(f, "change"),
+            });
         }
         let status = str_of(b, "status");
         if !failed {
@@ -233,7 +281,12 @@ fn execution(raw: Value) -> Result<Execution, Error> {
                 traceback: e
                     .get("traceback")
                     .and_then(Value::as_array)
-                    .map(|t| t.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                    .map(|t| {
+                        t.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
                     .unwrap_or_default(),
             });
         }
@@ -263,7 +316,12 @@ impl CodeExec {
             warnings: res
                 .get("warnings")
                 .and_then(Value::as_array)
-                .map(|w| w.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .map(|w| {
+                    w.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default(),
         })
     }
@@ -294,7 +352,12 @@ impl CodeExec {
     /// route each block); `timeout` per block (`None`: the daemon's
     /// default). A block that fails is not an `Err`: it is an
     /// [`Execution`] with its status and error.
-    pub fn run(&mut self, code: &str, lang: &str, timeout: Option<Duration>) -> Result<Execution, Error> {
+    pub fn run(
+        &mut self,
+        code: &str,
+        lang: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Execution, Error> {
         self.exec(code, lang, timeout, None)
     }
 
@@ -341,12 +404,20 @@ impl CodeExec {
             let block = ev.get("block").and_then(Value::as_i64).unwrap_or(0);
             let text = |k: &str| ev.get(k).and_then(Value::as_str);
             let event = match (text("event"), text("name")) {
-                (Some("stream"), Some("stdout")) => text("text").map(|t| Event::Stdout { block, text: t }),
-                (Some("stream"), Some("stderr")) => text("text").map(|t| Event::Stderr { block, text: t }),
+                (Some("stream"), Some("stdout")) => {
+                    text("text").map(|t| Event::Stdout { block, text: t })
+                }
+                (Some("stream"), Some("stderr")) => {
+                    text("text").map(|t| Event::Stderr { block, text: t })
+                }
                 (Some("notice"), _) => text("message").map(|m| Event::Notice { block, message: m }),
                 (Some("result"), _) => Some(Event::BlockDone {
                     block,
-                    status: ev.get("result").and_then(|r| r.get("status")).and_then(Value::as_str).unwrap_or(""),
+                    status: ev
+                        .get("result")
+                        .and_then(|r| r.get("status"))
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
                 }),
                 _ => None, // an event this crate does not know: additions are allowed
             };
@@ -362,7 +433,10 @@ impl CodeExec {
 
     /// A handle that interrupts this session from another thread.
     pub fn interrupter(&self) -> Interrupter {
-        Interrupter { sock: self.client.socket().to_path_buf(), session: self.session.clone() }
+        Interrupter {
+            sock: self.client.socket().to_path_buf(),
+            session: self.session.clone(),
+        }
     }
 
     /// Stops what runs in the session (state kept).
@@ -408,10 +482,16 @@ impl CodeExec {
             p.set("encoding", Value::from("base64"));
             let res = self.client.call("files.read", p, &mut |_| {})?;
             let content = res.get("content").and_then(Value::as_str).ok_or_else(|| {
-                Error::new(ErrorKind::Daemon, "files.read: the daemon's result has no content".into())
+                Error::new(
+                    ErrorKind::Daemon,
+                    "files.read: the daemon's result has no content".into(),
+                )
             })?;
             let bytes = base64_decode(content).ok_or_else(|| {
-                Error::new(ErrorKind::Daemon, "files.read: the daemon sent invalid base64".into())
+                Error::new(
+                    ErrorKind::Daemon,
+                    "files.read: the daemon sent invalid base64".into(),
+                )
             })?;
             out.extend_from_slice(&bytes);
             if bytes.is_empty() || res.get("eof").and_then(Value::as_bool).unwrap_or(true) {
@@ -425,7 +505,10 @@ impl CodeExec {
         let p = self.params();
         let res = self.client.call("export", p, &mut |_| {})?;
         res.get("notebook").cloned().ok_or_else(|| {
-            Error::new(ErrorKind::Daemon, "export: the daemon's result has no notebook".into())
+            Error::new(
+                ErrorKind::Daemon,
+                "export: the daemon's result has no notebook".into(),
+            )
         })
     }
 
@@ -434,7 +517,11 @@ impl CodeExec {
     /// (session.snapshot, session.restore, session.fork) get methods of
     /// their own here once the daemon has them.
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, Error> {
-        let mut p = if params.as_object().is_some() { params } else { Value::object() };
+        let mut p = if params.as_object().is_some() {
+            params
+        } else {
+            Value::object()
+        };
         if p.get("session").is_none() {
             p.set("session", Value::from(self.session.as_str()));
         }
@@ -454,11 +541,21 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 fn base64_encode(d: &[u8]) -> String {
     let mut s = String::with_capacity((d.len() + 2) / 3 * 4);
     for c in d.chunks(3) {
-        let v = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let v = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
         s.push(B64[(v >> 18) as usize & 63] as char);
         s.push(B64[(v >> 12) as usize & 63] as char);
-        s.push(if c.len() > 1 { B64[(v >> 6) as usize & 63] as char } else { '=' });
-        s.push(if c.len() > 2 { B64[v as usize & 63] as char } else { '=' });
+        s.push(if c.len() > 1 {
+            B64[(v >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        s.push(if c.len() > 2 {
+            B64[v as usize & 63] as char
+        } else {
+            '='
+        });
     }
     s
 }
@@ -472,7 +569,15 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(b.len() / 4 * 3);
     for (i, q) in b.chunks(4).enumerate() {
         let last = i + 1 == b.len() / 4;
-        let pad = if last && q[3] == b'=' { if q[2] == b'=' { 2 } else { 1 } } else { 0 };
+        let pad = if last && q[3] == b'=' {
+            if q[2] == b'=' {
+                2
+            } else {
+                1
+            }
+        } else {
+            0
+        };
         let a = val(q[0])?;
         let bb = val(q[1])?;
         let c = if pad == 2 { 0 } else { val(q[2])? };
@@ -496,7 +601,13 @@ mod tests {
 
     #[test]
     fn base64_round_trips() {
-        for (i, o) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")] {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+        ] {
             assert_eq!(base64_encode(i.as_bytes()), o);
             assert_eq!(base64_decode(o).unwrap(), i.as_bytes());
         }
@@ -527,14 +638,27 @@ mod tests {
         assert_eq!(ex.error.as_ref().unwrap().traceback, vec!["t1", "t2"]);
         assert_eq!(ex.results.len(), 2);
         assert!(!ex.results[0].is_result && ex.results[0].get("text/html") == Some("<b>x</b>"));
-        assert!(ex.results[1].is_result && ex.results[1].get("application/json") == Some("{\"k\":1}"));
-        assert_eq!(ex.files, vec![FileChange { path: "p".into(), change: "created".into() }]);
+        assert!(
+            ex.results[1].is_result && ex.results[1].get("application/json") == Some("{\"k\":1}")
+        );
+        assert_eq!(
+            ex.files,
+            vec![FileChange {
+                path: "p".into(),
+                change: "created".into()
+            }]
+        );
         assert!(execution(parse("{\"results\":3}").unwrap()).is_err());
     }
 
     #[test]
     fn options_build_the_request() {
-        let o = Options::default().memory("1G").cpus(0.5).env("A", "1").env("B", "2").memory("2G");
+        let o = Options::default()
+            .memory("1G")
+            .cpus(0.5)
+            .env("A", "1")
+            .env("B", "2")
+            .memory("2G");
         let v = Value::Object(o.session).to_json();
         assert_eq!(v, r#"{"cpus":0.5,"env":{"A":"1","B":"2"},"memory":"2G"}"#);
     }
@@ -562,9 +686,15 @@ mod tests {
         assert_eq!(client::resolve_home(), PathBuf::from("/xdg/kernelmgr"));
         std::env::remove_var("XDG_STATE_HOME");
         std::env::set_var("HOME", "/home/u");
-        assert_eq!(client::resolve_home(), PathBuf::from("/home/u/.local/state/kernelmgr"));
+        assert_eq!(
+            client::resolve_home(),
+            PathBuf::from("/home/u/.local/state/kernelmgr")
+        );
         std::env::set_var("KERNELMGR_HOME", "rel");
-        assert_eq!(client::resolve_home(), std::env::current_dir().unwrap().join("rel"));
+        assert_eq!(
+            client::resolve_home(),
+            std::env::current_dir().unwrap().join("rel")
+        );
         std::env::remove_var("KERNELMGR_HOME");
     }
 }

@@ -200,7 +200,10 @@ fn write_value(v: &Value, out: &mut String) {
 
 /// Parses `text` as exactly one JSON value.
 pub fn parse(text: &str) -> Result<Value, ParseError> {
-    let mut p = Parser { b: text.as_bytes(), i: 0 };
+    let mut p = Parser {
+        b: text.as_bytes(),
+        i: 0,
+    };
     p.ws();
     let v = p.value(0)?;
     p.ws();
@@ -217,7 +220,10 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn err(&self, reason: &str) -> ParseError {
-        ParseError { offset: self.i, reason: reason.to_string() }
+        ParseError {
+            offset: self.i,
+            reason: reason.to_string(),
+        }
     }
     fn ws(&mut self) {
         while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
@@ -329,7 +335,10 @@ impl<'a> Parser<'a> {
             return Err(self.err("expected a digit"));
         }
         if n > 1 && self.b[int_start] == b'0' {
-            return Err(ParseError { offset: int_start, reason: "leading zero".to_string() });
+            return Err(ParseError {
+                offset: int_start,
+                reason: "leading zero".to_string(),
+            });
         }
         let mut float = false;
         if self.peek() == Some(b'.') {
@@ -358,7 +367,10 @@ impl<'a> Parser<'a> {
         }
         match text.parse::<f64>() {
             Ok(f) if f.is_finite() => Ok(Value::Float(f)),
-            _ => Err(ParseError { offset: start, reason: "number out of range".to_string() }),
+            _ => Err(ParseError {
+                offset: start,
+                reason: "number out of range".to_string(),
+            }),
         }
     }
     fn hex4(&mut self) -> Result<u32, ParseError> {
@@ -368,7 +380,9 @@ impl<'a> Parser<'a> {
         let mut v = 0u32;
         for k in 0..4 {
             let c = self.b[self.i + k];
-            let d = (c as char).to_digit(16).ok_or_else(|| self.err("bad hex digit in \\u escape"))?;
+            let d = (c as char)
+                .to_digit(16)
+                .ok_or_else(|| self.err("bad hex digit in \\u escape"))?;
             v = v * 16 + d;
         }
         self.i += 4;
@@ -438,8 +452,9 @@ mod tests {
 
     #[test]
     fn parses_values() {
-        let v = parse(r#" {"a": [1, -2, 3.5, 1e3, true, false, null], "b": "x\n\u00e9\ud83d\ude00"} "#)
-            .unwrap();
+        let v =
+            parse(r#" {"a": [1, -2, 3.5, 1e3, true, false, null], "b": "x\n\u00e9\ud83d\ude00"} "#)
+                .unwrap();
         let a = v.get("a").unwrap().as_array().unwrap();
         assert_eq!(a[0], Value::Int(1));
         assert_eq!(a[1], Value::Int(-2));
@@ -451,7 +466,10 @@ mod tests {
         assert_eq!(parse("0").unwrap(), Value::Int(0));
         assert_eq!(parse("-0.0").unwrap(), Value::Float(-0.0));
         assert_eq!(parse("9223372036854775807").unwrap(), Value::Int(i64::MAX));
-        assert_eq!(parse("9223372036854775808").unwrap(), Value::Float(9223372036854775808.0));
+        assert_eq!(
+            parse("9223372036854775808").unwrap(),
+            Value::Float(9223372036854775808.0)
+        );
         assert_eq!(parse("\"\\u0000\"").unwrap(), Value::Str("\0".to_string()));
         assert_eq!(parse("[]").unwrap(), Value::Array(vec![]));
         assert_eq!(parse("{}").unwrap(), Value::object());
@@ -460,10 +478,38 @@ mod tests {
     #[test]
     fn refuses_what_is_not_json() {
         let bad = [
-            "", " ", "[1,]", "{\"a\":1,}", "01", "-", "1.", ".5", "1e", "+1", "NaN", "Infinity",
-            "[1 2]", "{\"a\" 1}", "{a:1}", "'x'", "\"abc", "\"\\x\"", "\"\\u12\"", "\"\\ud800\"",
-            "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"a\tb\"", "tru", "nul", "[1]x", "{\"a\":1}}",
-            "1e400", "/* c */1", "{\"a\":1,\"a\":2}", "[", "{",
+            "",
+            " ",
+            "[1,]",
+            "{\"a\":1,}",
+            "01",
+            "-",
+            "1.",
+            ".5",
+            "1e",
+            "+1",
+            "NaN",
+            "Infinity",
+            "[1 2]",
+            "{\"a\" 1}",
+            "{a:1}",
+            "'x'",
+            "\"abc",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "\"\\ud800\"",
+            "\"\\udc00\"",
+            "\"\\ud800\\u0041\"",
+            "\"a\tb\"",
+            "tru",
+            "nul",
+            "[1]x",
+            "{\"a\":1}}",
+            "1e400",
+            "/* c */1",
+            "{\"a\":1,\"a\":2}",
+            "[",
+            "{",
         ];
         for b in bad.iter() {
             assert!(parse(b).is_err(), "accepted {:?}", b);

@@ -80,7 +80,11 @@ pub struct Error {
 
 impl Error {
     pub(crate) fn new(kind: ErrorKind, message: String) -> Error {
-        Error { kind, rpc_code: 0, message }
+        Error {
+            kind,
+            rpc_code: 0,
+            message,
+        }
     }
 }
 

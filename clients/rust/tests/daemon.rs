@@ -31,7 +31,10 @@ impl Home {
             );
             return None;
         }
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
         let dir = PathBuf::from(format!(
             "/tmp/kmrs{}-{}-{}",
             std::process::id(),
@@ -53,7 +56,11 @@ impl Home {
 
 impl Drop for Home {
     fn drop(&mut self) {
-        let c = Connect { home: Some(self.dir.clone()), daemon: None, autostart: false };
+        let c = Connect {
+            home: Some(self.dir.clone()),
+            daemon: None,
+            autostart: false,
+        };
         if let Ok(mut cl) = Client::connect(&c) {
             let _ = cl.call("shutdown", Value::object(), &mut |_| {});
         }
@@ -93,12 +100,24 @@ fn runs_python_and_bash() {
     assert!(ex.error.is_none());
     let r = ex.results.iter().find(|o| o.is_result).expect("a result");
     assert_eq!(r.get("text/plain"), Some("42"));
-    let ex = t.run("echo out; echo err >&2; echo data > f.txt; sh -c 'exit 3'", "bash", T).unwrap();
+    let ex = t
+        .run(
+            "echo out; echo err >&2; echo data > f.txt; sh -c 'exit 3'",
+            "bash",
+            T,
+        )
+        .unwrap();
     assert_eq!(ex.stdout, "out\n");
     assert_eq!(ex.stderr, "err\n");
     assert_eq!(ex.exit_code, 3);
     assert_eq!(ex.status, "error");
-    assert!(ex.files.iter().any(|f| f.path == "f.txt" && f.change == "created"), "{:?}", ex.files);
+    assert!(
+        ex.files
+            .iter()
+            .any(|f| f.path == "f.txt" && f.change == "created"),
+        "{:?}",
+        ex.files
+    );
     let ex = t.run("print(x)\n1/0", "python", T).unwrap();
     assert_eq!(ex.stdout, "42\n");
     let e = ex.error.expect("an error");
@@ -111,7 +130,10 @@ fn runs_python_and_bash() {
     assert_eq!(ex.stdout, "p\nb\n");
     assert_eq!(ex.raw.get("results").unwrap().as_array().unwrap().len(), 2);
     let nb = t.export().unwrap();
-    assert!(nb.get("cells").and_then(Value::as_array).map_or(false, |c| !c.is_empty()));
+    assert!(nb
+        .get("cells")
+        .and_then(Value::as_array)
+        .map_or(false, |c| !c.is_empty()));
     t.close().unwrap();
 }
 
@@ -146,15 +168,26 @@ fn streams_events_as_they_arrive() {
 fn interrupts_a_running_cell() {
     let h = home!();
     let mut t = CodeExec::new("rs-intr", h.options()).unwrap();
-    let code = "import time\nkept = 5\nprint('started', flush=True)\ntime.sleep(300)\nprint('late')";
+    let code =
+        "import time\nkept = 5\nprint('started', flush=True)\ntime.sleep(300)\nprint('late')";
     // by the callback
     let ex = t
-        .run_streaming(code, "python", Some(Duration::from_secs(600)), |ev| match ev {
-            Event::Stdout { text, .. } if text.contains("started") => Flow::Interrupt,
-            _ => Flow::Continue,
-        })
+        .run_streaming(
+            code,
+            "python",
+            Some(Duration::from_secs(600)),
+            |ev| match ev {
+                Event::Stdout { text, .. } if text.contains("started") => Flow::Interrupt,
+                _ => Flow::Continue,
+            },
+        )
         .unwrap();
-    assert_eq!(ex.error.as_ref().map(|e| e.name.as_str()), Some("KeyboardInterrupt"), "{:?}", ex.raw);
+    assert_eq!(
+        ex.error.as_ref().map(|e| e.name.as_str()),
+        Some("KeyboardInterrupt"),
+        "{:?}",
+        ex.raw
+    );
     assert!(!ex.stdout.contains("late"));
     // from another thread, with an Interrupter
     let stop = t.interrupter();
@@ -171,7 +204,10 @@ fn interrupts_a_running_cell() {
         })
         .unwrap();
     th.expect("started").join().unwrap().unwrap();
-    assert_eq!(ex.error.as_ref().map(|e| e.name.as_str()), Some("KeyboardInterrupt"));
+    assert_eq!(
+        ex.error.as_ref().map(|e| e.name.as_str()),
+        Some("KeyboardInterrupt")
+    );
     // state kept; restart clears it
     assert_eq!(t.run("print(kept)", "python", T).unwrap().stdout, "5\n");
     t.restart().unwrap();
@@ -183,11 +219,15 @@ fn interrupts_a_running_cell() {
 #[test]
 fn errors_name_what_failed() {
     let h = home!();
-    let e = CodeExec::new("rs-bad", h.options().memory("lots")).err().expect("refused");
+    let e = CodeExec::new("rs-bad", h.options().memory("lots"))
+        .err()
+        .expect("refused");
     assert_eq!(e.kind, ErrorKind::Usage);
     assert_eq!(e.rpc_code, -32602);
     assert!(e.message.contains("\"memory\""), "{}", e);
-    let e = CodeExec::new("rs-bad", h.options().set("frobnicate", Value::Int(1))).err().unwrap();
+    let e = CodeExec::new("rs-bad", h.options().set("frobnicate", Value::Int(1)))
+        .err()
+        .unwrap();
     assert!(e.message.contains("frobnicate"), "{}", e);
     let e = CodeExec::new("../x", h.options()).err().unwrap();
     assert_eq!(e.kind, ErrorKind::Usage);
@@ -203,10 +243,14 @@ fn errors_name_what_failed() {
     assert_eq!(e.rpc_code, -32601);
     // no daemon, no autostart
     let other = Home::new().unwrap();
-    let e = CodeExec::new("x", other.options().autostart(false)).err().unwrap();
+    let e = CodeExec::new("x", other.options().autostart(false))
+        .err()
+        .unwrap();
     assert_eq!(e.kind, ErrorKind::Daemon);
     // a daemon binary that is not one
-    let e = CodeExec::new("x", other.options().daemon("/nonexistent/kernelmgr")).err().unwrap();
+    let e = CodeExec::new("x", other.options().daemon("/nonexistent/kernelmgr"))
+        .err()
+        .unwrap();
     assert!(e.message.contains("/nonexistent/kernelmgr"), "{}", e);
 }
 
@@ -214,7 +258,9 @@ fn errors_name_what_failed() {
 fn files_both_ways() {
     let h = home!();
     let mut t = CodeExec::new("rs-files", h.options()).unwrap();
-    let data: Vec<u8> = (0..(5usize << 20) + 3).map(|i| (i * 7 + i / 251) as u8).collect();
+    let data: Vec<u8> = (0..(5usize << 20) + 3)
+        .map(|i| (i * 7 + i / 251) as u8)
+        .collect();
     t.write_file("d/blob.bin", &data).unwrap();
     assert_eq!(t.read_file("d/blob.bin").unwrap(), data);
     let ex = t.run("wc -c < d/blob.bin", "bash", T).unwrap();
