@@ -185,11 +185,15 @@ static int roundtrip(int fd, klib_reader *r, long long id, const char *method, j
     }
 }
 
+/* The client whose call this thread is in (its lock held, its events being
+ * delivered): a call on it from an event callback would wait for itself. */
+static _Thread_local kernelmgr_client *calling;
+
 int klib_call(kernelmgr_client *c, const char *method, json_t *params, const klib_events *ev,
               json_t **result, kernelmgr_error **err)
 {
     *result = NULL;
-    if (atomic_load(&c->held) && pthread_equal(c->holder, pthread_self())) {
+    if (calling == c) {
         json_decref(params);
         return klib_fail(err, KERNELMGR_EUSAGE, 0,
                          "%s: called from an event callback on the client that runs the exec "
@@ -197,8 +201,8 @@ int klib_call(kernelmgr_client *c, const char *method, json_t *params, const kli
                          method);
     }
     pthread_mutex_lock(&c->lock);
-    c->holder = pthread_self();
-    atomic_store(&c->held, 1);
+    kernelmgr_client *outer = calling; /* a callback of another client's call */
+    calling = c;
     int rc;
     if (c->fd < 0) {
         json_decref(params);
@@ -213,7 +217,7 @@ int klib_call(kernelmgr_client *c, const char *method, json_t *params, const kli
             rc = -1;
         }
     }
-    atomic_store(&c->held, 0);
+    calling = outer;
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -264,7 +268,6 @@ KERNELMGR_API kernelmgr_client *kernelmgr_connect(const char *home, const char *
     }
     c->fd = -1;
     pthread_mutex_init(&c->lock, NULL);
-    atomic_init(&c->held, 0);
     if (!(c->home = klib_home_resolve(home, err)))
         goto fail;
     struct sockaddr_un sun;

@@ -69,5 +69,8 @@ KERNELMGR_API void kernelmgr_free(void *p)
 
 KERNELMGR_API const char *kernelmgr_version(void)
 {
-    return "0.1.0";
+#define KLIB_STR_(x) #x
+#define KLIB_STR(x) KLIB_STR_(x)
+    return KLIB_STR(KERNELMGR_VERSION_MAJOR) "." KLIB_STR(KERNELMGR_VERSION_MINOR) "." KLIB_STR(
+        KERNELMGR_VERSION_PATCH);
 }

@@ -16,7 +16,6 @@
 
 #include <jansson.h>
 #include <pthread.h>
-#include <stdatomic.h>
 
 /* The daemon's bound on one line (docs/API.md "Transport and framing"). */
 #define KLIB_MAX_LINE (64u << 20)
@@ -69,8 +68,6 @@ struct kernelmgr_client {
     char *home;           /* owned */
     char *sock;           /* owned: home/kernelmgr.sock */
     pthread_mutex_t lock; /* one request at a time on fd */
-    atomic_int held;      /* the lock is held by holder */
-    pthread_t holder;
     int fd;
     long long next_id;
     klib_reader r;
