@@ -189,6 +189,13 @@ static void child(const char *daemon, char *const argv[], char *const envp[], in
     pid_t pid = fork();
     if (pid != 0)
         _exit(pid < 0 ? 1 : 0);
+    /* above stdio first: the host program may have closed 0-2, so any of
+     * these fds may be one of them */
+    nullfd = fcntl(nullfd, F_DUPFD_CLOEXEC, 10);
+    logfd = fcntl(logfd, F_DUPFD_CLOEXEC, 10);
+    report = fcntl(report, F_DUPFD_CLOEXEC, 10);
+    if (nullfd < 0 || logfd < 0 || report < 0)
+        _exit(127);
     pid = getpid();
     if (write(report, &pid, sizeof pid) != (ssize_t)sizeof pid)
         _exit(127);
@@ -201,10 +208,12 @@ static void child(const char *daemon, char *const argv[], char *const envp[], in
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
-    /* every other fd of the host program: report stays (it is O_CLOEXEC) */
-    for (int fd = 3; fd < 4096; fd++)
-        if (fd != report)
-            close(fd);
+    /* every other fd of the host program; report stays until exec (it is
+     * O_CLOEXEC) */
+    if (close_range(3, (unsigned)report - 1, 0) || close_range((unsigned)report + 1, ~0U, 0))
+        for (int fd = 3; fd < 65536; fd++)
+            if (fd != report)
+                close(fd);
     execve(daemon, argv, envp);
     int e = errno;
     if (write(report, &e, sizeof e) < 0)

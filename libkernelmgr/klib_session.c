@@ -309,8 +309,11 @@ KERNELMGR_API kernelmgr_result *kernelmgr_exec(kernelmgr_session *s, const char 
         klib_fail(err, KERNELMGR_EUSAGE, 0, "exec: the code is not valid UTF-8");
         return NULL;
     }
-    if (lang)
-        json_object_set_new(p, "lang", json_string(lang));
+    if (lang && json_object_set_new(p, "lang", json_string(lang))) {
+        json_decref(p);
+        klib_fail(err, KERNELMGR_EUSAGE, 0, "exec: the language is not valid UTF-8");
+        return NULL;
+    }
     if (timeout > 0)
         json_object_set_new(p, "timeout", json_real(timeout));
     if (flags & KERNELMGR_EXEC_CONTINUE_ON_ERROR)

@@ -207,3 +207,28 @@ def test_install_lib_and_uninstall(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     left = [str(f.relative_to(dest)) for f in dest.rglob("*") if not f.is_dir()]
     assert left == [], left
+
+
+def test_autostart_from_a_host_with_stdin_closed_leaks_no_fd(binaries, home, tmp_path):
+    """The daemon the library starts holds none of the host program's fds,
+    also when the host has closed its stdin (so the library's own fds may
+    be 0)."""
+    marker = tmp_path / "host-secret"
+    marker.write_text("x")
+    fd = os.open(marker, os.O_RDONLY)
+    try:
+        p = subprocess.run([str(binaries["example"])], env=home.env, capture_output=True,
+                           text=True, timeout=300, pass_fds=(fd,),
+                           preexec_fn=lambda: os.close(0))
+    finally:
+        os.close(fd)
+    assert p.returncode == 0, p.stdout + p.stderr
+    check_example(p.stdout)
+    pid = home.daemon_pid()
+    assert pid, "no daemon.pid"
+    fds = Path(f"/proc/{pid}/fd")
+    targets = [os.readlink(f) for f in fds.iterdir()]
+    assert str(marker) not in targets, targets
+    # its stdin is /dev/null and its output goes to the home's daemon.log
+    assert os.readlink(fds / "0") == "/dev/null"
+    assert os.readlink(fds / "2") == str(home.home / "daemon.log")
