@@ -175,6 +175,20 @@ def test_exports_only_the_header():
     assert os.readlink(LIBDIR / "libkernelmgr.so") == "libkernelmgr.so.0"
 
 
+@pytest.mark.parametrize("lang,std", [("c", "-std=c99"), ("c++", "-std=c++11")])
+def test_header_stands_alone(tmp_path, lang, std):
+    """kernelmgr.h needs nothing before it, in strict C99 and in C++."""
+    compiler = CC if lang == "c" else shutil.which("g++") or shutil.which("clang++")
+    if not compiler:
+        pytest.skip("no C++ compiler")
+    src = tmp_path / "h.c"
+    src.write_text("#include <kernelmgr.h>\nint main(void) { return kernelmgr_version()[0] != '0'; }\n")
+    p = subprocess.run([compiler, "-x", lang, std, "-pedantic", "-Wall", "-Wextra", "-Werror",
+                        f"-I{HEADER.parent}", "-fsyntax-only", str(src)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
 def test_install_lib_and_uninstall(tmp_path):
     dest = tmp_path / "dest"
     build = tmp_path / "build"  # its own build: PREFIX changes what the library is built with
