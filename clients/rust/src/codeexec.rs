@@ -512,19 +512,18 @@ impl CodeExec {
         })
     }
 
-    /// Any other method of the API (docs/API.md), with `params` (an
-    /// object: "session" is added when it lacks one). Snapshots and forks
-    /// (session.snapshot, session.restore, session.fork) get methods of
-    /// their own here once the daemon has them.
+    /// Any other method of the API (docs/API.md) on this session's
+    /// connection, with `params` as given (an object; anything else is
+    /// sent as `{}`): name the session in them where the method takes one.
+    /// Snapshots and forks (session.snapshot, session.restore,
+    /// session.fork) get methods of their own here once the daemon has
+    /// them.
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, Error> {
-        let mut p = if params.as_object().is_some() {
+        let p = if params.as_object().is_some() {
             params
         } else {
             Value::object()
         };
-        if p.get("session").is_none() {
-            p.set("session", Value::from(self.session.as_str()));
-        }
         self.client.call(method, p, &mut |_| {})
     }
 

@@ -241,6 +241,20 @@ fn errors_name_what_failed() {
     // the daemon's refusal of a method it lacks
     let e = b.call("no.such.method", Value::object()).unwrap_err();
     assert_eq!(e.rpc_code, -32601);
+    // the connection's tier lowered: what the tier may not ask is refused
+    let mut tier = Value::object();
+    tier.set("tier", Value::from("mcp"));
+    assert_eq!(
+        b.call("initialize", tier)
+            .unwrap()
+            .get("tier")
+            .and_then(Value::as_str),
+        Some("mcp")
+    );
+    let mut cf = Value::object();
+    cf.set("session", Value::from("rs-gone"));
+    let e = b.call("connection_file", cf).unwrap_err();
+    assert!(e.message.contains("MCP"), "{}", e);
     // no daemon, no autostart
     let other = Home::new().unwrap();
     let e = CodeExec::new("x", other.options().autostart(false))
