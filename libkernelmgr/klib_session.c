@@ -4,6 +4,7 @@
  */
 #include "libkernelmgr/klib_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,12 +55,13 @@ KERNELMGR_API int kernelmgr_options_set(kernelmgr_options *o, const char *key, c
 KERNELMGR_API int kernelmgr_options_set_number(kernelmgr_options *o, const char *key, double value,
                                                kernelmgr_error **err)
 {
-    /* whole numbers go as integers: "memory" in bytes must be one */
-    json_t *v =
-        value == (double)(json_int_t)value ? json_integer((json_int_t)value) : json_real(value);
-    if (!v) /* NaN or infinite */
+    if (!isfinite(value))
         return klib_fail(err, KERNELMGR_EUSAGE, 0,
                          "session option \"%s\": the number is not finite", key ? key : "?");
+    /* whole numbers go as integers ("memory" in bytes must be one); the
+     * range is checked before the cast, which would be undefined outside */
+    int whole = value > -9e15 && value < 9e15 && value == (double)(json_int_t)value;
+    json_t *v = whole ? json_integer((json_int_t)value) : json_real(value);
     return set_value(o, key, v, err);
 }
 

@@ -154,6 +154,30 @@ def test_no_leaks_under_valgrind(binaries, home):
         assert f"ok {c}\n" in p.stdout, p.stdout
 
 
+@pytest.mark.skipif(not shutil.which("clang"), reason="clang not installed")
+def test_cases_under_asan_and_ubsan(home, tmp_path):
+    """The library's sources and the cases built with AddressSanitizer,
+    LeakSanitizer and UBSan: any report fails."""
+    src = [*sorted((ROOT / "libkernelmgr").glob("*.c")), ROOT / "kernelmgr/engine/kmhome.c",
+           ROOT / "kernelmgr/engine/kmfs.c", ROOT / "tests/e2e/clib/klib_cases.c"]
+    exe = tmp_path / "klib_cases_asan"
+    jansson = subprocess.run(["pkg-config", "--cflags", "--libs", "jansson"], capture_output=True,
+                             text=True, check=True).stdout.split()
+    p = subprocess.run(["clang", "-std=gnu11", "-D_GNU_SOURCE", "-O1", "-g",
+                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        f"-I{ROOT}", f"-I{HEADER.parent}", "-o", str(exe), *map(str, src),
+                        *jansson, "-lpthread"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    env = dict(home.env, ASAN_OPTIONS="detect_leaks=1:halt_on_error=1",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    # the cases that are not mostly waiting for kernels (all run above)
+    cases = [c for c in ALL_CASES if c not in ("threads", "interrupt-thread")]
+    p = subprocess.run([str(exe), *cases], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "runtime error" not in p.stderr, p.stdout + p.stderr
+    for c in cases:
+        assert f"ok {c}\n" in p.stdout, p.stdout
+
+
 def header_functions():
     text = HEADER.read_text()
     return set(re.findall(r"KERNELMGR_API[^;{]*?\b(kernelmgr_\w+)\s*\(", text, re.S))

@@ -157,6 +157,14 @@ static void errors_and_options(void **state)
     kernelmgr_error_free(e);
     assert_int_equal(kernelmgr_options_set(o, "k", NULL, &e), -1);
     kernelmgr_error_free(e);
+    /* not finite, or too large for an integer: never a cast out of range */
+    assert_int_equal(kernelmgr_options_set_number(o, "cpus", 0.0 / 0.0, &e), -1);
+    assert_int_equal(kernelmgr_error_code(e), KERNELMGR_EUSAGE);
+    kernelmgr_error_free(e);
+    assert_int_equal(kernelmgr_options_set_number(o, "cpus", 1.0 / 0.0, &e), -1);
+    kernelmgr_error_free(e);
+    assert_int_equal(kernelmgr_options_set_number(o, "big", 1e300, NULL), 0);
+    assert_true(json_is_real(json_object_get(o->obj, "big")));
     assert_int_equal(kernelmgr_options_set_env(o, "", "x", &e), -1);
     kernelmgr_error_free(e);
     kernelmgr_options_free(o);
