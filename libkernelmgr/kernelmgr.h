@@ -120,7 +120,7 @@ KERNELMGR_API kernelmgr_client *kernelmgr_connect(const char *home, const char *
 /* The client's home (borrowed). */
 KERNELMGR_API const char *kernelmgr_client_home(const kernelmgr_client *c);
 /* Closes the connection and frees c (NULL is fine). Sessions of c must be
- * freed before. */
+ * freed before, and no call on c may be running in another thread. */
 KERNELMGR_API void kernelmgr_client_free(kernelmgr_client *c);
 
 /* One request: method with params_json (a JSON object as text, NULL = {});
