@@ -12,6 +12,11 @@
 # library reuses the home's trust check (kmhome.c, kmfs.c: libc only) and
 # reimplements the small socket client (DESIGN.md "libkernelmgr").
 
+# Included once however the Makefile includes it (by name, or with every
+# mk/*.mk before the install rules, whose prerequisites read INSTALL_EXTRA).
+ifndef KLIB_MK_INCLUDED
+KLIB_MK_INCLUDED := 1
+
 PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib
@@ -103,3 +108,5 @@ uninstall-lib:
 	  $(DESTDIR)$(LIBDIR)/$(KLIB_SONAME) $(DESTDIR)$(LIBDIR)/libkernelmgr.so \
 	  $(DESTDIR)$(LIBDIR)/libkernelmgr.a $(DESTDIR)$(LIBDIR)/pkgconfig/kernelmgr.pc \
 	  $(DESTDIR)$(INCLUDEDIR)/kernelmgr.h
+
+endif
