@@ -169,3 +169,6 @@ lint:
 
 clean:
 	rm -rf $(BUILD)
+
+# The C client library (libkernelmgr/, docs/EMBEDDING.md): its rules, install-lib, uninstall-lib.
+include mk/libkernelmgr.mk
