@@ -158,6 +158,10 @@ json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t 
  * "created","session"} or NULL with err. */
 json_t *km_file_write(km_manager *m, const char *name, const char *rel, const void *data,
                       size_t len, int append, km_err *err);
+/* new: wsfile_remove (wsfile.h) of rel in the session's workspace, under the
+ * session's lock as km_file_write. {"path","type","session"} or NULL with
+ * err (KM_ENOSESSION, KM_EUSAGE with the reason). */
+json_t *km_file_remove(km_manager *m, const char *name, const char *rel, km_err *err);
 /* new: installs allowlisted packages (pkginstall.h) for session `name`:
  * manager "pip" | "npm", packages an array of 1..50 strings (borrowed).
  * allowlist_path NULL: $KERNELMGR_ALLOWLIST, else home/allowlist.json. A
