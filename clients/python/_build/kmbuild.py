@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import io
 import os
 import re
 import tarfile
 import time
 import zipfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import IO, Any, Dict, List, Optional, Tuple, cast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "kernelmgr"
@@ -31,7 +32,7 @@ def _toml_project(text: str) -> Dict[str, Any]:
     """[project] of pyproject.toml: tomllib where there is one (3.11+), else
     the subset this file uses (strings and one-line arrays of strings)."""
     try:
-        import tomllib  # type: ignore[import-not-found]
+        tomllib = importlib.import_module("tomllib")
         return dict(tomllib.loads(text).get("project", {}))
     except ImportError:
         pass
@@ -131,7 +132,7 @@ def _write_wheel(directory: str, members: List[Tuple[str, bytes]], p: Dict[str, 
     date = time.gmtime(max(EPOCH, 315532800))[:6]
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for n, d in members:
-            info = zipfile.ZipInfo(n, date_time=date)  # type: ignore[arg-type]
+            info = zipfile.ZipInfo(n, date_time=date)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, d)
@@ -194,7 +195,7 @@ def build_sdist(sdist_directory: str, config_settings: Optional[Dict[str, Any]] 
     with open(tmp, "wb") as raw:
         import gzip
         with gzip.GzipFile(fileobj=raw, mode="wb", mtime=EPOCH) as gz:
-            with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            with tarfile.open(fileobj=cast(IO[bytes], gz), mode="w", format=tarfile.PAX_FORMAT) as tar:
                 def add(arcname: str, data: bytes) -> None:
                     ti = tarfile.TarInfo(f"{base}/{arcname}")
                     ti.size = len(data)

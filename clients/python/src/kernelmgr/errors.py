@@ -98,8 +98,11 @@ def from_rpc(err: Any) -> KernelmgrError:
         return ProtocolError(f"the daemon sent an error that is not an object: {err!r}")
     code = err.get("code")
     msg = err.get("message")
-    data = err.get("data") if isinstance(err.get("data"), dict) else {}
-    km = data.get("km_code") if isinstance(data.get("km_code"), int) else None
-    cls = _BY_CODE.get(code, KernelmgrError) if isinstance(code, int) else KernelmgrError
-    return cls(msg if isinstance(msg, str) else "the daemon reported an error",
-               code if isinstance(code, int) else None, km, data)
+    raw_data = err.get("data")
+    data: Dict[str, Any] = raw_data if isinstance(raw_data, dict) else {}
+    kc = data.get("km_code")
+    km = kc if isinstance(kc, int) else None
+    icode = code if isinstance(code, int) else None
+    cls: Type[KernelmgrError] = _BY_CODE.get(icode, KernelmgrError) if icode is not None \
+        else KernelmgrError
+    return cls(msg if isinstance(msg, str) else "the daemon reported an error", icode, km, data)

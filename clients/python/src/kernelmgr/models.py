@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 
 @dataclass
@@ -30,14 +30,6 @@ class ExecutionError:
         return f"{self.name}: {self.value}"
 
 
-def _mime(key: str) -> Callable[["Result"], Optional[str]]:
-    def get(self: "Result") -> Optional[str]:
-        v = self.data.get(key)
-        return v if isinstance(v, str) else None
-    get.__doc__ = f"The {key} representation, or None."
-    return get
-
-
 @dataclass
 class Result:
     """One rich output of a block: a MIME bundle (``data``: MIME type to
@@ -50,15 +42,54 @@ class Result:
     data: Dict[str, Any]
     is_main_result: bool = False
 
-    text = property(_mime("text/plain"))
-    html = property(_mime("text/html"))
-    markdown = property(_mime("text/markdown"))
-    svg = property(_mime("image/svg+xml"))
-    png = property(_mime("image/png"))
-    jpeg = property(_mime("image/jpeg"))
-    pdf = property(_mime("application/pdf"))
-    latex = property(_mime("text/latex"))
-    javascript = property(_mime("application/javascript"))
+    def _str(self, mime: str) -> Optional[str]:
+        v = self.data.get(mime)
+        return v if isinstance(v, str) else None
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text/plain representation, or None."""
+        return self._str("text/plain")
+
+    @property
+    def html(self) -> Optional[str]:
+        """The text/html representation, or None."""
+        return self._str("text/html")
+
+    @property
+    def markdown(self) -> Optional[str]:
+        """The text/markdown representation, or None."""
+        return self._str("text/markdown")
+
+    @property
+    def svg(self) -> Optional[str]:
+        """The image/svg+xml representation, or None."""
+        return self._str("image/svg+xml")
+
+    @property
+    def png(self) -> Optional[str]:
+        """The image/png representation, or None."""
+        return self._str("image/png")
+
+    @property
+    def jpeg(self) -> Optional[str]:
+        """The image/jpeg representation, or None."""
+        return self._str("image/jpeg")
+
+    @property
+    def pdf(self) -> Optional[str]:
+        """The application/pdf representation, or None."""
+        return self._str("application/pdf")
+
+    @property
+    def latex(self) -> Optional[str]:
+        """The text/latex representation, or None."""
+        return self._str("text/latex")
+
+    @property
+    def javascript(self) -> Optional[str]:
+        """The application/javascript representation, or None."""
+        return self._str("application/javascript")
 
     @property
     def json(self) -> Any:

@@ -47,9 +47,9 @@ class Files:
         """Writes (replaces) path with data: bytes, str (UTF-8) or a binary
         file object read to its end. Missing directories are created.
         Returns the size written."""
-        if hasattr(data, "read"):
-            return self._write_stream(path, data)  # type: ignore[arg-type]
-        raw = C.as_bytes(data)  # type: ignore[arg-type]
+        if not isinstance(data, (bytes, bytearray, memoryview, str)):
+            return self._write_stream(path, data)
+        raw = C.as_bytes(data)
         done = 0
         for req in C.write_chunks(self._s.name, path, raw):
             try:
