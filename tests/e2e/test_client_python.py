@@ -421,3 +421,27 @@ def test_build_backend_wheel_and_sdist(tmp_path):
     assert (tree / "PKG-INFO").read_text().startswith("Metadata-Version: 2.1\nName: kernelmgr")
     w3 = build(tree, "build_wheel", tmp_path / "w3")
     assert w3.read_bytes() == w1.read_bytes()
+
+
+def test_a_restarted_daemon_is_reconnected(make_mgr):
+    """Pooled connections to a daemon that stopped are not reused: the next
+    call starts a new daemon, and the session is back (files kept)."""
+    m = make_mgr()
+
+    async def arun(s):
+        return (await s.run("6 * 7", lang="python")).text
+
+    with Session("back", home=str(m.home), kernelmgr=KM) as s:
+        s.files.write("kept.txt", b"k")
+        assert s.run("1", lang="python").text == "1"
+        a = AsyncSession("back", home=str(m.home), kernelmgr=KM)
+        loop = asyncio.new_event_loop()
+        try:
+            assert loop.run_until_complete(arun(a)) == "42"
+            assert m.run("serve", "--stop", timeout=60).returncode == 0
+            ex = s.run("2", lang="python")
+            assert ex.text == "2" and s.files.read("kept.txt") == b"k", ex
+            assert loop.run_until_complete(arun(a)) == "42"
+            loop.run_until_complete(a.close(keep=True))
+        finally:
+            loop.close()

@@ -15,6 +15,7 @@ import errno
 import itertools
 import json
 import os
+import select
 import shutil
 import socket
 import stat
@@ -219,6 +220,15 @@ class Connection:
             self.broken = True
             raise
 
+    def idle_ok(self) -> bool:
+        """Whether an idle pooled connection may carry a request: nothing
+        may be readable on it (EOF: the daemon stopped or restarted)."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
     def close(self) -> None:
         try:
             self.rfile.close()
@@ -271,8 +281,13 @@ class Client:
 
     def call(self, method: str, params: Dict[str, Any],
              on_event: Optional[EventHandler] = None) -> Dict[str, Any]:
+        conn = None
         with self._lock:
-            conn = self._idle.pop() if self._idle else None
+            while self._idle and conn is None:
+                conn = self._idle.pop()
+                if not conn.idle_ok():
+                    conn.close()
+                    conn = None
         if conn is None:
             conn = self._open()
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import select
 import time
 from types import TracebackType
 from typing import IO, Any, Dict, List, Optional, Type, Union
@@ -51,6 +52,18 @@ class _AsyncConnection:
         except BaseException:
             self.broken = True  # cancelled, or a callback raised: the answer is unread
             raise
+
+    def idle_ok(self) -> bool:
+        """As Connection.idle_ok: nothing may be readable on an idle
+        connection (EOF: the daemon stopped or restarted)."""
+        if self.reader.at_eof() or self.writer.is_closing():
+            return False
+        sock = self.writer.get_extra_info("socket")
+        try:
+            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        except (OSError, ValueError, AttributeError):
+            return False
+        return not readable
 
     def close(self) -> None:
         self.writer.close()
@@ -120,7 +133,14 @@ class _AsyncClient:
 
     async def call(self, method: str, params: Dict[str, Any],
                    on_event: Optional[T.EventHandler] = None) -> Dict[str, Any]:
-        conn = self._idle.pop() if self._idle else await self._open()
+        conn = None
+        while self._idle and conn is None:
+            conn = self._idle.pop()
+            if not conn.idle_ok():
+                conn.close()  # the daemon stopped or restarted meanwhile
+                conn = None
+        if conn is None:
+            conn = await self._open()
         try:
             return await conn.call(method, params, on_event)
         finally:
