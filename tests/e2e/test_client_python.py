@@ -445,3 +445,44 @@ def test_a_restarted_daemon_is_reconnected(make_mgr):
             loop.run_until_complete(a.close(keep=True))
         finally:
             loop.close()
+
+
+def test_daemon_start_waits_for_a_stopping_daemon(make_mgr):
+    """A daemon started (by a client's auto-start) while the last one still
+    stops its kernels — its lock held, its socket already gone — waits for
+    the lock and serves, rather than exiting "a daemon already serves"."""
+    import fcntl
+    import time
+    m = make_mgr()
+    lock = os.open(str(m.home / "daemon.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the stopping daemon
+    p = subprocess.Popen([KM, "serve"], env=m.env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        # it is waiting once it has slept a few times in its lock loop
+        end = time.monotonic() + 30
+        while p.poll() is None and time.monotonic() < end:
+            try:
+                with open(f"/proc/{p.pid}/status") as f:
+                    sw = [int(x.split()[1]) for x in f if x.startswith("voluntary_ctxt")]
+            except OSError:
+                sw = [0]
+            if sw and sw[0] >= 5 and not (m.home / "kernelmgr.sock").exists():
+                break
+            time.sleep(0.02)
+        assert p.poll() is None, p.stderr.read()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        end = time.monotonic() + 60
+        while not (m.home / "kernelmgr.sock").exists():
+            assert p.poll() is None and time.monotonic() < end, "the daemon did not come up"
+            time.sleep(0.05)
+        with Session(home=str(m.home), autostart=False) as s:
+            assert s.run("7", lang="python").text == "7"
+    finally:
+        os.close(lock)
+        m.run("serve", "--stop", timeout=60)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
