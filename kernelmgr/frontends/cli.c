@@ -966,8 +966,11 @@ static int files_args(cli *c, int min, int max, const char *usage)
     return 0;
 }
 
-/* Reads NAME:PATH chunk by chunk into fd out; *total its bytes. */
-static int files_get_into(cli *c, int fd, const char *name, const char *path, int out,
+/* Reads NAME:PATH chunk by chunk into *out; *total its bytes. When *out
+ * is -1, the file is made from tmpl (mkstemp) once the first chunk has
+ * come, so that a refusal by the daemon (no such file, no session) is said
+ * whatever the local directory is. */
+static int files_get_into(cli *c, int fd, const char *name, const char *path, int *out, char *tmpl,
                           const char *local, json_int_t *total)
 {
     json_int_t off = 0;
@@ -996,7 +999,11 @@ static int files_get_into(cli *c, int fd, const char *name, const char *path, in
             return files_local_error(c, KM_EDAEMON,
                                      "%s: the daemon sent content that is not base64", doing);
         }
-        int werr = n && cm_write_all(out, bin, n) ? errno : 0;
+        if (*out < 0 && (*out = mkstemp(tmpl)) < 0) {
+            free(bin);
+            return files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
+        }
+        int werr = n && cm_write_all(*out, bin, n) ? errno : 0;
         free(bin);
         if (werr)
             return files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(werr));
@@ -1032,31 +1039,25 @@ static int cmd_files_get(cli *c)
     if (fd < 0)
         return files_local_error(c, err.code ? err.code : KM_EDAEMON, "%s", err.msg);
     json_int_t total = 0;
-    if (to_stdout) {
-        st = files_get_into(c, fd, name, path, 1, "the output", &total);
-        close(fd);
-        return st;
-    }
+    int out = to_stdout ? 1 : -1;
     char tmp[4200];
     const char *base = last_component(local);
     snprintf(tmp, sizeof tmp, "%.*s.%s.kmpart.XXXXXX", (int)(base - local), local, base);
-    int out = mkstemp(tmp);
-    if (out < 0) {
-        close(fd);
-        return files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
-    }
-    st = files_get_into(c, fd, name, path, out, local, &total);
+    st = files_get_into(c, fd, name, path, &out, tmp, to_stdout ? "the output" : local, &total);
     close(fd);
+    if (to_stdout)
+        return st;
     mode_t um = umask(0);
     umask(um);
     if (!st && (fchmod(out, 0666 & ~um) || fsync(out)))
         st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
-    if (close(out) && !st)
+    if (out >= 0 && close(out) && !st)
         st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
     if (!st && rename(tmp, local))
         st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
     if (st) {
-        unlink(tmp); /* nothing half-written is left behind */
+        if (out >= 0)
+            unlink(tmp); /* nothing half-written is left behind */
         return st;
     }
     if (c->json) {

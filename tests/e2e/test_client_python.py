@@ -36,9 +36,10 @@ def session(home, name=None, **kw):
     return Session(name, home=str(home.home), kernelmgr=KM, **kw)
 
 
-def run_cli(home, *args, input=None):
+def run_cli(home, *args, input=None, cwd=None):
+    # cwd: where a `files get` without -o writes (default: the home, removed after)
     return subprocess.run([KM, *args], input=input, capture_output=True, env=home.env,
-                          timeout=120)
+                          timeout=120, cwd=str(cwd or home.home))
 
 
 # ------------------------------------------------------------------ runs
@@ -337,6 +338,11 @@ def test_cli_files_get_put_round_trip(home, tmp_path):
         assert p.returncode == 0, p
         p = run_cli(home, "files", "get", "clifiles", "note.txt", "-o", "-")
         assert p.returncode == 0 and p.stdout == b"\x00\xffnote", p
+        here = tmp_path / "here"
+        here.mkdir()
+        p = run_cli(home, "files", "get", "clifiles", "note.txt", "--json", cwd=here)
+        assert p.returncode == 0 and json.loads(p.stdout)["size"] == 6, p
+        assert [x.name for x in here.iterdir()] == ["note.txt"], p
         p = run_cli(home, "files", "ls", "clifiles", "sub", "--json")
         assert [f["path"] for f in json.loads(p.stdout)["files"]] == ["sub/in.bin"], p
         p = run_cli(home, "files", "rm", "clifiles", "note.txt")
