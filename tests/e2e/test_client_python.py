@@ -203,9 +203,13 @@ def test_options_errors_are_typed(home):
 def test_context_manager_closes(home):
     with session(home) as s:
         name, ws = s.name, Path(s.workspace)
-        s.run("1", lang="python")
+        s.run("40 + 2", lang="python")
         assert ws.is_dir()
+        assert name in [x["name"] for x in Session.list(str(home.home))]
+        nb = s.export()
+        assert nb["nbformat"] == 4 and "40 + 2" in json.dumps(nb["cells"]), nb
     assert s.closed and not ws.exists()
+    assert name not in [x["name"] for x in Session.list(str(home.home))]
     p = run_cli(home, "sessions", "--json")
     assert name.encode() not in p.stdout, p.stdout
     with pytest.raises(kernelmgr.SessionClosedError):
@@ -243,6 +247,8 @@ def test_async_session(home):
             ex = await asyncio.wait_for(task, 60)
             assert ex.error is not None and ex.error.name == "KeyboardInterrupt", ex
             assert (await s.run("3", lang="python")).text == "3"
+            assert s.name in [x["name"] for x in await AsyncSession.list(str(home.home))]
+            assert (await s.export())["nbformat"] == 4
             with pytest.raises(kernelmgr.InvalidParamsError):
                 await AsyncSession.create(home=str(home.home), kernelmgr=KM, memory="1K")
         assert s.closed
@@ -255,6 +261,8 @@ def test_async_session(home):
 
 def test_autostart_binary_resolution(make_mgr, monkeypatch):
     m = make_mgr()
+    assert Session.list(str(m.home)) == []  # no daemon: none started for a listing
+    assert not (m.home / "kernelmgr.sock").exists()
     with pytest.raises(kernelmgr.DaemonUnavailableError) as ei:
         Session(home=str(m.home), autostart=False)
     assert "no daemon is running" in ei.value.message

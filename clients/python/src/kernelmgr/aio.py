@@ -287,6 +287,26 @@ class AsyncSession:
     async def restart(self) -> None:
         await self._call("restart", {"session": self.name})
 
+    async def export(self, kernel_name: Optional[str] = None) -> Dict[str, Any]:
+        """As Session.export."""
+        p: Dict[str, Any] = {"session": self.name}
+        if kernel_name is not None:
+            p["kernel_name"] = kernel_name
+        nb = (await self._call("export", p)).get("notebook")
+        return nb if isinstance(nb, dict) else {}
+
+    @staticmethod
+    async def list(home: Optional[str] = None) -> List[Dict[str, Any]]:
+        """As Session.list."""
+        client = _AsyncClient(home, None, False, None)
+        try:
+            res = await client.call("sessions.list", {})
+        except DaemonUnavailableError:
+            return []
+        finally:
+            client.close()
+        return [x for x in res.get("sessions") or [] if isinstance(x, dict)]
+
     async def close(self, keep: bool = False) -> None:
         if self._closed:
             return

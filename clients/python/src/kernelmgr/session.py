@@ -6,7 +6,7 @@ from typing import IO, Any, Dict, List, Optional, Type, Union
 
 from . import _common as C
 from ._transport import Client
-from .errors import KernelmgrError, SessionClosedError
+from .errors import DaemonUnavailableError, KernelmgrError, SessionClosedError
 from .models import Execution, FileInfo
 
 
@@ -186,6 +186,28 @@ class Session:
         kept. The next Execution's ``kernel`` says the state was not
         preserved."""
         self._call("restart", {"session": self.name})
+
+    def export(self, kernel_name: Optional[str] = None) -> Dict[str, Any]:
+        """The session's history as an nbformat 4 notebook (a dict: write
+        it with json.dump to a .ipynb file)."""
+        p: Dict[str, Any] = {"session": self.name}
+        if kernel_name is not None:
+            p["kernel_name"] = kernel_name
+        nb = self._call("export", p).get("notebook")
+        return nb if isinstance(nb, dict) else {}
+
+    @staticmethod
+    def list(home: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The daemon's sessions (the API's sessions.list entries: name,
+        workspace, busy, kernels, limits ...); [] when no daemon runs."""
+        client = Client(home, autostart=False)
+        try:
+            res = client.call("sessions.list", {})
+        except DaemonUnavailableError:
+            return []
+        finally:
+            client.close()
+        return [x for x in res.get("sessions") or [] if isinstance(x, dict)]
 
     def close(self, keep: bool = False) -> None:
         """Stops the kernels and removes the session with its workspace
