@@ -500,3 +500,28 @@ def test_daemon_start_waits_for_a_stopping_daemon(make_mgr):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def test_ctrl_c_in_run_interrupts_the_cell(home):
+    """KeyboardInterrupt in the thread waiting in run() (Ctrl-C) interrupts
+    the cell and is re-raised; the session keeps its state."""
+    code = f"""
+import os, signal, sys
+sys.path.insert(0, {str(kutil.ROOT / "clients" / "python" / "src")!r})
+import kernelmgr
+with kernelmgr.Session(home={str(home.home)!r}, kernelmgr={KM!r}) as s:
+    s.run("z = 9", lang="python")
+    def on_stdout(text):
+        if "spinning" in text:
+            os.kill(os.getpid(), signal.SIGINT)
+    try:
+        s.run("print('spinning', flush=True)\\nwhile True:\\n    pass", lang="python",
+              timeout=120, on_stdout=on_stdout)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt")
+    print(s.run("z", lang="python").text)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and p.stdout == "KeyboardInterrupt\n9\n", p.stdout + p.stderr
