@@ -973,7 +973,7 @@ static int files_args(cli *c, int min, int max, const char *usage)
 static int files_get_into(cli *c, int fd, const char *name, const char *path, int *out, char *tmpl,
                           const char *local, json_int_t *total)
 {
-    json_int_t off = 0;
+    json_int_t off = 0, size = -1;
     char doing[4200];
     snprintf(doing, sizeof doing, "cannot read %s from session \"%s\"", path, name);
     for (;;) {
@@ -988,6 +988,10 @@ static int files_get_into(cli *c, int fd, const char *name, const char *path, in
         const char *b64 = json_string_value(json_object_get(rep, "content"));
         size_t b64len = json_string_length(json_object_get(rep, "content"));
         int eof = json_is_true(json_object_get(rep, "eof"));
+        /* the file as it was when the read began: one a cell keeps
+         * appending to does not keep the read going */
+        if (size < 0)
+            size = json_integer_value(json_object_get(rep, "size"));
         unsigned char *bin = malloc(b64len / 4 * 3 + 3);
         size_t n = 0;
         int bad = !b64 || !bin ||
@@ -1008,7 +1012,7 @@ static int files_get_into(cli *c, int fd, const char *name, const char *path, in
         if (werr)
             return files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(werr));
         off += (json_int_t)n;
-        if (eof || n == 0)
+        if (eof || n == 0 || off >= size)
             break;
     }
     *total = off;

@@ -109,12 +109,14 @@ def read_params(name: str, path: str, offset: int) -> Dict[str, Any]:
             "encoding": "base64"}
 
 
-def read_chunk(res: Dict[str, Any]) -> Tuple[bytes, bool]:
-    """The bytes of a files.read result and whether it was the last."""
+def read_chunk(res: Dict[str, Any]) -> Tuple[bytes, bool, int]:
+    """The bytes of a files.read result, whether it was the last, and the
+    file's size then."""
     content = res.get("content") or ""
     raw = base64.b64decode(content) if res.get("encoding") == "base64" else \
         str(content).encode("utf-8")
-    return raw, bool(res.get("eof")) or not raw
+    size = res.get("size")
+    return raw, bool(res.get("eof")) or not raw, size if isinstance(size, int) else 0
 
 
 def list_result(res: Dict[str, Any]) -> List[FileInfo]:

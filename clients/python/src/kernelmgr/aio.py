@@ -171,10 +171,13 @@ class AsyncFiles:
         return (await self.read(path)).decode(encoding)
 
     async def read_to(self, path: str, sink: Union[bytearray, IO[bytes]]) -> int:
-        off = 0
+        off, size = 0, -1
         while True:
             res = await self._s._call("files.read", C.read_params(self._s.name, path, off))
-            raw, last = C.read_chunk(res)
+            raw, last, now = C.read_chunk(res)
+            if size < 0:  # the file as it was when the read began (a cell may append)
+                size = now
+            last = last or off + len(raw) >= size
             if isinstance(sink, bytearray):
                 sink += raw
             else:
