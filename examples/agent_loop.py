@@ -1,66 +1,41 @@
 #!/usr/bin/env python3
-"""A minimal agent-side client of the kernelmgr daemon (stdlib only).
+"""A minimal agent loop over kernelmgr, with the Python client (clients/python,
+`pip install ./clients/python`; run from the tree it is found there).
 
-The daemon speaks JSON-RPC 2.0, one message per line, over
-$KERNELMGR_HOME/kernelmgr.sock (docs/API.md).
-Start it with `kernelmgr serve` (or let any `kernelmgr exec` start it), then:
+The client finds the daemon as the CLI does ($KERNELMGR_HOME ...) and
+starts one when none runs (`kernelmgr` from $KERNELMGR_BIN or PATH):
 
     python3 examples/agent_loop.py            # runs a scripted "agent"
     python3 examples/agent_loop.py -          # reads Markdown steps from stdin,
                                               # separated by lines "---"
+
+Each step is what a model would send to a `code_exec` tool; what it prints
+per block is what the agent would feed back: compact and structured.
 """
 import json
 import os
-import socket
 import sys
 
-
-def socket_path():
-    home = os.environ.get("KERNELMGR_HOME") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "kernelmgr")
-    return os.path.join(home, "kernelmgr.sock")
-
-
-class Kernelmgr:
-    def __init__(self, path=None):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path or socket_path())
-        self.f = self.sock.makefile("rw", encoding="utf-8")
-        self.next_id = 0
-
-    def call(self, method, on_event=None, **params):
-        """Sends one request; returns its result (event notifications go to
-        on_event)."""
-        self.next_id += 1
-        self.f.write(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method,
-                                 "params": params}) + "\n")
-        self.f.flush()
-        for line in self.f:
-            msg = json.loads(line)
-            if "method" in msg:
-                if on_event:
-                    on_event(msg["params"])
-                continue
-            if "error" in msg:
-                raise RuntimeError(msg["error"]["message"])
-            return msg["result"]
-        raise ConnectionError("daemon closed the connection")
-
-    def code_exec(self, session, code, **opts):
-        return self.call("exec", session=session, code=code, **opts)["results"]
+try:
+    import kernelmgr
+except ImportError:  # not installed: the client of this tree
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "clients", "python", "src"))
+    import kernelmgr
 
 
-def show(result):
-    """What an agent would feed back to its model: compact, structured."""
-    out = {k: result[k] for k in ("language", "status", "exit_code", "stdout", "stderr")}
-    if result["error"]:
-        out["error"] = f'{result["error"]["name"]}: {result["error"]["value"]}'
-    if result["result"]:
-        out["result"] = result["result"].get("text/plain")
-    if result["files"]:
-        out["files"] = [f'{f["change"]} {f["path"]}' for f in result["files"]]
-    if not result["kernel"]["state_preserved"]:
-        out["kernel"] = result["kernel"]["reason"]
+def show(block):
+    """One block's result (the daemon's JSON, docs/CLI.md "The result"),
+    as an agent would give it to its model."""
+    out = {k: block[k] for k in ("language", "status", "exit_code", "stdout", "stderr")}
+    if block["error"]:
+        out["error"] = f'{block["error"]["name"]}: {block["error"]["value"]}'
+    if block["result"]:
+        out["result"] = block["result"].get("text/plain")
+    if block["files"]:
+        out["files"] = [f'{f["change"]} {f["path"]}' for f in block["files"]]
+    if not block["kernel"]["state_preserved"]:
+        out["kernel"] = block["kernel"]["reason"]
     return out
 
 
@@ -73,15 +48,17 @@ SCRIPT = [
 
 
 def main():
-    km = Kernelmgr()
     steps = SCRIPT
     if sys.argv[1:] == ["-"]:
         steps = [s for s in sys.stdin.read().split("\n---\n") if s.strip()]
-    for step in steps:
-        for r in km.code_exec("agent-demo", step, timeout=30):
-            print(json.dumps(show(r)))
-    print(json.dumps(km.call("files.list", session="agent-demo")["files"]))
-    km.call("close", session="agent-demo")
+    # the session and its workspace are removed when the block ends
+    with kernelmgr.Session("agent-demo") as session:
+        for step in steps:
+            # lang=None: Markdown fences (or a heuristic) route each block
+            execution = session.run(step, timeout=30)
+            for block in execution.blocks:
+                print(json.dumps(show(block)))
+        print(json.dumps([f.raw for f in session.files.list()]))
 
 
 if __name__ == "__main__":

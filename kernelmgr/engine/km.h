@@ -168,6 +168,10 @@ json_t *km_file_write(km_manager *m, const char *name, const char *rel, const vo
 typedef json_t *(*km_locked_fn)(km_manager *m, const char *name, int live, void *arg, km_err *err);
 json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn, void *arg,
                                 km_err *err);
+/* new: wsfile_remove (wsfile.h) of rel in the session's workspace, under the
+ * session's lock as km_file_write. {"path","type","session"} or NULL with
+ * err (KM_ENOSESSION, KM_EUSAGE with the reason). */
+json_t *km_file_remove(km_manager *m, const char *name, const char *rel, km_err *err);
 
 /* new: the warm pool: {"size": configured entries, "ready": started entries,
  * "live_kernels": N, "entries": [{"python": pid|null, "bash": pid|null, ...}]} (one key per

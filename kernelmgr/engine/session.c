@@ -1335,6 +1335,21 @@ json_t *km_file_write(km_manager *m, const char *name, const char *rel, const vo
     return r;
 }
 
+json_t *km_file_remove(km_manager *m, const char *name, const char *rel, km_err *err)
+{
+    session *s = session_lock_op(m, name, err);
+    if (!s)
+        return NULL;
+    char why[1024];
+    json_t *r = wsfile_remove(s->workspace, rel, why, sizeof why);
+    if (r)
+        json_object_set_new(r, "session", json_string(s->name));
+    else
+        kerr(err, KM_EUSAGE, "%s", why);
+    session_unlock_op(m, s);
+    return r;
+}
+
 json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn, void *arg,
                                 km_err *err)
 {

@@ -715,3 +715,49 @@ json_t *wsfile_write(const char *root, const char *rel, const void *data, size_t
     return json_pack("{s:s,s:I,s:b}", "path", norm, "size", (json_int_t)st.st_size, "created",
                      created);
 }
+
+json_t *wsfile_remove(const char *root, const char *rel, char *err, size_t errlen)
+{
+    char norm[WSFILE_PATH_MAX + 1];
+    if (wsfile_normalize(rel, 0, norm, err, errlen) < 0)
+        return NULL;
+    int rootfd = wsfile_root_open(root, err, errlen);
+    if (rootfd < 0)
+        return NULL;
+    char *slash = strrchr(norm, '/');
+    const char *last = slash ? slash + 1 : norm;
+    int pfd;
+    if (slash) {
+        *slash = '\0';
+        pfd = wsfile_openat(rootfd, norm, O_PATH | O_DIRECTORY, 0, NULL, 0);
+        int e = errno;
+        *slash = '/';
+        if (pfd < 0) {
+            seterr(err, errlen, "'%s': %s", norm, escape_reason(e));
+            close(rootfd);
+            return NULL;
+        }
+        close(rootfd);
+    } else {
+        pfd = rootfd;
+    }
+    struct stat st;
+    int rc = fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW);
+    const char *type = "other";
+    if (rc == 0) {
+        int dir = S_ISDIR(st.st_mode);
+        type = dir                   ? "dir"
+               : S_ISLNK(st.st_mode) ? "symlink"
+               : S_ISREG(st.st_mode) ? "file"
+                                     : "other";
+        rc = unlinkat(pfd, last, dir ? AT_REMOVEDIR : 0);
+    }
+    int e = errno;
+    close(pfd);
+    if (rc < 0) {
+        seterr(err, errlen, "'%s': %s", norm,
+               e == ENOTEMPTY || e == EEXIST ? "the directory is not empty" : escape_reason(e));
+        return NULL;
+    }
+    return json_pack("{s:s,s:s}", "path", norm, "type", type);
+}

@@ -111,4 +111,12 @@ json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t
 json_t *wsfile_write(const char *root, const char *rel, const void *data, size_t len, int append,
                      int mkdirs, char *err, size_t errlen);
 
+/* new: removes rel under root: a regular file, a symlink (the link, never
+ * what it points to), another non-directory entry, or an empty directory
+ * (a directory with entries is refused: "not empty"). The parent is
+ * resolved confined as wsfile_openat; the entry is unlinked relative to
+ * it. Returns {"path","type"} (type "file", "symlink", "dir", "other") or
+ * NULL with a reason. */
+json_t *wsfile_remove(const char *root, const char *rel, char *err, size_t errlen);
+
 #endif

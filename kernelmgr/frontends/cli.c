@@ -22,10 +22,14 @@
 #include "common/cm_termsafe.h"
 #include "kernels/server/kenv.h"
 #include "common/cm_clock.h"
+#include "common/cm_io.h"
 #include "common/cm_path.h"
 #include "jp.h"
 
+#include <sodium.h>
+
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -851,6 +855,299 @@ static int print_export(cli *c, const char *name, json_t *rep)
     return 0;
 }
 
+/* `kernelmgr files get|put|ls|rm`: files of any size through the API's
+ * files.* methods, in chunks on one connection. files.read returns at most
+ * 1 MiB per call; a files.write is one request line of at most 64 MiB, so
+ * a put sends 4 MiB (5.4 MiB of base64) per call. */
+#define FILES_READ_CHUNK ((json_int_t)1 << 20)
+#define FILES_WRITE_CHUNK ((size_t)4 << 20)
+
+/* One files.* call (params stolen) on fd; the exit status, *rep (new) on
+ * success; a failure said as call() says it (with --json also on stdout),
+ * prefixed with what was being done. */
+static int files_rpc(cli *c, int fd, const char *method, json_t *params, const char *doing,
+                     json_t **rep)
+{
+    km_err err = {0, ""};
+    int rc = daemon_call(fd, method, params, NULL, rep, &err);
+    if (!rc)
+        return 0;
+    char msg[sizeof err.msg + 512];
+    snprintf(msg, sizeof msg, "%s: %s", doing, err.msg);
+    if (c->json) {
+        json_t *e = json_pack("{s:{s:i s:s}}", "error", "code", rc, "message", msg);
+        print_json(e);
+        json_decref(e);
+    }
+    return fail(rc, msg);
+}
+
+static int files_local_error(cli *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int files_local_error(cli *c, int code, const char *fmt, ...)
+{
+    char msg[4096 + 512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->json) {
+        json_t *e = json_pack("{s:{s:i s:s}}", "error", "code", code, "message", msg);
+        print_json(e);
+        json_decref(e);
+    }
+    return fail(code, msg);
+}
+
+static const char *last_component(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* The session NAME and the path argument of files get|put|rm, checked. */
+static int files_args(cli *c, int min, int max, const char *usage)
+{
+    if (c->npos < min || c->npos > max)
+        return usage_error("usage: kernelmgr %s", usage);
+    if (!km_name_valid(c->pos[0]))
+        return usage_error("invalid session name \"%s\"", c->pos[0]);
+    return 0;
+}
+
+/* Reads NAME:PATH chunk by chunk into *out; *total its bytes. When *out
+ * is -1, the file is made from tmpl (mkstemp) once the first chunk has
+ * come, so that a refusal by the daemon (no such file, no session) is said
+ * whatever the local directory is. */
+static int files_get_into(cli *c, int fd, const char *name, const char *path, int *out, char *tmpl,
+                          const char *local, json_int_t *total)
+{
+    json_int_t off = 0, size = -1;
+    char doing[4200];
+    snprintf(doing, sizeof doing, "cannot read %s from session \"%s\"", path, name);
+    for (;;) {
+        json_t *rep;
+        int st =
+            files_rpc(c, fd, "files.read",
+                      json_pack("{s:s s:s s:I s:I s:s}", "session", name, "path", path, "offset",
+                                off, "length", FILES_READ_CHUNK, "encoding", "base64"),
+                      doing, &rep);
+        if (st)
+            return st;
+        const char *b64 = json_string_value(json_object_get(rep, "content"));
+        size_t b64len = json_string_length(json_object_get(rep, "content"));
+        int eof = json_is_true(json_object_get(rep, "eof"));
+        /* the file as it was when the read began: one a cell keeps
+         * appending to does not keep the read going */
+        if (size < 0)
+            size = json_integer_value(json_object_get(rep, "size"));
+        unsigned char *bin = malloc(b64len / 4 * 3 + 3);
+        size_t n = 0;
+        int bad = !b64 || !bin ||
+                  sodium_base642bin(bin, b64len / 4 * 3 + 3, b64, b64len, NULL, &n, NULL,
+                                    sodium_base64_VARIANT_ORIGINAL) != 0;
+        json_decref(rep);
+        if (bad) {
+            free(bin);
+            return files_local_error(c, KM_EDAEMON,
+                                     "%s: the daemon sent content that is not base64", doing);
+        }
+        if (*out < 0 && (*out = mkstemp(tmpl)) < 0) {
+            free(bin);
+            return files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
+        }
+        int werr = n && cm_write_all(*out, bin, n) ? errno : 0;
+        free(bin);
+        if (werr)
+            return files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(werr));
+        off += (json_int_t)n;
+        if (eof || n == 0 || off >= size)
+            break;
+    }
+    *total = off;
+    return 0;
+}
+
+/* files get NAME PATH [-o LOCAL]: LOCAL (default: PATH's last component
+ * here; a directory: that name in it; "-": stdout) is written to a
+ * temporary file beside it and renamed into place only when complete. */
+static int cmd_files_get(cli *c)
+{
+    int st = files_args(c, 2, 2, "files get NAME PATH [-o LOCAL]");
+    if (st)
+        return st;
+    const char *name = c->pos[0], *path = c->pos[1];
+    const char *o = c->output ? c->output : last_component(path);
+    if (!*o)
+        return usage_error("files get: PATH \"%s\" names no file (give -o LOCAL)", path);
+    int to_stdout = !strcmp(o, "-");
+    char local[4096];
+    struct stat lst;
+    if (!to_stdout && !stat(o, &lst) && S_ISDIR(lst.st_mode))
+        snprintf(local, sizeof local, "%s/%s", o, last_component(path));
+    else
+        snprintf(local, sizeof local, "%s", o);
+    km_err err = {0, ""};
+    int fd = connect_daemon(c, 1, &err);
+    if (fd < 0)
+        return files_local_error(c, err.code ? err.code : KM_EDAEMON, "%s", err.msg);
+    json_int_t total = 0;
+    int out = to_stdout ? 1 : -1;
+    char tmp[4200];
+    const char *base = last_component(local);
+    snprintf(tmp, sizeof tmp, "%.*s.%s.kmpart.XXXXXX", (int)(base - local), local, base);
+    st = files_get_into(c, fd, name, path, &out, tmp, to_stdout ? "the output" : local, &total);
+    close(fd);
+    if (to_stdout)
+        return st;
+    mode_t um = umask(0);
+    umask(um);
+    if (!st && (fchmod(out, 0666 & ~um) || fsync(out)))
+        st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
+    if (out >= 0 && close(out) && !st)
+        st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
+    if (!st && rename(tmp, local))
+        st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
+    if (st) {
+        if (out >= 0)
+            unlink(tmp); /* nothing half-written is left behind */
+        return st;
+    }
+    if (c->json) {
+        json_t *r = json_pack("{s:s s:s s:s s:I}", "session", name, "path", path, "local", local,
+                              "size", total);
+        print_json(r);
+        json_decref(r);
+    } else {
+        printf("wrote %s (%lld bytes from %s:%s)\n", local, (long long)total, name, path);
+    }
+    return 0;
+}
+
+/* files put NAME LOCAL [PATH]: LOCAL ("-": stdin) to PATH (default LOCAL's
+ * last component) in the session's workspace, replacing it. */
+static int cmd_files_put(cli *c)
+{
+    int st = files_args(c, 2, 3, "files put NAME LOCAL [PATH]");
+    if (st)
+        return st;
+    const char *name = c->pos[0], *local = c->pos[1];
+    int from_stdin = !strcmp(local, "-");
+    const char *path = c->npos > 2 ? c->pos[2] : from_stdin ? NULL : last_component(local);
+    if (!path || !*path)
+        return usage_error("files put: give the workspace PATH (files put NAME %s PATH)", local);
+    int in = from_stdin ? 0 : open(local, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat lst;
+    if (in < 0)
+        return files_local_error(c, KM_EUSAGE, "cannot read %s: %s", local, strerror(errno));
+    if (!from_stdin && (fstat(in, &lst) || !S_ISREG(lst.st_mode))) {
+        close(in);
+        return files_local_error(c, KM_EUSAGE, "cannot read %s: %s", local,
+                                 S_ISDIR(lst.st_mode) ? "it is a directory" : "not a regular file");
+    }
+    if (!from_stdin)
+        fcntl(in, F_SETFL, fcntl(in, F_GETFL) & ~O_NONBLOCK);
+    km_err err = {0, ""};
+    int fd = connect_daemon(c, 1, &err);
+    if (fd < 0) {
+        if (!from_stdin)
+            close(in);
+        return files_local_error(c, err.code ? err.code : KM_EDAEMON, "%s", err.msg);
+    }
+    unsigned char *buf = malloc(FILES_WRITE_CHUNK);
+    size_t b64cap = sodium_base64_ENCODED_LEN(FILES_WRITE_CHUNK, sodium_base64_VARIANT_ORIGINAL);
+    char *b64 = malloc(b64cap);
+    char doing[4200];
+    snprintf(doing, sizeof doing, "cannot write %s in session \"%s\"", path, name);
+    json_int_t total = 0;
+    int sent = 0;
+    st = buf && b64 ? 0 : files_local_error(c, KM_EINTERNAL, "out of memory");
+    while (!st) {
+        ssize_t n = cm_read_full(in, buf, FILES_WRITE_CHUNK);
+        if (n < 0) {
+            st = files_local_error(c, KM_EUSAGE, "cannot read %s: %s", local, strerror(errno));
+            break;
+        }
+        if (n == 0 && sent)
+            break;
+        sodium_bin2base64(b64, b64cap, buf, (size_t)n, sodium_base64_VARIANT_ORIGINAL);
+        json_t *rep;
+        st = files_rpc(c, fd, "files.write",
+                       json_pack("{s:s s:s s:s s:s s:b}", "session", name, "path", path, "content",
+                                 b64, "encoding", "base64", "append", sent),
+                       doing, &rep);
+        json_decref(rep);
+        if (st && total)
+            fprintf(stderr, "kernelmgr: %s in session \"%s\" holds the first %lld bytes of %s\n",
+                    path, name, (long long)total, local);
+        sent = 1;
+        total += n;
+        if ((size_t)n < FILES_WRITE_CHUNK)
+            break;
+    }
+    free(buf);
+    free(b64);
+    close(fd);
+    if (!from_stdin)
+        close(in);
+    if (st)
+        return st;
+    if (c->json) {
+        json_t *r = json_pack("{s:s s:s s:s s:I}", "session", name, "path", path, "local", local,
+                              "size", total);
+        print_json(r);
+        json_decref(r);
+    } else {
+        printf("wrote %s:%s (%lld bytes from %s)\n", name, path, (long long)total,
+               from_stdin ? "stdin" : local);
+    }
+    return 0;
+}
+
+/* files ls NAME [PATH]: as `files NAME`, below PATH when given. */
+static int cmd_files_ls(cli *c)
+{
+    int st = files_args(c, 1, 2, "files ls NAME [PATH]");
+    if (st)
+        return st;
+    json_t *req = json_pack("{s:s}", "session", c->pos[0]);
+    if (c->npos > 1)
+        json_object_set_new(req, "path", json_string(c->pos[1]));
+    json_t *rep;
+    st = call(c, "files.list", req, 1, NULL, NULL, &rep);
+    if (st)
+        return st;
+    st = print_files(c, c->pos[0], rep);
+    json_decref(rep);
+    return st;
+}
+
+/* files rm NAME PATH: a file, a symbolic link or an empty directory. */
+static int cmd_files_rm(cli *c)
+{
+    int st = files_args(c, 2, 2, "files rm NAME PATH");
+    if (st)
+        return st;
+    km_err err = {0, ""};
+    int fd = connect_daemon(c, 1, &err);
+    if (fd < 0)
+        return files_local_error(c, err.code ? err.code : KM_EDAEMON, "%s", err.msg);
+    char doing[4200];
+    snprintf(doing, sizeof doing, "cannot remove %s from session \"%s\"", c->pos[1], c->pos[0]);
+    json_t *rep;
+    st = files_rpc(c, fd, "files.remove",
+                   json_pack("{s:s s:s}", "session", c->pos[0], "path", c->pos[1]), doing, &rep);
+    close(fd);
+    if (st)
+        return st;
+    if (c->json)
+        print_json(rep);
+    else
+        printf("removed %s:%s\n", c->pos[0], json_string_value(json_object_get(rep, "path")));
+    json_decref(rep);
+    return 0;
+}
+
 typedef struct cli_command cli_command;
 static int cmd_simple(cli *c, const cli_command *k);
 
@@ -1223,6 +1520,14 @@ static const cli_command cli_commands[] = {
      "fresh kernels, same files"},
     {"files", NULL, "files.list", 1, NULL, print_files, NULL, NULL, 0, "files NAME",
      "list the session's workspace"},
+    {"files get", cmd_files_get, NULL, 0, NULL, NULL, NULL, NULL, 0,
+     "files get NAME PATH [-o LOCAL]", "copy a workspace file here (any size; -o -:\nstdout)"},
+    {"files put", cmd_files_put, NULL, 0, NULL, NULL, NULL, NULL, 0, "files put NAME LOCAL [PATH]",
+     "copy a local file (- for stdin) into the\nworkspace, replacing PATH"},
+    {"files ls", cmd_files_ls, NULL, 0, NULL, NULL, NULL, NULL, 0, "files ls NAME [PATH]",
+     "the same, below PATH"},
+    {"files rm", cmd_files_rm, NULL, 0, NULL, NULL, NULL, NULL, 0, "files rm NAME PATH",
+     "remove a file, a link or an empty directory"},
     {"export", NULL, "export", 1, build_export, print_export, NULL, NULL, 0,
      "export NAME [-o FILE] [--kernel NAME]", "the session's history as a Jupyter notebook"},
     {"connection-file", NULL, "connection_file", 1, build_connection_file, print_connection_file,
@@ -1519,9 +1824,9 @@ static const cli_opt cli_opts[] = {
 /* getopt_long's val of row i */
 #define CLI_OPT_VAL(i) (1000 + (int)(i))
 
-/* Parses argv[2..] into c: options (cli_opts[]), then the positional
+/* Parses argv[first..] into c: options (cli_opts[]), then the positional
  * arguments. 0, an exit status, or CLI_OPT_DONE. */
-static int cli_parse_options(cli *c, int argc, char **argv)
+static int cli_parse_options(cli *c, int argc, char **argv, int first)
 {
     struct option longopts[CLI_NOPTS + 1];
     char shorts[2 * CLI_NOPTS + 2] = ":";
@@ -1539,7 +1844,7 @@ static int cli_parse_options(cli *c, int argc, char **argv)
     }
     longopts[nl] = (struct option){0, 0, 0, 0};
     shorts[ns] = 0;
-    optind = 2;
+    optind = first;
     opterr = 0;
     int opt;
     while ((opt = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
@@ -1605,16 +1910,31 @@ static int cli_dispatch(int argc, char **argv)
     c.cmd = argv[1];
     c.argc = argc;
     c.argv = argv;
+    /* a row "files get" is the command `files get`: its two words win over
+     * the one-word row "files" */
     const cli_command *command = NULL;
-    for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++)
-        if (!strcmp(cli_commands[i].name, c.cmd))
+    int words = 0;
+    for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++) {
+        const char *n = cli_commands[i].name, *sp = strchr(n, ' ');
+        size_t l1 = sp ? (size_t)(sp - n) : strlen(n);
+        if (strncmp(n, c.cmd, l1) || c.cmd[l1])
+            continue;
+        if (sp && argc > 2 && !strcmp(sp + 1, argv[2])) {
             command = &cli_commands[i];
+            words = 2;
+        } else if (!sp && words < 2) {
+            command = &cli_commands[i];
+            words = 1;
+        }
+    }
     if (!command)
         return usage_error("unknown command \"%s\"", c.cmd);
+    if (words == 2)
+        c.cmd = command->name;
     if (command->own_args)
         return command->run(&c);
 
-    int st = cli_parse_options(&c, argc, argv);
+    int st = cli_parse_options(&c, argc, argv, 1 + words);
     if (st)
         return st < 0 ? 0 : st;
     for (int i = optind; i < argc; i++) {

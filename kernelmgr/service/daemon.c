@@ -87,8 +87,11 @@ static int serve_lock(const char *home, const char *sock, int *lockfd, km_err *e
     /* The lock is held by a serving daemon (its socket answers: nothing to
      * do) or by one still stopping its kernels (wait for it, up to 30 s). */
     for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB); tries++) {
-        int sfd = errno == EWOULDBLOCK ? daemon_try_connect(sock) : -1;
-        if (sfd >= 0 || errno != EWOULDBLOCK || tries >= 300) {
+        /* flock's errno, not the connect's: a socket already gone (ENOENT)
+         * is a daemon still stopping, to be waited for */
+        int held = errno == EWOULDBLOCK;
+        int sfd = held ? daemon_try_connect(sock) : -1;
+        if (sfd >= 0 || !held || tries >= 300) {
             if (sfd >= 0)
                 close(sfd);
             close(fd);

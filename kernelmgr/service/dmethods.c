@@ -292,6 +292,17 @@ static void m_files_write(dreq *r, const json_t *p)
     dreq_reply(r, res);
 }
 
+static void m_files_remove(dreq *r, const json_t *p)
+{
+    const char *name, *path;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s}", "session", &name, "path", &path))
+        return dreq_invalid(r, r->why);
+    char norm[WSFILE_PATH_MAX + 1];
+    if (wsfile_normalize(path, 0, norm, r->why, sizeof r->why) < 0)
+        return dreq_invalid(r, r->why);
+    dreq_reply(r, km_file_remove(daemon_mgr, name, norm, &r->err));
+}
+
 static void m_packages_install(dreq *r, const json_t *p)
 {
     const char *name, *manager, *allow = NULL;
@@ -390,6 +401,7 @@ static const dtier_field f_files_read[] = {F_ALL("session"), F_ALL("path"),     
 static const dtier_field f_files_write[] = {F_ALL("session"),  F_ALL("path"),   F_ALL("content"),
                                             F_ALL("encoding"), F_ALL("append"), F_ALL("create"),
                                             {NULL, 0, 0, NULL}};
+static const dtier_field f_files_remove[] = {F_ALL("session"), F_ALL("path"), {NULL, 0, 0, NULL}};
 static const dtier_field f_packages[] = {
     F_ALL("session"),
     F_ALL("manager"),
@@ -418,6 +430,7 @@ static const dmethod dmethods[] = {
     {"files.list", m_files_list, 0, DT_ALL, NULL, f_files_list, 0},
     {"files.read", m_files_read, 0, DT_ALL, NULL, f_files_read, 0},
     {"files.write", m_files_write, 1, DT_ALL, NULL, f_files_write, 1},
+    {"files.remove", m_files_remove, 1, DT_ALL, NULL, f_files_remove, 0},
     {"export", m_export, 0, DT_ALL, NULL, f_export, 0},
     {"packages.install", m_packages_install, 1, DT_ALL, NULL, f_packages, 0},
     {"connection_file", m_connection_file, 1, DT_O,

@@ -269,6 +269,42 @@ static void read_bounded_and_dirs_refused(void **state)
     assert_non_null(strstr(err, "directory"));
 }
 
+/* remove: files, links (never their targets), empty directories; a
+ * non-empty directory, a path through a symlink and a missing entry are
+ * refused with reasons */
+static void remove_never_follows(void **state)
+{
+    fx *f = *state;
+    plant(f);
+    char err[256];
+    json_t *r = wsfile_remove(f->ws, "link", err, sizeof err);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "type")), "symlink");
+    json_decref(r);
+    assert_true(exists(f->outside, "marker"));
+    err[0] = 0;
+    assert_null(wsfile_remove(f->ws, "rel/ok.txt", err, sizeof err));
+    assert_true(strlen(err) > 0);
+    assert_true(exists(f->ws, "sub/ok.txt"));
+    assert_null(wsfile_remove(f->ws, "sub", err, sizeof err));
+    assert_non_null(strstr(err, "not empty"));
+    assert_null(wsfile_remove(f->ws, "../outside/marker", err, sizeof err));
+    assert_true(exists(f->outside, "marker"));
+    r = wsfile_remove(f->ws, "sub/ok.txt", err, sizeof err);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "type")), "file");
+    json_decref(r);
+    r = wsfile_remove(f->ws, "sub", err, sizeof err);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "type")), "dir");
+    json_decref(r);
+    assert_false(exists(f->ws, "sub"));
+    assert_null(wsfile_remove(f->ws, "sub", err, sizeof err));
+    assert_non_null(strstr(err, "no such file"));
+    assert_null(wsfile_remove(f->ws, "gone/x", err, sizeof err));
+    assert_non_null(strstr(err, "no such file"));
+}
+
 static void symlink_text_is_plain_text(void **state)
 {
     fx *f = *state;
@@ -558,6 +594,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(fifo_never_opened, setup, teardown),
         cmocka_unit_test_setup_teardown(read_bounded_and_dirs_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(symlink_text_is_plain_text, setup, teardown),
+        cmocka_unit_test_setup_teardown(remove_never_follows, setup, teardown),
         cmocka_unit_test_setup_teardown(rename_exchange_race, setup, teardown),
         cmocka_unit_test_setup_teardown(rmtree_never_follows, setup, teardown),
         cmocka_unit_test_setup_teardown(rmtree_deeper_than_fd_bound, setup, teardown),
