@@ -10,6 +10,7 @@
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/service/dtier.h"
 #include "kernelmgr/frontends/doctor.h"
+#include "common/cm_install.h"
 #include "kernelmgr/frontends/gateway.h"
 #include "kernelmgr/engine/kclient.h"
 #include "kernelmgr/engine/klaunch.h"
@@ -984,14 +985,15 @@ static int cmd_install(cli *c)
  * (binsize bytes) and errno set. */
 static void exec_gateway_binary(cli *c, char *bin, size_t binsize)
 {
-    char dir[4096];
     bin[0] = 0;
-    if (klaunch_self_dir(dir, sizeof dir)) {
-        snprintf(bin, binsize, "kernelmgr-gateway (the kernelmgr binary's directory is unknown)");
+    char *dir = cm_install_helper_dir(); /* beside us, or LIBEXECDIR/kernelmgr */
+    if (!dir) {
+        snprintf(bin, binsize, "kernelmgr-gateway (the kernelmgr helpers' directory is unknown)");
         errno = ENOENT;
         return;
     }
     char *path = cm_path_join(dir, "kernelmgr-gateway");
+    free(dir);
     char **av = calloc((size_t)c->argc + 1, sizeof *av);
     if (!path || !av) {
         free(path);
@@ -1145,10 +1147,11 @@ static int cmd_kernelspec(cli *c)
         return usage_error("kernelspec install: give --user or --prefix DIR, not both");
     char self[4096];
     const char *env = getenv("KERNELMGR_KERNEL_DIR");
-    if (env && *env)
-        snprintf(self, sizeof self, "%s", env);
-    else if (klaunch_self_dir(self, sizeof self))
-        return fail(KM_EINTERNAL, "cannot find the kernelmgr binary's directory");
+    char *helpers = env && *env ? NULL : cm_install_helper_dir();
+    if (!(env && *env) && !helpers)
+        return fail(KM_EINTERNAL, "cannot find the kernelmgr helpers' directory");
+    snprintf(self, sizeof self, "%s", env && *env ? env : helpers);
+    free(helpers);
     kspecinst_opts o = {
         .prefix = c->prefix,
         .kernel_dir = self,

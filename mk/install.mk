@@ -1,0 +1,79 @@
+# mk/install.mk — make install / uninstall (included by the Makefile).
+#
+#   BINDIR/kernelmgr                          the command
+#   LIBEXECDIR/kernelmgr/kernel-python, kernel-bash, kernelmgr-gateway
+#                                             helpers: run by kernelmgr, not on PATH
+#   DATADIR/kernelmgr/python/driver.py (+ __pycache__ for INSTALL_PYTHON),
+#   DATADIR/kernelmgr/bash/*.sh               the kernels' support files
+#   MANDIR/man1/kernelmgr.1, MANDIR/man5/kernelmgr.json.5
+#   BASHCOMPDIR/kernelmgr                     bash completion
+#   SYSTEMDDIR/system/kernelmgr.service, SYSTEMDDIR/user/kernelmgr.service
+#
+# Everything goes under $(DESTDIR); `uninstall` removes exactly these (and
+# the kernelmgr directories, which hold nothing else). Other fragments
+# (mk/*.mk) add their steps to INSTALL_EXTRA / UNINSTALL_EXTRA.
+
+# The interpreter the installed driver is precompiled for (checked-hash
+# .pyc, see PYKERNEL_BOOT); the driver compiles at start for any other.
+INSTALL_PYTHON ?= $(PYTHON)
+SYSTEMDDIR ?= $(PREFIX)/lib/systemd
+INSTALL_SHARE := $(patsubst kernels/%,%,$(wildcard kernels/python/*.py kernels/bash/*.sh))
+HELPERS := kernel-python kernel-bash kernelmgr-gateway
+MAN_PAGES := $(BUILD)/man/kernelmgr.1 $(BUILD)/man/kernelmgr.json.5
+BASH_COMPLETION := $(BUILD)/completion/kernelmgr
+GENERATED := $(MAN_PAGES) $(BASH_COMPLETION)
+all: $(GENERATED)
+
+# kernelmgr.json(5): the option list is `kernelmgr config --doc` (the same
+# table as docs/CONFIGURATION.md), so the page cannot drift from the code.
+$(BUILD)/man/kernelmgr.json.5: deploy/man/kernelmgr.json.5.in deploy/man/mdtable2man.sh $(BUILD)/kernelmgr
+	@mkdir -p $(dir $@)
+	$(BUILD)/kernelmgr config --doc | deploy/man/mdtable2man.sh deploy/man/kernelmgr.json.5.in >$@.tmp
+	mv $@.tmp $@
+$(BUILD)/man/kernelmgr.1: deploy/man/kernelmgr.1.in deploy/man/commands2man.sh $(BUILD)/kernelmgr
+	@mkdir -p $(dir $@)
+	$(BUILD)/kernelmgr --help | deploy/man/commands2man.sh deploy/man/kernelmgr.1.in >$@.tmp
+	mv $@.tmp $@
+# bash completion: the commands and options of `kernelmgr --help`.
+$(BASH_COMPLETION): deploy/completion/gen-bash.sh $(BUILD)/kernelmgr
+	@mkdir -p $(dir $@)
+	$(BUILD)/kernelmgr --help | deploy/completion/gen-bash.sh >$@.tmp
+	mv $@.tmp $@
+
+install: all $(INSTALL_EXTRA)
+	$(INSTALL) -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBEXECDIR)/kernelmgr' \
+	  '$(DESTDIR)$(DATADIR)/kernelmgr/python' '$(DESTDIR)$(DATADIR)/kernelmgr/bash' \
+	  '$(DESTDIR)$(MANDIR)/man1' '$(DESTDIR)$(MANDIR)/man5' '$(DESTDIR)$(BASHCOMPDIR)' \
+	  '$(DESTDIR)$(SYSTEMDDIR)/system' '$(DESTDIR)$(SYSTEMDDIR)/user'
+	$(INSTALL) -m 0755 $(BUILD)/kernelmgr '$(DESTDIR)$(BINDIR)/kernelmgr'
+	$(INSTALL) -m 0755 $(addprefix $(BUILD)/,$(HELPERS)) '$(DESTDIR)$(LIBEXECDIR)/kernelmgr/'
+	for f in $(INSTALL_SHARE); do \
+	  $(INSTALL) -m 0644 kernels/$$f '$(DESTDIR)$(DATADIR)/kernelmgr/'$$f || exit 1; done
+	@if command -v $(INSTALL_PYTHON) >/dev/null 2>&1; then \
+	  echo "precompiling driver.py for $(INSTALL_PYTHON)"; \
+	  $(INSTALL_PYTHON) -I -c 'import py_compile as p, sys; [p.compile(sys.argv[1], dfile=sys.argv[2], \
+	    optimize=o, doraise=True, invalidation_mode=p.PycInvalidationMode.CHECKED_HASH) \
+	    for o in (0, 1, 2)]' '$(DESTDIR)$(DATADIR)/kernelmgr/python/driver.py' \
+	    '$(DATADIR)/kernelmgr/python/driver.py' && \
+	  chmod -R go-w,a+rX '$(DESTDIR)$(DATADIR)/kernelmgr/python/__pycache__'; \
+	else echo "note: $(INSTALL_PYTHON) not found: driver.py compiles at each start"; fi
+	$(INSTALL) -m 0644 $(BUILD)/man/kernelmgr.1 '$(DESTDIR)$(MANDIR)/man1/kernelmgr.1'
+	$(INSTALL) -m 0644 $(BUILD)/man/kernelmgr.json.5 '$(DESTDIR)$(MANDIR)/man5/kernelmgr.json.5'
+	$(INSTALL) -m 0644 $(BASH_COMPLETION) '$(DESTDIR)$(BASHCOMPDIR)/kernelmgr'
+	for u in system user; do sed -e 's|@BINDIR@|$(BINDIR)|g' deploy/systemd/$$u/kernelmgr.service.in \
+	  >'$(DESTDIR)$(SYSTEMDDIR)/'$$u/kernelmgr.service && \
+	  chmod 0644 '$(DESTDIR)$(SYSTEMDDIR)/'$$u/kernelmgr.service || exit 1; done
+
+uninstall: $(UNINSTALL_EXTRA)
+	rm -f '$(DESTDIR)$(BINDIR)/kernelmgr' '$(DESTDIR)$(MANDIR)/man1/kernelmgr.1' \
+	  '$(DESTDIR)$(MANDIR)/man5/kernelmgr.json.5' '$(DESTDIR)$(BASHCOMPDIR)/kernelmgr' \
+	  '$(DESTDIR)$(SYSTEMDDIR)/system/kernelmgr.service' '$(DESTDIR)$(SYSTEMDDIR)/user/kernelmgr.service'
+	rm -f $(addprefix '$(DESTDIR)$(LIBEXECDIR)/kernelmgr/',$(addsuffix ',$(HELPERS)))
+	rm -f $(addprefix '$(DESTDIR)$(DATADIR)/kernelmgr/',$(addsuffix ',$(INSTALL_SHARE)))
+	rm -rf '$(DESTDIR)$(DATADIR)/kernelmgr/python/__pycache__'
+	-rmdir '$(DESTDIR)$(LIBEXECDIR)/kernelmgr' '$(DESTDIR)$(DATADIR)/kernelmgr/python' \
+	  '$(DESTDIR)$(DATADIR)/kernelmgr/bash' '$(DESTDIR)$(DATADIR)/kernelmgr' 2>/dev/null; true
+
+# The Debian package, built from the tree into ../ (debian/, docs/INSTALL.md).
+deb:
+	dpkg-buildpackage -us -uc -b
