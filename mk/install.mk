@@ -68,8 +68,8 @@ uninstall: $(UNINSTALL_EXTRA)
 	rm -f '$(DESTDIR)$(BINDIR)/kernelmgr' '$(DESTDIR)$(MANDIR)/man1/kernelmgr.1' \
 	  '$(DESTDIR)$(MANDIR)/man5/kernelmgr.json.5' '$(DESTDIR)$(BASHCOMPDIR)/kernelmgr' \
 	  '$(DESTDIR)$(SYSTEMDDIR)/system/kernelmgr.service' '$(DESTDIR)$(SYSTEMDDIR)/user/kernelmgr.service'
-	rm -f $(addprefix '$(DESTDIR)$(LIBEXECDIR)/kernelmgr/',$(addsuffix ',$(HELPERS)))
-	rm -f $(addprefix '$(DESTDIR)$(DATADIR)/kernelmgr/',$(addsuffix ',$(INSTALL_SHARE)))
+	for f in $(HELPERS); do rm -f '$(DESTDIR)$(LIBEXECDIR)/kernelmgr/'$$f; done
+	for f in $(INSTALL_SHARE); do rm -f '$(DESTDIR)$(DATADIR)/kernelmgr/'$$f; done
 	rm -rf '$(DESTDIR)$(DATADIR)/kernelmgr/python/__pycache__'
 	-rmdir '$(DESTDIR)$(LIBEXECDIR)/kernelmgr' '$(DESTDIR)$(DATADIR)/kernelmgr/python' \
 	  '$(DESTDIR)$(DATADIR)/kernelmgr/bash' '$(DESTDIR)$(DATADIR)/kernelmgr' 2>/dev/null; true

@@ -73,6 +73,15 @@ static int sbx_ns_maps_root_ids(const char *path)
     return base && nobody;
 }
 
+const char *sandbox_identity(void)
+{
+    if (geteuid() != 0)
+        return "unprivileged";
+    return sbx_ns_maps_root_ids("/proc/self/uid_map") && sbx_ns_maps_root_ids("/proc/self/gid_map")
+               ? "root"
+               : "userns-root";
+}
+
 int sbx_ns_choose_ids(const char *workspace, sbx_ids *ids, char *err, size_t len)
 {
     (void)err;
