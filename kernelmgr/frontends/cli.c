@@ -61,6 +61,8 @@ static const char usage_text[] =
     "                                         also serve Jupyter frontends over HTTP "
     "(docs/GATEWAY.md)\n"
     "  mcp                                    MCP server on stdio\n"
+    "  mcp install --client claude|cursor|vscode|generic [--print] [--python PATH]\n"
+    "                                         add kernelmgr to an MCP client's configuration\n"
     "  config --doc                           the configuration keys as a markdown table\n"
     "  doctor                                 sandbox capabilities, Python, versions\n"
     "                                         (exit 1: configured sandbox unavailable)\n"
