@@ -85,7 +85,7 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   dpkg-dev debhelper lintian fakeroot
 
 .PHONY: all deps test test-load check unit unit-bins e2e demo fuzz bench format lint clean \
-  install uninstall deb FORCE
+  install uninstall deb container container-base FORCE
 all: $(BINS) $(SHARE) $(PYC_STAMP)
 
 # The relative installation paths, rewritten only when they change, so
