@@ -127,3 +127,19 @@ def test_install_layout_runs_moved_and_uninstalls(tmp_path):
     assert not (left & (EXPECTED | pyc)), sorted(left & (EXPECTED | pyc))
     assert not (dest / "usr/libexec/kernelmgr").exists()
     assert not (dest / "usr/share/kernelmgr").exists()
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="make is not installed")
+def test_cppflags_and_ldflags_reach_the_compiler_and_linker(tmp_path):
+    """A distribution's flags (dpkg-buildflags) are not dropped: CPPFLAGS
+    on every compile, LDFLAGS on every link (a dry run into a fresh BUILD)."""
+    p = subprocess.run(["make", "-n", "-C", str(ROOT), f"BUILD={tmp_path}/b",
+                        "CPPFLAGS=-DKM_FLAG_PROBE=1", "LDFLAGS=-Wl,-z,now",
+                        f"{tmp_path}/b/kernelmgr", f"{tmp_path}/b/kernel-python"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    compiles = [x for x in p.stdout.splitlines() if " -c " in x]
+    links = [x for x in p.stdout.splitlines() if " -o " in x and " -c " not in x
+             and x.split()[0] in ("cc", "gcc", "clang")]
+    assert compiles and all("-DKM_FLAG_PROBE=1" in x for x in compiles)
+    assert len(links) == 2 and all("-Wl,-z,now" in x for x in links), links
