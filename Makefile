@@ -200,5 +200,7 @@ lint:
 clean:
 	rm -rf $(BUILD)
 
-include mk/install.mk
+# Other fragments first: they append to INSTALL_EXTRA / UNINSTALL_EXTRA,
+# which install.mk's rules name as prerequisites (expanded when read).
 -include $(filter-out mk/install.mk,$(wildcard mk/*.mk))
+include mk/install.mk
