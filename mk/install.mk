@@ -89,13 +89,16 @@ deb:
 # (`make container-base` makes one offline from the Debian archive).
 CONTAINER_BASE ?= docker.io/library/debian:bookworm-slim
 CONTAINER_TAG ?= kernelmgr:latest
+# e.g. --isolation chroot where the OCI runtime cannot make containers
+# (crun refuses hybrid cgroup hosts); the image is the same
+CONTAINER_BUILD_FLAGS ?=
 DEB_VERSION = $(shell dpkg-parsechangelog -S Version 2>/dev/null)
 DEB_ARCH = $(shell dpkg --print-architecture 2>/dev/null)
 container:
 	@command -v podman >/dev/null || { echo "container: podman is not installed" >&2; exit 1; }
 	$(MAKE) --no-print-directory deb
 	cp ../kernelmgr_$(DEB_VERSION)_$(DEB_ARCH).deb deploy/container/kernelmgr.deb
-	podman build --build-arg BASE=$(CONTAINER_BASE) -t $(CONTAINER_TAG) \
+	podman build $(CONTAINER_BUILD_FLAGS) --build-arg BASE=$(CONTAINER_BASE) -t $(CONTAINER_TAG) \
 	  -f deploy/container/Containerfile deploy/container; \
 	  rc=$$?; rm -f deploy/container/kernelmgr.deb; exit $$rc
 container-base:
