@@ -9,14 +9,38 @@
 #   make fuzz    libFuzzer targets, FUZZ_SECONDS each (default 60)
 #   make bench   benchmarks against ipykernel (not a test)
 #   make format / lint
+#   make install / uninstall   PREFIX (/usr/local), DESTDIR, BINDIR, LIBEXECDIR,
+#                DATADIR, MANDIR (docs/INSTALL.md); make deb: the Debian package
 
 BUILD    ?= build
 CC       ?= gcc
 PKGS      = libzmq libsodium jansson libseccomp libwebsockets
 CFLAGS   ?= -O2 -g
 WARN      = -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
-ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -I. -Iprotocol $(shell pkg-config --cflags $(PKGS))
+ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CPPFLAGS) $(CFLAGS) -I. -Iprotocol $(shell pkg-config --cflags $(PKGS))
 LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
+LINK      = $(CC) $(CFLAGS) $(LDFLAGS)
+
+# Installation directories (GNU names). The binaries find their helpers and
+# support files relative to themselves (common/cm_install.h): only the
+# directories' positions relative to each other are compiled in, so DESTDIR
+# and PREFIX may differ between `make` and `make install`.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/libexec
+DATADIR    ?= $(PREFIX)/share
+MANDIR     ?= $(DATADIR)/man
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+INSTALL    ?= install
+rel = $(shell realpath -m --relative-to='$(1)' '$(2)')
+PATHS_DEF  = -DCM_REL_BIN_LIBEXEC='"$(call rel,$(BINDIR),$(LIBEXECDIR)/kernelmgr)"' \
+  -DCM_REL_LIBEXEC_DATA='"$(call rel,$(LIBEXECDIR)/kernelmgr,$(DATADIR)/kernelmgr)"' \
+  -DCM_REL_BIN_DATA='"$(call rel,$(BINDIR),$(DATADIR)/kernelmgr)"'
+PATHS_STAMP = $(BUILD)/paths.stamp
+# Extra install/uninstall steps other make fragments add (mk/*.mk).
+INSTALL_EXTRA ?=
+UNINSTALL_EXTRA ?=
 
 # One static library per layer (every .c file but a directory's main.c), so
 # binaries and unit tests link exactly the objects they use, and the link
@@ -57,10 +81,20 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \
   python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps \
   libwebsockets-dev python3-websocket python3-jupyter-server openssl \
-  jupyter-notebook python3-notebook chromium chromium-driver python3-selenium python3-mypy
+  jupyter-notebook python3-notebook chromium chromium-driver python3-selenium python3-mypy \
+  dpkg-dev debhelper lintian fakeroot
 
-.PHONY: all deps test test-load check unit unit-bins e2e demo fuzz bench format lint clean
+.PHONY: all deps test test-load check unit unit-bins e2e demo fuzz bench format lint clean \
+  install uninstall deb container container-base FORCE
 all: $(BINS) $(SHARE) $(PYC_STAMP)
+
+# The relative installation paths, rewritten only when they change, so
+# cm_install.o is rebuilt exactly then.
+$(PATHS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(PATHS_DEF)' | cmp -s - $@ || echo '$(PATHS_DEF)' >$@
+$(BUILD)/obj/common/cm_install.o: ALL_CFLAGS += $(PATHS_DEF)
+$(BUILD)/obj/common/cm_install.o: $(PATHS_STAMP)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -76,13 +110,13 @@ $(ALL_LIBS):
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/kernelmgr: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/obj/kernelmgr/frontends/gateway_none.o $(ALL_LIBS)
-	$(CC) $(CFLAGS) -o $@ $^ -Wl,--as-needed $(LDLIBS)
+	$(LINK) -o $@ $^ -Wl,--as-needed $(LDLIBS)
 $(BUILD)/kernelmgr-gateway: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/obj/kernelmgr/frontends/gateway.o $(ALL_LIBS)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(LINK) -o $@ $^ $(LDLIBS)
 $(BUILD)/kernel-python: $(BUILD)/obj/kernels/python/main.o $(KERNEL_LIBS)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(LINK) -o $@ $^ $(LDLIBS)
 $(BUILD)/kernel-bash: $(BUILD)/obj/kernels/bash/main.o $(KERNEL_LIBS)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(LINK) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/share/kernelmgr/%: kernels/%
 	@mkdir -p $(dir $@)
@@ -104,7 +138,7 @@ FAKE_KERNEL_TESTS := test_kserver_fake test_km_session_locks
 $(FAKE_KERNEL_TESTS:%=$(BUILD)/tests/%): $(BUILD)/obj/tests/unit/fake_kernel.o
 $(BUILD)/tests/%: tests/unit/%.c $(ALL_LIBS) $(HEADERS) tests/unit/fake_kernel.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(filter %.o,$^) $(ALL_LIBS) -lcmocka $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(filter %.o,$^) $(ALL_LIBS) -lcmocka $(LDLIBS)
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
@@ -172,5 +206,7 @@ lint:
 clean:
 	rm -rf $(BUILD)
 
-# The C client library (libkernelmgr/, docs/EMBEDDING.md): its rules, install-lib, uninstall-lib.
-include mk/libkernelmgr.mk
+# Other fragments first: they append to INSTALL_EXTRA / UNINSTALL_EXTRA,
+# which install.mk's rules name as prerequisites (expanded when read).
+-include $(filter-out mk/install.mk,$(wildcard mk/*.mk))
+include mk/install.mk

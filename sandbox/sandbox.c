@@ -388,7 +388,9 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *chosen, const
     if (getppid() != parent)
         _exit(127);
     reset_signals();
-    if (geteuid() == 0 && setgroups(0, NULL) < 0) {
+    /* as_caller: a user namespace may deny setgroups (then it has none to
+     * drop that its creator did not already see through) */
+    if (geteuid() == 0 && setgroups(0, NULL) < 0 && !(ids->as_caller && errno == EPERM)) {
         sbx_util_fail(err, sizeof err, "setgroups");
         report(rep, 'E', err);
         _exit(127);
@@ -396,7 +398,7 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *chosen, const
     /* Caller root: this sandbox's own host uid, and the workspace
      * idmapped to it (never chowned; see sbx_ns.c). */
     init_pipes ip = {.ws_fd = -1};
-    if (ids->host_uid == 0) {
+    if (ids->host_uid == 0 && !ids->as_caller) {
         sbx_ns_assign_host_ids(ids);
         if (ids->idmap &&
             (ip.ws_fd = sbx_ns_idmap_workspace(cfg->workspace, ids, err, sizeof err)) == -1) {

@@ -189,6 +189,12 @@ void sandbox_destroy(sandbox **sb);
  * "cgroup-v1-memory", ...]. */
 json_t *sandbox_protections(const sandbox_config *cfg);
 
+/* How this caller's sandboxes get their identity (sbx_ns.c): "root" (each
+ * its own host uid), "unprivileged" (the caller's uid) or "userns-root"
+ * (root of a user namespace that maps too few ids: the unprivileged mode,
+ * as nobody). Static string. */
+const char *sandbox_identity(void);
+
 /* 0 when this host can provide cfg->level, else -1 with what is missing in err. */
 int sandbox_check(const sandbox_config *cfg, char *err, size_t errlen);
 

@@ -49,9 +49,13 @@ int sbx_util_recv_fd(int sock);
 typedef struct sbx_ids {
     uid_t uid; /* the sandbox's uid inside its user namespace */
     gid_t gid;
-    uid_t host_uid; /* what uid maps to on the host: never 0 */
+    uid_t host_uid; /* what uid maps to on the host: never 0 (but as_caller) */
     gid_t host_gid;
     int own_uid; /* host_uid is the sandbox's own (caller root), no user's */
+    /* Caller root of a user namespace that cannot map the uids root mode
+     * needs (a rootless container): the unprivileged mode, host_uid is the
+     * caller's 0 (an unprivileged uid of the host) and uid is nobody. */
+    int as_caller;
     /* Caller root, with a workspace: the workspace is an idmapped mount that
      * shows its on-disk owner ws_uid:ws_gid as host_uid:host_gid, so the
      * sandbox writes it while files land on disk owned by ws_uid:ws_gid. */

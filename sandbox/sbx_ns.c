@@ -26,6 +26,10 @@
  *     to the namespace's owner at the levels above, so host root's are
  *     never touched. In the fallback the owner stays root (the sandbox
  *     runs as a real user then, who must not own its namespace).
+ *   - caller root of a user namespace that does not map those uids (a
+ *     rootless container, `unshare --map-root-user`): the unprivileged mode,
+ *     nobody inside mapped to the caller's uid (no one's on the real host);
+ *     supplementary groups are dropped where the namespace allows it.
  */
 #include "sandbox/sbx_internal.h"
 
@@ -51,6 +55,33 @@
  * unused; + a pid (at most 2^22) stays inside it and below 2^31. */
 #define SBX_NS_HOST_BASE 0x70000000u
 
+/* 1 when the id map file (/proc/self/uid_map or gid_map) of this process's
+ * user namespace covers nobody and every id root mode gives a sandbox
+ * (SBX_NS_HOST_BASE + a pid); the initial namespace maps all. */
+static int sbx_ns_maps_root_ids(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 1; /* no user namespaces at all: the initial one */
+    unsigned long long in, out, n, lo = SBX_NS_HOST_BASE, hi = SBX_NS_HOST_BASE + (1u << 22);
+    int base = 0, nobody = 0;
+    while (fscanf(f, "%llu %llu %llu", &in, &out, &n) == 3) {
+        base |= in <= lo && in + n >= hi;
+        nobody |= in <= SBX_NS_NOBODY && in + n > SBX_NS_NOBODY;
+    }
+    fclose(f);
+    return base && nobody;
+}
+
+const char *sandbox_identity(void)
+{
+    if (geteuid() != 0)
+        return "unprivileged";
+    return sbx_ns_maps_root_ids("/proc/self/uid_map") && sbx_ns_maps_root_ids("/proc/self/gid_map")
+               ? "root"
+               : "userns-root";
+}
+
 int sbx_ns_choose_ids(const char *workspace, sbx_ids *ids, char *err, size_t len)
 {
     (void)err;
@@ -59,6 +90,18 @@ int sbx_ns_choose_ids(const char *workspace, sbx_ids *ids, char *err, size_t len
     if (geteuid() != 0) {
         ids->uid = ids->host_uid = geteuid();
         ids->gid = ids->host_gid = getegid();
+        return 0;
+    }
+    /* Root of a user namespace that maps only a few ids (a rootless
+     * container: `idmap: map uid 0` would fail): the unprivileged mode, as
+     * nobody inside, mapped to this root, which is no one's on the host. */
+    if (!sbx_ns_maps_root_ids("/proc/self/uid_map") ||
+        !sbx_ns_maps_root_ids("/proc/self/gid_map")) {
+        ids->uid = SBX_NS_NOBODY;
+        ids->gid = SBX_NS_NOBODY;
+        ids->host_uid = geteuid();
+        ids->host_gid = getegid();
+        ids->as_caller = 1;
         return 0;
     }
     struct stat st;

@@ -2,7 +2,7 @@
  * lang.c — the language table: the built-ins and the configured ones.
  */
 #include "kernelmgr/engine/lang.h"
-#include "kernelmgr/engine/klaunch.h"
+#include "common/cm_install.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -428,9 +428,9 @@ char *km_lang_backend_path(const km_lang *l, const char *kernel_dir, char *err, 
         char *self = NULL;
         const char *dir = kernel_dir && *kernel_dir ? kernel_dir
                           : env && *env             ? env
-                                                    : (self = klaunch_exe_dir());
+                                                    : (self = cm_install_helper_dir());
         if (!dir) {
-            snprintf(err, errlen, "cannot find the directory of the kernelmgr binary");
+            snprintf(err, errlen, "cannot find the directory of the kernelmgr helpers");
             return NULL;
         }
         if (asprintf(&bin, "%s/%s", dir, l->backend) < 0)

@@ -100,7 +100,8 @@ const char *km_langs_names(const km_langs *t, char *buf, size_t len);
 json_t *km_langs_to_json(const km_langs *t);
 
 /* new (free()): the backend binary of l: its absolute path, else the name
- * in $KERNELMGR_KERNEL_DIR, else beside the kernelmgr binary (kernel_dir,
+ * in $KERNELMGR_KERNEL_DIR, else in the helper directory (cm_install.h: beside
+ * the binary in the build tree, LIBEXECDIR/kernelmgr installed; kernel_dir,
  * when not NULL, wins over both). NULL with the reason (naming the path) in
  * err when l has no backend or it is not an executable file. */
 char *km_lang_backend_path(const km_lang *l, const char *kernel_dir, char *err, size_t errlen);

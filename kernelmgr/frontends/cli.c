@@ -12,6 +12,7 @@
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/service/dtier.h"
 #include "kernelmgr/frontends/doctor.h"
+#include "common/cm_install.h"
 #include "kernelmgr/frontends/gateway.h"
 #include "kernelmgr/engine/kclient.h"
 #include "kernelmgr/engine/klaunch.h"
@@ -1236,14 +1237,15 @@ static int cmd_install(cli *c)
  * (binsize bytes) and errno set. */
 static void exec_gateway_binary(cli *c, char *bin, size_t binsize)
 {
-    char dir[4096];
     bin[0] = 0;
-    if (klaunch_self_dir(dir, sizeof dir)) {
-        snprintf(bin, binsize, "kernelmgr-gateway (the kernelmgr binary's directory is unknown)");
+    char *dir = cm_install_helper_dir(); /* beside us, or LIBEXECDIR/kernelmgr */
+    if (!dir) {
+        snprintf(bin, binsize, "kernelmgr-gateway (the kernelmgr helpers' directory is unknown)");
         errno = ENOENT;
         return;
     }
     char *path = cm_path_join(dir, "kernelmgr-gateway");
+    free(dir);
     char **av = calloc((size_t)c->argc + 1, sizeof *av);
     if (!path || !av) {
         free(path);
@@ -1398,10 +1400,11 @@ static int cmd_kernelspec(cli *c)
         return usage_error("kernelspec install: give --user or --prefix DIR, not both");
     char self[4096];
     const char *env = getenv("KERNELMGR_KERNEL_DIR");
-    if (env && *env)
-        snprintf(self, sizeof self, "%s", env);
-    else if (klaunch_self_dir(self, sizeof self))
-        return fail(KM_EINTERNAL, "cannot find the kernelmgr binary's directory");
+    char *helpers = env && *env ? NULL : cm_install_helper_dir();
+    if (!(env && *env) && !helpers)
+        return fail(KM_EINTERNAL, "cannot find the kernelmgr helpers' directory");
+    snprintf(self, sizeof self, "%s", env && *env ? env : helpers);
+    free(helpers);
     kspecinst_opts o = {
         .prefix = c->prefix,
         .kernel_dir = self,
@@ -1446,9 +1449,10 @@ static int cmd_doctor(cli *c)
         print_json(o);
     else
         doctor_render(stdout, o);
-    int ok = json_is_true(json_object_get(json_object_get(o, "sandbox"), "ok"));
+    int ok = json_is_true(json_object_get(o, "ok"));
     json_decref(o);
-    /* 1: kernels with the configured sandbox level cannot start here */
+    /* 1: a problem: kernels with the configured sandbox did not start here,
+     * or a root daemon lacks a capability it needs */
     return ok ? 0 : 1;
 }
 
@@ -1547,8 +1551,10 @@ static const cli_command cli_commands[] = {
     {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...",
      "install allowlisted packages for a session"},
-    {"mcp", cmd_mcp, NULL, 0, NULL, NULL, NULL, NULL, 1, "mcp [--allowlist FILE]",
-     "MCP server on stdio"},
+    {"mcp", cmd_mcp, NULL, 0, NULL, NULL, NULL, NULL, 1,
+     "mcp [--allowlist FILE]\nmcp install --client claude|cursor|vscode|generic [--print] "
+     "[--python PATH]",
+     "MCP server on stdio\nadd kernelmgr to an MCP client's configuration"},
     {"config", cmd_config, NULL, 0, NULL, NULL, NULL, NULL, 1, "config --doc",
      "the configuration keys as a markdown table"},
 };

@@ -55,6 +55,7 @@
 #include "kernelmgr/frontends/mcp_int.h"
 #include "kernelmgr/frontends/mcp_tools.h"
 #include "kernelmgr/frontends/mcp_daemon.h"
+#include "kernelmgr/frontends/mcpinstall.h"
 #include "kernelmgr/service/rpc.h"
 
 #define MCP_SERVER_NAME "kernelmgr"
@@ -538,6 +539,8 @@ static int end_of_input(mcp_server *srv)
 static void usage(FILE *f)
 {
     fputs("usage: kernelmgr mcp [--allowlist FILE] [--allow-unsafe-session-options]\n"
+          "       kernelmgr mcp install --client claude|cursor|vscode|generic [--print] ...\n"
+          "                    (add kernelmgr to an MCP client's configuration; --help)\n"
           "  Model Context Protocol server on stdin/stdout (JSON-RPC, one message per line).\n"
           "  Sessions live in the kernelmgr daemon (started when none runs), under\n"
           "  $KERNELMGR_HOME.\n"
@@ -557,6 +560,8 @@ int mcp_main(int argc, char **argv)
         {"allow-unsafe-session-options", no_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
+    if (argc >= 2 && !strcmp(argv[1], "install"))
+        return mcpinst_main(argc - 1, argv + 1);
     mcp_server srv;
     memset(&srv, 0, sizeof srv);
     optind = 1;

@@ -6,6 +6,7 @@
  * own thread (khb.c).
  */
 #include "kernels/server/kserver.h"
+#include "common/cm_install.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -298,33 +299,16 @@ json_t *kserver_kernel_info(kserver *ks)
 
 /* ---------------------------------------------------------------- setup */
 
-/* Finds the share directory (support files) relative to the executable:
- * EXE_DIR/share/kernelmgr (the build tree) or EXE_DIR/../share/kernelmgr (an
- * installed prefix); $KERNELMGR_SHARE wins. */
+/* Finds the share directory (support files) relative to the executable
+ * (cm_install.h: the build tree or an installed prefix); $KERNELMGR_SHARE
+ * wins. */
 static int find_share_dir(kserver *ks)
 {
-    const char *env = getenv("KERNELMGR_SHARE");
-    if (env && *env) {
-        snprintf(ks->share_dir, sizeof ks->share_dir, "%s", env);
-        return 0;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
+    char *dir = cm_install_share_dir();
+    if (!dir)
         return -1;
-    exe[n] = '\0';
-    char *dir = dirname(exe);
-    for (int i = 0; i < 2; i++) {
-        char path[PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s%s/share/kernelmgr", dir, i ? "/.." : "");
-        char real[PATH_MAX];
-        struct stat st;
-        if (realpath(path, real) && stat(real, &st) == 0 && S_ISDIR(st.st_mode)) {
-            snprintf(ks->share_dir, sizeof ks->share_dir, "%s", real);
-            return 0;
-        }
-    }
-    snprintf(ks->share_dir, sizeof ks->share_dir, "%s/share/kernelmgr", dir);
+    snprintf(ks->share_dir, sizeof ks->share_dir, "%s", dir);
+    free(dir);
     return 0;
 }
 
