@@ -209,6 +209,12 @@ def _on_sigint(signum, frame):
         if _S.owed > 0:
             _S.owed -= 1
         return
+    if _DBG.mod is not None:
+        act = _DBG.mod.on_sigint()
+        if act == "defer":
+            return  # an interrupted stop is being resumed
+        if act == "raise":
+            raise KeyboardInterrupt
     _S.in_sigint = True
     try:
         found = _take_interrupts()

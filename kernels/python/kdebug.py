@@ -105,26 +105,65 @@ def cell_starts():
         sys.settrace(None)
 
 
+def _main_suspended():
+    """Whether the calling (main) thread is stopped in the debugger."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name in ("_do_wait_suspend", "do_wait_suspend"):
+            return True
+        f = f.f_back
+    return False
+
+
 def interrupt_stopped():
     """Called by the driver's SIGINT handler (main thread) for an interrupt
     of the cell: when the main thread is stopped in the debugger right now,
-    resumes it and raises KeyboardInterrupt once it runs again (True);
-    False when it is not stopped (the handler raises as usual)."""
+    resumes it and arranges a KeyboardInterrupt for the moment it runs
+    again (True); False when it is not stopped (the handler raises)."""
     d = _dbg
-    if d is None or not d.attached:
+    if d is None or not _main_suspended():
         return False
-    f = sys._getframe(1)
-    stopped = False
-    while f is not None:
-        if f.f_code.co_name in ("_do_wait_suspend", "do_wait_suspend"):
-            stopped = True
-            break
-        f = f.f_back
-    if not stopped:
-        return False
-    d.kbi_pending = True
-    d.resume_all()
+    if not d.kbi_pending:
+        d.kbi_pending = True
+        d.resume_all()
+        t = threading.Thread(target=_poke_main, args=(d,), daemon=True,
+                             name="kernelmgr-debug-interrupt")
+        t.pydev_do_not_trace = True  # never traced nor suspended by debugpy
+        t.is_pydev_daemon_thread = True
+        t.start()
     return True
+
+
+def _poke_main(d):
+    """Makes the main thread's SIGINT handler run (on_sigint) every 10 ms
+    until it has raised the interrupt: not from the handler itself, which
+    would run again inside itself."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while d.kbi_pending and time.monotonic() < deadline:
+        _thread.interrupt_main()
+        time.sleep(0.01)
+    d.kbi_pending = False
+
+
+def on_sigint():
+    """The driver's SIGINT handler asks first: "defer" while an interrupted
+    stop has not resumed yet, "raise" once it has (the KeyboardInterrupt
+    then surfaces at the line where the cell stopped), None otherwise."""
+    d = _dbg
+    if d is None or not d.kbi_pending:
+        return None
+    if _main_suspended():
+        return "defer"
+    # raised in the cell's own code, not in debugpy's trace function
+    # (which would swallow it): wait for a frame of the user's
+    f = sys._getframe(2)
+    name = f.f_code.co_filename if f is not None else ""
+    if "pydevd" in name or "debugpy" in name or name == _drv._DRIVER_FILE:
+        return "defer"
+    d.kbi_pending = False
+    return "raise"
 
 
 def rich_store(token, value):
@@ -370,9 +409,6 @@ class Debugger:
                 self.stopped = set()
             else:
                 self.stopped.discard(body.get("threadId"))
-            if self.kbi_pending:
-                self.kbi_pending = False
-                _thread.interrupt_main()
         self.event(msg)
 
     def send(self, msg):
