@@ -12,7 +12,7 @@
 /* A request the worker has not answered yet. */
 typedef struct kdbg_pending {
     uint64_t id;
-    jmsg *parent; /* owned: header and routing ids of the request */
+    jmsg *parent;    /* owned: header and routing ids of the request */
     json_t *request; /* owned: its "seq" and "command", for a failure reply */
     char *held;      /* owned: the line, while it waits for the worker to be ready */
     struct kdbg_pending *next;
@@ -46,8 +46,9 @@ static json_t *failure(const json_t *request, const char *why)
     json_t *seq = json_object_get(request, "seq");
     const char *cmd = json_string_value(json_object_get(request, "command"));
     return json_pack("{s:s, s:i, s:I, s:b, s:s, s:s, s:{}}", "type", "response", "seq", 0,
-                     "request_seq", (json_int_t)(json_is_integer(seq) ? json_integer_value(seq) : 0),
-                     "success", 0, "command", cmd ? cmd : "", "message", why, "body");
+                     "request_seq",
+                     (json_int_t)(json_is_integer(seq) ? json_integer_value(seq) : 0), "success", 0,
+                     "command", cmd ? cmd : "", "message", why, "body");
 }
 
 static const char *no_debugger(const kserver *ks)
@@ -87,17 +88,15 @@ void kdbg_answer(kserver *ks, void *sock, jmsg *msg, const kshell_msg *m)
              (!(ks->worker_features & KFEAT_DEBUG) || !kworker_has_debug(ks->worker)))
         why = no_debugger(ks);
     else if (d->n >= KDBG_MAX_PENDING) {
-        snprintf(buf, sizeof buf, "too many debug requests in flight (limit %d)",
-                 KDBG_MAX_PENDING);
+        snprintf(buf, sizeof buf, "too many debug requests in flight (limit %d)", KDBG_MAX_PENDING);
         why = buf;
     }
     kdbg_pending *p = NULL;
     char *line = NULL;
     if (!why) {
         p = calloc(1, sizeof *p);
-        json_t *wrapped = p ? json_pack("{s:I, s:O}", "id", (json_int_t)(d->next_id + 1),
-                                        "request", req)
-                            : NULL;
+        json_t *wrapped =
+            p ? json_pack("{s:I, s:O}", "id", (json_int_t)(d->next_id + 1), "request", req) : NULL;
         line = wrapped ? json_dumps(wrapped, JSON_COMPACT) : NULL;
         json_decref(wrapped);
         if (p)
@@ -178,7 +177,7 @@ void kdbg_worker_ready(kserver *ks)
     if (!d)
         return;
     /* oldest first: the list is newest first, so collect then send */
-    kdbg_pending *held[KDBG_MAX_PENDING];
+    kdbg_pending *held[KDBG_MAX_PENDING] = {0};
     size_t n = 0;
     for (kdbg_pending *p = d->head; p && n < KDBG_MAX_PENDING; p = p->next)
         if (p->held)

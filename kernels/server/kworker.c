@@ -95,7 +95,8 @@ static char **build_env(const kworker_spec *spec)
     size_t k = 0;
     int rc = env_put(env, &k, "KERNELMGR_REQ_FD=3") | env_put(env, &k, "KERNELMGR_EVT_FD=4");
     if (spec->debug_pipes)
-        rc |= env_put(env, &k, "KERNELMGR_DBG_REQ_FD=5") | env_put(env, &k, "KERNELMGR_DBG_EVT_FD=6");
+        rc |=
+            env_put(env, &k, "KERNELMGR_DBG_REQ_FD=5") | env_put(env, &k, "KERNELMGR_DBG_EVT_FD=6");
     for (size_t i = 0; i < KSPEC_MAX_ENV && spec->env[i]; i++)
         rc |= env_put(env, &k, spec->env[i]);
     rc |= env_put(env, &k, "PATH=" KENV_SANDBOX_PATH) | env_put(env, &k, "HOME=" KENV_SANDBOX_HOME);
@@ -202,9 +203,8 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
     return w;
 fail:
     free_env(env);
-    int *all[] = {&in[0],   &in[1],   &out[0],  &out[1],  &errp[0], &errp[1], &req[0],
-                  &req[1],  &evt[0],  &evt[1],  &dreq[0], &dreq[1], &devt[0], &devt[1],
-                  &devnull};
+    int *all[] = {&in[0],  &in[1],  &out[0],  &out[1],  &errp[0], &errp[1], &req[0], &req[1],
+                  &evt[0], &evt[1], &dreq[0], &dreq[1], &devt[0], &devt[1], &devnull};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         close_fd(all[i]);
     free(w);
@@ -348,8 +348,8 @@ static void handle_line(char *line, size_t len, kworker_event_fn fn, void *ctx)
     json_t *ev = json_loadb(clean, clean_len, 0, &jerr);
     if (!json_is_object(ev)) {
         /* the sandboxed code writes this channel: rate-limited, capped */
-        kserver_log("worker: ignoring a malformed line (%s): %.80s", ev ? "not an object" : jerr.text,
-                    clean);
+        kserver_log("worker: ignoring a malformed line (%s): %.80s",
+                    ev ? "not an object" : jerr.text, clean);
     } else {
         fn(ctx, ev);
     }
