@@ -209,12 +209,6 @@ def _on_sigint(signum, frame):
         if _S.owed > 0:
             _S.owed -= 1
         return
-    if _DBG.mod is not None:
-        act = _DBG.mod.on_sigint()
-        if act == "defer":
-            return  # an interrupted stop is being resumed
-        if act == "raise":
-            raise KeyboardInterrupt
     _S.in_sigint = True
     try:
         found = _take_interrupts()
@@ -223,8 +217,6 @@ def _on_sigint(signum, frame):
     if not found and _S.owed > 0:
         _S.owed -= 1
         return
-    if _DBG.mod is not None and _DBG.mod.interrupt_stopped():
-        return  # stopped at a breakpoint: resumed, KeyboardInterrupt follows
     raise KeyboardInterrupt
 
 
@@ -1539,6 +1531,16 @@ def _user_tb_exception(etype, value, tb):
             continue
         seen.add(id(t))
         t.stack[:] = [f for f in t.stack if f.filename != _DRIVER_FILE]
+        if _DBG.mod is not None:  # an interrupt raised inside debugpy's trace function
+            kept = []
+            for f in t.stack:
+                if _DBG.mod.is_debugger_file(f.filename):
+                    continue
+                if kept and (kept[-1].filename, kept[-1].lineno, kept[-1].name) == (
+                        f.filename, f.lineno, f.name):
+                    continue
+                kept.append(f)
+            t.stack[:] = kept
         for nxt in (t.__cause__, t.__context__):
             if nxt is not None:
                 stack.append(nxt)
@@ -1860,6 +1862,8 @@ def _execute(code, silent, store_history, allow_stdin, count, options=""):
             else:
                 _report_error(type(e), e, e.__traceback__)
                 _post_mortem(e)
+            if _DBG.mod is not None and isinstance(e, KeyboardInterrupt):
+                _DBG.mod.after_interrupt()
     finally:
         _S.user = False
     if _IP.shell_error and status == "ok":

@@ -105,65 +105,30 @@ def cell_starts():
         sys.settrace(None)
 
 
-def _main_suspended():
-    """Whether the calling (main) thread is stopped in the debugger."""
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_name in ("_do_wait_suspend", "do_wait_suspend"):
-            return True
-        f = f.f_back
-    return False
+def after_interrupt():
+    """Called by the driver (main thread) when a cell ended with
+    KeyboardInterrupt: an interrupt that came while the cell was stopped
+    left debugpy's state of the thread "suspended" (it was raised in its
+    wait loop), which would stop the next cell at its first line, silently.
+    The thread runs: say so."""
+    try:
+        from _pydevd_bundle.pydevd_constants import STATE_RUN
+
+        info = getattr(threading.current_thread(), "additional_info", None)
+        if info is not None and info.pydev_state != STATE_RUN:
+            info.pydev_state = STATE_RUN
+            info.pydev_step_cmd = -1
+            info.pydev_original_step_cmd = -1
+            info.pydev_step_stop = None
+    except Exception as e:
+        if _dbg is not None:
+            _dbg.log("after_interrupt: %r" % (e,))
 
 
-def interrupt_stopped():
-    """Called by the driver's SIGINT handler (main thread) for an interrupt
-    of the cell: when the main thread is stopped in the debugger right now,
-    resumes it and arranges a KeyboardInterrupt for the moment it runs
-    again (True); False when it is not stopped (the handler raises)."""
-    d = _dbg
-    if d is None or not _main_suspended():
-        return False
-    if not d.kbi_pending:
-        d.kbi_pending = True
-        d.resume_all()
-        t = threading.Thread(target=_poke_main, args=(d,), daemon=True,
-                             name="kernelmgr-debug-interrupt")
-        t.pydev_do_not_trace = True  # never traced nor suspended by debugpy
-        t.is_pydev_daemon_thread = True
-        t.start()
-    return True
-
-
-def _poke_main(d):
-    """Makes the main thread's SIGINT handler run (on_sigint) every 10 ms
-    until it has raised the interrupt: not from the handler itself, which
-    would run again inside itself."""
-    import time
-
-    deadline = time.monotonic() + 30
-    while d.kbi_pending and time.monotonic() < deadline:
-        _thread.interrupt_main()
-        time.sleep(0.01)
-    d.kbi_pending = False
-
-
-def on_sigint():
-    """The driver's SIGINT handler asks first: "defer" while an interrupted
-    stop has not resumed yet, "raise" once it has (the KeyboardInterrupt
-    then surfaces at the line where the cell stopped), None otherwise."""
-    d = _dbg
-    if d is None or not d.kbi_pending:
-        return None
-    if _main_suspended():
-        return "defer"
-    # raised in the cell's own code, not in debugpy's trace function
-    # (which would swallow it): wait for a frame of the user's
-    f = sys._getframe(2)
-    name = f.f_code.co_filename if f is not None else ""
-    if "pydevd" in name or "debugpy" in name or name == _drv._DRIVER_FILE:
-        return "defer"
-    d.kbi_pending = False
-    return "raise"
+def is_debugger_file(path):
+    """Frames of debugpy itself (an interrupt raised in its trace function)."""
+    return isinstance(path, str) and ("_pydevd_bundle" in path or "/debugpy/" in path
+                                      or path.endswith("pydevd.py"))
 
 
 def rich_store(token, value):
@@ -281,7 +246,6 @@ class Debugger:
         self.stopped = set()  # DAP thread ids stopped now
         self.cells = {}  # cell file -> code
         self.explorer = _Explorer()
-        self.kbi_pending = False
         self.rich_token = 0
         here = os.path.dirname(os.path.abspath(__file__))
         self.own_files = {os.path.abspath(_drv._DRIVER_FILE), os.path.abspath(__file__),
