@@ -464,3 +464,89 @@ def test_without_debugpy_no_debugger_and_a_clear_refusal(kernel_factory, tmp_pat
     assert rep["success"] is False and "debugpy" in rep["message"], rep
     r, out = d.finish(d.execute("print(1)"))
     assert (r["status"], out) == ("ok", "1\n")
+
+
+# ------------------------------------------------------------ through the gateway
+
+
+class WsDap:
+    """A debugger frontend over the gateway's kernel WebSocket (as JupyterLab
+    talks to a gateway): every message seen kept in order."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.seen = []
+        self.seq = 0
+
+    def send(self, msg_type, content, channel):
+        import test_gateway as tg
+        m = tg.msg(msg_type, content, channel)
+        self.ws.send(json.dumps(m))
+        return m["header"]["msg_id"]
+
+    def wait(self, pred, what, deadline=60):
+        end = time.monotonic() + deadline
+        while True:
+            for i, r in enumerate(self.seen):
+                if pred(r):
+                    return self.seen.pop(i)
+            assert time.monotonic() < end, f"no {what}; seen {[r['header']['msg_type'] for r in self.seen]}"
+            self.seen.append(json.loads(self.ws.recv()))
+
+    def ok(self, command, arguments=None):
+        self.seq += 1
+        mid = self.send("debug_request", {"type": "request", "seq": self.seq, "command": command,
+                                          "arguments": arguments or {}}, "control")
+        r = self.wait(lambda r: r["parent_header"].get("msg_id") == mid
+                      and r["header"]["msg_type"] == "debug_reply", f"debug_reply to {command}")
+        assert r["channel"] == "control" and r["content"]["success"], r
+        return r["content"].get("body") or {}
+
+    def event(self, name):
+        return self.wait(lambda r: r["header"]["msg_type"] == "debug_event"
+                         and r["content"].get("event") == name, f"{name} event")["content"]
+
+
+def test_debug_an_agents_session_through_the_gateway(make_mgr):
+    import threading
+
+    import mgrutil
+    import test_gateway as tg
+    if not mgrutil.have_kernel("python"):
+        pytest.skip("no kernel-python")
+    gw = tg.GW(make_mgr)  # the agent's session "agent" runs x = 41
+    k = gw.kernel_of("agent")
+    ws = gw.ws(k["id"])
+    try:
+        info = tg.wait_ready(ws)
+        assert info["debugger"] is True, info
+        d = WsDap(ws)
+        d.ok("initialize", {"adapterID": "python", "pathFormat": "path", "linesStartAt1": True,
+                            "columnsStartAt1": True})
+        d.ok("attach", {})
+        d.ok("configurationDone")
+        names = {v["name"]: v for v in d.ok("inspectVariables")["variables"]}
+        assert names["x"]["value"] == "41"  # the agent's namespace
+        code = "y = x + 1\nprint('y is', y)\n"
+        path = d.ok("dumpCell", {"code": code})["sourcePath"]
+        d.ok("setBreakpoints", {"source": {"path": path}, "breakpoints": [{"line": 2}]})
+        # the agent runs that cell; it stops at the breakpoint
+        done = {}
+        t = threading.Thread(target=lambda: done.update(r=gw.m.exec("agent", code)))
+        t.start()
+        thread = d.event("stopped")["body"]["threadId"]
+        top = d.ok("stackTrace", {"threadId": thread})["stackFrames"][0]
+        assert (top["source"]["path"], top["line"]) == (path, 2), top
+        scope = d.ok("scopes", {"frameId": top["id"]})["scopes"][0]
+        vs = {v["name"]: v["value"] for v in
+              d.ok("variables", {"variablesReference": scope["variablesReference"]})["variables"]}
+        assert vs["y"] == "42", vs
+        assert t.is_alive()  # the agent's exec is still running
+        d.ok("continue", {"threadId": thread})
+        t.join(60)
+        rc, res, p = done["r"]
+        assert rc == 0 and res[0]["stdout"] == "y is 42\n", (p.stderr, res)
+        d.ok("disconnect", {"restart": False, "terminateDebuggee": False})
+        tg.agent_works(gw, "print(y)", "42")
+    finally:
+        ws.close()
