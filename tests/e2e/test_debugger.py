@@ -452,9 +452,28 @@ def test_kernel_info_says_debugger(kernel_factory, tmp_path):
     assert info["debugger"] is True
 
 
+def kernelspec_metadata(tmp_path, python):
+    import mgrutil
+    prefix = tmp_path / ("prefix-" + Path(python).parent.parent.name)
+    p = subprocess.run([mgrutil.KM, "kernelspec", "install", "--prefix", str(prefix),
+                        "--python", python, "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    spec = prefix / "share" / "jupyter" / "kernels" / "kernelmgr-python" / "kernel.json"
+    bash = prefix / "share" / "jupyter" / "kernels" / "kernelmgr-bash" / "kernel.json"
+    return (json.loads(spec.read_text())["metadata"],
+            json.loads(bash.read_text())["metadata"] if bash.exists() else {})
+
+
+def test_kernelspec_says_debugger(tmp_path):
+    py, sh = kernelspec_metadata(tmp_path, SYS_PYTHON)
+    assert py.get("debugger") is True, py
+    assert "debugger" not in sh, sh  # the bash kernel has none
+
+
 def test_without_debugpy_no_debugger_and_a_clear_refusal(kernel_factory, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([SYS_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
+    assert "debugger" not in kernelspec_metadata(tmp_path, str(venv / "bin" / "python"))[0]
     k = kernel_factory("python", args=("--python", str(venv / "bin" / "python")))
     info = kutil.poll_until(lambda: kutil.control_request(k, "kernel_info_request")["content"],
                             lambda i: i["kernelmgr"]["worker_ready"], 30, "worker ready")
@@ -515,6 +534,13 @@ def test_debug_an_agents_session_through_the_gateway(make_mgr):
     if not mgrutil.have_kernel("python"):
         pytest.skip("no kernel-python")
     gw = tg.GW(make_mgr)  # the agent's session "agent" runs x = 41
+    st, specs = gw.req("GET", "/api/kernelspecs")
+    assert st == 200, specs
+    langs = {n: v["spec"] for n, v in specs["kernelspecs"].items()}
+    assert all(v["metadata"].get("debugger") is True for v in langs.values()
+               if v["language"] == "python"), langs
+    assert not any(v["metadata"].get("debugger") for v in langs.values()
+                   if v["language"] == "bash"), langs
     k = gw.kernel_of("agent")
     ws = gw.ws(k["id"])
     try:
