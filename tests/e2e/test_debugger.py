@@ -322,6 +322,37 @@ def test_exception_breakpoint(kernel):
     d.ok("disconnect", {"restart": False, "terminateDebuggee": False})
 
 
+def test_pause_and_copy_to_globals(kernel):
+    d = Dap(kernel)
+    d.start()
+    cell = d.execute("import time\ndef spin():\n    n = 0\n    while n >= 0:\n"
+                     "        n += 1\n        time.sleep(0.001)\n        if n > 100000:\n"
+                     "            return n\nspin()\n")
+    # the cell runs: pause stops it wherever it is
+    deadline = time.monotonic() + 30
+    while not any(m["msg_type"] == "execute_input" for m in d.iopub):
+        assert time.monotonic() < deadline
+        d.pump()
+    threads = d.ok("threads")["threads"]
+    main = [t for t in threads if t["name"] == "MainThread"] or threads
+    d.ok("pause", {"threadId": main[0]["id"]})
+    thread = d.stopped("pause")
+    frames = d.stack(thread)
+    assert frames[0]["name"] in ("spin", "sleep"), frames[0]
+    spin = [f for f in frames if f["name"] == "spin"][0]
+    if kernel.lang != "ipykernel":  # (no copyToGlobals in ipykernel 6.17)
+        d.ok("copyToGlobals", {"srcVariableName": "n", "dstVariableName": "n_at_pause",
+                               "srcFrameId": spin["id"]})
+    # an interrupt ends the paused cell
+    assert control(d, "interrupt_request")["content"].get("status", "ok") == "ok"
+    r, _ = d.finish(cell)
+    assert r["status"] == "error" and r["ename"] == "KeyboardInterrupt", r
+    if kernel.lang != "ipykernel":
+        r, out = d.finish(d.execute("print(n_at_pause > 0)"))
+        assert (r["status"], out) == ("ok", "True\n"), (r, out)
+    d.ok("disconnect", {"restart": False, "terminateDebuggee": False})
+
+
 def control(d, msg_type, content=None, timeout=30):
     msg = d.kc.session.msg(msg_type, content or {})
     d.kc.control_channel.send(msg)
@@ -441,6 +472,17 @@ def test_post_mortem_debug_magic_over_stdin(kernel):
     out = kutil.stream_text(res["iopub"])
     assert "42" in out, (out, res["reply"]["content"])
     assert h.prompts, "no input_request"
+
+
+def test_pdb_magic_runs_the_post_mortem_debugger_at_once(kernel):
+    _, res = kernel.execute("%pdb on")
+    assert res["reply"]["content"]["status"] == "ok", res["reply"]["content"]
+    h = answer_stdin(["p v * 3", "q"])
+    _, res = kernel.execute("def g(v):\n    raise KeyError(v)\ng(14)", allow_stdin=True,
+                            stdin_handler=h, timeout=60)
+    assert res["reply"]["content"]["status"] == "error"
+    assert "42" in kutil.stream_text(res["iopub"]), res["iopub"]
+    assert h.prompts
 
 
 def test_kernel_info_says_debugger(kernel_factory, tmp_path):
