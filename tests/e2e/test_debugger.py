@@ -614,6 +614,15 @@ def test_debug_an_agents_session_through_the_gateway(make_mgr):
         t.join(60)
         rc, res, p = done["r"]
         assert rc == 0 and res[0]["stdout"] == "y is 42\n", (p.stderr, res)
+        # stopped and left there: the agent's timeout still applies, the
+        # cell ends interrupted and the session works on
+        t = threading.Thread(target=lambda: done.update(r=gw.m.exec("agent", code,
+                                                                      "--timeout", "3")))
+        t.start()
+        d.event("stopped")
+        t.join(90)
+        rc, res, p = done["r"]
+        assert res[0]["status"] == "timeout", (p.stderr, res)
         d.ok("disconnect", {"restart": False, "terminateDebuggee": False})
         tg.agent_works(gw, "print(y)", "42")
     finally:
