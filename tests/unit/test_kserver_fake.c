@@ -184,10 +184,52 @@ static int fake_cell(char *code)
     return exit_after;
 }
 
+/* The debug side (fds 5 and 6, WORKER_PROTOCOL.md "Debug pipes"), in a
+ * process of its own: for each request line {"id", "request"} it writes a
+ * malformed line, a reply to no request, an event echoing the request and
+ * then the reply; a request whose command is "crash" ends the whole worker
+ * without an answer. */
+static void fake_debugger(void)
+{
+    FILE *in = fdopen(5, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    while (in && getline(&line, &cap, in) > 0) {
+        json_t *m = json_loads(line, 0, NULL);
+        json_t *id = json_object_get(m, "id"), *req = json_object_get(m, "request");
+        const char *cmd = json_string_value(json_object_get(req, "command"));
+        if (cmd && !strcmp(cmd, "crash"))
+            kill(0, SIGKILL); /* the whole worker: its process group */
+        say(6, "not json at all");
+        say(6, "{\"id\": 424242, \"reply\": {}}");
+        json_t *e = json_pack("{s:{s:s, s:s, s:O}}", "event", "type", "event", "event", "echo",
+                              "body", req);
+        json_t *r = json_pack("{s:O, s:{s:s, s:O, s:b, s:O, s:{s:O}}}", "id", id, "reply", "type",
+                              "response", "request_seq", json_object_get(req, "seq"), "success", 1,
+                              "command", json_object_get(req, "command"), "body", "echo", req);
+        char *es = json_dumps(e, JSON_COMPACT), *rs = json_dumps(r, JSON_COMPACT);
+        say(6, es);
+        say(6, rs);
+        free(es);
+        free(rs);
+        json_decref(e);
+        json_decref(r);
+        json_decref(m);
+    }
+    free(line);
+    _exit(0);
+}
+
 static int fake_worker(void)
 {
     signal(SIGINT, SIG_IGN); /* interrupts are read from the request pipe */
-    ev(json_pack("{s:s, s:[s]}", "type", "ready", "features", "interrupt"));
+    setpgid(0, 0);
+    pid_t dbg = fcntl(5, F_GETFD) >= 0 ? fork() : -1;
+    if (dbg == 0)
+        fake_debugger();
+    close(5);
+    close(6);
+    ev(json_pack("{s:s, s:[s, s]}", "type", "ready", "features", "interrupt", "debugger"));
     for (char *type; (type = field());) {
         char *f[5] = {0};
         int exit_after = 0;
@@ -224,6 +266,7 @@ static int fake_prepare(const char *share_dir, const char *workspace, kworker_sp
         return -1;
     }
     spec->kernel_info = json_pack("{s:{s:s}}", "language_info", "name", "fake");
+    spec->debug_pipes = 1;
     return 0;
 }
 
@@ -802,6 +845,70 @@ static void test_kernel_info_while_busy(void **state)
     stop_kernel(&fx);
 }
 
+/* Sends a debug_request; the debug_reply's content (new), or NULL. Events
+ * seen meanwhile are counted in *events. */
+static json_t *debug_request(fixture *fx, const char *command, int seq, int *events)
+{
+    char id[37];
+    json_t *req = json_pack("{s:s, s:i, s:s, s:{}}", "type", "request", "seq", seq, "command",
+                            command, "arguments");
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "debug_request", req, NULL, id), 0);
+    double until = kclient_now() + 20.0;
+    json_t *reply = NULL;
+    while (!reply && kclient_now() < until) {
+        jp_channel ch;
+        jmsg *m = NULL;
+        if (kclient_recv(fx->kc, 100, &ch, &m) != 1)
+            continue;
+        if (ch == JP_CONTROL && !strcmp(jmsg_type(m), "debug_reply") &&
+            !strcmp(json_string_value(json_object_get(m->parent_header, "msg_id")), id))
+            reply = json_incref(m->content);
+        else if (ch == JP_IOPUB && !strcmp(jmsg_type(m), "debug_event"))
+            (*events)++;
+        jmsg_destroy(&m);
+    }
+    return reply;
+}
+
+/* debug_request goes over the debug pipes, answered while a cell is busy;
+ * what the worker writes there that is no reply to a request in flight is
+ * dropped; a worker that dies with a request in flight answers it with a
+ * failure, and the next worker debugs again. */
+static void test_debug_requests(void **state)
+{
+    (void)state;
+    fixture *fx = start_kernel("2");
+    int events = 0;
+    json_t *r = debug_request(fx, "initialize", 1, &events);
+    assert_non_null(r);
+    assert_true(json_is_true(json_object_get(r, "success")));
+    assert_int_equal(json_integer_value(json_object_get(r, "request_seq")), 1);
+    json_decref(r);
+    char id[1][37], kid[37];
+    outcome o;
+    send_execute(fx, "wait", 1, id[0]);
+    wait_iopub(fx, "execute_input");
+    r = debug_request(fx, "stackTrace", 2, &events);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "command")), "stackTrace");
+    json_decref(r);
+    assert_true(events >= 1);
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "interrupt_request", NULL, NULL, kid), 0);
+    collect(fx, id, &o, 1);
+    outcome_clear(&o);
+    r = debug_request(fx, "crash", 3, &events);
+    assert_non_null(r);
+    assert_false(json_is_true(json_object_get(r, "success")));
+    assert_non_null(strstr(json_string_value(json_object_get(r, "message")), "worker"));
+    json_decref(r);
+    /* the next worker (held until it is ready) */
+    r = debug_request(fx, "initialize", 4, &events);
+    assert_non_null(r);
+    assert_true(json_is_true(json_object_get(r, "success")));
+    json_decref(r);
+    stop_kernel(&fx);
+}
+
 int main(int argc, char **argv)
 {
     ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
@@ -819,6 +926,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_worker_exits_right_after_done, teardown),
         cmocka_unit_test_teardown(test_interrupt, teardown),
         cmocka_unit_test_teardown(test_kernel_info_while_busy, teardown),
+        cmocka_unit_test_teardown(test_debug_requests, teardown),
     };
     /* KFAKE_TEST=glob runs only the matching tests (while debugging) */
     if (getenv("KFAKE_TEST"))
