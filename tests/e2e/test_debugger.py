@@ -325,13 +325,15 @@ def test_exception_breakpoint(kernel):
 def test_pause_and_copy_to_globals(kernel):
     d = Dap(kernel)
     d.start()
-    cell = d.execute("import time\ndef spin():\n    n = 0\n    while n >= 0:\n"
+    cell = d.execute("import sys, time\ndef spin():\n    n = 0\n    print('spinning')\n"
+                     "    sys.stdout.flush()\n    while n >= 0:\n"
                      "        n += 1\n        time.sleep(0.001)\n        if n > 100000:\n"
                      "            return n\nspin()\n")
-    # the cell runs: pause stops it wherever it is
+    # the cell runs in spin(): pause stops it wherever it is
     deadline = time.monotonic() + 30
-    while not any(m["msg_type"] == "execute_input" for m in d.iopub):
-        assert time.monotonic() < deadline
+    while not any(m["msg_type"] == "stream" and "spinning" in m["content"]["text"]
+                  for m in d.iopub):
+        assert time.monotonic() < deadline, "spin() never started"
         d.pump()
     threads = d.ok("threads")["threads"]
     main = [t for t in threads if t["name"] == "MainThread"] or threads
