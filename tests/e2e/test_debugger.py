@@ -30,6 +30,9 @@ from jupyter_client import BlockingKernelClient  # noqa: E402
 from jupyter_client.connect import write_connection_file  # noqa: E402
 
 SYS_PYTHON = "/usr/bin/python3"
+# strict unless a run asks for the functional tests without the sandbox
+SANDBOX = os.environ.get("KM_TEST_SANDBOX", "strict")
+PY_ARGS = ("--python", SYS_PYTHON, "--sandbox", SANDBOX)
 
 
 def have(module, python=SYS_PYTHON):
@@ -76,7 +79,7 @@ def kernel(request, kernel_factory, tmp_path):
         yield k
         k.close()
     else:
-        yield kernel_factory("python", args=("--python", SYS_PYTHON))
+        yield kernel_factory("python", args=PY_ARGS)
 
 
 class Dap:
@@ -403,7 +406,7 @@ def test_kernel_answers_while_stopped_and_interrupt_ends_the_cell(kernel):
 def test_debugger_still_stops_after_an_interrupt(kernel_factory):
     """(ipykernel 6.17: the thread stays "suspended" in debugpy after such an
     interrupt and the next cell hangs at its first line; ours runs on.)"""
-    d = Dap(kernel_factory("python", args=("--python", SYS_PYTHON)))
+    d = Dap(kernel_factory("python", args=PY_ARGS))
     d.start()
     code = "import time\nstarted = True\nprint('never')\n"
     path = d.dump(code)
@@ -488,7 +491,7 @@ def test_pdb_magic_runs_the_post_mortem_debugger_at_once(kernel):
 
 
 def test_kernel_info_says_debugger(kernel_factory, tmp_path):
-    k = kernel_factory("python", args=("--python", SYS_PYTHON))
+    k = kernel_factory("python", args=PY_ARGS)
     # known once the worker has said it is ready (it checks that debugpy is
     # importable without importing it)
     info = kutil.poll_until(lambda: kutil.control_request(k, "kernel_info_request")["content"],
@@ -518,7 +521,8 @@ def test_without_debugpy_no_debugger_and_a_clear_refusal(kernel_factory, tmp_pat
     venv = tmp_path / "venv"
     subprocess.run([SYS_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
     assert "debugger" not in kernelspec_metadata(tmp_path, str(venv / "bin" / "python"))[0]
-    k = kernel_factory("python", args=("--python", str(venv / "bin" / "python")))
+    k = kernel_factory("python", args=("--python", str(venv / "bin" / "python"), "--sandbox",
+                                       SANDBOX))
     info = kutil.poll_until(lambda: kutil.control_request(k, "kernel_info_request")["content"],
                             lambda i: i["kernelmgr"]["worker_ready"], 30, "worker ready")
     assert info["debugger"] is False
