@@ -78,7 +78,7 @@ PYTHON   ?= /usr/bin/python3
 DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck valgrind strace \
   libzmq3-dev libsodium-dev libjansson-dev libseccomp-dev uthash-dev libcmocka-dev \
   libclang-rt-14-dev python3 python3-pytest python3-pytest-xdist stress-ng python3-jupyter-client jupyter-console \
-  python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \
+  python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-debugpy python3-numpy python3-pandas \
   python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps \
   libwebsockets-dev python3-websocket python3-jupyter-server openssl \
   jupyter-notebook python3-notebook chromium chromium-driver python3-selenium python3-mypy \

@@ -14,6 +14,7 @@
 #include "kernelmgr/frontends/gwpeers.h"
 #include "kernelmgr/frontends/gwrelay.h"
 #include "kernelmgr/frontends/gwwire.h"
+#include "kernelmgr/frontends/kspecinstall.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -395,12 +396,30 @@ static void km_fail(gw_job *j, const km_err *e)
 }
 
 static json_t *one_spec(const char *name, const char *display, const char *lang,
-                        const char *session)
+                        const char *session, int debugger)
 {
-    return json_pack("{s:s s:{s:[] s:s s:s s:s s:{} s:{s:s s:s?}} s:{}}", "name", name, "spec",
-                     "argv", "display_name", display, "language", lang, "interrupt_mode", "message",
-                     "env", "metadata", "kernelmgr", "sandboxed by kernelmgr", "session", session,
-                     "resources");
+    json_t *spec = json_pack("{s:s s:{s:[] s:s s:s s:s s:{} s:{s:s s:s?}} s:{}}", "name", name,
+                             "spec", "argv", "display_name", display, "language", lang,
+                             "interrupt_mode", "message", "env", "metadata", "kernelmgr",
+                             "sandboxed by kernelmgr", "session", session, "resources");
+    /* what JupyterLab and VS Code read to offer their debugger */
+    if (spec && debugger)
+        json_object_set_new(json_object_get(json_object_get(spec, "spec"), "metadata"), "debugger",
+                            json_true());
+    return spec;
+}
+
+/* Whether the manager's Python kernels can debug (debugpy importable by
+ * their interpreter): asked once per gateway, on the first listing. */
+static int python_debugger(const kmcfg *cfg)
+{
+    static atomic_int known = -1;
+    int v = atomic_load(&known);
+    if (v < 0) {
+        v = kspecinst_python_debugger(cfg->python);
+        atomic_store(&known, v);
+    }
+    return v;
 }
 
 /* The kernelspecs: one per language for new sessions, and one per existing
@@ -421,7 +440,8 @@ static json_t *kernelspecs(gateway *g)
         const char *name = spec_name(lang, nbuf, sizeof nbuf);
         if (asprintf(&title, "%s (kernelmgr%s)", lg->title, lg->backend[0] ? " sandbox" : "") < 0)
             title = NULL;
-        json_object_set_new(specs, name, one_spec(name, title ? title : lang, lang, NULL));
+        int dbg = lg->takes_python && python_debugger(cfg);
+        json_object_set_new(specs, name, one_spec(name, title ? title : lang, lang, NULL, dbg));
         free(title);
         size_t i;
         json_t *s;
@@ -431,7 +451,7 @@ static json_t *kernelspecs(gateway *g)
             char *n2 = NULL, *disp = NULL;
             if (sn && asprintf(&n2, "%s" GW_SPEC_SEP "%s", name, sn) >= 0 &&
                 asprintf(&disp, "%s — session %s (kernelmgr)", lg->title, sn) >= 0)
-                json_object_set_new(specs, n2, one_spec(n2, disp, lang, sn));
+                json_object_set_new(specs, n2, one_spec(n2, disp, lang, sn, dbg));
             free(n2);
             free(disp);
         }

@@ -6,6 +6,7 @@
 #include "common/cm_path.h"
 #include "kernelmgr/engine/kmfs.h"
 #include "kernelmgr/engine/config.h"
+#include "kernels/python/pydetect.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +65,22 @@ static int kspecinst_write(const char *path, const json_t *spec, char *err, size
     return rc;
 }
 
+int kspecinst_python_debugger(const char *python)
+{
+    pydetect_sources src = {
+        .explicit_path = python && *python ? python : NULL,
+        .env_python = getenv("KERNELMGR_PYTHON"),
+        .virtual_env = getenv("VIRTUAL_ENV"),
+        .path_env = getenv("PATH"),
+    };
+    pydetect_info info = {0};
+    char err[1024];
+    int yes = pydetect_find(&src, &info, err, sizeof err) == 0 &&
+              pydetect_has_module(&info, "debugpy", err, sizeof err) == 1;
+    pydetect_info_clear(&info);
+    return yes;
+}
+
 /* Installs the kernelspec of language l under base: new {"name","path",
  * "argv"}, or NULL with err. */
 static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, const km_lang *lg,
@@ -109,6 +126,8 @@ static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, const km
                      lg->display_name, "language", ln, "interrupt_mode", "message", "metadata",
                      "kernelmgr", "version", o->version ? o->version : "", "sandbox",
                      o->sandbox ? o->sandbox : "strict");
+    if (lg->takes_python && kspecinst_python_debugger(o->python))
+        json_object_set_new(json_object_get(spec, "metadata"), "debugger", json_true());
     if (asprintf(&dir, "%s/kernelmgr-%s", base, ln) < 0 ||
         asprintf(&path, "%s/kernelmgr-%s/kernel.json", base, ln) < 0) {
         snprintf(err, errlen, "out of memory");

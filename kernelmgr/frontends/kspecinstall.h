@@ -43,4 +43,10 @@ json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen);
  * with errno (ENOENT: no prefix, JUPYTER_DATA_DIR, XDG_DATA_HOME or HOME). */
 char *kspecinst_dir(const kspecinst_opts *o);
 
+/* 1 when the Python a kernel runs (python, or the detection order without
+ * a workspace when NULL or "") can import debugpy: its kernelspec then says
+ * metadata.debugger, what JupyterLab and VS Code read. Runs that
+ * interpreter once (pydetect_has_module); 0 otherwise or when unsure. */
+int kspecinst_python_debugger(const char *python);
+
 #endif

@@ -135,6 +135,9 @@ _DRIVER_FILE = __file__
 _SELF = sys.modules[__name__]
 _REQ_FD = int(os.environ.pop("KERNELMGR_REQ_FD", "3"))
 _EVT_FD = int(os.environ.pop("KERNELMGR_EVT_FD", "4"))
+# The debug pipes (WORKER_PROTOCOL.md "Debug pipes"): -1 when the server gave none.
+_DBG_REQ_FD = int(os.environ.pop("KERNELMGR_DBG_REQ_FD", "-1"))
+_DBG_EVT_FD = int(os.environ.pop("KERNELMGR_DBG_EVT_FD", "-1"))
 
 # Number of fields following each request type (WORKER_PROTOCOL.md).
 _REQ_FIELDS = {
@@ -1289,7 +1292,8 @@ def _get_ipython():
             caller = sys._getframe(1).f_code.co_filename
         except (AttributeError, ValueError):
             caller = ""
-        if not caller.startswith("<cell-"):
+        if not caller.startswith("<cell-") and not (
+                _DBG.mod is not None and _DBG.mod.is_cell_file(caller)):
             return _ShellProbe()
     try:
         return _shell_get("get_ipython()")
@@ -1527,6 +1531,16 @@ def _user_tb_exception(etype, value, tb):
             continue
         seen.add(id(t))
         t.stack[:] = [f for f in t.stack if f.filename != _DRIVER_FILE]
+        if _DBG.mod is not None:  # an interrupt raised inside debugpy's trace function
+            kept = []
+            for f in t.stack:
+                if _DBG.mod.is_debugger_file(f.filename):
+                    continue
+                if kept and (kept[-1].filename, kept[-1].lineno, kept[-1].name) == (
+                        f.filename, f.lineno, f.name):
+                    continue
+                kept.append(f)
+            t.stack[:] = kept
         for nxt in (t.__cause__, t.__context__):
             if nxt is not None:
                 stack.append(nxt)
@@ -1567,7 +1581,10 @@ def _report_error(etype, value, tb):
 _ns = None
 
 
-def _cell_filename(count):
+def _cell_filename(count, code):
+    if _DBG.mod is not None:
+        # a debugger was initialized: the name its frontend computes
+        return _DBG.mod.cell_file(code)
     name = "<cell-%d>" % count
     if name in _S.used_names:
         _S.cell_serial += 1
@@ -1697,7 +1714,7 @@ def _run_code(code, count):
     import _ast as ast
 
     raw = code
-    filename = _cell_filename(count)
+    filename = _cell_filename(count, code)
     _register_source(filename, code)
     magic = _cell_magic(code)
     if magic is not None and magic[0] in _SCRIPT_MAGICS:
@@ -1743,6 +1760,8 @@ def _run_tree(tree, code, filename, flags):
         codes.append(("exec", compile(tree, filename, "exec", flags, dont_inherit=True)))
     if last is not None:
         codes.append(("eval", compile(last, filename, "eval", flags, dont_inherit=True)))
+    if _DBG.mod is not None:
+        _DBG.mod.cell_starts()
     for mode, co in codes:
         _S.user = True
         try:
@@ -1842,6 +1861,9 @@ def _execute(code, silent, store_history, allow_stdin, count, options=""):
                 sys.stderr.write("UsageError: %s\n" % (e,))
             else:
                 _report_error(type(e), e, e.__traceback__)
+                _post_mortem(e)
+            if _DBG.mod is not None and isinstance(e, KeyboardInterrupt):
+                _DBG.mod.after_interrupt()
     finally:
         _S.user = False
     if _IP.shell_error and status == "ok":
@@ -1868,6 +1890,28 @@ def _execute(code, silent, store_history, allow_stdin, count, options=""):
         # server reports it and starts a fresh worker.
         _flush_std()
         os._exit(0)
+
+
+def _post_mortem(e):
+    """Keeps the error for %debug (sys.last_*, its traceback starting one
+    driver frame above the cell's, which IPython's debugger skips) and runs
+    the post-mortem debugger over stdin at once under %pdb."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None and (
+            tb.tb_next.tb_frame.f_code.co_filename == _DRIVER_FILE):
+        tb = tb.tb_next
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    if sys.version_info >= (3, 12):
+        sys.last_exc = e
+    shell = _IP.shell
+    if shell is not None and shell.call_pdb and not isinstance(e, KeyboardInterrupt):
+        _S.user = True
+        try:
+            shell.debugger(force=True)
+        except BaseException as pm:
+            _log("driver: post-mortem debugger ended: %r" % (pm,))
+        finally:
+            _S.user = False
 
 
 def _is_usage_error(e):
@@ -2263,6 +2307,44 @@ def _setup():
         pass
 
 
+class _DBG:
+    mod = None  # kdebug, once the first debug request came
+
+
+def _kdebug():
+    return _DBG.mod
+
+
+def _debugpy_findable():
+    """Whether debugpy can be imported here (found, not imported)."""
+    try:
+        import _frozen_importlib_external as fie
+
+        return fie.PathFinder.find_spec("debugpy") is not None
+    except Exception:
+        return False
+
+
+def _debug_reader():
+    """The debug pipe's thread: blocked in read() until the first debug
+    request, which loads kdebug.py (beside this file) and hands it the pipe."""
+    try:
+        first = os.read(_DBG_REQ_FD, 65536)
+        if not first:
+            return
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(_DRIVER_FILE)), "kdebug.py")
+        spec = importlib.util.spec_from_file_location("__kernelmgr_kdebug__", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.CELL_DIR = mod.cell_dir()
+        _DBG.mod = mod
+        mod.serve(_SELF, _DBG_REQ_FD, _DBG_EVT_FD, first)
+    except BaseException as e:
+        _log("driver: the debug thread ended: %r" % (e,))
+
+
 def _dispatch(kind, fields):
     if kind in ("execute", "execute_ext"):
         _execute(*fields)
@@ -2292,7 +2374,13 @@ def main():
     _setup()
     _S.main_pid = os.getpid()
     _S.main_tid = _thread_ident()
-    _os_write(_EVT_FD, ('{"type":"ready","features":%s}\n' % _j().dumps(_FEATURES)).encode())
+    features = list(_FEATURES)
+    if _DBG_REQ_FD >= 0 and _DBG_EVT_FD >= 0 and _debugpy_findable():
+        features.append("debugger")
+        import _thread
+
+        _thread.start_new_thread(_debug_reader, ())
+    _os_write(_EVT_FD, ('{"type":"ready","features":%s}\n' % _j().dumps(features)).encode())
     while True:
         try:
             kind, fields = _requests.request()

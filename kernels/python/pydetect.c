@@ -703,6 +703,49 @@ static int accept_probe(const char *candidate, const char *ws, pydetect_info *in
     return 0;
 }
 
+/* argv[1]: the module name. With -S, `import site` does not run site.main()
+ * (no .pth file is processed); getsitepackages() only names directories. */
+static const char has_module_script[] =
+    "import sys, os, site, importlib.machinery as m\n"
+    "e = sys.executable or ''\n"
+    "p = sys.prefix\n"
+    "if p == getattr(sys, 'base_prefix', p) and e:\n"
+    "    d = os.path.dirname(os.path.abspath(e))\n"
+    "    if os.path.isfile(os.path.join(os.path.dirname(d), 'pyvenv.cfg')):\n"
+    "        p = os.path.dirname(d)\n"
+    "paths = list(sys.path) + site.getsitepackages([p])\n"
+    "sys.stdout.write('1' if m.PathFinder.find_spec(sys.argv[1], paths) else '0')\n";
+
+int pydetect_has_module(const pydetect_info *info, const char *name, char *err, size_t errlen)
+{
+    if (!info->interpreter || info->workspace_venv) {
+        snprintf(err, errlen, "a workspace venv is never run on the host");
+        return -1;
+    }
+    if (!*name || strlen(name) > 100 ||
+        strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU"
+                     "VWXYZ0123456789_") != strlen(name)) {
+        snprintf(err, errlen, "not a top-level module name");
+        return -1;
+    }
+    char **envp = pydetect_probe_env(getenv("PATH"));
+    char out[64] = "", errout[1024] = "";
+    char *argv[] = {info->interpreter,         "-I",         "-S", "-c",
+                    (char *)has_module_script, (char *)name, NULL};
+    int st = envp ? run_capture(argv, envp, out, errout, sizeof out - 1, err, errlen) : -1;
+    if (!envp)
+        snprintf(err, errlen, "out of memory");
+    pydetect_free_env(envp);
+    if (st < 0)
+        return -1;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || (strcmp(out, "1") && strcmp(out, "0"))) {
+        snprintf(err, errlen, "%s could not tell whether %s is importable", info->interpreter,
+                 name);
+        return -1;
+    }
+    return out[0] == '1';
+}
+
 int pydetect_probe(const char *candidate, const char *workspace, const char *path_env,
                    pydetect_info *info, char *err, size_t errlen)
 {

@@ -120,6 +120,14 @@ int pydetect_probe(const char *candidate, const char *workspace, const char *pat
  * when there is none. */
 char *pydetect_pyvenv_home(const char *cfg_text);
 
+/* Whether the interpreter of info (a trusted one: never a workspace venv)
+ * can import the top-level module `name` (letters, digits, '_'): it is
+ * found on its sys.path or site directories, nothing of it is imported or
+ * executed (`-I -S`, cwd "/", scrubbed environment, as the probe). 1 yes,
+ * 0 no, -1 with a reason in err (not run: workspace venv, bad name, spawn
+ * failed). Not cached: installing a package changes the answer. */
+int pydetect_has_module(const pydetect_info *info, const char *name, char *err, size_t errlen);
+
 /* Detection in the documented order. Returns 0 and fills info (source set),
  * or -1 with a reason in err naming what was tried. */
 int pydetect_find(const pydetect_sources *src, pydetect_info *info, char *err, size_t errlen);

@@ -188,6 +188,9 @@ int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const c
         if (kspec_add_ro_path(spec, ro[i]) < 0)
             goto oom;
 
+    /* debug_request goes to the driver over its own pipes (kdebug.py); the
+     * driver declares "debugger" only when debugpy is importable. */
+    spec->debug_pipes = 1;
     json_decref(spec->kernel_info);
     spec->kernel_info = pykernel_kernel_info(info);
     if (!spec->kernel_info)

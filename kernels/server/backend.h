@@ -30,10 +30,17 @@ typedef struct kworker_spec {
                                          and its stderr pipe on fd KSPEC_STDERR_FD,
                                          and moves it back itself once its start-up
                                          chatter is over (bash -i); 0: fd 2 */
+    int debug_pipes;                  /* 1: the worker also gets the debug pipes
+                                         (fds KSPEC_DEBUG_REQ_FD and
+                                         KSPEC_DEBUG_EVT_FD, WORKER_PROTOCOL.md
+                                         "Debug pipes"); not with quiet_start */
 } kworker_spec;
 
 /* Where a quiet_start worker finds its stderr pipe. */
 #define KSPEC_STDERR_FD 5
+/* Where a debug_pipes worker finds its debug request and debug event pipes. */
+#define KSPEC_DEBUG_REQ_FD 5
+#define KSPEC_DEBUG_EVT_FD 6
 
 /* Frees every owned member and zeroes the spec. NULL-safe. */
 void kspec_clear(kworker_spec *spec);

@@ -535,7 +535,11 @@ static void ev_ready(kserver *ks, json_t *ev)
             ks->worker_features |= KFEAT_INTERRUPT;
         else if (name && !strcmp(name, "execute_options"))
             ks->worker_features |= KFEAT_EXEC_OPTIONS;
+        else if (name && !strcmp(name, "debugger") && kworker_has_debug(ks->worker))
+            ks->worker_features |= KFEAT_DEBUG;
     }
+    ks->debugger_seen = (ks->worker_features & KFEAT_DEBUG) != 0;
+    kdbg_worker_ready(ks);
 }
 
 static void ev_log(kserver *ks, json_t *ev)
@@ -733,6 +737,7 @@ void kexec_worker_gone(kserver *ks)
     else
         snprintf(what, sizeof what, "the %s worker %s", ks->backend->name, how);
     kserver_log("%s", what);
+    kdbg_worker_gone(ks, what);
     /* State is lost unless this worker never got ready (it had none) or the
      * running execute's own reply says so below. */
     if (was_ready && !(ks->cur && ks->cur_kind == KREQ_EXECUTE && !ks->cur_silent)) {

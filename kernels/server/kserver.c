@@ -266,7 +266,7 @@ json_t *kserver_kernel_info(kserver *ks)
     json_t *info =
         json_pack("{s:s, s:s, s:s, s:s, s:b, s:[]}", "status", "ok", "protocol_version",
                   JP_PROTOCOL_VERSION, "implementation", "kernelmgr", "implementation_version",
-                  KSERVER_VERSION, "debugger", 0, "help_links");
+                  KSERVER_VERSION, "debugger", ks->debugger_seen, "help_links");
     if (!info)
         return NULL;
     if (ks->spec.kernel_info)
@@ -516,7 +516,7 @@ static void update_client_pause(kserver *ks)
 static void run_loop(kserver *ks)
 {
     while (!ks->quit) {
-        zmq_pollitem_t items[10];
+        zmq_pollitem_t items[12];
         int n = 0;
         update_client_pause(ks);
         short client_ev = ks->clients_paused ? 0 : ZMQ_POLLIN;
@@ -535,7 +535,7 @@ static void run_loop(kserver *ks)
             i_owner = n;
             items[n++] = (zmq_pollitem_t){NULL, ks->opts.owner_fd, ZMQ_POLLIN, 0};
         }
-        int i_out = -1, i_err = -1, i_evt = -1, i_req = -1;
+        int i_out = -1, i_err = -1, i_evt = -1, i_req = -1, i_devt = -1, i_dreq = -1;
         kworker *w = ks->worker;
         /* Back-pressure: while IOPub is congested, leave the worker's pipes
          * alone; they fill up and the worker blocks on its writes. */
@@ -552,6 +552,14 @@ static void run_loop(kserver *ks)
                 i_evt = n;
                 items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_EVENTS), ZMQ_POLLIN, 0};
             }
+            if (kworker_fd(w, KW_DEBUG_EVT) >= 0) {
+                i_devt = n;
+                items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_DEBUG_EVT), ZMQ_POLLIN, 0};
+            }
+        }
+        if (w && kworker_debug_wants_write(w)) {
+            i_dreq = n;
+            items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_DEBUG_REQ), ZMQ_POLLOUT, 0};
         }
         if (w && kworker_wants_write(w)) {
             i_req = n;
@@ -626,6 +634,19 @@ static void run_loop(kserver *ks)
                     break;
             }
         }
+        if (ks->worker && i_devt >= 0 && (items[i_devt].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) {
+            for (int k = 0; k < 64 && ks->worker; k++) {
+                int r = kworker_read_debug(ks->worker, kdbg_on_line, ks);
+                if (r == 1)
+                    kworker_close_fd(ks->worker, KW_DEBUG_EVT);
+                if (r != 0)
+                    break;
+            }
+        }
+        if (ks->worker && i_dreq >= 0 && (items[i_dreq].revents & (ZMQ_POLLOUT | ZMQ_POLLERR))) {
+            if (kworker_debug_write(ks->worker) < 0)
+                kworker_close_fd(ks->worker, KW_DEBUG_REQ);
+        }
         if (ks->worker && i_req >= 0 && (items[i_req].revents & (ZMQ_POLLOUT | ZMQ_POLLERR))) {
             if (kworker_write(ks->worker) < 0)
                 kworker_close_fd(ks->worker, KW_REQUESTS);
@@ -651,6 +672,7 @@ static void server_free(kserver *ks)
     close_sockets(ks);
     jmsg_destroy(&ks->cur);
     jmsg_destroy(&ks->last_parent);
+    kdbg_free(ks);
     json_decref(ks->cur_error);
     free(ks->lost_reason);
     ks->lost_reason = NULL;

@@ -14,6 +14,7 @@
 
 #include "jp.h"
 #include "kernels/server/backend.h"
+#include "kernels/server/kdbg.h"
 #include "kernels/server/khb.h"
 #include "kernels/server/khistory.h"
 #include "kernels/server/kiopub.h"
@@ -28,6 +29,7 @@
  * protocol. */
 #define KFEAT_INTERRUPT 1u    /* "interrupt": an interrupt request precedes each SIGINT */
 #define KFEAT_EXEC_OPTIONS 2u /* "execute_options": understands `execute_ext` */
+#define KFEAT_DEBUG 4u        /* "debugger": answers debug requests on its debug pipes */
 
 typedef enum kreq_kind {
     KREQ_NONE = 0,
@@ -164,6 +166,8 @@ typedef struct kserver {
     int clients_paused;
 
     jmsg *last_parent; /* owned: parent for output that arrives between requests */
+    struct kdbg *dbg;  /* owned: debug requests in flight (kdbg.h); NULL until the first */
+    int debugger_seen; /* a worker of this kernel declared "debugger" (kernel_info) */
     kqueued *qhead, *qtail;
 } kserver;
 

@@ -331,6 +331,7 @@ const kshell_msg kshell_msgs[] = {
     {"history_request", "history_reply", KCH_CLIENT, KREQ_NONE, NULL, answer_history, NULL},
     {"shutdown_request", "shutdown_reply", KCH_CLIENT, KREQ_NONE, NULL, answer_shutdown, NULL},
     {"interrupt_request", "interrupt_reply", KCH_CLIENT, KREQ_NONE, NULL, answer_interrupt, NULL},
+    {"debug_request", "debug_reply", KCH_CONTROL, KREQ_NONE, NULL, kdbg_answer, NULL},
     {"input_reply", NULL, KCH_STDIN, KREQ_NONE, NULL, answer_input, NULL},
     {"execute_request", "execute_reply", KCH_SHELL, KREQ_EXECUTE, "execution", NULL, start_execute},
     {"complete_request", "complete_reply", KCH_SHELL, KREQ_COMPLETE, "completion request", NULL,

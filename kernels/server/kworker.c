@@ -24,15 +24,27 @@ extern char **environ;
 
 #define KWORKER_READ_CHUNK (256u << 10)
 
+/* Bytes queued for a pipe to the worker: [off, len) are still to write. */
+typedef struct kw_out {
+    char *buf;
+    size_t len, off, cap;
+} kw_out;
+
+/* A partial line read from a pipe of the worker. */
+typedef struct kw_lines {
+    char *buf;
+    size_t len, cap;
+    int skip; /* discarding an over-long line until its newline */
+} kw_lines;
+
 struct kworker {
     sandbox *sb;
     pid_t pid;
-    int fds[4]; /* indexed by kworker_pipe */
-    char *wbuf; /* pending request bytes [woff, wlen) */
-    size_t wlen, woff, wcap;
-    char *ebuf; /* partial event line */
-    size_t elen, ecap;
-    int eskip; /* discarding an over-long line until its newline */
+    int fds[KW__COUNT]; /* indexed by kworker_pipe; -1 when closed or absent */
+    kw_out req;         /* pending request bytes */
+    kw_out dbg;         /* pending debug request lines */
+    kw_lines evt;       /* partial event line */
+    kw_lines dbg_in;    /* partial debug line */
     int exited;
     int wait_status;
     uint64_t started_ns;
@@ -73,7 +85,7 @@ static int env_put(char **env, size_t *k, const char *entry)
  * TERM, TZ). new (free with free_env). */
 static char **build_env(const kworker_spec *spec)
 {
-    size_t n = 0, extra = 4;
+    size_t n = 0, extra = 6;
     while (environ[n])
         n++;
     for (size_t i = 0; i < KSPEC_MAX_ENV && spec->env[i]; i++)
@@ -83,6 +95,9 @@ static char **build_env(const kworker_spec *spec)
         return NULL;
     size_t k = 0;
     int rc = env_put(env, &k, "KERNELMGR_REQ_FD=3") | env_put(env, &k, "KERNELMGR_EVT_FD=4");
+    if (spec->debug_pipes)
+        rc |=
+            env_put(env, &k, "KERNELMGR_DBG_REQ_FD=5") | env_put(env, &k, "KERNELMGR_DBG_EVT_FD=6");
     for (size_t i = 0; i < KSPEC_MAX_ENV && spec->env[i]; i++)
         rc |= env_put(env, &k, spec->env[i]);
     rc |= env_put(env, &k, "PATH=" KENV_SANDBOX_PATH) | env_put(env, &k, "HOME=" KENV_SANDBOX_HOME);
@@ -110,21 +125,26 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
                        size_t errlen)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, req[2] = {-1, -1},
-        evt[2] = {-1, -1}, devnull = -1;
+        evt[2] = {-1, -1}, dreq[2] = {-1, -1}, devt[2] = {-1, -1}, devnull = -1;
     char **env = NULL;
     kworker *w = calloc(1, sizeof *w);
     if (!w) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < KW__COUNT; i++)
         w->fds[i] = -1;
     if (!spec->argv[0]) {
         snprintf(err, errlen, "the backend gave no worker command");
         goto fail;
     }
+    if (spec->debug_pipes && spec->quiet_start) {
+        snprintf(err, errlen, "the backend asked for both quiet_start and debug_pipes (fd 5)");
+        goto fail;
+    }
     if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
-        pipe2(req, O_CLOEXEC) < 0 || pipe2(evt, O_CLOEXEC) < 0) {
+        pipe2(req, O_CLOEXEC) < 0 || pipe2(evt, O_CLOEXEC) < 0 ||
+        (spec->debug_pipes && (pipe2(dreq, O_CLOEXEC) < 0 || pipe2(devt, O_CLOEXEC) < 0))) {
         snprintf(err, errlen, "pipe: %s", strerror(errno));
         goto fail;
     }
@@ -142,7 +162,7 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
     }
     sandbox_config c = *cfg;
     c.ro_paths = (const char *const *)spec->ro_paths;
-    int child_fds[KSPEC_STDERR_FD + 1] = {in[0], out[1], errp[1], req[0], evt[1], errp[1]};
+    int child_fds[KSPEC_DEBUG_EVT_FD + 1] = {in[0], out[1], errp[1], req[0], evt[1], errp[1]};
     int nfds = 5;
     if (spec->quiet_start) {
         /* Saves the worker a shell whose only job is to move stderr aside. */
@@ -153,6 +173,10 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
         }
         child_fds[2] = devnull;
         nfds = KSPEC_STDERR_FD + 1;
+    } else if (spec->debug_pipes) {
+        child_fds[KSPEC_DEBUG_REQ_FD] = dreq[0];
+        child_fds[KSPEC_DEBUG_EVT_FD] = devt[1];
+        nfds = KSPEC_DEBUG_EVT_FD + 1;
     }
     w->sb = sandbox_spawn(&c, spec->argv, env, child_fds, nfds, err, errlen);
     close_fd(&devnull);
@@ -165,18 +189,23 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
     close_fd(&errp[1]);
     close_fd(&req[0]);
     close_fd(&evt[1]);
+    close_fd(&dreq[0]);
+    close_fd(&devt[1]);
     w->fds[KW_STDOUT] = out[0];
     w->fds[KW_STDERR] = errp[0];
     w->fds[KW_EVENTS] = evt[0];
     w->fds[KW_REQUESTS] = req[1];
-    for (int i = 0; i < 4; i++)
-        fcntl(w->fds[i], F_SETFL, fcntl(w->fds[i], F_GETFL) | O_NONBLOCK);
+    w->fds[KW_DEBUG_REQ] = dreq[1];
+    w->fds[KW_DEBUG_EVT] = devt[0];
+    for (int i = 0; i < KW__COUNT; i++)
+        if (w->fds[i] >= 0)
+            fcntl(w->fds[i], F_SETFL, fcntl(w->fds[i], F_GETFL) | O_NONBLOCK);
     free_env(env);
     return w;
 fail:
     free_env(env);
-    int *all[] = {&in[0],  &in[1],  &out[0], &out[1], &errp[0], &errp[1],
-                  &req[0], &req[1], &evt[0], &evt[1], &devnull};
+    int *all[] = {&in[0],  &in[1],  &out[0],  &out[1],  &errp[0], &errp[1], &req[0], &req[1],
+                  &evt[0], &evt[1], &dreq[0], &dreq[1], &devt[0], &devt[1], &devnull};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         close_fd(all[i]);
     free(w);
@@ -188,11 +217,13 @@ void kworker_destroy(kworker **pw)
     if (!pw || !*pw)
         return;
     kworker *w = *pw;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < KW__COUNT; i++)
         close_fd(&w->fds[i]);
     sandbox_destroy(&w->sb);
-    free(w->wbuf);
-    free(w->ebuf);
+    free(w->req.buf);
+    free(w->dbg.buf);
+    free(w->evt.buf);
+    free(w->dbg_in.buf);
     free(w);
     *pw = NULL;
 }
@@ -217,17 +248,13 @@ void kworker_close_fd(kworker *w, kworker_pipe p)
     close_fd(&w->fds[p]);
 }
 
-int kworker_wants_write(const kworker *w)
+/* Writes o's queued bytes to fd. 0, or -1 when the pipe is broken. */
+static int out_write(kw_out *o, int fd)
 {
-    return w->woff < w->wlen && w->fds[KW_REQUESTS] >= 0;
-}
-
-int kworker_write(kworker *w)
-{
-    while (w->woff < w->wlen) {
-        if (w->fds[KW_REQUESTS] < 0)
+    while (o->off < o->len) {
+        if (fd < 0)
             return -1;
-        ssize_t n = write(w->fds[KW_REQUESTS], w->wbuf + w->woff, w->wlen - w->woff);
+        ssize_t n = write(fd, o->buf + o->off, o->len - o->off);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -235,40 +262,81 @@ int kworker_write(kworker *w)
                 return 0;
             return -1;
         }
-        w->woff += (size_t)n;
+        o->off += (size_t)n;
     }
-    w->woff = w->wlen = 0;
+    o->off = o->len = 0;
     return 0;
 }
 
-static int wbuf_reserve(kworker *w, size_t more)
+static int out_reserve(kw_out *o, size_t more)
 {
-    if (w->woff > 0 && w->woff == w->wlen)
-        w->woff = w->wlen = 0;
-    if (w->wlen + more <= w->wcap)
+    if (o->off > 0 && o->off == o->len)
+        o->off = o->len = 0;
+    if (o->len + more <= o->cap)
         return 0;
-    size_t cap = w->wcap ? w->wcap : 4096;
-    while (cap < w->wlen + more)
+    size_t cap = o->cap ? o->cap : 4096;
+    while (cap < o->len + more)
         cap *= 2;
-    char *b = realloc(w->wbuf, cap);
+    char *b = realloc(o->buf, cap);
     if (!b)
         return -1;
-    w->wbuf = b;
-    w->wcap = cap;
+    o->buf = b;
+    o->cap = cap;
     return 0;
+}
+
+static int out_append(kw_out *o, const char *data, size_t len)
+{
+    if (out_reserve(o, len) < 0)
+        return -1;
+    memcpy(o->buf + o->len, data, len);
+    o->len += len;
+    return 0;
+}
+
+int kworker_wants_write(const kworker *w)
+{
+    return w->req.off < w->req.len && w->fds[KW_REQUESTS] >= 0;
+}
+
+int kworker_write(kworker *w)
+{
+    return out_write(&w->req, w->fds[KW_REQUESTS]);
 }
 
 int kworker_send(kworker *w, const char *const *fields, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const char *f = fields[i] ? fields[i] : "";
-        size_t len = strlen(f); /* a C string cannot hold a NUL: nothing to strip */
-        if (wbuf_reserve(w, len + 1) < 0)
+        /* a C string cannot hold a NUL: nothing to strip; its own ends the field */
+        if (out_append(&w->req, f, strlen(f) + 1) < 0)
             return -1;
-        memcpy(w->wbuf + w->wlen, f, len + 1);
-        w->wlen += len + 1;
     }
     return kworker_write(w);
+}
+
+int kworker_has_debug(const kworker *w)
+{
+    return w->fds[KW_DEBUG_REQ] >= 0;
+}
+
+int kworker_debug_wants_write(const kworker *w)
+{
+    return w->dbg.off < w->dbg.len && w->fds[KW_DEBUG_REQ] >= 0;
+}
+
+int kworker_debug_write(kworker *w)
+{
+    return out_write(&w->dbg, w->fds[KW_DEBUG_REQ]);
+}
+
+int kworker_debug_send(kworker *w, const char *line, size_t len)
+{
+    if (w->fds[KW_DEBUG_REQ] < 0 || memchr(line, '\n', len))
+        return -1;
+    if (out_append(&w->dbg, line, len) < 0 || out_append(&w->dbg, "\n", 1) < 0)
+        return -1;
+    return kworker_debug_write(w);
 }
 
 static void handle_line(char *line, size_t len, kworker_event_fn fn, void *ctx)
@@ -279,10 +347,10 @@ static void handle_line(char *line, size_t len, kworker_event_fn fn, void *ctx)
         return;
     json_error_t jerr;
     json_t *ev = json_loadb(clean, clean_len, 0, &jerr);
-    if (!json_is_object(ev) || !json_is_string(json_object_get(ev, "type"))) {
+    if (!json_is_object(ev)) {
         /* the sandboxed code writes this channel: rate-limited, capped */
-        kserver_log("worker: ignoring malformed event (%s): %.80s", ev ? "no \"type\"" : jerr.text,
-                    clean);
+        kserver_log("worker: ignoring a malformed line (%s): %.80s",
+                    ev ? "not an object" : jerr.text, clean);
     } else {
         fn(ctx, ev);
     }
@@ -290,51 +358,79 @@ static void handle_line(char *line, size_t len, kworker_event_fn fn, void *ctx)
     free(clean);
 }
 
-int kworker_read_events(kworker *w, kworker_event_fn fn, void *ctx)
+/* Reads what fd has (one read) into lb and calls fn for each complete line
+ * (a JSON object). 1 at end of file, 0 after progress, -1 when nothing. */
+static int read_lines(kw_lines *lb, int fd, kworker_event_fn fn, void *ctx)
 {
-    int fd = w->fds[KW_EVENTS];
     if (fd < 0)
         return 1;
-    if (w->ecap - w->elen < KWORKER_READ_CHUNK) {
-        size_t cap = w->elen + KWORKER_READ_CHUNK;
-        char *b = realloc(w->ebuf, cap);
+    if (lb->cap - lb->len < KWORKER_READ_CHUNK) {
+        size_t cap = lb->len + KWORKER_READ_CHUNK;
+        char *b = realloc(lb->buf, cap);
         if (!b)
             return -1;
-        w->ebuf = b;
-        w->ecap = cap;
+        lb->buf = b;
+        lb->cap = cap;
     }
     ssize_t n;
     do {
-        n = read(fd, w->ebuf + w->elen, KWORKER_READ_CHUNK);
+        n = read(fd, lb->buf + lb->len, KWORKER_READ_CHUNK);
     } while (n < 0 && errno == EINTR);
     if (n < 0)
         return (errno == EAGAIN || errno == EWOULDBLOCK) ? -1 : 1;
     if (n == 0)
         return 1;
-    size_t start = 0, scan = w->elen;
-    w->elen += (size_t)n;
-    for (size_t i = scan; i < w->elen; i++) {
-        if (w->ebuf[i] != '\n')
+    size_t start = 0, scan = lb->len;
+    lb->len += (size_t)n;
+    for (size_t i = scan; i < lb->len; i++) {
+        if (lb->buf[i] != '\n')
             continue;
-        if (!w->eskip && i > start)
-            handle_line(w->ebuf + start, i - start, fn, ctx);
-        w->eskip = 0;
+        if (!lb->skip && i > start)
+            handle_line(lb->buf + start, i - start, fn, ctx);
+        lb->skip = 0;
         start = i + 1;
     }
-    memmove(w->ebuf, w->ebuf + start, w->elen - start);
-    w->elen -= start;
-    if (w->elen > KWORKER_MAX_EVENT) {
-        kserver_log("worker: dropping an event line longer than %u bytes", KWORKER_MAX_EVENT);
-        w->eskip = 1;
-        w->elen = 0;
+    memmove(lb->buf, lb->buf + start, lb->len - start);
+    lb->len -= start;
+    if (lb->len > KWORKER_MAX_EVENT) {
+        kserver_log("worker: dropping a line longer than %u bytes", KWORKER_MAX_EVENT);
+        lb->skip = 1;
+        lb->len = 0;
     }
     /* Do not keep a huge buffer around after a big event. */
-    if (w->elen == 0 && w->ecap > 4 * KWORKER_READ_CHUNK) {
-        free(w->ebuf);
-        w->ebuf = NULL;
-        w->ecap = 0;
+    if (lb->len == 0 && lb->cap > 4 * KWORKER_READ_CHUNK) {
+        free(lb->buf);
+        lb->buf = NULL;
+        lb->cap = 0;
     }
     return 0;
+}
+
+/* An event line must name its type. */
+typedef struct typed_ctx {
+    kworker_event_fn fn;
+    void *ctx;
+} typed_ctx;
+
+static void typed_event(void *arg, json_t *ev)
+{
+    typed_ctx *t = arg;
+    if (!json_is_string(json_object_get(ev, "type"))) {
+        kserver_log("worker: ignoring malformed event (%s)", "no \"type\"");
+        return;
+    }
+    t->fn(t->ctx, ev);
+}
+
+int kworker_read_events(kworker *w, kworker_event_fn fn, void *ctx)
+{
+    typed_ctx t = {fn, ctx};
+    return read_lines(&w->evt, w->fds[KW_EVENTS], typed_event, &t);
+}
+
+int kworker_read_debug(kworker *w, kworker_event_fn fn, void *ctx)
+{
+    return read_lines(&w->dbg_in, w->fds[KW_DEBUG_EVT], fn, ctx);
 }
 
 int kworker_reap(kworker *w)

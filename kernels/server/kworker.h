@@ -18,7 +18,15 @@
 
 #define KWORKER_MAX_EVENT (64u << 20) /* longest event line accepted */
 
-typedef enum kworker_pipe { KW_STDOUT = 0, KW_STDERR, KW_EVENTS, KW_REQUESTS } kworker_pipe;
+typedef enum kworker_pipe {
+    KW_STDOUT = 0,
+    KW_STDERR,
+    KW_EVENTS,
+    KW_REQUESTS,
+    KW_DEBUG_REQ, /* server -> worker debug lines (spec->debug_pipes only) */
+    KW_DEBUG_EVT, /* worker -> server debug lines (spec->debug_pipes only) */
+    KW__COUNT
+} kworker_pipe;
 
 typedef struct kworker kworker;
 
@@ -59,6 +67,22 @@ typedef void (*kworker_event_fn)(void *ctx, json_t *ev);
 /* Reads what the event pipe has (one read) and calls fn for each complete
  * line. Returns 1 at end of file, 0 after progress, -1 when nothing was there. */
 int kworker_read_events(kworker *w, kworker_event_fn fn, void *ctx);
+
+/* The debug pipes (WORKER_PROTOCOL.md "Debug pipes"), for a worker
+ * started with spec->debug_pipes: 1 when it has them (and they are open). */
+int kworker_has_debug(const kworker *w);
+
+/* Queues one debug line (len bytes, borrowed, without a newline: one is
+ * added) and writes what the pipe accepts. 0, or -1 when out of memory, the
+ * line holds a newline, or the pipe is broken or absent. */
+int kworker_debug_send(kworker *w, const char *line, size_t len);
+int kworker_debug_wants_write(const kworker *w);
+/* Writes queued debug bytes. 0, or -1 when the pipe is broken. */
+int kworker_debug_write(kworker *w);
+
+/* Reads what the debug pipe has (one read) and calls fn for each complete
+ * line that is a JSON object (borrowed). Returns as kworker_read_events. */
+int kworker_read_debug(kworker *w, kworker_event_fn fn, void *ctx);
 
 /* Reaps the worker if it has exited (non-blocking). 1 when it has (status
  * available), 0 while it runs. */

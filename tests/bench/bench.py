@@ -15,7 +15,9 @@ Environment:
                        13: `x = 1` through the gateway's kernel WebSocket;
                        14: the cost of a durable session.json write;
                        15: density: idle sessions' measured memory and
-                       how many this host's memory budget admits)
+                       how many this host's memory budget admits;
+                       16: the debugger: start and per-cell cost without
+                       debugpy, with it unused, with a debugger attached)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -80,6 +82,8 @@ N = {
     "gw_rtt": (30, 500),
     "state_writes": (50, 500),
     "density": (4, 16),
+    "dbg_cold": (3, 15),
+    "dbg_cells": (30, 400),
 }
 
 
@@ -2202,6 +2206,95 @@ def print_table():
         print("| " + " | ".join(c.replace("|", "/") for c in r) + " |")
 
 
+# ---------------------------------------------------------------- 16. debugger
+
+
+def dap(k, command, arguments=None, timeout=60):
+    """One debug_request on control; the DAP response."""
+    msg = k.kc.session.msg("debug_request", {"type": "request", "seq": 1, "command": command,
+                                             "arguments": arguments or {}})
+    k.kc.control_channel.send(msg)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            r = k.kc.get_control_msg(timeout=0.1)
+        except Exception:  # noqa: BLE001
+            continue
+        if r["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return r["content"]
+    raise RuntimeError(f"{k.spec.name}: no debug_reply to {command}")
+
+
+def attach_debugger(k):
+    for cmd, args in (("initialize", {"adapterID": "python", "pathFormat": "path",
+                                      "linesStartAt1": True, "columnsStartAt1": True}),
+                      ("attach", {}), ("configurationDone", {})):
+        rep = dap(k, cmd, args)
+        if not rep.get("success"):
+            raise RuntimeError(f"{k.spec.name}: {cmd} failed: {rep.get('message')}")
+
+
+def bench_debugger(num):
+    """What the debugger costs: nothing unless used. A start with debugpy
+    importable (the debug thread waits on its pipe) vs without (a venv
+    without it); a trivial cell never debugged, after the first debug
+    request (cells compiled under their Murmur2 names), and with a
+    debugger attached (debugpy traces the cell), ipykernel alike."""
+    venv = WORK / "nodebugpy"
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([CODE_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True,
+                       capture_output=True)
+    exe = binary("kernel-python")
+    need = None if exe else "build/kernel-python not built"
+
+    def argv_with(python):
+        return lambda cf, ws: [exe, "-f", cf, "--workspace", ws, "--python", python]
+
+    with_dbg = KernelSpec("kernel-python (debugpy importable)", argv_with(CODE_PYTHON), "tcp",
+                          need)
+    without = KernelSpec("kernel-python (no debugpy: venv)", argv_with(str(venv / "bin/python")),
+                         "tcp", need)
+    samples, bad = cold_samples([with_dbg, without], n_of("dbg_cold"))
+    st = {k: stats(ms_list(v)) for k, v in samples.items() if v}
+    DATA["debugger_cold_start_ms"] = {"stats": st, "failed": bad}
+    for s in (with_dbg, without):
+        row(num, f"cold start {s.name}", bad.get(s.name) or fmt_ms(st[s.name]))
+    if with_dbg.name in st and without.name in st:
+        d = st[with_dbg.name]["median"] - st[without.name]["median"]
+        row(num, "start cost of the debugger's readiness (median difference)",
+            f"{d:+.2f} ms", "", "", "~0 (noise)", "")
+    n = n_of("dbg_cells")
+    ref = ipykernel()
+    cells = {}
+    for spec in (ours("python"), ref):
+        k = guarded(num, f"start {spec.name}", lambda spec=spec: started(spec, "dbg"))
+        if not k:
+            continue
+        try:
+            phases = [("never debugged", None), ("after debugInfo", "info"),
+                      ("debugger attached", "attach")]
+            for label, step in phases:
+                if step == "info":
+                    dap(k, "debugInfo")
+                elif step == "attach":
+                    attach_debugger(k)
+                for _ in range(10):
+                    k.cell("x = 1")
+                lat = [k.cell("x = 1")[0] for _ in range(n)]
+                cells[(spec.name, label)] = stats(ms_list(lat))
+            dap(k, "disconnect", {"restart": False, "terminateDebuggee": False})
+        finally:
+            k.close()
+    DATA["debugger_cell_ms"] = {f"{a} / {b}": v for (a, b), v in cells.items()}
+    for label in ("never debugged", "after debugInfo", "debugger attached"):
+        o = cells.get((ours("python").name, label))
+        r = cells.get((ref.name, label))
+        if o is None:
+            continue
+        row(num, f"`x = 1` round trip, {label}", fmt_ms(o), fmt_ms(r) if r else "-",
+            fx(r["median"] / o["median"]) if r else "")
+
+
 def main():
     t0 = time.perf_counter()
     m = machine()
@@ -2228,6 +2321,7 @@ def main():
     section(14, "durable state: a session.json write with and without fsync", bench_state)
     section(15, "density: idle sessions' measured memory, sessions the budget admits",
             bench_density)
+    section(16, "debugger: start and per-cell cost without and with it", bench_debugger)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

@@ -5,6 +5,7 @@
 #include "tests/unit/fake_kernel.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
@@ -164,10 +165,52 @@ static int fake_cell(char *code)
     return exit_after;
 }
 
+/* The debug side (fds 5 and 6, WORKER_PROTOCOL.md "Debug pipes"), in a
+ * process of its own: for each request line {"id", "request"} it writes a
+ * malformed line, a reply to no request, an event echoing the request and
+ * then the reply; a request whose command is "crash" ends the whole worker
+ * without an answer. */
+static void fake_debugger(void)
+{
+    FILE *in = fdopen(5, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    while (in && getline(&line, &cap, in) > 0) {
+        json_t *m = json_loads(line, 0, NULL);
+        json_t *id = json_object_get(m, "id"), *req = json_object_get(m, "request");
+        const char *cmd = json_string_value(json_object_get(req, "command"));
+        if (cmd && !strcmp(cmd, "crash"))
+            kill(0, SIGKILL); /* the whole worker: its process group */
+        say(6, "not json at all");
+        say(6, "{\"id\": 424242, \"reply\": {}}");
+        json_t *e = json_pack("{s:{s:s, s:s, s:O}}", "event", "type", "event", "event", "echo",
+                              "body", req);
+        json_t *r = json_pack("{s:O, s:{s:s, s:O, s:b, s:O, s:{s:O}}}", "id", id, "reply", "type",
+                              "response", "request_seq", json_object_get(req, "seq"), "success", 1,
+                              "command", json_object_get(req, "command"), "body", "echo", req);
+        char *es = json_dumps(e, JSON_COMPACT), *rs = json_dumps(r, JSON_COMPACT);
+        say(6, es);
+        say(6, rs);
+        free(es);
+        free(rs);
+        json_decref(e);
+        json_decref(r);
+        json_decref(m);
+    }
+    free(line);
+    _exit(0);
+}
+
 int fake_worker(void)
 {
     signal(SIGINT, SIG_IGN); /* interrupts are read from the request pipe */
-    ev(json_pack("{s:s, s:[s]}", "type", "ready", "features", "interrupt"));
+    setpgid(0, 0);
+    pid_t dbg = fcntl(5, F_GETFD) >= 0 ? fork() : -1;
+    if (dbg == 0)
+        fake_debugger();
+    close(5);
+    close(6);
+    ev(json_pack("{s:s, s:[s, s]}", "type", "ready", "features", "interrupt", "debugger"));
     for (char *type; (type = field());) {
         char *f[5] = {0};
         int exit_after = 0;
@@ -204,6 +247,7 @@ static int fake_prepare(const char *share_dir, const char *workspace, kworker_sp
         return -1;
     }
     spec->kernel_info = json_pack("{s:{s:s}}", "language_info", "name", "fake");
+    spec->debug_pipes = 1;
     return 0;
 }
 

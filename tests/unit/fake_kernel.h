@@ -23,7 +23,9 @@
  *   wait                  wait for an interrupt announcement, then report
  *                         KeyboardInterrupt (exit_code 130)
  *   hang                  ignore everything until killed
- * Anything else is ignored. It declares the "interrupt" feature.
+ * Anything else is ignored. It declares the "interrupt" and "debugger"
+ * features: a process of its own answers the debug pipes (fds 5 and 6) by
+ * echoing each request (and a "crash" request kills the worker).
  */
 #ifndef TESTS_FAKE_KERNEL_H
 #define TESTS_FAKE_KERNEL_H

@@ -606,6 +606,70 @@ static void test_kernel_info_while_busy(void **state)
     stop_kernel(&fx);
 }
 
+/* Sends a debug_request; the debug_reply's content (new), or NULL. Events
+ * seen meanwhile are counted in *events. */
+static json_t *debug_request(fixture *fx, const char *command, int seq, int *events)
+{
+    char id[37];
+    json_t *req = json_pack("{s:s, s:i, s:s, s:{}}", "type", "request", "seq", seq, "command",
+                            command, "arguments");
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "debug_request", req, NULL, id), 0);
+    double until = kclient_now() + 20.0;
+    json_t *reply = NULL;
+    while (!reply && kclient_now() < until) {
+        jp_channel ch;
+        jmsg *m = NULL;
+        if (kclient_recv(fx->kc, 100, &ch, &m) != 1)
+            continue;
+        if (ch == JP_CONTROL && !strcmp(jmsg_type(m), "debug_reply") &&
+            !strcmp(json_string_value(json_object_get(m->parent_header, "msg_id")), id))
+            reply = json_incref(m->content);
+        else if (ch == JP_IOPUB && !strcmp(jmsg_type(m), "debug_event"))
+            (*events)++;
+        jmsg_destroy(&m);
+    }
+    return reply;
+}
+
+/* debug_request goes over the debug pipes, answered while a cell is busy;
+ * what the worker writes there that is no reply to a request in flight is
+ * dropped; a worker that dies with a request in flight answers it with a
+ * failure, and the next worker debugs again. */
+static void test_debug_requests(void **state)
+{
+    (void)state;
+    fixture *fx = start_kernel("2");
+    int events = 0;
+    json_t *r = debug_request(fx, "initialize", 1, &events);
+    assert_non_null(r);
+    assert_true(json_is_true(json_object_get(r, "success")));
+    assert_int_equal(json_integer_value(json_object_get(r, "request_seq")), 1);
+    json_decref(r);
+    char id[1][37], kid[37];
+    outcome o;
+    send_execute(fx, "wait", 1, id[0]);
+    wait_iopub(fx, "execute_input");
+    r = debug_request(fx, "stackTrace", 2, &events);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "command")), "stackTrace");
+    json_decref(r);
+    assert_true(events >= 1);
+    assert_int_equal(kclient_send(fx->kc, JP_CONTROL, "interrupt_request", NULL, NULL, kid), 0);
+    collect(fx, id, &o, 1);
+    outcome_clear(&o);
+    r = debug_request(fx, "crash", 3, &events);
+    assert_non_null(r);
+    assert_false(json_is_true(json_object_get(r, "success")));
+    assert_non_null(strstr(json_string_value(json_object_get(r, "message")), "worker"));
+    json_decref(r);
+    /* the next worker (held until it is ready) */
+    r = debug_request(fx, "initialize", 4, &events);
+    assert_non_null(r);
+    assert_true(json_is_true(json_object_get(r, "success")));
+    json_decref(r);
+    stop_kernel(&fx);
+}
+
 int main(int argc, char **argv)
 {
     int part = fake_kernel_main(argc, argv);
@@ -618,6 +682,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_worker_exits_right_after_done, teardown),
         cmocka_unit_test_teardown(test_interrupt, teardown),
         cmocka_unit_test_teardown(test_kernel_info_while_busy, teardown),
+        cmocka_unit_test_teardown(test_debug_requests, teardown),
     };
     /* KFAKE_TEST=glob runs only the matching tests (while debugging) */
     if (getenv("KFAKE_TEST"))

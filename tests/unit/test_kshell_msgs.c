@@ -70,6 +70,13 @@ static void coverage(void **state)
     assert_non_null(kshell_msg_find("input_reply", KCH_STDIN));
     assert_null(kshell_msg_find("input_reply", KCH_SHELL));
     n++;
+    /* debug_request: control only (the shell is busy while a cell is stopped) */
+    const kshell_msg *dbg = kshell_msg_find("debug_request", KCH_CONTROL);
+    assert_non_null(dbg);
+    assert_int_equal(dbg->kind, KREQ_NONE);
+    assert_string_equal(dbg->reply, "debug_reply");
+    assert_null(kshell_msg_find("debug_request", KCH_SHELL));
+    n++;
     assert_null(kshell_msg_find("comm_open", KCH_SHELL));
     assert_null(kshell_msg_find("no_such_request", KCH_SHELL | KCH_CONTROL | KCH_STDIN));
     assert_null(kshell_msg_find(NULL, KCH_SHELL));
