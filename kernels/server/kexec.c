@@ -378,6 +378,37 @@ static void finish_other(kserver *ks, const char *reply_type, json_t *content)
     end_request(ks);
 }
 
+/* The worker's snapshot_reply, passed on as the reply (its "type" and
+ * "sync" dropped). A successful load brought the state back: the loss of
+ * an earlier worker is no longer news, and the execution count goes on
+ * from the snapshot's. No IOPub: a snapshot is not a cell. */
+static void finish_snapshot(kserver *ks, json_t *content)
+{
+    kserver_reply(ks, ks->shell, "kernelmgr_snapshot_reply", content, NULL, ks->cur);
+    end_request(ks);
+}
+
+static void on_snapshot_reply(kserver *ks, json_t *ev)
+{
+    json_t *c = json_deep_copy(ev);
+    json_object_del(c, "type");
+    json_object_del(c, "sync");
+    const char *st = json_string_value(json_object_get(c, "status"));
+    int ok = st && !strcmp(st, "ok");
+    json_object_set_new(c, "status", json_string(ok ? "ok" : "error"));
+    const char *action = json_string_value(json_object_get(ks->cur->content, "action"));
+    if (ok && action && !strcmp(action, "load")) {
+        json_t *cnt = json_object_get(c, "execution_count");
+        if (json_is_integer(cnt) && json_integer_value(cnt) > ks->execution_count &&
+            json_integer_value(cnt) < 1000000000)
+            ks->execution_count = (int)json_integer_value(cnt);
+        free(ks->lost_reason);
+        ks->lost_reason = NULL;
+    }
+    json_object_set_new(c, "worker_generation", json_integer((json_int_t)ks->worker_gen));
+    finish_snapshot(ks, c);
+}
+
 static const char *reply_type_of(kreq_kind kind)
 {
     const kshell_msg *m = kshell_msg_of_kind(kind);
@@ -536,6 +567,8 @@ static void dispatch_event(kserver *ks, json_t *ev)
                 ks->worker_features |= KFEAT_INTERRUPT;
             else if (name && !strcmp(name, "execute_options"))
                 ks->worker_features |= KFEAT_EXEC_OPTIONS;
+            else if (name && !strcmp(name, "snapshot"))
+                ks->worker_features |= KFEAT_SNAPSHOT;
         }
     } else if (!strcmp(type, "log")) {
         const char *m = json_string_value(json_object_get(ev, "message"));
@@ -614,6 +647,10 @@ static void dispatch_event(kserver *ks, json_t *ev)
         if (st && !strcmp(st, "incomplete"))
             json_object_set_new(c, "indent", json_string(indent ? indent : ""));
         finish_other(ks, "is_complete_reply", c);
+    } else if (!strcmp(type, "snapshot_reply")) {
+        if (!expect(ks, KREQ_SNAPSHOT, type))
+            return;
+        on_snapshot_reply(ks, ev);
     } else {
         kserver_log("ignoring unknown worker event '%s'", type);
     }
@@ -720,14 +757,18 @@ void kexec_worker_gone(kserver *ks)
         json_decref(ks->cur_error);
         ks->cur_error = json_pack("{s:s, s:s, s:[s]}", "ename", "KernelRestarted", "evalue", msg,
                                   "traceback", msg);
-        kserver_publish(ks, "error", json_deep_copy(ks->cur_error), ks->cur);
-        if (ks->cur_kind == KREQ_EXECUTE) {
+        if (ks->cur_kind == KREQ_SNAPSHOT) {
+            finish_snapshot(ks, json_pack("{s:s, s:s, s:s, s:[]}", "status", "error", "ename",
+                                          "KernelRestarted", "evalue", msg, "lost"));
+        } else if (ks->cur_kind == KREQ_EXECUTE) {
+            kserver_publish(ks, "error", json_deep_copy(ks->cur_error), ks->cur);
             json_t *md = json_pack("{s:b, s:b, s:s}", "kernel_restarted", 1, "state_preserved", 0,
                                    "reason", what);
             finish_execute(ks, "error", exit_code, NULL, NULL, md);
         } else {
             json_t *c = json_pack("{s:s, s:s, s:s, s:[s]}", "status", "error", "ename",
                                   "KernelRestarted", "evalue", msg, "traceback", msg);
+            kserver_publish(ks, "error", json_deep_copy(ks->cur_error), ks->cur);
             finish_other(ks, reply_type_of(ks->cur_kind), c);
         }
     } else {
