@@ -136,6 +136,19 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err);
  * KM_FILES_LIST_MAX entries, and files_scan_max / files_scan_bytes walked */
 #define KM_FILES_LIST_MAX 10000
 json_t *km_files(km_manager *m, const char *name, km_err *err);
+/* Snapshots (snapshot.h; docs/LIFECYCLE.md "State model"). tag NULL: a new
+ * one named by the time (snapshot), the newest (restore), a fresh snapshot
+ * of src (fork). km_snapshot returns the manifest; km_snapshots
+ * {"session","snapshots":[manifests]}; km_restore {"session","tag",
+ * "kernels":{LANG: {"restored"} or {"pending": true}},"workspace_restored"};
+ * km_fork {"session","from","tag","workspace"}: a new session with its own
+ * workspace (a copy, no file shared) whose kernels load the state on their
+ * first start. NULL with err (KM_ENOSESSION, KM_EUSAGE: a bad tag, a bound
+ * hit, an existing fork target). */
+json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *err);
+json_t *km_snapshots(km_manager *m, const char *name, km_err *err);
+json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err);
+json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag, km_err *err);
 /* The session's history as an nbformat 4 notebook (see export.h). */
 json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_err *err);
 /* Starts the language's kernel if needed; writes its connection file path. */

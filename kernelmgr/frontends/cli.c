@@ -115,6 +115,7 @@ typedef struct cli {
     const char *cmd;
     const char *lang, *code, *file, *session, *workspace, *python, *sandbox, *config;
     const char *output, *kernel_name, *prefix, *memory_s, *manager, *allowlist;
+    const char *tag;                       /* --tag of snapshot, restore, fork */
     const char *http, *tls_cert, *tls_key; /* serve --http ... */
     int insecure;
     json_t *env; /* --env: {NAME: "value"}, NULL when none was given */
@@ -755,6 +756,89 @@ static void build_export(cli *c, json_t *req)
         json_object_set_new(req, "kernel_name", json_string(c->kernel_name));
 }
 
+/* snapshot, restore, fork: --tag; fork's second name is the new session */
+static void build_tag(cli *c, json_t *req)
+{
+    if (c->tag)
+        json_object_set_new(req, "tag", json_string(c->tag));
+}
+
+static int fork_check(cli *c)
+{
+    if (c->npos != 2)
+        return usage_error("fork needs SRC and NEW: kernelmgr fork SRC NEW [--tag T]");
+    return -1;
+}
+
+static void build_fork(cli *c, json_t *req)
+{
+    json_object_set_new(req, "new_session", json_string(c->pos[1]));
+    build_tag(c, req);
+}
+
+/* One line a snapshot (--json: the reply). */
+static int print_snapshot(cli *c, const char *name, json_t *rep)
+{
+    if (c->json) {
+        print_json(rep);
+        return 0;
+    }
+    json_t *list = json_object_get(rep, "snapshots");
+    json_t *one = json_pack("[O]", rep);
+    size_t i;
+    json_t *v;
+    json_array_foreach(list ? list : one, i, v)
+    {
+        const char *e = json_string_value(json_object_get(v, "error"));
+        if (e) {
+            printf("%s\terror: %s\n", json_string_value(json_object_get(v, "tag")), e);
+            continue;
+        }
+        printf("%s\t%s\t%lld bytes\t%s", json_string_value(json_object_get(v, "tag")),
+               json_string_value(json_object_get(v, "at")),
+               (long long)json_integer_value(json_object_get(v, "bytes")),
+               json_string_value(json_object_get(v, "reason")));
+        const char *k;
+        json_t *kv;
+        json_object_foreach(json_object_get(v, "kernels"), k, kv)
+        {
+            json_t *lost = json_object_get(kv, "lost");
+            printf("\t%s", k);
+            if (json_array_size(lost)) {
+                printf(" (lost:");
+                size_t j;
+                json_t *lv;
+                json_array_foreach(lost, j, lv)
+                {
+                    printf(" %s", json_string_value(json_object_get(lv, "name")));
+                }
+                printf(")");
+            }
+        }
+        printf("\n");
+    }
+    json_decref(one);
+    (void)name;
+    return 0;
+}
+
+static int print_restore(cli *c, const char *name, json_t *rep)
+{
+    if (c->json) {
+        print_json(rep);
+        return 0;
+    }
+    const char *t = json_string_value(json_object_get(rep, "tag"));
+    if (json_object_get(rep, "from"))
+        printf("kernelmgr: session %s forked from %s (snapshot %s); workspace %s\n",
+               json_string_value(json_object_get(rep, "session")),
+               json_string_value(json_object_get(rep, "from")), t,
+               json_string_value(json_object_get(rep, "workspace")));
+    else
+        printf("kernelmgr: session %s restored from snapshot %s\n", name, t);
+    return 0;
+}
+
 /* sessions --repair NAME is session.repair instead; -1 without it. */
 static int sessions_repair(cli *c)
 {
@@ -1082,6 +1166,16 @@ static int cmd_serve(cli *c)
             return 0;
         }
         close(fd);
+        /* the daemon's pid, to wait for its end: it snapshots its sessions
+         * and stops their kernels after its socket is gone */
+        long dpid = 0;
+        char *pidfile = cm_path_join(c->home, "daemon.pid");
+        FILE *pf = pidfile ? fopen(pidfile, "re") : NULL;
+        if (!pf || fscanf(pf, "%ld", &dpid) != 1)
+            dpid = 0;
+        if (pf)
+            fclose(pf);
+        free(pidfile);
         json_t *rep;
         int st = call(c, "shutdown", NULL, 0, NULL, NULL, &rep);
         json_decref(rep);
@@ -1089,6 +1183,12 @@ static int cmd_serve(cli *c)
         char sock[256];
         daemon_socket_path(c->home, sock, sizeof sock, NULL);
         for (int i = 0; i < 200 && access(sock, F_OK) == 0; i++) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        /* and until it has ended (at most 5 minutes: snapshots of big
+         * states take their time), so a next command starts a fresh one */
+        for (int i = 0; dpid > 1 && st == 0 && i < 6000 && kill((pid_t)dpid, 0) == 0; i++) {
             struct timespec ts = {0, 50 * 1000000L};
             nanosleep(&ts, NULL);
         }
@@ -1219,6 +1319,7 @@ enum {
     OPT_SESSION,
     OPT_KEEP,
     OPT_REPAIR,
+    OPT_TAG,
     OPT_KERNEL,
     OPT_USER,
     OPT_PREFIX,
@@ -1291,6 +1392,10 @@ static const cli_command cli_commands[] = {
     {"export", NULL, "export", 1, build_export, print_export, NULL, NULL, 0},
     {"connection-file", NULL, "connection_file", 1, build_connection_file, print_connection_file,
      NULL, NULL, 0},
+    {"snapshot", NULL, "session.snapshot", 1, build_tag, print_snapshot, NULL, NULL, 0},
+    {"snapshots", NULL, "session.snapshots", 1, NULL, print_snapshot, NULL, NULL, 0},
+    {"restore", NULL, "session.restore", 1, build_tag, print_restore, NULL, NULL, 0},
+    {"fork", NULL, "session.fork", 1, build_fork, print_restore, NULL, fork_check, 0},
     {"serve", cmd_serve, NULL, 0, NULL, NULL, NULL, NULL, 0},
     {"doctor", cmd_doctor, NULL, 0, NULL, NULL, NULL, NULL, 0},
     {"kernelspec", cmd_kernelspec, NULL, 0, NULL, NULL, NULL, NULL, 0},
@@ -1384,6 +1489,7 @@ static int cli_dispatch(int argc, char **argv)
         {"session", required_argument, 0, OPT_SESSION},
         {"keep", no_argument, 0, OPT_KEEP},
         {"repair", required_argument, 0, OPT_REPAIR},
+        {"tag", required_argument, 0, OPT_TAG},
         {"kernel", required_argument, 0, OPT_KERNEL},
         {"user", no_argument, 0, OPT_USER},
         {"prefix", required_argument, 0, OPT_PREFIX},
@@ -1519,6 +1625,9 @@ static int cli_dispatch(int argc, char **argv)
             break;
         case OPT_REPAIR:
             c.repair = optarg;
+            break;
+        case OPT_TAG:
+            c.tag = optarg;
             break;
         case OPT_KERNEL:
             c.kernel_name = optarg;
