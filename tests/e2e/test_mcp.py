@@ -17,7 +17,8 @@ NODE_DIR = ROOT / "tests" / "node"
 CLIENT = NODE_DIR / "mcp_client.mjs"
 
 TOOLS = {"code_exec", "list_files", "read_file", "write_file", "list_sessions",
-         "restart_session", "close_session", "install_packages"}
+         "restart_session", "close_session", "install_packages", "snapshot_session",
+         "fork_session"}
 
 
 @pytest.fixture
