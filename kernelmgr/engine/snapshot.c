@@ -1028,6 +1028,7 @@ void snap_after_start(km_manager *m, session *s, int l)
         fprintf(stderr, "kernelmgr: session %s: %s\n", s->name, err);
     }
     k->snap_secs = 0;
+    session_save(m, s); /* the marker is spent: a later manager must not load it again */
 }
 
 void snap_cell_time(km_manager *m, session *s, int l, double secs)

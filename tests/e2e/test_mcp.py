@@ -561,3 +561,28 @@ def test_session_options_through_mcp(mgr):
         assert "--allow-unsafe-session-options" not in text_of(r), text_of(r)
     else:
         assert r["isError"] is False and "yes" in text_of(r), text_of(r)
+
+
+def test_snapshot_and_fork_tools(mgr):
+    need_kernel("python")
+    out = sdk(mgr, [
+        call("code_exec", {"code": "v = [1]", "language": "python", "session": "base"}),
+        call("snapshot_session", {"session": "base", "tag": "one"}),
+        call("code_exec", {"code": "v.append(2)", "language": "python", "session": "base"}),
+        call("fork_session", {"session": "base", "new_session": "alt", "tag": "one"}),
+        call("code_exec", {"code": "print(v)", "language": "python", "session": "alt"}),
+        call("snapshot_session", {"session": "base", "tag": "one", "restore": True}),
+        call("code_exec", {"code": "print(v)", "language": "python", "session": "base"}),
+        call("fork_session", {"session": "base", "new_session": "alt"}),
+        call("snapshot_session", {"session": "base", "tag": "../x"}),
+    ])
+    s = out["steps"]
+    assert ok_result(s[1])["structuredContent"]["tag"] == "one"
+    assert "snapshot one of session base taken" in text_of(s[1]["result"])
+    assert ok_result(s[3])["structuredContent"]["session"] == "alt"
+    assert ok_result(s[4])["structuredContent"]["blocks"][0]["stdout"] == "[1]\n"
+    assert "restored" in text_of(s[5]["result"])
+    assert ok_result(s[6])["structuredContent"]["blocks"][0]["stdout"] == "[1]\n"
+    for bad in (s[7], s[8]):
+        r = bad.get("result") or {}
+        assert r.get("isError") is True or "error" in bad, bad
