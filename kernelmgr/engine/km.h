@@ -46,15 +46,16 @@ typedef struct km_err {
  * NULL / -1 = config. Given to an existing session with another value, they
  * are not applied: km_exec reports each in "warnings" (see km_exec). */
 typedef struct km_session_opts {
-    int network;               /* -1, 0, 1 */
-    unsigned long long memory; /* 0 = config */
-    double cpus;               /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
-    double cpu_time;           /* CPU-time budget per block in seconds; 0 = config */
-    const char *python;        /* interpreter path */
-    const char *workspace;     /* existing directory used instead of a fresh one */
-    const char *sandbox;       /* "strict" | "none" */
-    const json_t *env;         /* borrowed: {NAME: "value"} for the code's environment,
-                                  on top of the configuration's "env"; NULL = none */
+    int network;                     /* -1, 0, 1 */
+    unsigned long long memory;       /* 0 = config */
+    double cpus;                     /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
+    double cpu_time;                 /* CPU-time budget per block in seconds; 0 = config */
+    const char *python;              /* interpreter path */
+    const char *workspace;           /* existing directory used instead of a fresh one */
+    const char *sandbox;             /* "strict" | "none" */
+    const json_t *env;               /* borrowed: {NAME: "value"} for the code's environment,
+                                        on top of the configuration's "env"; NULL = none */
+    unsigned long long snapshot_max; /* bytes of one snapshot; 0 = config */
 } km_session_opts;
 
 void km_session_opts_init(km_session_opts *o);

@@ -189,11 +189,13 @@ void km_manager_destroy(km_manager **pm)
             pthread_mutex_lock(&s->lock);
             /* a daemon that stops keeps its sessions' state for the next */
             int snap = !pass && m->snap_on_stop && !s->gone;
-            if (snap)
+            /* saved with its kernels still listed: the next manager says
+             * their state was lost, or restores the snapshot it names */
+            if (snap) {
                 snap_before_stop(m, s, "daemon stop");
-            slots_stop_all(m, s);
-            if (snap)
                 session_save(m, s);
+            }
+            slots_stop_all(m, s);
             if (pass)
                 session_rmtree(s->pool_dir);
             pthread_mutex_unlock(&s->lock);
@@ -251,7 +253,7 @@ static int opts_default(const km_manager *m, const km_session_opts *o)
 {
     return !o ||
            ((o->network < 0 || o->network == m->cfg.network) && !o->memory && !(o->cpus > 0) &&
-            !(o->cpu_time > 0) && !o->python && !o->workspace &&
+            !(o->cpu_time > 0) && !o->python && !o->workspace && !o->snapshot_max &&
             (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) && !json_object_size(o->env));
 }
 
@@ -346,6 +348,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         s->memory = o && o->memory ? o->memory : 0;
         s->cpus = o && o->cpus > 0 ? o->cpus : 0;
         s->cpu_time = o && o->cpu_time > 0 ? o->cpu_time : 0;
+        s->snapshot_max = o && o->snapshot_max ? o->snapshot_max : 0;
         snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
         snprintf(s->sandbox, sizeof s->sandbox, "%s",
                  o && o->sandbox ? o->sandbox : m->cfg.sandbox);
@@ -1642,6 +1645,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
     o.memory = s->memory;
     o.cpus = s->cpus;
     o.cpu_time = s->cpu_time;
+    o.snapshot_max = s->snapshot_max;
     o.python = s->python[0] ? s->python : NULL;
     o.sandbox = s->sandbox;
     json_t *env = s->env ? json_deep_copy(s->env) : NULL;

@@ -82,8 +82,9 @@ typedef struct session {
     unsigned long long ws_dev, ws_ino;
     int network;
     unsigned long long memory;
-    double cpus;     /* --cpus of its kernels; 0 = the configuration's */
-    double cpu_time; /* --cpu-time of its kernels; 0 = the configuration's */
+    double cpus;                     /* --cpus of its kernels; 0 = the configuration's */
+    double cpu_time;                 /* --cpu-time of its kernels; 0 = the configuration's */
+    unsigned long long snapshot_max; /* bytes of one snapshot; 0 = the configuration's */
     char python[1024];
     char sandbox[16];
     json_t *env; /* owned: the session's own {NAME: "value"} (on top of the

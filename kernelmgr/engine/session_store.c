@@ -341,6 +341,9 @@ static int save(km_manager *m, session *s, int sync_dir, char *err, size_t errle
         json_object_set_new(json_object_get(o, "options"), "cpus", json_real(s->cpus));
     if (o && s->cpu_time > 0)
         json_object_set_new(json_object_get(o, "options"), "cpu_time", json_real(s->cpu_time));
+    if (o && s->snapshot_max)
+        json_object_set_new(json_object_get(o, "options"), "snapshot_max",
+                            json_integer((json_int_t)s->snapshot_max));
     json_t *restore = json_object();
     for (int l = 0; l < m->cfg.langs.n; l++)
         if (s->k[l].restore[0])
@@ -590,6 +593,10 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
     double cpu_time = json_number_value(json_object_get(opt, "cpu_time"));
     s->cpus = cpus >= 0.01 && cpus <= 4096 ? cpus : 0;
     s->cpu_time = cpu_time >= 0.001 && cpu_time <= 86400.0 * 365 ? cpu_time : 0;
+    json_t *smax = json_object_get(opt, "snapshot_max");
+    s->snapshot_max = json_is_integer(smax) && json_integer_value(smax) >= 4096
+                          ? (unsigned long long)json_integer_value(smax)
+                          : 0;
     const char *py = json_string_value(json_object_get(opt, "python"));
     snprintf(s->python, sizeof s->python, "%s", py ? py : "");
     const char *sb = json_string_value(json_object_get(opt, "sandbox"));

@@ -30,6 +30,13 @@
 
 /* ------------------------------------------------------------ names */
 
+/* The bound of one snapshot of s: its own snapshot_max, else the
+ * configuration's. */
+static uint64_t snap_max(const km_manager *m, const session *s)
+{
+    return s->snapshot_max ? s->snapshot_max : m->cfg.snapshot_max;
+}
+
 int snap_tag_check(const char *tag, char *err, size_t errlen)
 {
     size_t n = tag ? strlen(tag) : 0;
@@ -609,7 +616,7 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
         return NULL;
     }
     int dirfd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    uint64_t left = m->cfg.snapshot_max;
+    uint64_t left = snap_max(m, s);
     json_t *kernels = json_object(), *failed = json_object();
     int too_large = 0, saved = 0, live = 0;
     char kerr_[1024] = "";
@@ -672,7 +679,7 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
         snprintf(err, errlen,
                  "the snapshot of session \"%s\" is larger than snapshot_max=%llu bytes (%s); "
                  "nothing was stored and the session goes on unchanged",
-                 s->name, (unsigned long long)m->cfg.snapshot_max, kerr_);
+                 s->name, (unsigned long long)snap_max(m, s), kerr_);
         goto fail;
     }
     if (saved < 0 || (live > 0 && saved == 0) || (live == 0 && !with_ws)) {
@@ -684,11 +691,11 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
     }
     char at[32];
     iso_now(at);
-    uint64_t total = m->cfg.snapshot_max - left;
+    uint64_t total = snap_max(m, s) - left;
     json_t *man = json_pack("{s:i s:s s:s s:s s:f s:s s:I s:I s:o s:o s:o s:s}", "version", 1,
                             "session", s->name, "tag", tag, "at", at, "time", cm_wall_s(), "reason",
                             why ? why : "requested", "bytes", (json_int_t)total, "snapshot_max",
-                            (json_int_t)m->cfg.snapshot_max, "kernels", kernels, "failed", failed,
+                            (json_int_t)snap_max(m, s), "kernels", kernels, "failed", failed,
                             "workspace_copy", ws, "workspace", s->workspace);
     kernels = failed = NULL;
     if (!man || write_manifest(tmp, man) || fsync_dir(tmp)) {
@@ -848,14 +855,13 @@ json_t *snap_load(km_manager *m, session *s, int l, const char *tag, char *err, 
     uid_t uid;
     gid_t gid;
     ws_owner(rootfd, &uid, &gid);
-    uint64_t left = m->cfg.snapshot_max;
+    uint64_t left = snap_max(m, s);
     int tl = 0;
     json_t *files = json_object();
     if (copy_flat(sdir, dfd, &left, uid, gid, files, &tl, err, errlen) == 0) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", s->workspace, stage);
-        json_t *reply =
-            kernel_snapshot(m, &s->k[l], "load", path, m->cfg.snapshot_max, err, errlen);
+        json_t *reply = kernel_snapshot(m, &s->k[l], "load", path, snap_max(m, s), err, errlen);
         if (reply) {
             const char *st = json_string_value(json_object_get(reply, "status"));
             if (st && !strcmp(st, "ok")) {
@@ -923,7 +929,7 @@ int snap_restore_workspace(km_manager *m, session *s, const char *tag, char *err
     }
     struct stat st;
     fstat(sfd, &st);
-    copy_ctx c = {.left = m->cfg.snapshot_max, .skipped = json_array(), .dev = st.st_dev};
+    copy_ctx c = {.left = snap_max(m, s), .skipped = json_array(), .dev = st.st_dev};
     ws_owner(rootfd, &c.uid, &c.gid);
     rc = copy_tree(&c, sfd, rootfd, "", 0);
     if (rc)
@@ -960,7 +966,7 @@ int snap_copy_to(km_manager *m, const session *src, const char *tag, const sessi
     struct stat st;
     fstat(sfd, &st);
     /* twice the bound: the kernels' states and the workspace copy */
-    copy_ctx c = {.left = 2 * m->cfg.snapshot_max,
+    copy_ctx c = {.left = 2 * snap_max(m, src),
                   .skipped = json_array(),
                   .uid = (uid_t)-1,
                   .gid = (gid_t)-1,

@@ -124,6 +124,7 @@ typedef struct cli {
     double cpus, cpu_time; /* 0 unset */
     int network;           /* -1 unset */
     uint64_t memory;
+    uint64_t snapshot_max; /* --snapshot-max; 0 unset */
     int json, continue_on_error, keep, user, stop, pool;
     const char *repair; /* sessions --repair NAME */
     size_t code_len;    /* bytes of the code read from FILE or stdin */
@@ -493,6 +494,7 @@ static void fill_session_opts(cli *c, km_session_opts *so)
     km_session_opts_init(so);
     so->network = c->network;
     so->memory = c->memory;
+    so->snapshot_max = c->snapshot_max;
     so->cpus = c->cpus;
     so->cpu_time = c->cpu_time;
     so->python = c->python;
@@ -658,6 +660,8 @@ static void add_session_opts(const cli *c, json_t *req, const char *ws)
         json_object_set_new(req, "network", json_string(c->network ? "on" : "off"));
     if (c->memory_s)
         json_object_set_new(req, "memory", json_string(c->memory_s));
+    if (c->snapshot_max)
+        json_object_set_new(req, "snapshot_max", json_integer((json_int_t)c->snapshot_max));
     if (c->cpus > 0)
         json_object_set_new(req, "cpus", json_real(c->cpus));
     if (c->cpu_time > 0)
@@ -754,6 +758,22 @@ static void build_export(cli *c, json_t *req)
 {
     if (c->kernel_name)
         json_object_set_new(req, "kernel_name", json_string(c->kernel_name));
+}
+
+/* 1 while process pid runs: exists and is not a zombie (a daemon whose
+ * parent has not reaped it yet has ended). */
+static int daemon_running(pid_t pid)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "re");
+    if (!f)
+        return kill(pid, 0) == 0 && errno != ESRCH;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
 }
 
 /* snapshot, restore, fork: --tag; fork's second name is the new session */
@@ -1188,7 +1208,7 @@ static int cmd_serve(cli *c)
         }
         /* and until it has ended (at most 5 minutes: snapshots of big
          * states take their time), so a next command starts a fresh one */
-        for (int i = 0; dpid > 1 && st == 0 && i < 6000 && kill((pid_t)dpid, 0) == 0; i++) {
+        for (int i = 0; dpid > 1 && st == 0 && i < 6000 && daemon_running((pid_t)dpid); i++) {
             struct timespec ts = {0, 50 * 1000000L};
             nanosleep(&ts, NULL);
         }
@@ -1306,6 +1326,7 @@ enum {
     OPT_TIMEOUT,
     OPT_NETWORK,
     OPT_MEMORY,
+    OPT_SNAPSHOT_MAX,
     OPT_HTTP,
     OPT_TLS_CERT,
     OPT_TLS_KEY,
@@ -1476,6 +1497,7 @@ static int cli_dispatch(int argc, char **argv)
         {"timeout", required_argument, 0, OPT_TIMEOUT},
         {"network", required_argument, 0, OPT_NETWORK},
         {"memory", required_argument, 0, OPT_MEMORY},
+        {"snapshot-max", required_argument, 0, OPT_SNAPSHOT_MAX},
         {"http", required_argument, 0, OPT_HTTP},
         {"tls-cert", required_argument, 0, OPT_TLS_CERT},
         {"tls-key", required_argument, 0, OPT_TLS_KEY},
@@ -1570,6 +1592,13 @@ static int cli_dispatch(int argc, char **argv)
                                    (unsigned long long)dtier_sessopt_find("memory")->min >> 20,
                                    optarg);
             c.memory_s = optarg;
+            break;
+        case OPT_SNAPSHOT_MAX:
+            if (kmcfg_parse_size(optarg, &c.snapshot_max) ||
+                c.snapshot_max < (uint64_t)dtier_sessopt_find("snapshot_max")->min)
+                return usage_error("--snapshot-max must be a size of at least 4K, like 64M "
+                                   "(got \"%s\")",
+                                   optarg);
             break;
         case OPT_CPUS: {
             const dtier_sessopt *o = dtier_sessopt_find("cpus");

@@ -197,6 +197,25 @@ def test_oversize_snapshot_is_refused_by_name_and_the_session_goes_on(make_mgr):
     assert r["stdout"] == "300000 5\n" and r["kernel"]["restarted"] is False, r
 
 
+def test_a_sessions_own_snapshot_max_is_its_bound(make_mgr):
+    mgr = make_mgr(STRICT)
+    rc, res, p = mgr.exec("own", "blob = b'y' * 300000", "--snapshot-max", "64K")
+    assert rc == 0, p.stderr
+    p = mgr.run("snapshot", "own")
+    assert p.returncode != 0 and "snapshot_max=65536" in p.stderr, p.stderr
+    # another session has the configuration's bound
+    assert py(mgr, "other", "blob = b'y' * 300000")["status"] == "ok"
+    assert mgr.run("snapshot", "other").returncode == 0
+    # kept across a daemon restart (session.json); the stop's own snapshot
+    # was refused too, and the first result says the state was lost
+    assert mgr.run("serve", "--stop", timeout=300).returncode == 0
+    r = py(mgr, "own", "blob = b'y' * 300000\nprint(len(blob))")
+    assert r["stdout"] == "300000\n" and r["kernel"]["state_preserved"] is False, r
+    assert "restored" not in r["kernel"], r
+    p = mgr.run("snapshot", "own")
+    assert p.returncode != 0 and "snapshot_max=65536" in p.stderr, p.stderr
+
+
 def test_corrupt_snapshot_gives_a_clear_error_and_loses_nothing(make_mgr):
     mgr = make_mgr(STRICT)
     r = py(mgr, "cor", "keep = 'me'\nother = 3")
