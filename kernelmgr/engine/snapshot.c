@@ -73,6 +73,8 @@ static int snap_dir(const session *s, const char *tag, char *out, size_t size)
     return n < 0 || (size_t)n >= size ? -1 : 0;
 }
 
+static json_t *manifest_read(const session *s, const char *tag, char *err, size_t errlen);
+
 /* ------------------------------------------------------------ copying */
 
 /* Copies the regular file open as in (its size st_size) to a new file name
@@ -642,6 +644,47 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
             session_rmtree(lp);
         }
     }
+    /* a kernel stopped earlier whose state waits in this very snapshot
+     * (one language culled before the other): its state is carried over,
+     * or replacing the snapshot would lose it */
+    json_t *prev = NULL;
+    for (int l = 0; dirfd >= 0 && !too_large && l < m->cfg.langs.n; l++) {
+        const char *ln = kmcfg_lang_name(&m->cfg, l);
+        if (json_object_get(kernels, ln) || strcmp(s->k[l].restore, tag))
+            continue;
+        char perr[256];
+        if (!prev && !(prev = manifest_read(s, tag, perr, sizeof perr)))
+            break;
+        json_t *info = json_object_get(json_object_get(prev, "kernels"), ln);
+        char from[PATH_MAX];
+        snprintf(from, sizeof from, "%.3900s/%s", fin, ln);
+        int sfd = info ? open(from, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        struct stat st;
+        if (sfd < 0 || fstat(sfd, &st) || mkdirat(dirfd, ln, 0700)) {
+            if (sfd >= 0)
+                close(sfd);
+            continue;
+        }
+        int dfd = openat(dirfd, ln, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        copy_ctx c = {.left = left,
+                      .skipped = json_array(),
+                      .uid = (uid_t)-1,
+                      .gid = (gid_t)-1,
+                      .dev = st.st_dev};
+        if (dfd >= 0 && copy_tree(&c, sfd, dfd, "", 0) == 0) {
+            left = c.left;
+            json_object_set(kernels, ln, info);
+            saved++;
+        } else if (c.too_large) {
+            too_large = 1;
+            snprintf(kerr_, sizeof kerr_, "the %s state kept from before: %.800s", ln, c.err);
+        }
+        json_decref(c.skipped);
+        if (dfd >= 0)
+            close(dfd);
+        close(sfd);
+    }
+    json_decref(prev);
     json_t *ws = json_null();
     if (dirfd >= 0 && with_ws && !too_large) {
         char werr[512];

@@ -106,6 +106,22 @@ def test_state_survives_an_idle_cull(make_mgr):
     check_restored(mgr, "c", "culled")
 
 
+def test_kernels_culled_one_after_the_other_both_come_back(make_mgr):
+    """The automatic snapshot is one per session: the second cull (Bash)
+    must carry the first one's Python state over, not replace it."""
+    mgr = make_mgr(dict(STRICT, idle_timeout=2))
+    assert py(mgr, "o", "first = 'python'")["status"] == "ok"
+    kutil.poll_until(lambda: sessions(mgr)["o"]["kernels"], lambda k: k["python"] is None,
+                     120, "the python cull")
+    assert sh(mgr, "o", "second=bash")["status"] == "ok"
+    kutil.poll_until(lambda: sessions(mgr)["o"]["kernels"], lambda k: k["bash"] is None,
+                     120, "the bash cull")
+    r = py(mgr, "o", "print(first)")
+    assert r["stdout"] == "python\n" and r["kernel"]["restored"]["tag"] == "auto", r
+    r = sh(mgr, "o", "echo $second")
+    assert r["stdout"] == "bash\n" and r["kernel"]["restored"]["tag"] == "auto", r
+
+
 def test_state_survives_an_eviction(make_mgr):
     mgr = make_mgr(dict(STRICT, max_kernels=2))
     set_state(mgr, "a")
