@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mgrutil  # noqa: E402
+import sbxutil  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (mgrutil.have_kernel("python") and mgrutil.have_kernel("bash")),
@@ -167,3 +168,49 @@ def test_a_fork_shares_no_writable_file_with_its_source(make_mgr):
     assert py(mgr, "orig", "v")["result"]["text/plain"] == "1"
     assert src.exists()
     service_works(mgr)
+
+
+class UserMgr(mgrutil.Mgr):
+    """A KERNELMGR_HOME owned by user (as root: nobody too), its CLI and
+    daemon running as that user."""
+
+    def __init__(self, user, config):
+        super().__init__(config)
+        self.user = user
+        if user == "nobody":
+            for p in (self.home, self.home / "config.json"):
+                os.chown(p, sbxutil.NOBODY, sbxutil.NOBODY)
+        self.env["HOME"] = str(self.home)
+        self.bin = sbxutil.kernelmgr_for(user)
+
+    def run(self, *args, input=None, timeout=120, check_json=True):
+        import subprocess
+        prefix = sbxutil.SETPRIV if self.user == "nobody" else []
+        return subprocess.run([*prefix, self.bin, *args], input=input, capture_output=True,
+                              text=True, env=self.env, timeout=timeout)
+
+
+@pytest.mark.parametrize("user", sbxutil.USERS)
+def test_planted_links_as_each_user(user):
+    """The daemon as root and as nobody: what the sandbox plants is never
+    followed, and the store holds only files of the daemon's own user."""
+    if user == "nobody" and not sbxutil.IS_ROOT:
+        pytest.skip("the nobody variant needs root to switch users")
+    mgr = UserMgr(user, STRICT)
+    try:
+        assert py(mgr, "victim", "secret = 'victim'")["status"] == "ok"
+        target = str(mgr.home / "sessions" / "victim" / "session.json")
+        code = EVIL_SAVE.replace("TARGET", repr(target)).replace("HUGE", "0")
+        assert py(mgr, "evil", code)["status"] == "ok"
+        p = mgr.run("snapshot", "evil", "--tag", "t", "--json", timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert set(json.loads(p.stdout)["kernels"]["python"]["files"]) == {"plain"}
+        uid = sbxutil.NOBODY if user == "nobody" else os.geteuid()
+        for e in store_entries(mgr, "evil"):
+            st = os.lstat(e)
+            assert stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode), e
+            assert st.st_uid == uid and not (st.st_mode & 0o077), (e, oct(st.st_mode))
+        assert py(mgr, "victim", "secret")["result"]["text/plain"] == "'victim'"
+        service_works(mgr)
+    finally:
+        mgr.close()
