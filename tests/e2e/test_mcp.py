@@ -88,7 +88,8 @@ def test_initialize_and_list_tools(mgr):
     # the session options (applied when the call creates the session); no
     # host path (python, workspace): the model never names one
     assert set(ce["properties"]) == {"code", "language", "session", "timeout_s", "env",
-                                     "network", "memory", "cpus", "cpu_time", "sandbox"}
+                                     "network", "memory", "cpus", "cpu_time", "sandbox",
+                                     "snapshot_max"}
     assert ce["properties"]["env"]["additionalProperties"] == {"type": "string"}
     assert tools["install_packages"]["inputSchema"]["properties"]["manager"]["enum"] == \
         ["pip", "npm"]
