@@ -27,6 +27,10 @@
 #define SNAP_LOST_MAX 1000   /* lost names kept in a manifest */
 #define SNAP_DEPTH_MAX 64    /* directory depth of a workspace copy */
 #define SNAP_TIMEOUT_MIN 120 /* seconds a kernel has to save or load */
+/* seconds for an automatic snapshot: a cull or an eviction (another
+ * session's start waits for it) is not held longer by a kernel that does
+ * not answer; its state is then reported lost */
+#define SNAP_AUTO_TIMEOUT 30
 
 /* ------------------------------------------------------------ names */
 
@@ -308,7 +312,7 @@ static int fsync_dir(const char *path)
 /* new: the kernel's kernelmgr_snapshot_reply content, or NULL with err. IOPub
  * meanwhile goes to the slot's follower of other clients' cells. */
 static json_t *kernel_snapshot(km_manager *m, kslot *k, const char *action, const char *path,
-                               uint64_t max, char *err, size_t errlen)
+                               uint64_t max, int automatic, char *err, size_t errlen)
 {
     if (!k->client || !k->proc) {
         snprintf(err, errlen, "the kernel is not running");
@@ -321,7 +325,9 @@ static json_t *kernel_snapshot(km_manager *m, kslot *k, const char *action, cons
         snprintf(err, errlen, "cannot send the snapshot request to the kernel");
         return NULL;
     }
-    double limit = m->cfg.timeout > SNAP_TIMEOUT_MIN ? m->cfg.timeout : SNAP_TIMEOUT_MIN;
+    double limit = automatic                           ? SNAP_AUTO_TIMEOUT
+                   : m->cfg.timeout > SNAP_TIMEOUT_MIN ? m->cfg.timeout
+                                                       : SNAP_TIMEOUT_MIN;
     double deadline = kclient_now() + limit;
     while (kclient_now() < deadline) {
         jp_channel ch;
@@ -480,7 +486,7 @@ static json_t *lost_sanitized(const json_t *lost)
 /* Asks slot l's kernel to save into a staging directory, then copies it to
  * dirfd/LANG. Fills info {"bytes","files","lost","names"}. 0 or -1. */
 static int save_kernel(km_manager *m, session *s, int l, int dirfd, uint64_t *left, json_t *info,
-                       int *too_large, char *err, size_t errlen)
+                       int *too_large, int automatic, char *err, size_t errlen)
 {
     char why[512];
     int rootfd = wsfile_root_open(s->workspace, why, sizeof why);
@@ -497,7 +503,7 @@ static int save_kernel(km_manager *m, session *s, int l, int dirfd, uint64_t *le
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", s->workspace, stage);
     int rc = -1;
-    json_t *reply = kernel_snapshot(m, &s->k[l], "save", path, *left, err, errlen);
+    json_t *reply = kernel_snapshot(m, &s->k[l], "save", path, *left, automatic, err, errlen);
     if (reply) {
         const char *st = json_string_value(json_object_get(reply, "status"));
         json_object_set_new(info, "lost", lost_sanitized(json_object_get(reply, "lost")));
@@ -629,7 +635,8 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
         json_t *info = json_object();
         char e1[1024] = "";
         int tl = 0;
-        if (save_kernel(m, s, l, dirfd, &left, info, &tl, e1, sizeof e1) == 0) {
+        if (save_kernel(m, s, l, dirfd, &left, info, &tl, !strcmp(tag, SNAP_AUTO), e1, sizeof e1) ==
+            0) {
             json_object_set_new(kernels, kmcfg_lang_name(&m->cfg, l), info);
             saved++;
         } else {
@@ -904,7 +911,7 @@ json_t *snap_load(km_manager *m, session *s, int l, const char *tag, char *err, 
     if (copy_flat(sdir, dfd, &left, uid, gid, files, &tl, err, errlen) == 0) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", s->workspace, stage);
-        json_t *reply = kernel_snapshot(m, &s->k[l], "load", path, snap_max(m, s), err, errlen);
+        json_t *reply = kernel_snapshot(m, &s->k[l], "load", path, snap_max(m, s), 0, err, errlen);
         if (reply) {
             const char *st = json_string_value(json_object_get(reply, "status"));
             if (st && !strcmp(st, "ok")) {
