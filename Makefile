@@ -82,7 +82,7 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps \
   libwebsockets-dev python3-websocket python3-jupyter-server openssl \
   jupyter-notebook python3-notebook chromium chromium-driver python3-selenium python3-mypy \
-  dpkg-dev debhelper lintian fakeroot
+  dpkg-dev debhelper lintian fakeroot python3-dill
 
 .PHONY: all deps test test-load check unit unit-bins e2e demo fuzz bench format lint clean \
   install uninstall deb container container-base FORCE

@@ -458,6 +458,12 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SIZE("kernel_log_max", kernel_log_max, 4096, 1ull << 40, MIB,
              "bytes of each kernel log file"),
     OPT_SIZE("history_max", history_max, 4096, 1ull << 40, 8 * MIB, "bytes of each history file"),
+    OPT_SIZE("snapshot_max", snapshot_max, 4096, 1ull << 44, 256 * MIB,
+             "bytes of one snapshot of a session (its kernels' states and the workspace copy); "
+             "a larger one is refused by name and the session goes on"),
+    OPT_SECS("snapshot_interval", snapshot_interval, 0, DAY * 365, 0, 0, "off", "seconds",
+             "seconds of cell time after which a session's state is snapshotted again, so a "
+             "kernel crash restores it"),
     OPT_SPECIAL("env", &sp_env, KMCFG_F_SECRET, "`{}`",
                 "`{\"NAME\": \"value\"}` for the code of every session (64 variables, 32 KiB per "
                 "value, 256 KiB in all)"),

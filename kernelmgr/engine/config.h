@@ -56,6 +56,9 @@ typedef struct kmcfg {
     uint64_t session_outputs_max; /* "session_outputs_max": outputs/ bytes per session (512M) */
     uint64_t kernel_log_max;      /* "kernel_log_max": a kernel log file's size (1M) */
     uint64_t history_max;         /* "history_max": each history file's size (8M) */
+    uint64_t snapshot_max;        /* "snapshot_max": bytes of one snapshot (256M) */
+    double snapshot_interval;     /* "snapshot_interval": cell seconds between automatic
+                                     snapshots, 0 = off (default) */
     /* The daemon under load (daemon.c, kslots.c admission) */
     unsigned daemon_workers;  /* "daemon_workers": request threads, 0 = 2 x cores + 32 */
     unsigned daemon_queue;    /* "daemon_queue": requests waiting for a worker (4096) */

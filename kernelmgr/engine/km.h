@@ -46,15 +46,16 @@ typedef struct km_err {
  * NULL / -1 = config. Given to an existing session with another value, they
  * are not applied: km_exec reports each in "warnings" (see km_exec). */
 typedef struct km_session_opts {
-    int network;               /* -1, 0, 1 */
-    unsigned long long memory; /* 0 = config */
-    double cpus;               /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
-    double cpu_time;           /* CPU-time budget per block in seconds; 0 = config */
-    const char *python;        /* interpreter path */
-    const char *workspace;     /* existing directory used instead of a fresh one */
-    const char *sandbox;       /* "strict" | "none" */
-    const json_t *env;         /* borrowed: {NAME: "value"} for the code's environment,
-                                  on top of the configuration's "env"; NULL = none */
+    int network;                     /* -1, 0, 1 */
+    unsigned long long memory;       /* 0 = config */
+    double cpus;                     /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
+    double cpu_time;                 /* CPU-time budget per block in seconds; 0 = config */
+    const char *python;              /* interpreter path */
+    const char *workspace;           /* existing directory used instead of a fresh one */
+    const char *sandbox;             /* "strict" | "none" */
+    const json_t *env;               /* borrowed: {NAME: "value"} for the code's environment,
+                                        on top of the configuration's "env"; NULL = none */
+    unsigned long long snapshot_max; /* bytes of one snapshot; 0 = config */
 } km_session_opts;
 
 void km_session_opts_init(km_session_opts *o);
@@ -136,6 +137,19 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err);
  * KM_FILES_LIST_MAX entries, and files_scan_max / files_scan_bytes walked */
 #define KM_FILES_LIST_MAX 10000
 json_t *km_files(km_manager *m, const char *name, km_err *err);
+/* Snapshots (snapshot.h; docs/LIFECYCLE.md "State model"). tag NULL: a new
+ * one named by the time (snapshot), the newest (restore), a fresh snapshot
+ * of src (fork). km_snapshot returns the manifest; km_snapshots
+ * {"session","snapshots":[manifests]}; km_restore {"session","tag",
+ * "kernels":{LANG: {"restored"} or {"pending": true}},"workspace_restored"};
+ * km_fork {"session","from","tag","workspace"}: a new session with its own
+ * workspace (a copy, no file shared) whose kernels load the state on their
+ * first start. NULL with err (KM_ENOSESSION, KM_EUSAGE: a bad tag, a bound
+ * hit, an existing fork target). */
+json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *err);
+json_t *km_snapshots(km_manager *m, const char *name, km_err *err);
+json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err);
+json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag, km_err *err);
 /* The session's history as an nbformat 4 notebook (see export.h). */
 json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_err *err);
 /* Starts the language's kernel if needed; writes its connection file path. */

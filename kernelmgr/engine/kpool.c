@@ -5,6 +5,7 @@
 #include "kernelmgr/engine/kmhome.h"
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
+#include "kernelmgr/engine/snapshot.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,7 +165,7 @@ static void cull_idle(km_manager *m)
     for (size_t i = 0; i < n; i++) {
         session *s = victims[i];
         if (pthread_mutex_trylock(&s->lock) == 0) {
-            int changed = 0;
+            int changed = 0, snapped = 0;
             for (int l = 0; l < m->cfg.langs.n; l++) {
                 kslot *k = &s->k[l];
                 if (s->gone || !k->proc || now - k->last_used <= m->cfg.idle_timeout)
@@ -175,11 +176,20 @@ static void cull_idle(km_manager *m)
                     k->last_used = now;
                     continue;
                 }
+                /* its state first (all due kernels of the session at once) */
+                if (!snapped++) {
+                    snap_before_stop(m, s, "idle cull");
+                    for (int o = 0; o < m->cfg.langs.n; o++)
+                        if (o != l && s->k[o].proc &&
+                            now - s->k[o].last_used <= m->cfg.idle_timeout)
+                            s->k[o].restore[0] = 0; /* stays running */
+                }
                 slot_stop(m, k);
                 snprintf(k->pending, sizeof k->pending,
                          "culled: the %s kernel was stopped after %g s idle (idle_timeout=%g); "
-                         "a fresh kernel was started and its state was lost (workspace kept)",
-                         kmcfg_lang_name(&m->cfg, l), now - k->last_used, m->cfg.idle_timeout);
+                         "a fresh kernel was started and its state %s (workspace kept)",
+                         kmcfg_lang_name(&m->cfg, l), now - k->last_used, m->cfg.idle_timeout,
+                         k->restore[0] ? "was restored from a snapshot" : "was lost");
                 fprintf(stderr, "kernelmgr: culled %s/%s after %g s idle\n", s->name,
                         kmcfg_lang_name(&m->cfg, l), now - k->last_used);
                 changed = 1;

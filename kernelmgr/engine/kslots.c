@@ -7,6 +7,7 @@
 #include "kernelmgr/engine/kmem.h"
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
+#include "kernelmgr/engine/snapshot.h"
 #include "common/cm_clock.h"
 #include "common/cm_size.h"
 
@@ -386,14 +387,16 @@ static void evict_session(km_manager *m, session *victim, const session *self, c
                              kmcfg_lang_name(&m->cfg, l));
             used += w > 0 ? (size_t)w : 0;
         }
+    snap_before_stop(m, victim, "eviction");
     slots_stop_all(m, victim);
     for (int l = 0; l < m->cfg.langs.n; l++)
         if (had[l])
             snprintf(victim->k[l].pending, sizeof victim->k[l].pending,
                      "evicted: the %s kernel was stopped to stay under %s (session \"%s\" needed "
                      "one; this session was the least recently used of those not running code); "
-                     "state was lost (workspace kept)",
-                     kmcfg_lang_name(&m->cfg, l), why, self->name);
+                     "state %s (workspace kept)",
+                     kmcfg_lang_name(&m->cfg, l), why, self->name,
+                     victim->k[l].restore[0] ? "was restored from a snapshot" : "was lost");
     session_save(m, victim);
     fprintf(stderr, "kernelmgr: %s reached: stopped session %s (%s) for %s\n", why, victim->name,
             langs, self->name);
@@ -636,8 +639,11 @@ int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *reason, 
                  kmcfg_lang_name(&m->cfg, l), klaunch_describe_exit(k->proc, how, sizeof how));
         slot_stop(m, k);
     }
-    if (!k->proc && slot_start(m, s, l, err, errlen))
-        return -1;
+    if (!k->proc) {
+        if (slot_start(m, s, l, err, errlen))
+            return -1;
+        snap_after_start(m, s, l);
+    }
     if (k->pending[0]) {
         *restarted = 1;
         snprintf(reason, rsize, "%s", k->pending);

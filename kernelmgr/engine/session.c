@@ -13,6 +13,7 @@
 #include "kernelmgr/engine/pkgdirs.h"
 #include "kernelmgr/engine/result.h"
 #include "kernelmgr/engine/session_int.h"
+#include "kernelmgr/engine/snapshot.h"
 #include "kernelmgr/engine/wsfile.h"
 #include "common/cm_clock.h"
 #include "protocol/jp.h"
@@ -97,6 +98,7 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     if (!strcmp(m->cfg.transport, "tcp"))
         fprintf(stderr, "kernelmgr: warning: tcp transport: %s\n", JP_TCP_EXPOSURE);
     m->lifeline[0] = m->lifeline[1] = -1;
+    m->snap_on_stop = resume;
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->slot_mu, NULL);
     pthread_mutex_init(&m->pkg_mu, NULL);
@@ -184,6 +186,14 @@ void km_manager_destroy(km_manager **pm)
             session *next = s->next;
             atomic_store(&s->interrupt_flag, 1);
             pthread_mutex_lock(&s->lock);
+            /* a daemon that stops keeps its sessions' state for the next */
+            int snap = !pass && m->snap_on_stop && !s->gone;
+            /* saved with its kernels still listed: the next manager says
+             * their state was lost, or restores the snapshot it names */
+            if (snap) {
+                snap_before_stop(m, s, "daemon stop");
+                session_save(m, s);
+            }
             slots_stop_all(m, s);
             if (pass)
                 session_rmtree(s->pool_dir);
@@ -242,7 +252,7 @@ static int opts_default(const km_manager *m, const km_session_opts *o)
 {
     return !o ||
            ((o->network < 0 || o->network == m->cfg.network) && !o->memory && !(o->cpus > 0) &&
-            !(o->cpu_time > 0) && !o->python && !o->workspace &&
+            !(o->cpu_time > 0) && !o->python && !o->workspace && !o->snapshot_max &&
             (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) && !json_object_size(o->env));
 }
 
@@ -337,6 +347,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         s->memory = o && o->memory ? o->memory : 0;
         s->cpus = o && o->cpus > 0 ? o->cpus : 0;
         s->cpu_time = o && o->cpu_time > 0 ? o->cpu_time : 0;
+        s->snapshot_max = o && o->snapshot_max ? o->snapshot_max : 0;
         snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
         snprintf(s->sandbox, sizeof s->sandbox, "%s",
                  o && o->sandbox ? o->sandbox : m->cfg.sandbox);
@@ -693,6 +704,44 @@ static session *session_acquire(km_manager *m, const char *name, const km_sessio
     return s;
 }
 
+/* A kernel whose state came back from a snapshot: "kernel" says so, with
+ * what was lost ({"restarted", "state_preserved", "reason", "restored":
+ * {"from", "tag", "at", "lost"}}); k->restored is consumed. */
+static void report_restored(json_t *r, kslot *k, const char *reason)
+{
+    json_t *rs = k->restored;
+    k->restored = NULL;
+    if ((!reason || !*reason) && json_string_value(json_object_get(rs, "reason")))
+        reason = json_string_value(json_object_get(rs, "reason"));
+    if (!reason || !*reason)
+        reason = "the kernel was started anew";
+    const char *e = json_string_value(json_object_get(rs, "error"));
+    json_t *lost = json_object_get(rs, "lost");
+    int kept = !e && json_array_size(lost) == 0;
+    char msg[1800];
+    if (e)
+        snprintf(msg, sizeof msg, "%s; restoring its snapshot failed: %s", reason, e);
+    else if (json_array_size(lost))
+        snprintf(msg, sizeof msg,
+                 "%s; its state was restored from snapshot \"%s\" of %s, "
+                 "except %zu name(s) that could not be saved or loaded (restored.lost)",
+                 reason, json_string_value(json_object_get(rs, "tag")),
+                 json_string_value(json_object_get(rs, "at")), json_array_size(lost));
+    else
+        snprintf(msg, sizeof msg, "%s; its state was restored from snapshot \"%s\" of %s", reason,
+                 json_string_value(json_object_get(rs, "tag")),
+                 json_string_value(json_object_get(rs, "at")));
+    result_set_kernel(r, 1, kept, msg);
+    json_t *kj = json_object_get(r, "kernel");
+    json_t *out =
+        json_pack("{s:s s:O* s:O* s:O*}", "from", "snapshot", "tag", json_object_get(rs, "tag"),
+                  "at", json_object_get(rs, "at"), "lost", lost);
+    if (e)
+        json_object_set_new(out, "error", json_string(e));
+    json_object_set_new(kj, "restored", out);
+    json_decref(rs);
+}
+
 json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 const km_exec_opts *opts, const char *code, km_event_fn fn, void *ud, km_err *err)
 {
@@ -811,6 +860,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 int hstarted = session_history_start(s->dir, tag, lname, NULL, b->code,
                                                      m->cfg.history_max, herr, sizeof herr) == 0;
                 codeexec_outcome out;
+                snap_check_worker(m, s, b->lang);
+                double t0 = kclient_now();
                 r = codeexec_run(k->client, k->proc, &p, b->code, &out);
                 k->last_used = kclient_now();
                 if (out.need_restart) {
@@ -828,10 +879,21 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                         result_set_kernel(r, 0, 0, msg);
                     }
                 } else if (out.state_lost) {
+                    /* the worker died in this cell: the last automatic
+                     * snapshot (periodic ones) brings the state back for
+                     * the next */
+                    if (m->cfg.snapshot_interval > 0 && snap_has(m, s, b->lang, SNAP_AUTO)) {
+                        snprintf(k->restore, sizeof k->restore, "%s", SNAP_AUTO);
+                        snap_after_start(m, s, b->lang);
+                    }
                     result_set_kernel(r, 1, 0, out.reason);
                 } else if (restarted) {
                     result_set_kernel(r, 1, 0, reason);
                 }
+                if (k->restored)
+                    report_restored(r, k, out.state_lost ? out.reason : reason);
+                if (!out.need_restart && !out.state_lost)
+                    snap_cell_time(m, s, b->lang, k->last_used - t0);
                 if (out.queued_s > 0)
                     /* a cell of another client got into the kernel's queue
                      * first (between the wait above and the send) */
@@ -1374,4 +1436,207 @@ json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn
     else
         pthread_mutex_unlock(&m->pkg_mu);
     return r;
+}
+
+/* ------------------------------------------------------------ snapshots */
+
+json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *err)
+{
+    char why[1400];
+    if (tag && snap_tag_check(tag, why, sizeof why)) {
+        kerr(err, KM_EUSAGE, "%s", why);
+        return NULL;
+    }
+    session *s = session_get(m, name);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    json_t *man = s->gone ? NULL : snap_take(m, s, tag, 1, "requested", why, sizeof why);
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    if (!man)
+        kerr(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
+             why[0] ? why : "the session was closed");
+    return man;
+}
+
+json_t *km_snapshots(km_manager *m, const char *name, km_err *err)
+{
+    session *s = session_get(m, name);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    json_t *l = snap_list(m, s);
+    pthread_mutex_unlock(&s->lock);
+    json_t *o = json_pack("{s:s s:o}", "session", s->name, "snapshots", l);
+    session_put(m, s);
+    return o;
+}
+
+json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err)
+{
+    char why[1400], tagbuf[SNAP_TAG_MAX + 1];
+    if (tag && snap_tag_check(tag, why, sizeof why)) {
+        kerr(err, KM_EUSAGE, "%s", why);
+        return NULL;
+    }
+    session *s = session_get(m, name);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    json_t *o = NULL;
+    if (!tag) {
+        if (snap_newest(m, s, tagbuf, sizeof tagbuf)) {
+            kerr(err, KM_EUSAGE, "session \"%s\" has no snapshot", name);
+            goto out;
+        }
+        tag = tagbuf;
+    }
+    int any = 0;
+    for (int l = 0; l < m->cfg.langs.n; l++)
+        any |= snap_has(m, s, l, tag);
+    json_t *list = snap_list(m, s);
+    size_t i;
+    json_t *v;
+    int found = 0;
+    json_array_foreach(list, i, v)
+    {
+        const char *t = json_string_value(json_object_get(v, "tag"));
+        if (t && !strcmp(t, tag)) {
+            found = 1;
+            const char *e = json_string_value(json_object_get(v, "error"));
+            if (e) {
+                kerr(err, KM_EUSAGE, "%s (nothing was changed)", e);
+                json_decref(list);
+                goto out;
+            }
+        }
+    }
+    json_decref(list);
+    if (!found) {
+        kerr(err, KM_EUSAGE, "session \"%s\" has no snapshot \"%s\"", name, tag);
+        goto out;
+    }
+    if (snap_restore_workspace(m, s, tag, why, sizeof why)) {
+        kerr(err, KM_EINTERNAL, "%s", why);
+        goto out;
+    }
+    json_t *kernels = json_object();
+    for (int l = 0; any && l < m->cfg.langs.n; l++) {
+        if (!snap_has(m, s, l, tag))
+            continue;
+        kslot *k = &s->k[l];
+        const char *ln = kmcfg_lang_name(&m->cfg, l);
+        if (k->proc && klaunch_alive(k->proc)) {
+            json_t *r = snap_load(m, s, l, tag, why, sizeof why);
+            json_object_set_new(kernels, ln,
+                                r ? json_pack("{s:o}", "restored", r)
+                                  : json_pack("{s:s}", "error", why));
+        } else {
+            snprintf(k->restore, sizeof k->restore, "%s", tag);
+            json_object_set_new(kernels, ln, json_pack("{s:b}", "pending", 1));
+        }
+    }
+    session_save(m, s);
+    o = json_pack("{s:s s:s s:o}", "session", s->name, "tag", tag, "kernels", kernels);
+out:
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    return o;
+}
+
+json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag, km_err *err)
+{
+    char why[1400], tagbuf[SNAP_TAG_MAX + 1];
+    if (check_name(dst, err))
+        return NULL;
+    if (tag && snap_tag_check(tag, why, sizeof why)) {
+        kerr(err, KM_EUSAGE, "%s", why);
+        return NULL;
+    }
+    session *d = session_get(m, dst);
+    if (d) {
+        session_put(m, d);
+        kerr(err, KM_EUSAGE, "session \"%s\" exists: a fork makes a new session", dst);
+        return NULL;
+    }
+    session *s = session_get(m, src);
+    if (!s) {
+        kerr(err, KM_ENOSESSION, "no session named \"%s\"", src);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (!tag) {
+        json_t *man = snap_take(m, s, NULL, 1, "fork", why, sizeof why);
+        if (!man) {
+            pthread_mutex_unlock(&s->lock);
+            session_put(m, s);
+            kerr(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+            return NULL;
+        }
+        snprintf(tagbuf, sizeof tagbuf, "%s", json_string_value(json_object_get(man, "tag")));
+        json_decref(man);
+        tag = tagbuf;
+    }
+    /* the new session has the source's options, and a workspace of its own */
+    km_session_opts o;
+    km_session_opts_init(&o);
+    o.network = s->network;
+    o.memory = s->memory;
+    o.cpus = s->cpus;
+    o.cpu_time = s->cpu_time;
+    o.snapshot_max = s->snapshot_max;
+    o.python = s->python[0] ? s->python : NULL;
+    o.sandbox = s->sandbox;
+    json_t *env = s->env ? json_deep_copy(s->env) : NULL;
+    o.env = env;
+    pthread_mutex_unlock(&s->lock);
+    json_t *created = km_session_create(m, dst, &o, err);
+    json_decref(env);
+    if (!created) {
+        session_put(m, s);
+        return NULL;
+    }
+    json_decref(created);
+    d = session_get(m, dst);
+    json_t *ret = NULL;
+    if (!d) {
+        kerr(err, KM_EINTERNAL, "the new session \"%s\" went away", dst);
+        session_put(m, s);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    int rc = snap_copy_to(m, s, tag, d, tag, why, sizeof why);
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&d->lock);
+    if (rc == 0)
+        rc = snap_restore_workspace(m, d, tag, why, sizeof why);
+    if (rc == 0) {
+        for (int l = 0; l < m->cfg.langs.n; l++)
+            if (snap_has(m, d, l, tag)) {
+                snprintf(d->k[l].restore, sizeof d->k[l].restore, "%s", tag);
+                snprintf(d->k[l].pending, sizeof d->k[l].pending,
+                         "forked from session \"%s\": the %s kernel is a fresh one", src,
+                         kmcfg_lang_name(&m->cfg, l));
+            }
+        session_save(m, d);
+        ret = json_pack("{s:s s:s s:s s:s}", "session", d->name, "from", src, "tag", tag,
+                        "workspace", d->workspace);
+    } else {
+        kerr(err, KM_EINTERNAL, "fork of \"%s\" into \"%s\": %s", src, dst, why);
+    }
+    pthread_mutex_unlock(&d->lock);
+    session_put(m, d);
+    session_put(m, s);
+    if (!ret) {
+        km_err e2;
+        km_close(m, dst, 0, &e2);
+    }
+    return ret;
 }

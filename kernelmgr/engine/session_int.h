@@ -59,6 +59,15 @@ typedef struct kslot {
     pid_t mem_pid;
     uint64_t mem_bytes;
     double mem_at;
+    /* snapshots (snapshot.c): the tag its next start restores ("": none;
+     * persisted in session.json), what the last restore said for the next
+     * result (owned, NULL: nothing to say), cell seconds since the last
+     * periodic snapshot, and the worker generation its last snapshot or
+     * restore saw (0: none; a different one means the worker died) */
+    char restore[65];
+    json_t *restored;
+    double snap_secs;
+    long long snap_gen;
 } kslot;
 
 typedef struct session {
@@ -73,8 +82,9 @@ typedef struct session {
     unsigned long long ws_dev, ws_ino;
     int network;
     unsigned long long memory;
-    double cpus;     /* --cpus of its kernels; 0 = the configuration's */
-    double cpu_time; /* --cpu-time of its kernels; 0 = the configuration's */
+    double cpus;                     /* --cpus of its kernels; 0 = the configuration's */
+    double cpu_time;                 /* --cpu-time of its kernels; 0 = the configuration's */
+    unsigned long long snapshot_max; /* bytes of one snapshot; 0 = the configuration's */
     char python[1024];
     char sandbox[16];
     json_t *env; /* owned: the session's own {NAME: "value"} (on top of the
@@ -124,8 +134,9 @@ struct km_manager {
      * such an install runs wholly before or wholly after a close of that
      * name (lock order: session lock, pkg_mu, lock) */
     pthread_mutex_t pkg_mu;
-    int lifeline[2]; /* klaunch_lifeline_open: kept for the manager's life */
-    int owner_held;  /* klaunch_owner_hold(run_dir) succeeded */
+    int snap_on_stop; /* a daemon's manager: stopping snapshots the sessions first */
+    int lifeline[2];  /* klaunch_lifeline_open: kept for the manager's life */
+    int owner_held;   /* klaunch_owner_hold(run_dir) succeeded */
 };
 
 /* ------------------------------------------------------------ session.c */

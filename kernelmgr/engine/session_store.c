@@ -6,6 +6,7 @@
 #include "kernelmgr/engine/export.h"
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
+#include "kernelmgr/engine/snapshot.h"
 #include "kernelmgr/engine/wsfile.h"
 #include "kernelmgr/engine/kmhome.h"
 #include "common/cm_clock.h"
@@ -340,6 +341,16 @@ static int save(km_manager *m, session *s, int sync_dir, char *err, size_t errle
         json_object_set_new(json_object_get(o, "options"), "cpus", json_real(s->cpus));
     if (o && s->cpu_time > 0)
         json_object_set_new(json_object_get(o, "options"), "cpu_time", json_real(s->cpu_time));
+    if (o && s->snapshot_max)
+        json_object_set_new(json_object_get(o, "options"), "snapshot_max",
+                            json_integer((json_int_t)s->snapshot_max));
+    json_t *restore = json_object();
+    for (int l = 0; l < m->cfg.langs.n; l++)
+        if (s->k[l].restore[0])
+            json_object_set_new(restore, kmcfg_lang_name(&m->cfg, l), json_string(s->k[l].restore));
+    if (o && json_object_size(restore))
+        json_object_set(o, "restore", restore);
+    json_decref(restore);
     if (o && s->own_workspace && s->ws_ino) {
         json_object_set_new(o, "workspace_dev", json_integer((json_int_t)s->ws_dev));
         json_object_set_new(o, "workspace_ino", json_integer((json_int_t)s->ws_ino));
@@ -582,6 +593,10 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
     double cpu_time = json_number_value(json_object_get(opt, "cpu_time"));
     s->cpus = cpus >= 0.01 && cpus <= 4096 ? cpus : 0;
     s->cpu_time = cpu_time >= 0.001 && cpu_time <= 86400.0 * 365 ? cpu_time : 0;
+    json_t *smax = json_object_get(opt, "snapshot_max");
+    s->snapshot_max = json_is_integer(smax) && json_integer_value(smax) >= 4096
+                          ? (unsigned long long)json_integer_value(smax)
+                          : 0;
     const char *py = json_string_value(json_object_get(opt, "python"));
     snprintf(s->python, sizeof s->python, "%s", py ? py : "");
     const char *sb = json_string_value(json_object_get(opt, "sandbox"));
@@ -610,6 +625,22 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
                  "the manager restarted; the %s kernel was replaced by a fresh one and its "
                  "state was lost (workspace kept)",
                  kmcfg_lang_name(&m->cfg, l));
+        /* periodic snapshots keep "auto" current: a manager that died
+         * without stopping its sessions left one to restore */
+        if (m->cfg.snapshot_interval > 0 && snap_has(m, s, l, SNAP_AUTO))
+            snprintf(s->k[l].restore, sizeof s->k[l].restore, "%s", SNAP_AUTO);
+    }
+    json_object_foreach(json_object_get(o, "restore"), lk, kv)
+    {
+        const char *tag = json_string_value(kv);
+        char terr[160];
+        for (int i = 0; i < m->cfg.langs.n; i++)
+            if (tag && !strcmp(m->cfg.langs.v[i].name, lk) &&
+                snap_tag_check(tag, terr, sizeof terr) == 0) {
+                snprintf(s->k[i].restore, sizeof s->k[i].restore, "%s", tag);
+                snprintf(s->k[i].pending, sizeof s->k[i].pending,
+                         "the manager restarted; the %s kernel was replaced by a fresh one", lk);
+            }
     }
     json_decref(o);
     return s;
@@ -617,6 +648,8 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
 
 void session_free(session *s)
 {
+    for (int l = 0; l < KM_LANG_MAX; l++)
+        json_decref(s->k[l].restored);
     json_decref(s->env);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -75,6 +75,7 @@ typedef struct cli {
     const char *cmd;
     const char *lang, *code, *file, *session, *workspace, *python, *sandbox, *config;
     const char *output, *kernel_name, *prefix, *memory_s, *manager, *allowlist;
+    const char *tag;                       /* --tag of snapshot, restore, fork */
     const char *http, *tls_cert, *tls_key; /* serve --http ... */
     int insecure;
     json_t *env; /* --env: {NAME: "value"}, NULL when none was given */
@@ -83,6 +84,7 @@ typedef struct cli {
     double cpus, cpu_time; /* 0 unset */
     int network;           /* -1 unset */
     uint64_t memory;
+    uint64_t snapshot_max; /* --snapshot-max; 0 unset */
     int json, continue_on_error, keep, user, stop, pool;
     const char *repair; /* sessions --repair NAME */
     size_t code_len;    /* bytes of the code read from FILE or stdin */
@@ -452,6 +454,7 @@ static void fill_session_opts(cli *c, km_session_opts *so)
     km_session_opts_init(so);
     so->network = c->network;
     so->memory = c->memory;
+    so->snapshot_max = c->snapshot_max;
     so->cpus = c->cpus;
     so->cpu_time = c->cpu_time;
     so->python = c->python;
@@ -617,6 +620,8 @@ static void add_session_opts(const cli *c, json_t *req, const char *ws)
         json_object_set_new(req, "network", json_string(c->network ? "on" : "off"));
     if (c->memory_s)
         json_object_set_new(req, "memory", json_string(c->memory_s));
+    if (c->snapshot_max)
+        json_object_set_new(req, "snapshot_max", json_integer((json_int_t)c->snapshot_max));
     if (c->cpus > 0)
         json_object_set_new(req, "cpus", json_real(c->cpus));
     if (c->cpu_time > 0)
@@ -713,6 +718,105 @@ static void build_export(cli *c, json_t *req)
 {
     if (c->kernel_name)
         json_object_set_new(req, "kernel_name", json_string(c->kernel_name));
+}
+
+/* 1 while process pid runs: exists and is not a zombie (a daemon whose
+ * parent has not reaped it yet has ended). */
+static int daemon_running(pid_t pid)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "re");
+    if (!f)
+        return kill(pid, 0) == 0 && errno != ESRCH;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+}
+
+/* snapshot, restore, fork: --tag; fork's second name is the new session */
+static void build_tag(cli *c, json_t *req)
+{
+    if (c->tag)
+        json_object_set_new(req, "tag", json_string(c->tag));
+}
+
+static int fork_check(cli *c)
+{
+    if (c->npos != 2)
+        return usage_error("fork needs SRC and NEW: kernelmgr fork SRC NEW [--tag T]");
+    return -1;
+}
+
+static void build_fork(cli *c, json_t *req)
+{
+    json_object_set_new(req, "new_session", json_string(c->pos[1]));
+    build_tag(c, req);
+}
+
+/* One line a snapshot (--json: the reply). */
+static int print_snapshot(cli *c, const char *name, json_t *rep)
+{
+    if (c->json) {
+        print_json(rep);
+        return 0;
+    }
+    json_t *list = json_object_get(rep, "snapshots");
+    json_t *one = json_pack("[O]", rep);
+    size_t i;
+    json_t *v;
+    json_array_foreach(list ? list : one, i, v)
+    {
+        const char *e = json_string_value(json_object_get(v, "error"));
+        if (e) {
+            printf("%s\terror: %s\n", json_string_value(json_object_get(v, "tag")), e);
+            continue;
+        }
+        printf("%s\t%s\t%lld bytes\t%s", json_string_value(json_object_get(v, "tag")),
+               json_string_value(json_object_get(v, "at")),
+               (long long)json_integer_value(json_object_get(v, "bytes")),
+               json_string_value(json_object_get(v, "reason")));
+        const char *k;
+        json_t *kv;
+        json_object_foreach(json_object_get(v, "kernels"), k, kv)
+        {
+            json_t *lost = json_object_get(kv, "lost");
+            printf("\t%s", k);
+            if (json_array_size(lost)) {
+                printf(" (lost:");
+                size_t j;
+                json_t *lv;
+                json_array_foreach(lost, j, lv)
+                {
+                    printf(" %s", json_string_value(json_object_get(lv, "name")));
+                }
+                printf(")");
+            }
+        }
+        printf("\n");
+    }
+    json_decref(one);
+    (void)name;
+    return 0;
+}
+
+static int print_restore(cli *c, const char *name, json_t *rep)
+{
+    if (c->json) {
+        print_json(rep);
+        return 0;
+    }
+    const char *t = json_string_value(json_object_get(rep, "tag"));
+    if (json_object_get(rep, "from"))
+        printf("kernelmgr: session %s forked from %s (snapshot %s); workspace %s\n",
+               json_string_value(json_object_get(rep, "session")),
+               json_string_value(json_object_get(rep, "from")), t,
+               json_string_value(json_object_get(rep, "workspace")));
+    else
+        printf("kernelmgr: session %s restored from snapshot %s\n", name, t);
+    return 0;
 }
 
 /* sessions --repair NAME is session.repair instead; -1 without it. */
@@ -1336,6 +1440,16 @@ static int cmd_serve(cli *c)
             return 0;
         }
         close(fd);
+        /* the daemon's pid, to wait for its end: it snapshots its sessions
+         * and stops their kernels after its socket is gone */
+        long dpid = 0;
+        char *pidfile = cm_path_join(c->home, "daemon.pid");
+        FILE *pf = pidfile ? fopen(pidfile, "re") : NULL;
+        if (!pf || fscanf(pf, "%ld", &dpid) != 1)
+            dpid = 0;
+        if (pf)
+            fclose(pf);
+        free(pidfile);
         json_t *rep;
         int st = call(c, "shutdown", NULL, 0, NULL, NULL, &rep);
         json_decref(rep);
@@ -1343,6 +1457,12 @@ static int cmd_serve(cli *c)
         char sock[256];
         daemon_socket_path(c->home, sock, sizeof sock, NULL);
         for (int i = 0; i < 200 && access(sock, F_OK) == 0; i++) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        /* and until it has ended (at most 5 minutes: snapshots of big
+         * states take their time), so a next command starts a fresh one */
+        for (int i = 0; dpid > 1 && st == 0 && i < 6000 && daemon_running((pid_t)dpid); i++) {
             struct timespec ts = {0, 50 * 1000000L};
             nanosleep(&ts, NULL);
         }
@@ -1537,6 +1657,16 @@ static const cli_command cli_commands[] = {
     {"connection-file", NULL, "connection_file", 1, build_connection_file, print_connection_file,
      NULL, NULL, 0, "connection-file NAME [--lang L]",
      "connection file for `jupyter console --existing`"},
+    {"snapshot", NULL, "session.snapshot", 1, build_tag, print_snapshot, NULL, NULL, 0,
+     "snapshot NAME [--tag T]", "save the session's variables and files (a snapshot)"},
+    {"snapshots", NULL, "session.snapshots", 1, NULL, print_snapshot, NULL, NULL, 0,
+     "snapshots NAME", "list the session's snapshots"},
+    {"restore", NULL, "session.restore", 1, build_tag, print_restore, NULL, NULL, 0,
+     "restore NAME [--tag T]", "bring the session back to a snapshot (default: latest)"},
+    {"fork", NULL, "session.fork", 1, build_fork, print_restore, NULL, fork_check, 0,
+     "fork SRC NEW [--tag T]",
+     "a new session NEW from SRC's snapshot: its own sandbox,\n"
+     "a copy of the files and the variables"},
     {"serve", cmd_serve, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "serve [--pool N] [--stop]\n      [--http [ADDR:]PORT] [--tls-cert F --tls-key F] "
      "[--insecure]",
@@ -1706,6 +1836,15 @@ static int opt_memory(cli *c, const cli_opt *o, const char *arg)
     return 0;
 }
 
+static int opt_snapshot_max(cli *c, const cli_opt *o, const char *arg)
+{
+    if (kmcfg_parse_size(arg, &c->snapshot_max) ||
+        c->snapshot_max < (uint64_t)dtier_sessopt_find("snapshot_max")->min)
+        return usage_error("--snapshot-max must be a size of at least 4K, like 64M (got \"%s\")",
+                           arg);
+    return 0;
+}
+
 /* A number in the range of the session option of the same name ("cpu-time":
  * cpu_time). */
 static int opt_sessnum(cli *c, const cli_opt *o, const char *arg)
@@ -1788,6 +1927,8 @@ static const cli_opt cli_opts[] = {
     {"network", 0, "on|off", opt_network, OFF(network),
      "network inside the sandbox (new sessions; default off)"},
     {"memory", 0, "SIZE", opt_memory, 0, "memory limit of each kernel, e.g. 1G (new sessions)"},
+    {"snapshot-max", 0, "SIZE", opt_snapshot_max, 0,
+     "largest snapshot of the session, e.g. 64M (new\nsessions; default the configuration's)"},
     {"cpus", 0, "N", opt_sessnum, OFF(cpus),
      "CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)"},
     {"cpu-time", 0, "SECONDS", opt_sessnum, OFF(cpu_time),
@@ -1813,6 +1954,7 @@ static const cli_opt cli_opts[] = {
     {"output", 'o', "FILE", opt_str, OFF(output), NULL},
     {"keep", 0, NULL, opt_flag, OFF(keep), NULL},
     {"repair", 0, "NAME", opt_str, OFF(repair), NULL},
+    {"tag", 0, "T", opt_str, OFF(tag), NULL},
     {"kernel", 0, "NAME", opt_str, OFF(kernel_name), NULL},
     {"user", 0, NULL, opt_flag, OFF(user), NULL},
     {"prefix", 0, "DIR", opt_str, OFF(prefix), NULL},

@@ -521,6 +521,70 @@ static json_t *tool_restart_session(mcp_call *call, json_t *args)
                              "restarted: variables and imports are cleared, files kept");
 }
 
+/* snapshot_session: the API's session.snapshot (or session.restore with
+ * "restore": true); fork_session: session.fork. */
+static json_t *tool_snapshot_session(mcp_call *call, json_t *args)
+{
+    json_t *res = NULL;
+    const char *session = arg_session(args, NULL, &res);
+    if (!session)
+        return res;
+    const char *tag = json_string_value(json_object_get(args, "tag"));
+    int restore = json_is_true(json_object_get(args, "restore"));
+    json_t *req = json_pack("{s:s}", "session", session);
+    if (tag)
+        json_object_set_new(req, "tag", json_string(tag));
+    char err[1600];
+    json_t *r = api(restore ? "session.restore" : "session.snapshot", req, err, sizeof err);
+    if (!r)
+        return tool_error("%s", err);
+    char text[600];
+    if (restore) {
+        snprintf(text, sizeof text,
+                 "session %s restored from snapshot %s (variables and "
+                 "workspace as they were then)",
+                 session, json_string_value(json_object_get(r, "tag")));
+    } else {
+        size_t lost = 0;
+        const char *k;
+        json_t *kv;
+        json_object_foreach(json_object_get(r, "kernels"), k, kv)
+        {
+            lost += json_array_size(json_object_get(kv, "lost"));
+        }
+        snprintf(text, sizeof text, "snapshot %s of session %s taken (%lld bytes)%s",
+                 json_string_value(json_object_get(r, "tag")), session,
+                 (long long)json_integer_value(json_object_get(r, "bytes")),
+                 lost ? "; some names could not be saved (kernels.*.lost)" : "");
+    }
+    return mcpr_json_result(r, text, 0);
+}
+
+static json_t *tool_fork_session(mcp_call *call, json_t *args)
+{
+    json_t *res = NULL;
+    const char *session = arg_session(args, NULL, &res);
+    if (!session)
+        return res;
+    const char *to = json_string_value(json_object_get(args, "new_session"));
+    if (!to)
+        return tool_error("`new_session` must be the name of the new session");
+    const char *tag = json_string_value(json_object_get(args, "tag"));
+    json_t *req = json_pack("{s:s s:s}", "session", session, "new_session", to);
+    if (tag)
+        json_object_set_new(req, "tag", json_string(tag));
+    char err[1600];
+    json_t *r = api("session.fork", req, err, sizeof err);
+    if (!r)
+        return tool_error("%s", err);
+    char text[400];
+    snprintf(text, sizeof text,
+             "session %s is a copy of %s (variables and files); the two "
+             "share nothing from now on",
+             to, session);
+    return mcpr_json_result(r, text, 0);
+}
+
 static json_t *tool_close_session(mcp_call *call, json_t *args)
 {
     return simple_session_op(args, "close", "closed: kernels stopped, workspace removed");
@@ -649,6 +713,47 @@ const mcpt_tool mcpt_tools[] = {
                         "\"required\":[\"session\"],\"additionalProperties\":false}",
         .annotations = "{\"destructiveHint\":true,\"idempotentHint\":true,\"openWorldHint\":false}",
         .handler = tool_restart_session,
+    },
+    {
+        .name = "snapshot_session",
+        .title = "Snapshot or restore a session",
+        .description =
+            "Save a session's state (Python variables, imports, Bash variables and functions, "
+            "the workspace files) as a snapshot, or with restore: true bring a snapshot back. "
+            "Names that cannot be saved (open sockets, generators, threads) are listed. Use it "
+            "before a risky step to be able to go back.",
+        .input_schema =
+            "{\"type\":\"object\",\"properties\":{"
+            "\"session\":{\"type\":\"string\",\"description\":\"Session name.\"},"
+            "\"tag\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$\","
+            "\"description\":\"The snapshot's name (default: a new one by the time; "
+            "for restore: the newest).\"},"
+            "\"restore\":{\"type\":\"boolean\",\"default\":false,\"description\":"
+            "\"Restore the snapshot instead of taking one.\"}},"
+            "\"required\":[\"session\"],\"additionalProperties\":false}",
+        .annotations =
+            "{\"destructiveHint\":false,\"idempotentHint\":false,\"openWorldHint\":false}",
+        .handler = tool_snapshot_session,
+    },
+    {
+        .name = "fork_session",
+        .title = "Fork a session",
+        .description =
+            "Make a new session that is a copy of another: its variables and its workspace "
+            "files. Afterwards the two are independent: try a risky step in the fork and keep "
+            "whichever worked.",
+        .input_schema =
+            "{\"type\":\"object\",\"properties\":{"
+            "\"session\":{\"type\":\"string\",\"description\":\"The session to copy.\"},"
+            "\"new_session\":{\"type\":\"string\",\"pattern\":"
+            "\"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$\",\"description\":\"The new session's "
+            "name (must not exist).\"},"
+            "\"tag\":{\"type\":\"string\",\"description\":\"Fork from this snapshot "
+            "of the session instead of its current state.\"}},"
+            "\"required\":[\"session\",\"new_session\"],\"additionalProperties\":false}",
+        .annotations =
+            "{\"destructiveHint\":false,\"idempotentHint\":false,\"openWorldHint\":false}",
+        .handler = tool_fork_session,
     },
     {
         .name = "close_session",

@@ -26,13 +26,14 @@
  * table dtier_sessopts says their types, ranges, ceilings and tiers
  * (dtier.h); rpc_unpack only has to know their names (JSON_STRICT). */
 typedef struct sopts_raw {
-    json_t *v[8];
+    json_t *v[9];
 } sopts_raw;
 
-#define SOPTS_FMT "s?o s?o s?o s?o s?o s?o s?o s?o"
+#define SOPTS_FMT "s?o s?o s?o s?o s?o s?o s?o s?o s?o"
 #define SOPTS_ARGS(s)                                                                              \
     "network", &(s).v[0], "memory", &(s).v[1], "cpus", &(s).v[2], "cpu_time", &(s).v[3], "python", \
-        &(s).v[4], "workspace", &(s).v[5], "sandbox", &(s).v[6], "env", &(s).v[7]
+        &(s).v[4], "workspace", &(s).v[5], "sandbox", &(s).v[6], "snapshot_max", &(s).v[7], "env", \
+        &(s).v[8]
 
 /* Checks the session options of params by the table and against the
  * operator's ceilings for r's tier, and fills so (borrowing from params).
@@ -177,6 +178,40 @@ static void m_session_repair(dreq *r, const json_t *p)
     if (rpc_unpack(p, r->why, sizeof r->why, "{s:s}", "session", &name))
         return dreq_invalid(r, r->why);
     dreq_reply(r, km_session_repair(daemon_mgr, name, &r->err));
+}
+
+/* session.snapshot / session.snapshots / session.restore / session.fork */
+static void m_snapshot(dreq *r, const json_t *p)
+{
+    const char *name, *tag = NULL;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "tag", &tag))
+        return dreq_invalid(r, r->why);
+    dreq_reply(r, km_snapshot(daemon_mgr, name, tag, &r->err));
+}
+
+static void m_snapshots(dreq *r, const json_t *p)
+{
+    const char *name;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s}", "session", &name))
+        return dreq_invalid(r, r->why);
+    dreq_reply(r, km_snapshots(daemon_mgr, name, &r->err));
+}
+
+static void m_restore(dreq *r, const json_t *p)
+{
+    const char *name, *tag = NULL;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "tag", &tag))
+        return dreq_invalid(r, r->why);
+    dreq_reply(r, km_restore(daemon_mgr, name, tag, &r->err));
+}
+
+static void m_fork(dreq *r, const json_t *p)
+{
+    const char *name, *to, *tag = NULL;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?s}", "session", &name, "new_session", &to,
+                   "tag", &tag))
+        return dreq_invalid(r, r->why);
+    dreq_reply(r, km_fork(daemon_mgr, name, to, tag, &r->err));
 }
 
 static void m_interrupt_restart(dreq *r, const json_t *p)
@@ -394,6 +429,9 @@ static const dtier_field f_exec[] = {F_ALL("session"),
                                      F_ALL("stream"),
                                      {"raw_text", DT_O | DT_M, 0, "messages over HTTP are JSON"},
                                      {NULL, 0, 0, NULL}};
+static const dtier_field f_snapshot[] = {F_ALL("session"), F_ALL("tag"), {NULL, 0, 0, NULL}};
+static const dtier_field f_fork[] = {
+    F_ALL("session"), F_ALL("new_session"), F_ALL("tag"), {NULL, 0, 0, NULL}};
 static const dtier_field f_close[] = {F_ALL("session"), F_ALL("keep"), {NULL, 0, 0, NULL}};
 static const dtier_field f_files_list[] = {F_ALL("session"), F_ALL("path"), {NULL, 0, 0, NULL}};
 static const dtier_field f_files_read[] = {F_ALL("session"), F_ALL("path"),     F_ALL("offset"),
@@ -427,6 +465,12 @@ static const dmethod dmethods[] = {
     {"sessions.list", m_sessions_list, 0, DT_ALL, NULL, f_none, 0},
     {"session.repair", m_session_repair, 0, DT_O,
      "repairing the daemon's state files is its operator's", f_session, 0},
+    /* a session's own state, bounded (snapshot_max, SNAP_COUNT_MAX): as
+     * exec and files.write, every tier */
+    {"session.snapshot", m_snapshot, 1, DT_ALL, NULL, f_snapshot, 0},
+    {"session.snapshots", m_snapshots, 0, DT_ALL, NULL, f_session, 0},
+    {"session.restore", m_restore, 1, DT_ALL, NULL, f_snapshot, 0},
+    {"session.fork", m_fork, 1, DT_ALL, NULL, f_fork, 0},
     {"files.list", m_files_list, 0, DT_ALL, NULL, f_files_list, 0},
     {"files.read", m_files_read, 0, DT_ALL, NULL, f_files_read, 0},
     {"files.write", m_files_write, 1, DT_ALL, NULL, f_files_write, 1},

@@ -105,6 +105,14 @@ const dtier_sessopt dtier_sessopts[] = {
      "none",
      DT_CEIL_SANDBOX,
      "Sandbox level (default strict)."},
+    {{"snapshot_max", DT_ALL, 0, NULL},
+     DT_SO_SIZE,
+     4096,
+     0,
+     {NULL},
+     NULL,
+     DT_CEIL_SNAPSHOT,
+     "Bytes of one snapshot of the session, e.g. \"64M\" (at most the operator's)."},
     {{"env", DT_ALL, 0, NULL},
      DT_SO_ENV,
      0,
@@ -245,7 +253,10 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
                      name, fmt_size((uint64_t)o->min, mb, sizeof mb));
             return -1;
         }
-        so->memory = bytes;
+        if (!strcmp(name, "snapshot_max"))
+            so->snapshot_max = bytes;
+        else
+            so->memory = bytes;
         return 0;
     }
     case DT_SO_NUMBER: {
@@ -343,6 +354,15 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
             }
             break;
         }
+        case DT_CEIL_SNAPSHOT:
+            if (so->snapshot_max > cfg->snapshot_max) {
+                snprintf(why, n,
+                         "field \"snapshot_max\": %s exceeds the operator's limit %s (config "
+                         "\"snapshot_max\")",
+                         given(v, gb, sizeof gb), fmt_size(cfg->snapshot_max, lb, sizeof lb));
+                return -1;
+            }
+            break;
         case DT_CEIL_CPUS:
         case DT_CEIL_CPU_TIME: {
             int cpus = o->ceiling == DT_CEIL_CPUS;

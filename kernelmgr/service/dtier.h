@@ -76,6 +76,7 @@ typedef enum dtier_ceil {
     DT_CEIL_CPU_TIME, /* cfg->cpu_time when set */
     DT_CEIL_NETWORK,  /* "on" only when cfg->network is on */
     DT_CEIL_SANDBOX,  /* "none" only when cfg->sandbox is none */
+    DT_CEIL_SNAPSHOT, /* cfg->snapshot_max */
 } dtier_ceil;
 
 /* The kernels' memory limit when the configuration sets none

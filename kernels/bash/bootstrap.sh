@@ -450,10 +450,77 @@ __km_field() {
     IFS= builtin read -r -d '' -u "$__km_req" "$1"
 }
 
+# ------------------------------------------------------------------ snapshots
+
+# The worker protocol's `snapshot` request (WORKER_PROTOCOL.md, "Snapshots"):
+# save writes DIR/state.sh, a script that, sourced at top level, recreates
+# the user's variables and arrays (declare -p: attributes, exports and
+# readonly included), functions, aliases, shopt and set -o, and the cwd.
+# Everything the driver owns (__km_*, read, display) and bash's own special
+# variables are left out. Background jobs cannot be saved: they are listed.
+__km_snap_special=' BASH BASHOPTS BASHPID BASH_ALIASES BASH_ARGC BASH_ARGV BASH_ARGV0 BASH_CMDS BASH_COMMAND BASH_EXECUTION_STRING BASH_LINENO BASH_LOADABLES_PATH BASH_REMATCH BASH_SOURCE BASH_SUBSHELL BASH_VERSINFO BASH_VERSION BASH_COMPAT COLUMNS COMP_CWORD COMP_KEY COMP_LINE COMP_POINT COMP_TYPE COMP_WORDBREAKS COMP_WORDS COPROC DIRSTACK EPOCHREALTIME EPOCHSECONDS EUID FUNCNAME GROUPS HISTCMD HOSTNAME HOSTTYPE LINENO LINES MACHTYPE OLDPWD OPTARG OPTERR OPTIND OSTYPE PIPESTATUS PPID PS1 PS2 PS4 PWD RANDOM READLINE_LINE READLINE_POINT REPLY SECONDS SHELLOPTS SHLVL SRANDOM UID _ IFS '
+__km_snap_save() { # dir max_bytes
+    local __km_d=$1 __km_max=$2 __km_n __km_s __km_names=() __km_fns=() __km_lost='' __km_j LC_ALL=C REPLY
+    for __km_n in $(builtin compgen -v); do
+        [[ $__km_n == __km_* || $__km_snap_special == *" $__km_n "* ]] || __km_names+=("$__km_n")
+    done
+    for __km_n in $(builtin compgen -A function); do
+        [[ $__km_n == __km_* || $__km_n == read || $__km_n == display ]] || __km_fns+=("$__km_n")
+    done
+    __km_s="# kernelmgr bash snapshot 1"$'\n'
+    ((${#__km_names[@]} == 0)) || __km_s+="$(builtin declare -p "${__km_names[@]}" 2>/dev/null)"$'\n'
+    ((${#__km_fns[@]} == 0)) || __km_s+="$(builtin declare -f "${__km_fns[@]}")"$'\n'
+    __km_s+="$(builtin alias -p)"$'\n'
+    local __km_line
+    while IFS= builtin read -r __km_line; do
+        case ${__km_line##* } in
+        extdebug | nocasematch | expand_aliases | history | monitor | histexpand | errexit | nounset | xtrace | verbose | emacs | vi) ;;
+        *) __km_s+="$__km_line"$'\n' ;;
+        esac
+    done < <(builtin shopt -p; builtin set +o)
+    builtin printf -v __km_j '__km_opt_e=%q __km_opt_u=%q __km_opt_x=%q __km_opt_v=%q __km_opt_ncm=%q __km_count=%q' \
+        "$__km_opt_e" "$__km_opt_u" "$__km_opt_x" "$__km_opt_v" "$__km_opt_ncm" "$__km_count"
+    __km_s+="$__km_j"$'\n'
+    builtin printf -v __km_j 'builtin cd -- %q' "$PWD"
+    __km_s+="$__km_j"$'\n'
+    local __km_jobs
+    __km_jobs=$(builtin jobs -l 2>/dev/null)
+    if [[ -n $__km_jobs ]]; then
+        while IFS= builtin read -r __km_line; do
+            [[ -n $__km_line ]] || continue
+            __km_json "$__km_line"
+            __km_lost+="${__km_lost:+,}{\"name\":$REPLY,\"type\":\"background job\",\"reason\":\"a running process cannot be saved\"}"
+        done <<<"$__km_jobs"
+    fi
+    if [[ $__km_max != 0 ]] && ((${#__km_s} > __km_max)); then
+        __km_emit "{\"type\":\"snapshot_reply\",\"status\":\"error\",\"ename\":\"SnapshotTooLarge\",\"evalue\":\"the bash state is larger than snapshot_max=$__km_max bytes (${#__km_s} bytes)\",\"lost\":[$__km_lost]}"
+        return
+    fi
+    if ! { builtin printf '%s' "$__km_s" >"$__km_d/state.sh"; } 2>"$__km_null"; then
+        __km_emit '{"type":"snapshot_reply","status":"error","ename":"SnapshotFailed","evalue":"the bash state could not be written","lost":[]}'
+        return
+    fi
+    __km_emit "{\"type\":\"snapshot_reply\",\"status\":\"ok\",\"bytes\":${#__km_s},\"names\":$((${#__km_names[@]} + ${#__km_fns[@]})),\"lost\":[$__km_lost],\"execution_count\":${__km_count:-0}}"
+}
+# After `source DIR/state.sh` (at top level, so that declares are global):
+# the lines bash refused (a readonly clash, say) are the names lost.
+__km_snap_loaded() { # dir status
+    local __km_line __km_lost='' REPLY __km_n=0
+    if [[ $2 == missing ]]; then
+        __km_emit '{"type":"snapshot_reply","status":"error","ename":"SnapshotCorrupt","evalue":"the bash snapshot has no state.sh (or it is not a kernelmgr bash snapshot)","lost":[]}'
+        return
+    fi
+    while IFS= builtin read -r __km_line && ((__km_n++ < 100)); do
+        __km_json "${__km_line#"$1/state.sh: "}"
+        __km_lost+="${__km_lost:+,}{\"name\":$REPLY,\"type\":\"\",\"reason\":\"not loaded\"}"
+    done <"$1/load.err"
+    __km_emit "{\"type\":\"snapshot_reply\",\"status\":\"ok\",\"lost\":[$__km_lost],\"execution_count\":${__km_count:-0}}"
+}
+
 # ------------------------------------------------------------------ main loop
 
 builtin trap '__km_onint' INT
-__km_emit '{"type":"ready","features":["interrupt"]}'
+__km_emit '{"type":"ready","features":["interrupt","snapshot"]}'
 
 # The loop is at top level (not in a function), so that the cell's
 # `declare`s are global.
@@ -489,6 +556,20 @@ while :; do
         ;;
     is_complete)
         __km_field __km_code && __km_is_complete "$__km_code"
+        ;;
+    snapshot)
+        builtin mapfile -t -d '' -n 3 -u "$__km_req" __km_f
+        ((${#__km_f[@]} == 3)) || builtin exit 0
+        if [[ ${__km_f[0]} == save ]]; then
+            __km_snap_save "${__km_f[1]}" "${__km_f[2]}"
+        elif IFS= builtin read -r __km_t <"${__km_f[1]}/state.sh" 2>"$__km_null" &&
+            [[ $__km_t == "# kernelmgr bash snapshot 1" ]]; then
+            builtin source "${__km_f[1]}/state.sh" 2>"${__km_f[1]}/load.err" >"$__km_null"
+            __km_snap_loaded "${__km_f[1]}" ok
+        else
+            __km_snap_loaded "${__km_f[1]}" missing
+        fi
+        __km_f=()
         ;;
     input_reply) # a reply that arrived after its wait was cut short
         __km_field __km_t

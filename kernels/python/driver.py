@@ -150,11 +150,12 @@ _REQ_FIELDS = {
     "input_cancel": 0,
     "interrupt": 1,  # generation; announces a SIGINT (we declare "interrupt")
     "sync": 0,
+    "snapshot": 3,  # action, directory, max bytes (we declare "snapshot"; ksnap.py)
 }
-_FEATURES = ["interrupt", "execute_options"]
+_FEATURES = ["interrupt", "execute_options", "snapshot"]
 
 
-_TERMINATING = ("done", "complete_reply", "inspect_reply", "is_complete_reply")
+_TERMINATING = ("done", "complete_reply", "inspect_reply", "is_complete_reply", "snapshot_reply")
 
 
 class _State:
@@ -176,6 +177,7 @@ class _State:
 
 
 _S = _State()
+_BASE_MODULES = set()  # sys.modules when user code could first run (ksnap.py)
 _json = None
 _lock = None
 
@@ -2299,6 +2301,7 @@ def _setup():
         if name in sys.modules:
             hook(sys.modules[name])
     signal.signal(signal.SIGINT, _on_sigint)
+    _BASE_MODULES.update(sys.modules)  # a snapshot re-imports the others
     try:
         import faulthandler
 
@@ -2356,9 +2359,31 @@ def _dispatch(kind, fields):
         _inspect(*fields)
     elif kind == "is_complete":
         _is_complete(*fields)
+    elif kind == "snapshot":
+        _snapshot(*fields)
     # input_reply / input_cancel outside an input request: a late answer to
     # a request that an interrupt already ended; an interrupt announced when
     # its cell had already ended; sync. Dropped.
+
+
+def _snapshot(action, path, max_bytes):
+    """The worker protocol's snapshot request: ksnap.py (beside this file,
+    loaded by path, never from the workspace) saves or loads the state."""
+    import importlib.util
+
+    mod = _driver_private.get("ksnap")
+    if mod is None:
+        f = os.path.join(os.path.dirname(os.path.abspath(_DRIVER_FILE)), "ksnap.py")
+        spec = importlib.util.spec_from_file_location("_kernelmgr_ksnap", f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _driver_private["ksnap"] = mod
+    if action == "save":
+        ev = mod.save(path, max_bytes, _ns, _H.In, _H.Out, _S.count, _BASE_MODULES)
+    else:
+        ev = mod.load(path, _ns, _H.In, _H.Out, _log)
+        _S.count = ev.get("execution_count", 0) or _S.count
+    _emit(ev)
 
 
 _FALLBACK = {
@@ -2367,6 +2392,8 @@ _FALLBACK = {
                  "metadata": {}},
     "inspect": {"type": "inspect_reply", "found": False, "data": {}, "metadata": {}},
     "is_complete": {"type": "is_complete_reply", "status": "unknown"},
+    "snapshot": {"type": "snapshot_reply", "status": "error", "ename": "SnapshotFailed",
+                 "evalue": "the driver failed (see the kernel log)", "lost": []},
 }
 
 

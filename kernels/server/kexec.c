@@ -379,6 +379,37 @@ static void finish_other(kserver *ks, const char *reply_type, json_t *content)
     end_request(ks);
 }
 
+/* The worker's snapshot_reply, passed on as the reply (its "type" and
+ * "sync" dropped). A successful load brought the state back: the loss of
+ * an earlier worker is no longer news, and the execution count goes on
+ * from the snapshot's. No IOPub: a snapshot is not a cell. */
+static void finish_snapshot(kserver *ks, json_t *content)
+{
+    kserver_reply(ks, ks->shell, "kernelmgr_snapshot_reply", content, NULL, ks->cur);
+    end_request(ks);
+}
+
+static void on_snapshot_reply(kserver *ks, json_t *ev)
+{
+    json_t *c = json_deep_copy(ev);
+    json_object_del(c, "type");
+    json_object_del(c, "sync");
+    const char *st = json_string_value(json_object_get(c, "status"));
+    int ok = st && !strcmp(st, "ok");
+    json_object_set_new(c, "status", json_string(ok ? "ok" : "error"));
+    const char *action = json_string_value(json_object_get(ks->cur->content, "action"));
+    if (ok && action && !strcmp(action, "load")) {
+        json_t *cnt = json_object_get(c, "execution_count");
+        if (json_is_integer(cnt) && json_integer_value(cnt) > ks->execution_count &&
+            json_integer_value(cnt) < 1000000000)
+            ks->execution_count = (int)json_integer_value(cnt);
+        free(ks->lost_reason);
+        ks->lost_reason = NULL;
+    }
+    json_object_set_new(c, "worker_generation", json_integer((json_int_t)ks->worker_gen));
+    finish_snapshot(ks, c);
+}
+
 static const char *reply_type_of(kreq_kind kind)
 {
     const kshell_msg *m = kshell_msg_of_kind(kind);
@@ -537,6 +568,8 @@ static void ev_ready(kserver *ks, json_t *ev)
             ks->worker_features |= KFEAT_EXEC_OPTIONS;
         else if (name && !strcmp(name, "debugger") && kworker_has_debug(ks->worker))
             ks->worker_features |= KFEAT_DEBUG;
+        else if (name && !strcmp(name, "snapshot"))
+            ks->worker_features |= KFEAT_SNAPSHOT;
     }
     ks->debugger_seen = (ks->worker_features & KFEAT_DEBUG) != 0;
     kdbg_worker_ready(ks);
@@ -647,6 +680,7 @@ static const struct worker_event {
     {"complete_reply", KREQ_COMPLETE, ev_complete_reply},
     {"inspect_reply", KREQ_INSPECT, ev_inspect_reply},
     {"is_complete_reply", KREQ_IS_COMPLETE, ev_is_complete_reply},
+    {"snapshot_reply", KREQ_SNAPSHOT, on_snapshot_reply},
 };
 
 static void dispatch_event(kserver *ks, json_t *ev)
@@ -765,14 +799,18 @@ void kexec_worker_gone(kserver *ks)
         json_decref(ks->cur_error);
         ks->cur_error = json_pack("{s:s, s:s, s:[s]}", "ename", "KernelRestarted", "evalue", msg,
                                   "traceback", msg);
-        kserver_publish(ks, "error", json_deep_copy(ks->cur_error), ks->cur);
-        if (ks->cur_kind == KREQ_EXECUTE) {
+        if (ks->cur_kind == KREQ_SNAPSHOT) {
+            finish_snapshot(ks, json_pack("{s:s, s:s, s:s, s:[]}", "status", "error", "ename",
+                                          "KernelRestarted", "evalue", msg, "lost"));
+        } else if (ks->cur_kind == KREQ_EXECUTE) {
+            kserver_publish(ks, "error", json_deep_copy(ks->cur_error), ks->cur);
             json_t *md = json_pack("{s:b, s:b, s:s}", "kernel_restarted", 1, "state_preserved", 0,
                                    "reason", what);
             finish_execute(ks, "error", exit_code, NULL, NULL, md);
         } else {
             json_t *c = json_pack("{s:s, s:s, s:s, s:[s]}", "status", "error", "ename",
                                   "KernelRestarted", "evalue", msg, "traceback", msg);
+            kserver_publish(ks, "error", json_deep_copy(ks->cur_error), ks->cur);
             finish_other(ks, reply_type_of(ks->cur_kind), c);
         }
     } else {

@@ -30,6 +30,7 @@
 #define KFEAT_INTERRUPT 1u    /* "interrupt": an interrupt request precedes each SIGINT */
 #define KFEAT_EXEC_OPTIONS 2u /* "execute_options": understands `execute_ext` */
 #define KFEAT_DEBUG 4u        /* "debugger": answers debug requests on its debug pipes */
+#define KFEAT_SNAPSHOT 8u     /* "snapshot": saves and loads its state (`snapshot`) */
 
 typedef enum kreq_kind {
     KREQ_NONE = 0,
@@ -37,6 +38,7 @@ typedef enum kreq_kind {
     KREQ_COMPLETE,
     KREQ_INSPECT,
     KREQ_IS_COMPLETE,
+    KREQ_SNAPSHOT,
 } kreq_kind;
 
 /* The channels a request may come on (kshell_msg.channels). */

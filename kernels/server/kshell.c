@@ -306,6 +306,42 @@ static void start_other(kserver *ks, jmsg *msg, const kshell_msg *m)
     }
 }
 
+/* kernelmgr_snapshot_request {"action": "save"|"load", "path": DIR,
+ * "max_bytes": N}: the worker saves its state into (or loads it from) the
+ * directory DIR, which its sandbox sees at that path (WORKER_PROTOCOL.md,
+ * "Snapshots"). Not a cell: no execution count, no history, no status or
+ * output on IOPub; the reply is {"status": "ok"|"error", ...} with what the
+ * worker said. A worker without the "snapshot" feature is refused. */
+static void start_snapshot(kserver *ks, jmsg *msg, const kshell_msg *m)
+{
+    const char *action = json_string_value(json_object_get(msg->content, "action"));
+    const char *path = json_string_value(json_object_get(msg->content, "path"));
+    json_t *maxj = json_object_get(msg->content, "max_bytes");
+    const char *bad = NULL;
+    if (!action || (strcmp(action, "save") && strcmp(action, "load")))
+        bad = "'action' must be \"save\" or \"load\"";
+    else if (!path || path[0] != '/' || strlen(path) > 4000)
+        bad = "'path' must be an absolute path";
+    else if (!json_is_integer(maxj) || json_integer_value(maxj) < 0)
+        bad = "'max_bytes' must be a non-negative integer";
+    else if (!(ks->worker_features & KFEAT_SNAPSHOT))
+        bad = "this kernel's worker cannot save or load its state (no \"snapshot\" feature)";
+    if (bad) {
+        kserver_reply(ks, ks->shell, m->reply,
+                      json_pack("{s:s, s:s, s:s}", "status", "error", "ename", "SnapshotRefused",
+                                "evalue", bad),
+                      NULL, msg);
+        jmsg_destroy(&msg);
+        return;
+    }
+    char max[24];
+    snprintf(max, sizeof max, "%lld", (long long)json_integer_value(maxj));
+    ks->cur = msg;
+    ks->cur_kind = KREQ_SNAPSHOT;
+    const char *f[] = {"snapshot", action, path, max};
+    kexec_send_request(ks, f, 4);
+}
+
 void kshell_start_next(kserver *ks)
 {
     while (!ks->cur && ks->worker && ks->worker_ready && ks->qhead && !ks->quit) {
@@ -340,6 +376,8 @@ const kshell_msg kshell_msgs[] = {
      start_other},
     {"is_complete_request", "is_complete_reply", KCH_SHELL, KREQ_IS_COMPLETE, "is_complete request",
      NULL, start_other},
+    {"kernelmgr_snapshot_request", "kernelmgr_snapshot_reply", KCH_SHELL, KREQ_SNAPSHOT, "snapshot",
+     NULL, start_snapshot},
     {NULL, NULL, 0, KREQ_NONE, NULL, NULL, NULL},
 };
 

@@ -17,7 +17,9 @@ Environment:
                        15: density: idle sessions' measured memory and
                        how many this host's memory budget admits;
                        16: the debugger: start and per-cell cost without
-                       debugpy, with it unused, with a debugger attached)
+                       debugpy, with it unused, with a debugger attached;
+                       17: snapshots: take and restore, a fork's first
+                       exec vs a cold start)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -2196,6 +2198,84 @@ def bench_density(num):
         d.close()
 
 
+# ---------------------------------------------------------------- 16. snapshots
+
+
+SNAP_CASES = (
+    ("an empty session", "x = 1"),
+    ("100 MB of numpy arrays", "import numpy as np\na = np.ones(100 * (1 << 20) // 8)\n"
+     "b = a[:10].copy()"),
+    ("a pandas DataFrame of 1 M rows", "import numpy as np, pandas as pd\n"
+     "df = pd.DataFrame({'i': np.arange(1_000_000), 'f': np.random.rand(1_000_000), "
+     "'s': np.random.choice(['a', 'b', 'c'], 1_000_000)})"),
+)
+
+
+def ms1(secs):
+    return f"{secs * 1000:.1f} ms"
+
+
+def bench_snapshot(num):
+    """session.snapshot and session.restore (a live kernel loads) of the
+    Python kernel, with their size; then the first exec of a fork (a kernel
+    start plus the restore) against the first exec of a new session."""
+    if not binary("kernel-python"):
+        raise Skip("build/kernel-python not built")
+    d = Daemon(daemon_config(snapshot_max="1G"))
+    c = DaemonConn(d.sock)
+    mib = 1 << 20
+    try:
+        n = 1 if QUICK else 3
+        for ci, (label, code) in enumerate(SNAP_CASES):
+            sess = f"snap{ci}"
+            e = exec_ok(c.call(rpc("exec", {"session": sess, "code": code, "lang": "python",
+                                            "timeout": 300})))
+            if e:
+                raise RuntimeError(f"{label}: {e}")
+            takes, loads, size = [], [], 0
+            for i in range(n):
+                t = time.perf_counter()
+                man = c.call(rpc("session.snapshot", {"session": sess, "tag": "b"}),
+                             timeout=600)
+                takes.append(time.perf_counter() - t)
+                if not man.get("ok"):
+                    raise RuntimeError(f"{label}: snapshot: {man.get('error')}")
+                size = man["bytes"]
+                t = time.perf_counter()
+                r = c.call(rpc("session.restore", {"session": sess, "tag": "b"}), timeout=600)
+                loads.append(time.perf_counter() - t)
+                if not r.get("ok"):
+                    raise RuntimeError(f"{label}: restore: {r.get('error')}")
+            DATA.setdefault("snapshot", {})[label] = {"bytes": size, "take_s": takes,
+                                                      "restore_s": loads}
+            row(num, f"snapshot of {label}", ms1(statistics.median(takes)),
+                f"{size / mib:.1f} MiB", "", "(info)")
+            row(num, f"restore of {label} (live kernel)", ms1(statistics.median(loads)),
+                "", "", "(info)")
+            # the fork's first exec: a fresh kernel that loads the state first
+            t = time.perf_counter()
+            c.call(rpc("session.fork", {"session": sess, "new_session": f"fork{ci}",
+                                        "tag": "b"}), timeout=600)
+            fork_s = time.perf_counter() - t
+            t = time.perf_counter()
+            e = exec_ok(c.call(rpc("exec", {"session": f"fork{ci}", "code": "1",
+                                            "lang": "python", "timeout": 300})))
+            restored_s = time.perf_counter() - t
+            t = time.perf_counter()
+            e2 = exec_ok(c.call(rpc("exec", {"session": f"cold{ci}", "code": "1",
+                                             "lang": "python", "timeout": 300})))
+            cold_s = time.perf_counter() - t
+            if e or e2:
+                raise RuntimeError(f"{label}: {e or e2}")
+            DATA["snapshot"][label].update({"fork_s": fork_s, "first_exec_restored_s":
+                                            restored_s, "first_exec_cold_s": cold_s})
+            row(num, f"first exec after a restore of {label} vs a cold start",
+                ms1(restored_s), ms1(cold_s), fx(restored_s / cold_s), "(info)")
+    finally:
+        c.close()
+        d.close()
+
+
 def print_table():
     head = ("#", "benchmark", "kernelmgr", "ipykernel / baseline", "ratio", "target", "result")
     rows = [head] + [tuple(str(c) for c in r) for r in ROWS]
@@ -2322,6 +2402,8 @@ def main():
     section(15, "density: idle sessions' measured memory, sessions the budget admits",
             bench_density)
     section(16, "debugger: start and per-cell cost without and with it", bench_debugger)
+    section(17, "snapshots: take, restore, a restored first exec vs a cold start",
+            bench_snapshot)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

@@ -81,8 +81,10 @@ def test_language_switching_keeps_the_sessions_own_kernels(make_mgr):
     # exactly one other session made room: the least recently used one
     kernels = live(mgr)
     assert kernels["o0"] == [] and kernels["o1"] == ["python"] and kernels["o2"] == ["python"]
+    # the evicted session's state was snapshotted first and comes back
     r = py(mgr, "o0", "o")
-    assert r["error"]["name"] == "NameError" and r["kernel"]["restarted"] is True, r
+    assert value(r) == "0" and r["kernel"]["restarted"] is True, r
+    assert r["kernel"]["restored"]["from"] == "snapshot", r
     reason = r["kernel"]["reason"]
     assert "evicted" in reason and "max_kernels=4" in reason and '"s"' in reason, reason
 
@@ -109,7 +111,7 @@ def test_cap_evicts_the_lru_idle_session_and_the_asker_keeps_state(make_mgr):
     assert value(py(mgr, "c", "c")) == "3" and value(py(mgr, "d", "d")) == "4"
     # both of a's kernels say why their state was lost
     r = py(mgr, "a", "a")
-    assert r["error"]["name"] == "NameError"
+    assert value(r) == "1" and r["kernel"]["restored"]["from"] == "snapshot", r
     assert "evicted" in r["kernel"]["reason"] and "max_kernels=4" in r["kernel"]["reason"]
     assert '"d"' in r["kernel"]["reason"]
 
@@ -117,7 +119,9 @@ def test_cap_evicts_the_lru_idle_session_and_the_asker_keeps_state(make_mgr):
 def test_memory_budget_evicts_by_measured_use(make_mgr):
     """With a tiny budget, a session whose kernel really uses memory gives
     way to a new one; the daemon reports what it measured."""
-    mgr = make_mgr({"memory_budget": "160M"})
+    # snapshot_max below the blob: the evicted state cannot be kept, and
+    # the result says so (a snapshot of it would bring the 120 MiB back)
+    mgr = make_mgr({"memory_budget": "160M", "snapshot_max": "1M"})
     # 120 MiB written (not only reserved): measured, whatever the sandbox
     assert py(mgr, "big", "blob = b'x' * (120 << 20)\nlen(blob)")["status"] == "ok"
     # the measurement the next admission reads has seen the allocation
@@ -130,6 +134,7 @@ def test_memory_budget_evicts_by_measured_use(make_mgr):
     r = py(mgr, "big", "len(blob)")
     assert r["error"]["name"] == "NameError"
     reason = r["kernel"]["reason"]
+    assert "state was lost" in reason and "restored" not in r["kernel"], r
     assert "evicted" in reason and "memory_budget=160 MiB" in reason and '"small"' in reason
     # idle kernels are small: the restarted one fits beside the other
     assert value(py(mgr, "small", "s")) == "7"

@@ -17,7 +17,8 @@ NODE_DIR = ROOT / "tests" / "node"
 CLIENT = NODE_DIR / "mcp_client.mjs"
 
 TOOLS = {"code_exec", "list_files", "read_file", "write_file", "list_sessions",
-         "restart_session", "close_session", "install_packages"}
+         "restart_session", "close_session", "install_packages", "snapshot_session",
+         "fork_session"}
 
 
 @pytest.fixture
@@ -87,7 +88,8 @@ def test_initialize_and_list_tools(mgr):
     # the session options (applied when the call creates the session); no
     # host path (python, workspace): the model never names one
     assert set(ce["properties"]) == {"code", "language", "session", "timeout_s", "env",
-                                     "network", "memory", "cpus", "cpu_time", "sandbox"}
+                                     "network", "memory", "cpus", "cpu_time", "sandbox",
+                                     "snapshot_max"}
     assert ce["properties"]["env"]["additionalProperties"] == {"type": "string"}
     assert tools["install_packages"]["inputSchema"]["properties"]["manager"]["enum"] == \
         ["pip", "npm"]
@@ -560,3 +562,28 @@ def test_session_options_through_mcp(mgr):
         assert "--allow-unsafe-session-options" not in text_of(r), text_of(r)
     else:
         assert r["isError"] is False and "yes" in text_of(r), text_of(r)
+
+
+def test_snapshot_and_fork_tools(mgr):
+    need_kernel("python")
+    out = sdk(mgr, [
+        call("code_exec", {"code": "v = [1]", "language": "python", "session": "base"}),
+        call("snapshot_session", {"session": "base", "tag": "one"}),
+        call("code_exec", {"code": "v.append(2)", "language": "python", "session": "base"}),
+        call("fork_session", {"session": "base", "new_session": "alt", "tag": "one"}),
+        call("code_exec", {"code": "print(v)", "language": "python", "session": "alt"}),
+        call("snapshot_session", {"session": "base", "tag": "one", "restore": True}),
+        call("code_exec", {"code": "print(v)", "language": "python", "session": "base"}),
+        call("fork_session", {"session": "base", "new_session": "alt"}),
+        call("snapshot_session", {"session": "base", "tag": "../x"}),
+    ])
+    s = out["steps"]
+    assert ok_result(s[1])["structuredContent"]["tag"] == "one"
+    assert "snapshot one of session base taken" in text_of(s[1]["result"])
+    assert ok_result(s[3])["structuredContent"]["session"] == "alt"
+    assert ok_result(s[4])["structuredContent"]["blocks"][0]["stdout"] == "[1]\n"
+    assert "restored" in text_of(s[5]["result"])
+    assert ok_result(s[6])["structuredContent"]["blocks"][0]["stdout"] == "[1]\n"
+    for bad in (s[7], s[8]):
+        r = bad.get("result") or {}
+        assert r.get("isError") is True or "error" in bad, bad

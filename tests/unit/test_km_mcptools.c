@@ -43,7 +43,7 @@ static void entries(void **state)
             assert_string_not_equal(u->name, t->name);
         assert_ptr_equal(mcpt_find(t->name), t);
     }
-    assert_int_equal(n, 8);
+    assert_int_equal(n, 10);
     assert_null(mcpt_find("no_such_tool"));
     assert_null(mcpt_find(NULL));
 }

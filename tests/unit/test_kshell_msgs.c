@@ -51,8 +51,9 @@ static void coverage(void **state)
     static const char *const immediate[] = {"kernel_info_request", "comm_info_request",
                                             "history_request",     "shutdown_request",
                                             "interrupt_request",   NULL};
-    static const char *const queued[] = {"execute_request", "complete_request", "inspect_request",
-                                         "is_complete_request", NULL};
+    static const char *const queued[] = {
+        "execute_request",     "complete_request",           "inspect_request",
+        "is_complete_request", "kernelmgr_snapshot_request", NULL};
     int n = 0;
     for (int i = 0; immediate[i]; i++, n++) {
         const kshell_msg *m = kshell_msg_find(immediate[i], KCH_CONTROL);
