@@ -25,9 +25,10 @@ LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 # link the manager at all.
 LAYER_SRC = $(filter-out %/main.c $(GW_SRC),$(wildcard $(1)))
 # The gateway (libwebsockets) and its stand-in are linked into the binaries
-# directly: kernelmgr has gateway_none.c, kernelmgr-gateway has gateway.c
-# (gateway.h, "Two binaries"), so `kernelmgr exec` never loads libwebsockets.
-GW_SRC   := kernelmgr/frontends/gateway.c kernelmgr/frontends/gateway_none.c
+# directly: kernelmgr has gateway_none.c, kernelmgr-gateway has gateway.c and
+# the files beside it that use lws (gw_int.h) (gateway.h, "Two binaries"), so `kernelmgr exec` never loads libwebsockets.
+GW_LWS   := $(addprefix kernelmgr/frontends/,gateway.c gwhttp.c gwrest.c gwws.c)
+GW_SRC   := $(GW_LWS) kernelmgr/frontends/gateway_none.c
 LIB_SRC  := $(call LAYER_SRC,common/*.c sandbox/*.c protocol/*.c kernels/*/*.c kernelmgr/*/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_COMMON := $(BUILD)/libcommon.a
@@ -77,7 +78,7 @@ $(ALL_LIBS):
 
 $(BUILD)/kernelmgr: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/obj/kernelmgr/frontends/gateway_none.o $(ALL_LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ -Wl,--as-needed $(LDLIBS)
-$(BUILD)/kernelmgr-gateway: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/obj/kernelmgr/frontends/gateway.o $(ALL_LIBS)
+$(BUILD)/kernelmgr-gateway: $(BUILD)/obj/kernelmgr/main.o $(GW_LWS:%.c=$(BUILD)/obj/%.o) $(ALL_LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/kernel-python: $(BUILD)/obj/kernels/python/main.o $(KERNEL_LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
