@@ -59,6 +59,8 @@ static const char usage_text[] =
     "        [--http [ADDR:]PORT] [--tls-cert F --tls-key F] [--insecure]\n"
     "                                         also serve Jupyter frontends over HTTP "
     "(docs/GATEWAY.md)\n"
+    "  drain | undrain                        the daemon makes no new sessions (its existing\n"
+    "                                         ones keep working; /readyz says draining) | again\n"
     "  mcp                                    MCP server on stdio\n"
     "  config --doc                           the configuration keys as a markdown table\n"
     "  doctor                                 sandbox capabilities, Python, versions\n"
@@ -755,6 +757,22 @@ static void build_export(cli *c, json_t *req)
         json_object_set_new(req, "kernel_name", json_string(c->kernel_name));
 }
 
+/* undrain is daemon.drain with "drain": false */
+static void build_drain(cli *c, json_t *req)
+{
+    if (!strcmp(c->cmd, "undrain"))
+        json_object_set_new(req, "drain", json_false());
+}
+
+/* nothing to drain, and a daemon started later is not draining */
+static void drain_no_daemon(cli *c)
+{
+    if (c->json)
+        puts("{\"draining\":false,\"daemon\":false}");
+    else
+        puts("no daemon running: nothing to drain (a daemon started later is not draining)");
+}
+
 /* sessions --repair NAME is session.repair instead; -1 without it. */
 static int sessions_repair(cli *c)
 {
@@ -771,6 +789,24 @@ static void sessions_no_daemon(cli *c)
 }
 
 /* How each prints its reply (rep borrowed); the exit status. */
+static int print_drain(cli *c, const char *name, json_t *rep)
+{
+    if (c->json) {
+        print_json(rep);
+        return 0;
+    }
+    const char *node = json_string_value(json_object_get(rep, "node_id"));
+    json_int_t n = json_integer_value(json_object_get(rep, "sessions"));
+    if (json_is_true(json_object_get(rep, "draining")))
+        printf("draining%s%s: no new sessions; its %lld sessions keep working (undo: kernelmgr "
+               "undrain)\n",
+               node ? " node " : "", node ? node : "", (long long)n);
+    else
+        printf("not draining%s%s: new sessions are made again (%lld sessions)\n",
+               node ? ", node " : "", node ? node : "", (long long)n);
+    return 0;
+}
+
 static int print_sessions(cli *c, const char *name, json_t *rep)
 {
     json_t *ss = json_object_get(rep, "sessions");
@@ -1295,6 +1331,8 @@ static const cli_command cli_commands[] = {
     {"doctor", cmd_doctor, NULL, 0, NULL, NULL, NULL, NULL, 0},
     {"kernelspec", cmd_kernelspec, NULL, 0, NULL, NULL, NULL, NULL, 0},
     {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0},
+    {"drain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0},
+    {"undrain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0},
     {"mcp", cmd_mcp, NULL, 0, NULL, NULL, NULL, NULL, 1},
     {"config", cmd_config, NULL, 0, NULL, NULL, NULL, NULL, 1},
 };

@@ -11,6 +11,7 @@
  * a relay (gwrelay.c) with its own thread and ZeroMQ sockets.
  */
 #include "kernelmgr/frontends/gw_int.h"
+#include "common/cm_io.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -151,16 +152,88 @@ int gateway_built_in(void)
     return 1;
 }
 
-/* The token: given, or read from / generated into HOME/http-token (0600). */
-static char *load_token(const char *home, const char *given, char *err, size_t errlen)
+/* A token from the environment or a file: visible ASCII (it goes into HTTP
+ * headers and URLs), GW_TOKEN_MIN to GW_TOKEN_MAX bytes. NULL when fine,
+ * else why. */
+#define GW_TOKEN_MIN 16
+#define GW_TOKEN_MAX 1024
+#define GW_TOKEN_FILE_MAX 4096
+static const char *token_invalid(const char *t)
 {
-    if (given && *given)
+    size_t n = strlen(t);
+    if (n < GW_TOKEN_MIN)
+        return "shorter than 16 characters";
+    if (n > GW_TOKEN_MAX)
+        return "longer than 1024 characters";
+    for (const char *p = t; *p; p++)
+        if (*p < 0x21 || *p > 0x7e)
+            return "not visible ASCII (no spaces or control characters)";
+    return NULL;
+}
+
+/* The token of http_token_file: its first line, from a regular file of
+ * this user's that no one else may read or write (cm_read_regular). new, or
+ * NULL with a reason. */
+static char *token_from_file(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077)) {
+        gw_err(err, errlen,
+               "http_token_file %s: readable or writable by group or others (mode %03o): "
+               "chmod 600 it",
+               path, (unsigned)(st.st_mode & 0777));
+        return NULL;
+    }
+    char *data = NULL;
+    size_t len = 0;
+    const char *why = NULL;
+    if (cm_read_regular(path, GW_TOKEN_FILE_MAX, CM_RR_OWNED, &data, &len, &why)) {
+        gw_err(err, errlen, "http_token_file %s: %s%s", path, why,
+               why && strstr(why, "limit") ? " of 4096 bytes" : "");
+        return NULL;
+    }
+    data[strcspn(data, "\r\n")] = 0;
+    const char *bad = token_invalid(data);
+    if (bad) {
+        gw_err(err, errlen, "http_token_file %s: its token is %s", path, bad);
+        sodium_memzero(data, len);
+        free(data);
+        return NULL;
+    }
+    return data;
+}
+
+/* The token, by precedence: $KERNELMGR_HTTP_TOKEN, the configuration's
+ * http_token (given), its http_token_file, else HOME/http-token (0600; made
+ * when missing or unusable). *source says which, for the log. new, or NULL
+ * with a reason. */
+static char *load_token(const char *home, const char *given, const char *file, char *source,
+                        size_t srclen, char *err, size_t errlen)
+{
+    const char *env = getenv("KERNELMGR_HTTP_TOKEN");
+    if (env && *env) {
+        const char *bad = token_invalid(env);
+        if (bad) {
+            gw_err(err, errlen, "KERNELMGR_HTTP_TOKEN is %s", bad);
+            return NULL;
+        }
+        snprintf(source, srclen, "$KERNELMGR_HTTP_TOKEN");
+        return strdup(env);
+    }
+    if (given && *given) {
+        snprintf(source, srclen, "the configuration's http_token");
         return strdup(given);
+    }
+    if (file && *file) {
+        snprintf(source, srclen, "%.1000s", file);
+        return token_from_file(file, err, errlen);
+    }
     char *path = NULL;
     if (asprintf(&path, "%s/http-token", home) < 0) {
         gw_err(err, errlen, "out of memory");
         return NULL;
     }
+    snprintf(source, srclen, "%.1000s", path);
     char buf[128];
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0) {
@@ -339,7 +412,8 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
     if (!g->home || !g->listen_addr ||
         gw_parse_listen(o->listen, g->listen_addr, 64, &g->port, err, errlen))
         goto fail;
-    g->token = load_token(g->home, o->token, err, errlen);
+    g->token = load_token(g->home, o->token, o->token_file, g->token_source,
+                          sizeof g->token_source, err, errlen);
     if (!g->token)
         goto fail;
     if (tls && (!(g->tls_cert = strdup(o->tls_cert)) || !(g->tls_key = strdup(o->tls_key))))
@@ -440,6 +514,11 @@ void gateway_stop(gateway **pg)
     }
     gateway_free(g);
     *pg = NULL;
+}
+
+const char *gateway_token_source(const gateway *g)
+{
+    return g->token_source;
 }
 
 const char *gateway_url(const gateway *g)

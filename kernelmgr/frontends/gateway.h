@@ -61,7 +61,10 @@
 
 typedef struct gateway_opts {
     const char *listen;       /* "[ADDR:]PORT"; ADDR defaults to 127.0.0.1, PORT 0 = any */
-    const char *token;        /* the token; NULL/"" = generated (HOME/http-token, 0600) */
+    const char *token;        /* the token (config http_token); NULL/"" = below */
+    const char *token_file;   /* a file holding it (config http_token_file); NULL/"" = none.
+                                 Precedence: $KERNELMGR_HTTP_TOKEN, token, token_file, else
+                                 HOME/http-token (generated when missing, 0600) */
     const char *tls_cert;     /* PEM certificate file, with tls_key; NULL = plain HTTP */
     const char *tls_key;      /* PEM private key file */
     int insecure;             /* allow a non-loopback address without TLS */
@@ -83,6 +86,10 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
 
 /* Stops serving: every connection is closed, every relay ended. NULL-safe. */
 void gateway_stop(gateway **g);
+
+/* borrowed: where the token came from ("$KERNELMGR_HTTP_TOKEN", "the
+ * configuration's http_token", or the file's path), for the log. */
+const char *gateway_token_source(const gateway *g);
 
 /* borrowed: "http://127.0.0.1:8888/" (https with TLS); the bound port. */
 const char *gateway_url(const gateway *g);

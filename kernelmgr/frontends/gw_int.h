@@ -34,6 +34,10 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+/* A kernel id: a UUID, or with a node_id "NODE-" and 14 bytes of hash in
+ * hex (gwrest.c): at most 32 + 1 + 31 bytes. */
+#define GW_KERNEL_ID_MAX 72
+
 typedef struct gw_job gw_job;
 
 /* Per-connection data (lws allocates it zeroed, one per wsi). */
@@ -42,7 +46,8 @@ typedef struct gw_conn {
     struct lws *wsi;
     /* HTTP */
     char method[8];
-    char *path;
+    char *path; /* after the /s/NAME/ prefix */
+    char scope[KM_NAME_MAX + 1]; /* the request's session (gw_request_scope); "" none */
     unsigned char *body;
     size_t body_len;
     gw_job *job;
@@ -54,7 +59,7 @@ typedef struct gw_conn {
     /* WebSocket */
     int is_ws;
     gw_form form;
-    char kernel_id[40];
+    char kernel_id[GW_KERNEL_ID_MAX + 1];
     char session[KM_NAME_MAX + 1],
         lang[KM_LANG_NAME_MAX + 1]; /* the kernel's, found at the upgrade */
     char *cf;                       /* the connection file the relay was made from */
@@ -76,6 +81,7 @@ struct gw_job {
     gw_conn *conn; /* NULL once the connection closed before the job ended */
     char method[8];
     char *path;
+    char scope[KM_NAME_MAX + 1];
     unsigned char *body;
     size_t body_len;
     unsigned status;
@@ -89,6 +95,7 @@ struct gateway {
     km_manager *m;
     gateway_opts o;
     char *token, *home, *home_real, *listen_addr, *origin, *tls_cert, *tls_key;
+    char token_source[1024]; /* where the token came from (gateway_token_source) */
     int port, tls;
     char url[128];
     struct lws_context *ctx;
@@ -135,6 +142,13 @@ char *gw_redact_home(const gateway *g, char *s);
 /* Jupyter's error body: {"message": ..., "reason": ...}. new (free()). */
 char *gw_error_body(const char *reason, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The session a request is scoped to (docs/MANY_MACHINES.md): the /s/NAME/
+ * prefix of uri (*rest then points past it, "/" when nothing follows)
+ * and/or the X-Kernelmgr-Session header. 0 with scope ("" for none), or -1
+ * with why (not a valid session name; prefix and header disagree). */
+int gw_request_scope(struct lws *wsi, const char *uri, const char **rest,
+                     char scope[KM_NAME_MAX + 1], char *why, size_t len);
+
 /* 0 when the request carries the token (header or ?token=). */
 int gw_authorized(gateway *g, struct lws *wsi);
 /* 0 when a WebSocket upgrade's Origin (if any) is the Host's or the
@@ -176,6 +190,9 @@ void gw_log_refusals(gateway *g, int force);
 void gw_rest_run(gw_job *j);
 /* The kernel of id: 0 with *out filled (out->model new), -1 none. */
 int gw_find_kernel(gateway *g, const char *id, gw_kernel *out);
+/* The answer for a kernel id that is not here: 404, naming this node when
+ * the id names another (*body new). */
+void gw_kernel_missing(const gateway *g, const char *id, unsigned *status, char **body);
 /* The connection file of the live kernel (session, lang), new (free()), or
  * NULL when it is not running. Never starts one. */
 char *gw_live_cf(gateway *g, const char *session, const char *lang);

@@ -139,6 +139,7 @@ int gw_start_job(gw_conn *c)
     j->g = g;
     j->conn = c;
     snprintf(j->method, sizeof j->method, "%s", c->method);
+    memcpy(j->scope, c->scope, sizeof j->scope);
     j->path = c->path;
     j->body = c->body;
     j->body_len = c->body_len;
@@ -326,12 +327,97 @@ void gw_http_reset(gw_conn *c)
     c->body_len = 0;
 }
 
+/* ---------------------------------------------------------------- routing by session */
+
+#define GW_SCOPE_PREFIX "/s/"
+#define GW_SCOPE_HEADER "x-kernelmgr-session:"
+
+int gw_request_scope(struct lws *wsi, const char *uri, const char **rest,
+                     char scope[KM_NAME_MAX + 1], char *why, size_t len)
+{
+    scope[0] = 0;
+    *rest = uri;
+    char name[KM_NAME_MAX + 1] = "";
+    if (!strncmp(uri, GW_SCOPE_PREFIX, strlen(GW_SCOPE_PREFIX))) {
+        const char *n = uri + strlen(GW_SCOPE_PREFIX);
+        size_t nl = strcspn(n, "/");
+        if (nl == 0 || nl > KM_NAME_MAX) {
+            snprintf(why, len,
+                     "the URL's session prefix /s/NAME/ names %s (a session name is letters, "
+                     "digits, _ - ., at most %d bytes, not starting with '.')",
+                     nl ? "a name over the limit" : "no session", KM_NAME_MAX);
+            return -1;
+        }
+        memcpy(name, n, nl);
+        name[nl] = 0;
+        if (!km_name_valid(name)) {
+            snprintf(why, len,
+                     "the URL's session prefix /s/%s/ is not a valid session name (letters, "
+                     "digits, _ - ., at most %d bytes, not starting with '.')",
+                     name, KM_NAME_MAX);
+            return -1;
+        }
+        *rest = n[nl] ? n + nl : "/";
+        memcpy(scope, name, nl + 1);
+    }
+    int hl = lws_hdr_custom_length(wsi, GW_SCOPE_HEADER, (int)strlen(GW_SCOPE_HEADER));
+    if (hl > 0) {
+        char hv[KM_NAME_MAX + 1];
+        if (hl > KM_NAME_MAX ||
+            lws_hdr_custom_copy(wsi, hv, sizeof hv, GW_SCOPE_HEADER,
+                                (int)strlen(GW_SCOPE_HEADER)) != hl ||
+            !km_name_valid(hv)) {
+            snprintf(why, len,
+                     "the X-Kernelmgr-Session header (%d bytes) is not a valid session name "
+                     "(letters, digits, _ - ., at most %d bytes, not starting with '.')",
+                     hl, KM_NAME_MAX);
+            return -1;
+        }
+        if (scope[0] && strcmp(scope, hv)) {
+            snprintf(why, len,
+                     "the URL's session prefix /s/%s/ and the X-Kernelmgr-Session header \"%s\" "
+                     "name different sessions",
+                     scope, hv);
+            return -1;
+        }
+        snprintf(scope, KM_NAME_MAX + 1, "%s", hv);
+    }
+    return 0;
+}
+
+/* GET /healthz (alive) and /readyz (ready for new sessions: 503 while
+ * draining), also under /s/NAME/: answered before the Host check and the
+ * token, with nothing but the status (no version, no counts, no names). 1
+ * when uri was one of them (answered), 0 otherwise. */
+static int health(struct lws *wsi, gw_conn *c, const char *uri)
+{
+    if (!lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI))
+        return 0;
+    if (!strncmp(uri, GW_SCOPE_PREFIX, strlen(GW_SCOPE_PREFIX))) {
+        const char *n = uri + strlen(GW_SCOPE_PREFIX);
+        uri = n + strcspn(n, "/");
+    }
+    if (!strcmp(uri, "/healthz")) {
+        gw_http_reply_now(wsi, c, 200, strdup("{\"status\":\"ok\"}"));
+        return 1;
+    }
+    if (!strcmp(uri, "/readyz")) {
+        int draining = km_draining(c->g->m);
+        gw_http_reply_now(wsi, c, draining ? 503 : 200,
+                          strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ready\"}"));
+        return 1;
+    }
+    return 0;
+}
+
 int gw_on_http(struct lws *wsi, gw_conn *c, const char *uri)
 {
     gateway *g = c->g;
     gw_http_reset(c);
     c->wsi = wsi;
     gwpeers_request(lws_get_opaque_user_data(wsi));
+    if (health(wsi, c, uri))
+        return 0;
     char why[512];
     if (gw_host_ok(g, wsi, why, sizeof why)) {
         gw_http_reply_now(wsi, c, 403, gw_error_body("Forbidden", "%s", why));
@@ -362,7 +448,12 @@ int gw_on_http(struct lws *wsi, gw_conn *c, const char *uri)
         return 0;
     }
     gwpeers_authenticated(g->peers, lws_get_opaque_user_data(wsi));
-    c->path = strdup(uri);
+    const char *rest;
+    if (gw_request_scope(wsi, uri, &rest, c->scope, why, sizeof why)) {
+        gw_http_reply_now(wsi, c, 400, gw_error_body("Bad Request", "%s", why));
+        return 0;
+    }
+    c->path = strdup(rest);
     if (!c->path)
         return -1;
     if (!strcmp(c->method, "POST")) {

@@ -24,8 +24,13 @@ static void iso8601(double epoch, char out[40])
     snprintf(out, 40, "%.20s.%06ldZ", base, (long)((epoch - (double)t) * 1e6) % 1000000);
 }
 
-/* The stable kernel id of (session, language): a UUID-shaped BLAKE2b. */
-static void kernel_id(const char *session, const char *lang, char out[40])
+/* The stable kernel id of (session, language): a UUID-shaped BLAKE2b; with
+ * a node_id, "NODE-" and 14 bytes of it, 8-4-4-12 hex digits: still five
+ * \w+ fields joined by '-' (the kernel id jupyter_server's routes accept),
+ * and a balancer routes a kernel URL by its first field
+ * (docs/MANY_MACHINES.md). */
+static void kernel_id(const gateway *g, const char *session, const char *lang,
+                      char out[GW_KERNEL_ID_MAX + 1])
 {
     unsigned char h[16];
     crypto_generichash_state st;
@@ -34,11 +39,19 @@ static void kernel_id(const char *session, const char *lang, char out[40])
     crypto_generichash_update(&st, (const unsigned char *)session, strlen(session) + 1);
     crypto_generichash_update(&st, (const unsigned char *)lang, strlen(lang) + 1);
     crypto_generichash_final(&st, h, sizeof h);
+    const char *node = km_manager_config(g->m)->node_id;
+    if (node[0]) {
+        snprintf(out, GW_KERNEL_ID_MAX + 1,
+                 "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", node, h[0],
+                 h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13]);
+        return;
+    }
     h[6] = (unsigned char)((h[6] & 0x0f) | 0x80); /* version 8: vendor-specific */
     h[8] = (unsigned char)((h[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-    snprintf(out, 40, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", h[0],
-             h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13],
-             h[14], h[15]);
+    snprintf(out, GW_KERNEL_ID_MAX + 1,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", h[0], h[1],
+             h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13], h[14],
+             h[15]);
 }
 
 /* "kernelmgr-LANG" (the language table's kernelspec names, lang.h) into
@@ -99,8 +112,9 @@ static json_t *kernel_model(const char *id, const char *session, const char *lan
     return m;
 }
 
-/* Every kernel of every session: live ones only unless all. new array. */
-static json_t *list_kernels(gateway *g, int all)
+/* Every kernel of every session (of session scope only, when not NULL or
+ * ""): live ones only unless all. new array. */
+static json_t *list_kernels(gateway *g, int all, const char *scope)
 {
     json_t *out = json_array();
     json_t *ss = km_sessions(g->m);
@@ -114,10 +128,10 @@ static json_t *list_kernels(gateway *g, int all)
         json_t *k;
         json_object_foreach(ks, lang, k)
         {
-            if (!name || (!all && !json_is_object(k)))
+            if (!name || (!all && !json_is_object(k)) || (scope && scope[0] && strcmp(name, scope)))
                 continue;
-            char id[40];
-            kernel_id(name, lang, id);
+            char id[GW_KERNEL_ID_MAX + 1];
+            kernel_id(g, name, lang, id);
             json_array_append_new(out,
                                   kernel_model(id, name, lang, s, json_is_object(k) ? k : NULL));
         }
@@ -128,7 +142,7 @@ static json_t *list_kernels(gateway *g, int all)
 
 int gw_find_kernel(gateway *g, const char *id, gw_kernel *out)
 {
-    json_t *all = list_kernels(g, 1);
+    json_t *all = list_kernels(g, 1, NULL);
     size_t i;
     json_t *k;
     int rc = -1;
@@ -172,6 +186,20 @@ char *gw_live_cf(gateway *g, const char *session, const char *lang)
     return cf;
 }
 
+void gw_kernel_missing(const gateway *g, const char *id, unsigned *status, char **body)
+{
+    const char *node = km_manager_config(g->m)->node_id;
+    size_t nl = strcspn(id, "-");
+    *status = 404;
+    if (node[0] && (nl != strlen(node) || strncmp(id, node, nl)))
+        *body = gw_error_body("Not Found",
+                              "Kernel does not exist: %s (this is node \"%s\"; a kernel id's "
+                              "first field names the node that has it: the balancer routes by it)",
+                              id, node);
+    else
+        *body = gw_error_body("Not Found", "Kernel does not exist: %s", id);
+}
+
 /* ---------------------------------------------------------------- REST */
 
 static void respond(gw_job *j, unsigned status, char *body)
@@ -182,10 +210,15 @@ static void respond(gw_job *j, unsigned status, char *body)
 
 static void km_fail(gw_job *j, const km_err *e)
 {
-    unsigned st = e->code == KM_ENOSESSION ? 404 : e->code == KM_EUSAGE ? 400 : 500;
+    /* KM_EDAEMON: busy, or draining (no new sessions here) */
+    unsigned st = e->code == KM_ENOSESSION ? 404
+                  : e->code == KM_EUSAGE   ? 400
+                  : e->code == KM_EDAEMON  ? 503
+                                           : 500;
     respond(j, st,
             gw_error_body(st == 404   ? "Not Found"
                           : st == 400 ? "Bad Request"
+                          : st == 503 ? "Service Unavailable"
                                       : "Error",
                           "%s", e->msg));
 }
@@ -202,8 +235,9 @@ static json_t *one_spec(const char *name, const char *display, const char *lang,
 /* The kernelspecs: one per language for new sessions, and one per existing
  * session and language, "kernelmgr-python--NAME": starting it attaches to
  * that session's live kernel (how a frontend that can only start kernels
- * from a kernelspec opens an agent's session). */
-static json_t *kernelspecs(gateway *g)
+ * from a kernelspec opens an agent's session). Under a scope (/s/NAME/) the
+ * sessions' ones are that session's only. */
+static json_t *kernelspecs(gateway *g, const char *scope)
 {
     json_t *specs = json_object();
     const kmcfg *cfg = km_manager_config(g->m);
@@ -225,6 +259,8 @@ static json_t *kernelspecs(gateway *g)
         {
             const char *sn = json_string_value(json_object_get(s, "name"));
             char *n2 = NULL, *disp = NULL;
+            if (sn && scope[0] && strcmp(sn, scope))
+                continue;
             if (sn && asprintf(&n2, "%s" GW_SPEC_SEP "%s", name, sn) >= 0 &&
                 asprintf(&disp, "%s — session %s (kernelmgr)", lg->title, sn) >= 0)
                 json_object_set_new(specs, n2, one_spec(n2, disp, lang, sn));
@@ -282,12 +318,28 @@ static void start_kernel(gw_job *j)
         json_decref(req);
         return;
     }
+    /* under /s/NAME/ (or X-Kernelmgr-Session) the kernel is that session's */
+    const char *other = !j->scope[0]                           ? NULL
+                        : session && strcmp(session, j->scope) ? session
+                        : attach && strcmp(attach, j->scope)   ? attach
+                                                               : NULL;
+    if (other) {
+        respond(j, 400,
+                gw_error_body("Bad Request",
+                              "the request names session \"%s\", the URL's /s/%s/ (or "
+                              "X-Kernelmgr-Session) session \"%s\"",
+                              other, j->scope, j->scope));
+        json_decref(req);
+        return;
+    }
+    if (j->scope[0] && !attach)
+        session = j->scope;
     if (attach) {
         /* an existing session's kernel: attached, nothing created */
         km_err e = {0};
-        char cf[4096], id[40];
+        char cf[4096], id[GW_KERNEL_ID_MAX + 1];
         gw_kernel gk;
-        kernel_id(attach, lang, id);
+        kernel_id(g, attach, lang, id);
         if (km_connection_file(g->m, attach, lang, cf, sizeof cf, &e))
             km_fail(j, &e);
         else if (gw_find_kernel(g, id, &gk) == 0)
@@ -339,8 +391,8 @@ static void start_kernel(gw_job *j)
     if (!created || km_connection_file(g->m, sname, lang, cf, sizeof cf, &e)) {
         km_fail(j, &e);
     } else {
-        char id[40];
-        kernel_id(sname, lang, id);
+        char id[GW_KERNEL_ID_MAX + 1];
+        kernel_id(g, sname, lang, id);
         gw_kernel gk;
         if (gw_find_kernel(g, id, &gk) == 0) {
             respond(j, 201, gw_json_text(gk.model));
@@ -391,12 +443,12 @@ static void on_kernelspecs(gw_job *j, char **segs, gw_kernel *gk)
     spec_name(km_manager_config(g->m)->langs.v[0].name, defname, sizeof defname);
     respond(
         j, 200,
-        gw_json_text(json_pack("{s:s s:o}", "default", defname, "kernelspecs", kernelspecs(g))));
+        gw_json_text(json_pack("{s:s s:o}", "default", defname, "kernelspecs", kernelspecs(g, j->scope))));
 }
 
 static void on_kernelspec(gw_job *j, char **segs, gw_kernel *gk)
 {
-    json_t *specs = kernelspecs(j->g);
+    json_t *specs = kernelspecs(j->g, j->scope);
     json_t *one = json_object_get(specs, segs[2]);
     if (one)
         respond(j, 200, gw_json_text(json_incref(one)));
@@ -422,7 +474,7 @@ static void on_api_call(gw_job *j, char **segs, gw_kernel *gk)
         return;
     }
     j->verbatim = 1;
-    json_t *refused = gwapi_check(req);
+    json_t *refused = gwapi_check(req, j->scope);
     respond(j, 200, gw_json_text(refused ? refused : gwapi_call(g->home, req, g->o.max_pending)));
     json_decref(req);
 }
@@ -435,7 +487,7 @@ static void api_post_only(gw_job *j, char **segs, gw_kernel *gk)
 
 static void on_list_kernels(gw_job *j, char **segs, gw_kernel *gk)
 {
-    respond(j, 200, gw_json_text(list_kernels(j->g, 0)));
+    respond(j, 200, gw_json_text(list_kernels(j->g, 0, j->scope)));
 }
 
 static void on_start_kernel(gw_job *j, char **segs, gw_kernel *gk)
@@ -556,7 +608,16 @@ static void route(gw_job *j, char *segs[5], int n)
     }
     gw_kernel gk = {0};
     if (r->kernel && gw_find_kernel(j->g, segs[2], &gk)) {
-        respond(j, 404, gw_error_body("Not Found", "Kernel does not exist: %s", segs[2]));
+        gw_kernel_missing(j->g, segs[2], &j->status, &j->resp);
+        return;
+    }
+    if (r->kernel && j->scope[0] && strcmp(gk.session, j->scope)) {
+        respond(j, 404,
+                gw_error_body("Not Found",
+                              "Kernel %s is not a kernel of session \"%s\" (the URL's /s/%s/ or "
+                              "X-Kernelmgr-Session)",
+                              segs[2], j->scope, j->scope));
+        json_decref(gk.model);
         return;
     }
     r->handler(j, segs, r->kernel ? &gk : NULL);

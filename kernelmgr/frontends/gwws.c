@@ -24,7 +24,7 @@ static void relay_wake(void *ud)
 #define GW_API_PATH "/api/kernelmgr"
 #define GW_API_WS_PATH "/api/kernelmgr/ws"
 
-static int channels_path(const char *uri, char id[40])
+static int channels_path(const char *uri, char id[GW_KERNEL_ID_MAX + 1])
 {
     const char *pre = "/api/kernels/";
     const char *p = strstr(uri, pre);
@@ -32,7 +32,7 @@ static int channels_path(const char *uri, char id[40])
         return -1;
     p += strlen(pre);
     const char *slash = strchr(p, '/');
-    if (!slash || slash - p >= 40 || slash == p || strcmp(slash, "/channels"))
+    if (!slash || slash - p > GW_KERNEL_ID_MAX || slash == p || strcmp(slash, "/channels"))
         return -1;
     memcpy(id, p, (size_t)(slash - p));
     id[slash - p] = 0;
@@ -49,18 +49,24 @@ static int refuse_upgrade(struct lws *wsi, unsigned status, const char *why)
 
 int gw_confirm_upgrade(struct lws *wsi, gateway *g, const char *upgrade)
 {
-    char uri[1024], id[40], why[512];
+    char uri[1024], id[GW_KERNEL_ID_MAX + 1], why[512], scope[KM_NAME_MAX + 1], swhy[300];
+    const char *rest = uri;
     gwpeers_request(lws_get_opaque_user_data(wsi));
     if (gw_host_ok(g, wsi, why, sizeof why))
         return refuse_upgrade(wsi, 403, why);
     if (!upgrade || strcasecmp(upgrade, "websocket"))
         return refuse_upgrade(wsi, 400, "only a WebSocket upgrade is served");
-    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 ||
-        (channels_path(uri, id) && strcmp(uri, GW_API_WS_PATH)))
+    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0)
+        return refuse_upgrade(wsi, 404, "no WebSocket here: use /api/kernels/ID/channels");
+    /* a bad /s/NAME/ prefix or header is said once the token was shown */
+    int bad_scope = gw_request_scope(wsi, uri, &rest, scope, swhy, sizeof swhy);
+    if (!bad_scope && channels_path(rest, id) && strcmp(rest, GW_API_WS_PATH))
         return refuse_upgrade(wsi, 404, "no WebSocket here: use /api/kernels/ID/channels");
     if (gw_authorized(g, wsi))
         return refuse_upgrade(wsi, 401, "a valid token is required");
     gwpeers_authenticated(g->peers, lws_get_opaque_user_data(wsi));
+    if (bad_scope)
+        return refuse_upgrade(wsi, 400, swhy);
     if (gw_origin_ok(g, wsi, why, sizeof why)) {
         lws_return_http_status(wsi, 403, why);
         return 1;
@@ -141,12 +147,15 @@ int gw_ws_established(struct lws *wsi, gw_conn *c, gateway *g)
     c->is_ws = 1;
     const struct lws_protocols *pr = lws_get_protocol(wsi);
     c->form = pr && pr->name && !strcmp(pr->name, GW_SUBPROTOCOL_V1) ? GW_FORM_V1 : GW_FORM_JSON;
-    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0)
-        return -1;
-    if (!strcmp(uri, GW_API_WS_PATH)) {
+    const char *rest;
+    char swhy[300];
+    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 ||
+        gw_request_scope(wsi, uri, &rest, c->scope, swhy, sizeof swhy))
+        return -1; /* checked at the upgrade */
+    if (!strcmp(rest, GW_API_WS_PATH)) {
         char why[300];
         snprintf(c->kernel_id, sizeof c->kernel_id, "api");
-        c->api = gwapi_open(g->home, g->o.max_pending, relay_wake, g, why, sizeof why);
+        c->api = gwapi_open(g->home, c->scope, g->o.max_pending, relay_wake, g, why, sizeof why);
         if (!c->api) {
             return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why);
         }
@@ -155,12 +164,17 @@ int gw_ws_established(struct lws *wsi, gw_conn *c, gateway *g)
         g->n_ws++;
         return 0;
     }
-    if (channels_path(uri, c->kernel_id))
+    if (channels_path(rest, c->kernel_id))
         return -1;
     gw_kernel gk = {0};
     char why[600] = "";
+    const char *node = km_manager_config(g->m)->node_id;
     if (gw_find_kernel(g, c->kernel_id, &gk)) {
-        snprintf(why, sizeof why, "no kernel %s", c->kernel_id);
+        snprintf(why, sizeof why, "no kernel %s%s%s%s", c->kernel_id, node[0] ? " on node " : "",
+                 node, node[0] ? " (a kernel id's first field names its node)" : "");
+    } else if (c->scope[0] && strcmp(gk.session, c->scope)) {
+        snprintf(why, sizeof why, "kernel %s is not a kernel of session %s (the URL's /s/%s/)",
+                 c->kernel_id, c->scope, c->scope);
     } else {
         km_err e = {0};
         char cf[4096];

@@ -68,6 +68,7 @@ int daemon_http_start(km_manager *m, const daemon_http_listen *l, int *started, 
         gateway_opts go = {
             .listen = l->listen,
             .token = cfg->http_token,
+            .token_file = cfg->http_token_file,
             .tls_cert = l->tls_cert,
             .tls_key = l->tls_key,
             .insecure = l->insecure,
@@ -86,8 +87,8 @@ int daemon_http_start(km_manager *m, const daemon_http_listen *l, int *started, 
             rc = kerr(err, KM_EUSAGE, msg);
         } else {
             *started = 1;
-            fprintf(stderr, "kernelmgr: Jupyter gateway at %s (token in %s/http-token)\n",
-                    gateway_url(http_gw), km_manager_home(m));
+            fprintf(stderr, "kernelmgr: Jupyter gateway at %s (token from %s)\n",
+                    gateway_url(http_gw), gateway_token_source(http_gw));
         }
     }
     if (!rc) {
