@@ -58,7 +58,7 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   python3-nbclient python3-nbformat python3-nbconvert jupyter-nbconvert jupyter-client python3-ipykernel python3-numpy python3-pandas \
   python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps \
   libwebsockets-dev python3-websocket python3-jupyter-server openssl \
-  jupyter-notebook python3-notebook chromium chromium-driver python3-selenium
+  jupyter-notebook python3-notebook chromium chromium-driver python3-selenium nginx python3-yaml
 
 .PHONY: all deps test test-load check unit unit-bins e2e demo fuzz bench format lint clean
 all: $(BINS) $(SHARE) $(PYC_STAMP)

@@ -412,8 +412,8 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
     if (!g->home || !g->listen_addr ||
         gw_parse_listen(o->listen, g->listen_addr, 64, &g->port, err, errlen))
         goto fail;
-    g->token = load_token(g->home, o->token, o->token_file, g->token_source,
-                          sizeof g->token_source, err, errlen);
+    g->token = load_token(g->home, o->token, o->token_file, g->token_source, sizeof g->token_source,
+                          err, errlen);
     if (!g->token)
         goto fail;
     if (tls && (!(g->tls_cert = strdup(o->tls_cert)) || !(g->tls_key = strdup(o->tls_key))))

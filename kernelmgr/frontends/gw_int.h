@@ -46,7 +46,7 @@ typedef struct gw_conn {
     struct lws *wsi;
     /* HTTP */
     char method[8];
-    char *path; /* after the /s/NAME/ prefix */
+    char *path;                  /* after the /s/NAME/ prefix */
     char scope[KM_NAME_MAX + 1]; /* the request's session (gw_request_scope); "" none */
     unsigned char *body;
     size_t body_len;

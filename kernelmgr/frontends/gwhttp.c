@@ -403,8 +403,9 @@ static int health(struct lws *wsi, gw_conn *c, const char *uri)
     }
     if (!strcmp(uri, "/readyz")) {
         int draining = km_draining(c->g->m);
-        gw_http_reply_now(wsi, c, draining ? 503 : 200,
-                          strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ready\"}"));
+        gw_http_reply_now(
+            wsi, c, draining ? 503 : 200,
+            strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ready\"}"));
         return 1;
     }
     return 0;

@@ -42,8 +42,8 @@ static void kernel_id(const gateway *g, const char *session, const char *lang,
     const char *node = km_manager_config(g->m)->node_id;
     if (node[0]) {
         snprintf(out, GW_KERNEL_ID_MAX + 1,
-                 "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", node, h[0],
-                 h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13]);
+                 "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", node, h[0], h[1],
+                 h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13]);
         return;
     }
     h[6] = (unsigned char)((h[6] & 0x0f) | 0x80); /* version 8: vendor-specific */
@@ -441,9 +441,9 @@ static void on_kernelspecs(gw_job *j, char **segs, gw_kernel *gk)
     gateway *g = j->g;
     char defname[KM_LANG_NAME_MAX + 16];
     spec_name(km_manager_config(g->m)->langs.v[0].name, defname, sizeof defname);
-    respond(
-        j, 200,
-        gw_json_text(json_pack("{s:s s:o}", "default", defname, "kernelspecs", kernelspecs(g, j->scope))));
+    respond(j, 200,
+            gw_json_text(json_pack("{s:s s:o}", "default", defname, "kernelspecs",
+                                   kernelspecs(g, j->scope))));
 }
 
 static void on_kernelspec(gw_job *j, char **segs, gw_kernel *gk)
