@@ -798,11 +798,11 @@ static int print_drain(cli *c, const char *name, json_t *rep)
     const char *node = json_string_value(json_object_get(rep, "node_id"));
     json_int_t n = json_integer_value(json_object_get(rep, "sessions"));
     if (json_is_true(json_object_get(rep, "draining")))
-        printf("draining%s%s: no new sessions; its %lld sessions keep working (undo: kernelmgr "
-               "undrain)\n",
+        printf("draining%s%s: no new sessions; the existing ones (%lld) keep working (undo: "
+               "kernelmgr undrain)\n",
                node ? " node " : "", node ? node : "", (long long)n);
     else
-        printf("not draining%s%s: new sessions are made again (%lld sessions)\n",
+        printf("not draining%s%s: new sessions are made again (%lld existing)\n",
                node ? ", node " : "", node ? node : "", (long long)n);
     return 0;
 }

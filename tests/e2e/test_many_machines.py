@@ -253,6 +253,10 @@ def test_sessions_routed_by_name_through_nginx(cluster):
         assert http("GET", url + "/healthz", token=None) == (200, {"status": "ok"})
         assert http("GET", url + "/readyz", token=None) == (200, {"status": "ready"})
     assert http("GET", front.url + "/api/kernels", token=None)[0] == 401
+    assert http("POST", front.url + "/healthz", {}, token=None)[0] == 401  # GET only
+    # draining is the operator's: not over HTTP
+    st, r = call(front, "x", "daemon.drain", {})
+    assert r["error"]["code"] == -32602 and "not available to HTTP" in r["error"]["message"], r
 
     # sessions made through the front land on one daemon each, by name
     names = [f"user{i}" for i in range(9)]
@@ -428,8 +432,8 @@ def k8s_nginx_conf():
     """deploy/nginx/kernelmgr.conf for the StatefulSet of deploy/k8s: its
     pods (kernelmgr-N.kernelmgr-nodes:8889, node ids kernelmgr_N) where the
     example has 127.0.0.1:889x and n0-n2, listening on 8080. The ConfigMap of
-    balancer.yaml must hold exactly this (regenerate it with
-    `python3 tests/e2e/test_many_machines.py`)."""
+    balancer.yaml must hold exactly this (`python3
+    tests/e2e/test_many_machines.py` rewrites it)."""
     text = NGINX_CONF.read_text()
     for i, tp in enumerate(TEMPLATE_PORTS):
         text = text.replace(f"127.0.0.1:{tp}", f"{K8S_STS}-{i}.{K8S_NODES}:{K8S_PORT}")
@@ -533,5 +537,12 @@ def test_k8s_manifests_are_consistent():
 
 
 if __name__ == "__main__":
-    # prints the balancer ConfigMap's kernelmgr.conf (deploy/k8s/balancer.yaml)
-    sys.stdout.write(k8s_nginx_conf())
+    # rewrites the balancer ConfigMap's kernelmgr.conf in deploy/k8s/balancer.yaml
+    # from deploy/nginx/kernelmgr.conf
+    path = K8S / "balancer.yaml"
+    lines = path.read_text().split("\n")
+    start = lines.index("  kernelmgr.conf: |") + 1
+    end = lines.index("---", start)
+    body = ["    " + line if line else "" for line in k8s_nginx_conf().rstrip("\n").split("\n")]
+    path.write_text("\n".join(lines[:start] + body + lines[end:]))
+    print(f"{path}: kernelmgr.conf regenerated")
