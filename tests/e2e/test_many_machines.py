@@ -389,6 +389,113 @@ def test_sessions_routed_by_name_through_nginx(cluster):
     assert r["result"]["results"][0]["stdout"] == "b\n", r
 
 
+def test_attack_a_route_stays_in_its_session(tmp_path):
+    """One daemon (node_id n0): whatever a client puts in the prefix, the
+    header or the body, a request routed to session b never reaches
+    session a, malformed names are refused, the prefix bypasses no token
+    and the health endpoints tell nothing; a keeps working after each."""
+    n = Node("n0")
+    try:
+        u = n.url
+        for s in ("a", "b"):
+            st, r = http("POST", u + "/api/kernelmgr", rpc("session.create", {"session": s}))
+            assert r["result"]["created"] is True, r
+        st, r = http("POST", u + "/api/kernelmgr",
+                     rpc("exec", {"session": "a", "code": "secret = 'A'"}))
+        assert r["result"]["results"][0]["status"] == "ok", r
+
+        def a_works():
+            st, r = http("POST", u + "/s/a/api/kernelmgr",
+                         rpc("exec", {"session": "a", "code": "print(secret)"}))
+            assert r["result"]["results"][0]["stdout"] == "A\n", r
+
+        st, ks = http("GET", u + "/s/a/api/kernels")
+        ka = ks[0]["id"]
+        pid = ks[0]["kernelmgr"]["pid"]
+        # another session's kernel under /s/b/: not found, whatever the method
+        for method, path in (("GET", ""), ("DELETE", ""), ("POST", "/interrupt"),
+                             ("POST", "/restart")):
+            st, r = http(method, f"{u}/s/b/api/kernels/{ka}{path}",
+                         {} if method == "POST" else None)
+            assert st == 404 and "not a kernel of session" in r["message"], (method, path, st, r)
+        st, r = http("GET", u + "/s/b/api/kernels")
+        assert st == 200 and all(k["kernelmgr"]["session"] == "b" for k in r), r
+        # a kernel start naming a under /s/b/
+        for body in ({"name": "kernelmgr-python--a"},
+                     {"name": "kernelmgr-python", "kernelmgr": {"session": "a"}}):
+            st, r = http("POST", u + "/s/b/api/kernels", body)
+            assert st == 400 and '"a"' in r["message"], (body, st, r)
+        # the JSON-RPC API: prefix, header, both
+        for url, hdr in ((u + "/s/b/api/kernelmgr", {}),
+                         (u + "/api/kernelmgr", {"X-Kernelmgr-Session": "b"})):
+            for m, params in (("exec", {"session": "a", "code": "secret = 'B'"}),
+                              ("close", {"session": "a"}),
+                              ("files.write", {"session": "a", "path": "x", "content": "B"})):
+                st, r = http("POST", url, rpc(m, params), headers=hdr)
+                assert r["error"]["code"] == -32602 and "routed by" in r["error"]["message"], r
+        st, r = http("POST", u + "/s/b/api/kernelmgr", rpc("ping"),
+                     headers={"X-Kernelmgr-Session": "a"})
+        assert st == 400 and "different sessions" in r["message"], r
+        # the kernel WebSocket of a under /s/b/: closed, saying why
+        ws = ws_connect(f"{u}/s/b/api/kernels/{ka}/channels")
+        try:
+            from test_gateway import close_code
+            code, why = close_code(ws)
+            assert "not a kernel of session b" in why, (code, why)
+        finally:
+            ws.close()
+        ws = ws_connect(u + "/s/b/api/kernelmgr/ws")
+        try:
+            r = ws_rpc(ws, rpc("exec", {"session": "a", "code": "secret = 'B'"}, id=3))
+            assert r["error"]["code"] == -32602, r
+            r = ws_rpc(ws, rpc("exec", {"session": "b", "code": "print('b ok')"}, id=4))
+            assert r["result"]["results"][0]["stdout"] == "b ok\n", r
+        finally:
+            ws.close()
+        a_works()
+        # malformed names: refused, never cut, nothing made
+        for path in ("/s/", "/s//api/kernels", "/s/.hidden/api/kernels",
+                     "/s/" + "x" * 65 + "/api/kernels", "/s/a%20b/api/kernels"):
+            st, r = http("GET", u + path)
+            assert st in (400, 404), (path, st, r)
+        for hv in ("x" * 65, "../a", ".a", "a b", "a/b"):
+            st, r = http("GET", u + "/api/kernels", headers={"X-Kernelmgr-Session": hv})
+            assert st == 400 and "X-Kernelmgr-Session" in r["message"], (hv, st, r)
+        assert n.sessions() == {"a", "b"}
+        # the prefix bypasses no check: token, then Host
+        assert http("GET", u + "/s/a/api/kernels", token=None)[0] == 401
+        assert http("GET", u + "/s/a/api/kernels", token="wrong-token-wrong-token")[0] == 401
+        st, r = http("GET", u + "/s/a/api/kernels", headers={"Host": "evil.example"})
+        assert st == 403, (st, r)
+        for path in ("/healthzx", "/healthz/x", "/s/a/healthz/../api/kernels", "/readyz/"):
+            assert http("GET", u + path, token=None)[0] in (401, 404), path
+        # health: a status word, whatever the Host, nothing else
+        for path in ("/healthz", "/s/a/healthz", "/readyz"):
+            st, r = http("GET", u + path, token=None, headers={"Host": "evil.example"})
+            assert st == 200 and set(r) == {"status"}, (path, st, r)
+        assert _alive(pid)
+        a_works()
+    finally:
+        n.close()
+
+
+def test_token_file_symlink_refused(tmp_path):
+    real = tmp_path / "real"
+    fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, (TOKEN + "\n").encode())
+    os.close(fd)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    m = mgrutil.Mgr({"http": "127.0.0.1:0", "http_token_file": str(link)})
+    try:
+        p = subprocess.run([mgrutil.KM, "serve"], env=m.env, capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+        assert p.returncode != 0 and "symbolic link" in p.stderr, p.stderr
+        assert TOKEN not in p.stderr
+    finally:
+        m.close()
+
+
 def _alive(pid):
     try:
         os.kill(pid, 0)
