@@ -46,12 +46,17 @@ json_t *gwapi_check(const json_t *req, const char *scope)
     /* the balancer routed by the prefix or header: a body naming another
      * session would act on a session that lives on another node */
     const json_t *sess = json_object_get(json_object_get(req, "params"), "session");
-    if (scope && scope[0] && json_is_string(sess) && strcmp(json_string_value(sess), scope))
-        return error_response(id, GWAPI_INVALID_PARAMS,
-                              "%s: field \"session\": \"%.64s\" is not the session this request "
-                              "was routed by, \"%s\" (its /s/%s/ prefix or X-Kernelmgr-Session "
-                              "header)",
-                              method, json_string_value(sess), scope, scope);
+    if (scope && scope[0] && json_is_string(sess) && strcmp(json_string_value(sess), scope)) {
+        json_t *e = error_response(id, GWAPI_INVALID_PARAMS,
+                                   "%s: field \"session\": \"%.64s\" is not the session this "
+                                   "request was routed by, \"%s\" (its /s/%s/ prefix or "
+                                   "X-Kernelmgr-Session header)",
+                                   method, json_string_value(sess), scope, scope);
+        /* as the daemon's own -32602: data.km_code (docs/API.md) */
+        json_object_set_new(json_object_get(e, "error"), "data",
+                            json_pack("{s:i}", "km_code", KM_EUSAGE));
+        return e;
+    }
     return NULL;
 }
 
