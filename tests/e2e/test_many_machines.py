@@ -33,7 +33,7 @@ from kutil import poll_until as poll  # noqa: E402
 import websocket  # noqa: E402  (Debian python3-websocket)
 import yaml  # noqa: E402  (Debian python3-yaml)
 
-from test_gateway import execute, msg  # noqa: E402,F401
+from test_gateway import close_code, execute, msg, wait_ready  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parents[2]
 NGINX_CONF = ROOT / "deploy" / "nginx" / "kernelmgr.conf"
@@ -389,6 +389,63 @@ def test_sessions_routed_by_name_through_nginx(cluster):
     assert r["result"]["results"][0]["stdout"] == "b\n", r
 
 
+def test_jupyter_server_on_one_session_through_the_front(cluster, tmp_path):
+    """`jupyter server --gateway-url http://front/s/NAME` (jupyter_server's
+    own GatewayClient): the kernel its notebook starts is session NAME's, on
+    the daemon NAME hashes to, and runs cells there."""
+    front, nodes = cluster
+    port = free_port()
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"),
+               JUPYTER_DATA_DIR=str(tmp_path / "data"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
+               HOME=str(tmp_path))
+    log = open(tmp_path / "server.log", "w")
+    p = subprocess.Popen([sys.executable, "-m", "jupyter_server", "--no-browser",
+                          f"--port={port}", "--ip=127.0.0.1", "--ServerApp.token=srvtok",
+                          "--allow-root", f"--gateway-url={front.url}/s/nb1",
+                          f"--GatewayClient.auth_token={TOKEN}",
+                          f"--ServerApp.root_dir={tmp_path}"],
+                         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def up():
+            assert p.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(base + "/api?token=srvtok", timeout=5):
+                    return True
+            except OSError:
+                return False
+
+        poll(up, bool, 90, "jupyter server up")
+        st, s = http("POST", base + "/api/sessions", {"path": "nb.ipynb", "type": "notebook",
+                                                      "kernel": {"name": "kernelmgr-python"}},
+                     token="srvtok")
+        assert st == 201, (st, s)
+        kid = s["kernel"]["id"]
+        owners = [n for n in nodes if "nb1" in n.sessions()]
+        assert len(owners) == 1 and kid.startswith(owners[0].id + "-"), (kid, owners)
+        ws = websocket.create_connection(
+            f"ws://127.0.0.1:{port}/api/kernels/{kid}/channels?token=srvtok", timeout=60)
+        try:
+            wait_ready(ws)
+            out, reply, _ = execute(ws, "z = 5; print(z * 2)")
+            assert out == "10\n", (out, reply)
+        finally:
+            ws.close()
+        # the agent's API sees the same state, through the front
+        st, r = call(front, "nb1", "exec", {"session": "nb1", "code": "print(z)"})
+        assert r["result"]["results"][0]["stdout"] == "5\n", r
+        st, ks = http("GET", base + "/api/kernels", token="srvtok")
+        assert st == 200 and [k["id"] for k in ks] == [kid], ks
+    finally:
+        p.terminate()
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        log.close()
+
+
 def test_attack_a_route_stays_in_its_session(tmp_path):
     """One daemon (node_id n0): whatever a client puts in the prefix, the
     header or the body, a request routed to session b never reaches
@@ -439,7 +496,6 @@ def test_attack_a_route_stays_in_its_session(tmp_path):
         # the kernel WebSocket of a under /s/b/: closed, saying why
         ws = ws_connect(f"{u}/s/b/api/kernels/{ka}/channels")
         try:
-            from test_gateway import close_code
             code, why = close_code(ws)
             assert "not a kernel of session b" in why, (code, why)
         finally:
