@@ -199,10 +199,26 @@ static void m_interrupt_restart(dreq *r, const json_t *p)
     dreq_ok(r, json_pack("{s:s}", "session", name));
 }
 
+/* files.list and files.read never create a session: they take "create"
+ * only as false, so a client can send it on every call */
+static int never_creates(dreq *r, int create)
+{
+    if (!create)
+        return 0;
+    snprintf(r->why, sizeof r->why,
+             "field \"create\": %s never creates a session (only false is accepted; make one "
+             "with session.create)",
+             r->method);
+    return -1;
+}
+
 static void m_files_list(dreq *r, const json_t *p)
 {
     const char *name, *path = NULL;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "path", &path))
+    int create = 0;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s s?b}", "session", &name, "path", &path,
+                   "create", &create) ||
+        never_creates(r, create))
         return dreq_invalid(r, r->why);
     char sub[WSFILE_PATH_MAX + 1];
     if (wsfile_normalize(path ? path : "", 1, sub, r->why, sizeof r->why) < 0)
@@ -232,8 +248,10 @@ static void m_files_read(dreq *r, const json_t *p)
 {
     const char *name, *path, *enc = "auto";
     json_int_t off = 0, len = 0;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?I s?I s?s}", "session", &name, "path",
-                   &path, "offset", &off, "length", &len, "encoding", &enc))
+    int create = 0;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?I s?I s?s s?b}", "session", &name, "path",
+                   &path, "offset", &off, "length", &len, "encoding", &enc, "create", &create) ||
+        never_creates(r, create))
         return dreq_invalid(r, r->why);
     if (off < 0 || (json_object_get(p, "length") && len < 1))
         return dreq_invalid(r, "field \"offset\" must be >= 0 and field \"length\" >= 1");
@@ -410,9 +428,11 @@ static const dtier_field f_exec[] = {F_ALL("session"),
                                      F_ALL("create"),
                                      {NULL, 0, 0, NULL}};
 static const dtier_field f_close[] = {F_ALL("session"), F_ALL("keep"), {NULL, 0, 0, NULL}};
-static const dtier_field f_files_list[] = {F_ALL("session"), F_ALL("path"), {NULL, 0, 0, NULL}};
-static const dtier_field f_files_read[] = {F_ALL("session"), F_ALL("path"),     F_ALL("offset"),
-                                           F_ALL("length"),  F_ALL("encoding"), {NULL, 0, 0, NULL}};
+static const dtier_field f_files_list[] = {
+    F_ALL("session"), F_ALL("path"), F_ALL("create"), {NULL, 0, 0, NULL}};
+static const dtier_field f_files_read[] = {F_ALL("session"),  F_ALL("path"),     F_ALL("offset"),
+                                           F_ALL("length"),   F_ALL("encoding"), F_ALL("create"),
+                                           {NULL, 0, 0, NULL}};
 static const dtier_field f_files_write[] = {F_ALL("session"),  F_ALL("path"),   F_ALL("content"),
                                             F_ALL("encoding"), F_ALL("append"), F_ALL("create"),
                                             {NULL, 0, 0, NULL}};

@@ -292,6 +292,12 @@ def test_sessions_routed_by_name_through_nginx(cluster):
     st, r = call(front, "nosuch", "exec", {"session": "nosuch", "code": "1"})
     assert r["error"]["code"] == -32003, r
     assert "nosuch" in r["error"]["message"] and "create: false" in r["error"]["message"], r
+    st, r = call(front, "nosuch", "files.write", {"session": "nosuch", "path": "f", "content": ""})
+    assert r["error"]["code"] == -32003, r
+    st, r = call(front, a, "files.list", {"session": a, "create": False})
+    assert "result" in r, r
+    st, r = call(front, a, "files.read", {"session": a, "path": "f", "create": True})
+    assert r["error"]["code"] == -32602 and "never creates" in r["error"]["message"], r
     assert not any("nosuch" in n.sessions() for n in nodes)
 
     # the Jupyter REST API under /s/NAME/: the session's own kernels
