@@ -99,9 +99,13 @@ $(PYC_STAMP): $(BUILD)/share/kernelmgr/python/driver.py
 	  echo "note: $$py could not precompile $< (the driver compiles at start)"; done
 	@touch $@
 
-$(BUILD)/tests/%: tests/unit/%.c $(ALL_LIBS) $(HEADERS)
+# Unit tests that need a kernel but not Python or Bash link the fake one
+# (tests/unit/fake_kernel.h).
+FAKE_KERNEL_TESTS := test_kserver_fake test_km_session_locks
+$(FAKE_KERNEL_TESTS:%=$(BUILD)/tests/%): $(BUILD)/obj/tests/unit/fake_kernel.o
+$(BUILD)/tests/%: tests/unit/%.c $(ALL_LIBS) $(HEADERS) tests/unit/fake_kernel.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(ALL_LIBS) -lcmocka $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(filter %.o,$^) $(ALL_LIBS) -lcmocka $(LDLIBS)
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \

@@ -3,6 +3,7 @@
  * (with free tcp ports and a fresh key), and ZeroMQ endpoints.
  */
 #include "jp_internal.h"
+#include "common/cm_utf8.h"
 #include "common/cm_io.h"
 
 #include <arpa/inet.h>
@@ -64,7 +65,7 @@ jp_status jp_connection_parse(const char *text, size_t len, jp_connection *out, 
     if (len > JP_CONNFILE_MAX)
         return jp_error_set(err, JP_ERR_TOO_LARGE, "connection file is %zu bytes (limit %u)", len,
                             JP_CONNFILE_MAX);
-    if (!jp_utf8_valid(text, len))
+    if (!cm_utf8_valid(text, len))
         return jp_error_set(err, JP_ERR_UTF8, "connection file is not valid UTF-8");
     json_error_t je; /* zeroed: see parse_object() in jp_session.c */
     memset(&je, 0, sizeof je);
@@ -200,7 +201,7 @@ jp_status jp_connection_write(const char *path, const jp_connection *c, jp_error
     const size_t sizes[] = {sizeof c->ip, sizeof c->key, sizeof c->transport,
                             sizeof c->signature_scheme, sizeof c->kernel_name};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
-        if (!jp_utf8_valid(texts[i], strnlen(texts[i], sizes[i])))
+        if (!cm_utf8_valid(texts[i], strnlen(texts[i], sizes[i])))
             return jp_error_set(err, JP_ERR_ARG, "connection field \"%.40s\" is not valid UTF-8",
                                 texts[i]);
     /* Same keys as jupyter_client's write_connection_file. */

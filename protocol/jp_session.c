@@ -4,6 +4,7 @@
  * Jupyter messages (jupyter_client's Session.serialize / deserialize).
  */
 #include "jp_internal.h"
+#include "common/cm_utf8.h"
 
 #include <sodium.h>
 #include <stdlib.h>
@@ -237,7 +238,7 @@ static jp_status parse_object(const jp_frame *f, int idx, json_t **out, jp_error
 {
     *out = NULL;
     const char *name = jp_frame_names[idx];
-    if (!jp_utf8_valid(f->data, f->size))
+    if (!cm_utf8_valid(f->data, f->size))
         return jp_error_set(err, JP_ERR_UTF8, "%s frame is not valid UTF-8", name);
     /* Zeroed: jansson leaves the error untouched when its lexer cannot even
      * allocate, so an empty text means "out of memory" too. */

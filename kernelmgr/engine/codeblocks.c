@@ -2,6 +2,7 @@
  * codeblocks.c — Markdown fences, shebangs and the language heuristic.
  */
 #include "kernelmgr/engine/codeblocks.h"
+#include "common/cm_utf8.h"
 #include "kernelmgr/engine/config.h"
 #include "kernelmgr/engine/outcap.h"
 #include "protocol/jp.h"
@@ -322,7 +323,7 @@ int cblocks_check_code(const char *code, size_t len, uint64_t max, char *err, si
             snprintf(err, errlen, "code contains a NUL byte (byte %zu)", i);
             return -1;
         }
-        size_t n = jp_utf8_decode(p + i, len - i, NULL);
+        size_t n = cm_utf8_decode(p + i, len - i, NULL);
         if (!n) {
             snprintf(err, errlen, "code is not valid UTF-8 (byte %zu)", i);
             return -1;

@@ -2,6 +2,7 @@
  * codeexec.c — run one block on a kernel and build its result.
  */
 #include "kernelmgr/engine/codeexec.h"
+#include "common/cm_utf8.h"
 #include "common/cm_clock.h"
 #include "common/cm_mime.h"
 #include "kernelmgr/engine/fsdiff.h"
@@ -189,7 +190,7 @@ static void save_images(const codeexec_params *p, json_t *bundle, json_t *images
  * *cut gets the number of bytes left out. */
 static char *cut_text(const char *s, size_t len, size_t max, size_t *cut)
 {
-    size_t n = len <= max ? len : jp_utf8_complete_prefix(s, max);
+    size_t n = len <= max ? len : cm_utf8_complete_prefix(s, max);
     *cut = len - n;
     return strndup(s, n);
 }
@@ -514,6 +515,9 @@ static void exec_on_iopub(exec_state *x, const char *type, const json_t *c, doub
 /* A gap between two turns of exec_wait longer than this is a stall of the
  * manager (SIGSTOP, swap, a debugger), not time the kernel had. */
 #define CODEEXEC_STALL_S 2.0
+/* A user's interrupt waits for the kernel to take the cell at most this
+ * long (a kernel that never says it started is interrupted anyway). */
+#define CODEEXEC_INTERRUPT_WAIT_S 2.0
 /* What a read of "everything that has arrived" takes at most: about the
  * depth of the manager's IOPub queue (kclient.c), and a second. */
 #define CODEEXEC_DRAIN_MAX 1024
@@ -627,6 +631,7 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp)
     double deadline = x->t_sent + p->timeout, give_up = 0, last_alive_check = 0, idle_seen = 0;
     double probe_wait = p->grace > 2 ? p->grace : 2, last_now = x->t_sent;
     int user_interrupt_seen = 0;
+    double interrupt_asked = 0;
 
     while (!(x->idle && x->reply)) {
         double now = cm_mono_s();
@@ -648,7 +653,15 @@ static void exec_wait(exec_state *x, kclient *kc, kproc *kp)
             x->no_reply = 1;
             break;
         }
-        if (p->interrupt_flag && atomic_load(p->interrupt_flag) && !user_interrupt_seen) {
+        /* An interrupt asked for before the kernel took the cell would
+         * reach a kernel with nothing to interrupt (the control channel can
+         * overtake the shell one), and the cell would then run on until the
+         * grace's kill: it is sent once the cell started, or after
+         * CODEEXEC_INTERRUPT_WAIT_S when the kernel never says so. */
+        if (p->interrupt_flag && atomic_load(p->interrupt_flag) && !interrupt_asked)
+            interrupt_asked = now;
+        if (interrupt_asked && !user_interrupt_seen &&
+            (x->started || now - interrupt_asked >= CODEEXEC_INTERRUPT_WAIT_S)) {
             user_interrupt_seen = 1;
             if (exec_drain(x, kc) < 0)
                 break;

@@ -2,6 +2,7 @@
  * fsdiff.c — bounded fd-based walks of a workspace and their comparison.
  */
 #include "kernelmgr/engine/fsdiff.h"
+#include "common/cm_utf8.h"
 #include "common/cm_mime.h"
 #include "common/cm_size.h"
 #include "kernelmgr/engine/wsfile.h"
@@ -53,8 +54,8 @@ static void snap_note(fsdiff_snap *s, const char *what, const char *rel, const c
     size_t len = strlen(rel);
     int cut = len > FSDIFF_NOTE_PATH_MAX;
     if (cut)
-        len = jp_utf8_complete_prefix(rel, FSDIFF_NOTE_PATH_MAX);
-    char *p = jp_utf8_sanitize(rel, len, NULL);
+        len = cm_utf8_complete_prefix(rel, FSDIFF_NOTE_PATH_MAX);
+    char *p = cm_utf8_sanitize(rel, len, NULL);
     char *note = NULL;
     if (p && asprintf(&note, "%s: %s%s%s%s%s", what, *rel ? p : ".", cut ? "..." : "",
                       detail ? " (" : "", detail ? detail : "", detail ? ")" : "") < 0)
@@ -394,8 +395,8 @@ static const char *sniff(int fd)
     if (memchr(buf, 0, (size_t)n))
         return "application/octet-stream";
     /* a multi-byte char may be cut at the end of the sample */
-    size_t ok = jp_utf8_complete_prefix(buf, (size_t)n);
-    return jp_utf8_valid(buf, ok) ? "text/plain" : "application/octet-stream";
+    size_t ok = cm_utf8_complete_prefix(buf, (size_t)n);
+    return cm_utf8_valid(buf, ok) ? "text/plain" : "application/octet-stream";
 }
 
 const char *fsdiff_mime_fd(int fd, const char *relpath)
@@ -451,9 +452,9 @@ static size_t report_cost(const char *p, size_t plen, const char *t, size_t tlen
 static json_t *entry_json(int rootfd, const fsent *e, const char *change, size_t *cost)
 {
     size_t plen = 0, tlen = 0;
-    char *p = jp_utf8_sanitize(e->path, strlen(e->path), &plen);
+    char *p = cm_utf8_sanitize(e->path, strlen(e->path), &plen);
     char *t = e->target && strcmp(change, "deleted")
-                  ? jp_utf8_sanitize(e->target, strlen(e->target), &tlen)
+                  ? cm_utf8_sanitize(e->target, strlen(e->target), &tlen)
                   : NULL;
     *cost = report_cost(p, plen, t, tlen);
     /* a deleted file is not there to sniff */
@@ -539,8 +540,8 @@ json_t *fsdiff_list(const fsdiff_snap *s, size_t max, size_t *omitted)
             continue;
         }
         size_t plen = 0, tlen = 0;
-        char *p = jp_utf8_sanitize(e->path, strlen(e->path), &plen);
-        char *t = e->target ? jp_utf8_sanitize(e->target, strlen(e->target), &tlen) : NULL;
+        char *p = cm_utf8_sanitize(e->path, strlen(e->path), &plen);
+        char *t = e->target ? cm_utf8_sanitize(e->target, strlen(e->target), &tlen) : NULL;
         /* sanitising and escaping may grow the text (U+FFFD for a bad byte,
          * \u00XX for a control character): the listing, as sent, is held to
          * the walk's budget too */

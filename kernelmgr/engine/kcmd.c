@@ -3,7 +3,7 @@
  * options, its environment file (package variables, the user's env) and the
  * Python interpreter resolved once for sessions that chose none.
  */
-#include "kernelmgr/packages/pkginstall.h"
+#include "kernelmgr/engine/pkgdirs.h"
 #include "kernelmgr/engine/session_int.h"
 #include "kernels/python/pydetect.h"
 #include "kernels/server/kenv.h"
@@ -264,8 +264,8 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     char root[PATH_MAX], ro[PATH_MAX];
     int have_root = s->pool_entry
                         ? snprintf(root, sizeof root, "%.4000s/packages", s->pool_dir) < PATH_MAX
-                        : pkginst_session_root(m->home, s->name, root) == 0;
-    char **penv = have_root ? pkginst_kernel_env(root,
+                        : pkgdirs_session_root(m->home, s->name, root) == 0;
+    char **penv = have_root ? pkgdirs_kernel_env(root,
                                                  lg->packages == KM_LANG_PKG_PIP   ? "pip"
                                                  : lg->packages == KM_LANG_PKG_NPM ? "npm"
                                                                                    : NULL,
@@ -298,7 +298,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     if (ms && fclose(ms))
         mem_ok = 0;
     json_decref(uenv);
-    pkginst_env_free(&penv);
+    pkgdirs_env_free(&penv);
     char *env_path = mem_ok ? write_env_file(s, ebuf, elen, err, errlen) : NULL;
     if (ebuf) {
         explicit_bzero(ebuf, elen);

@@ -161,14 +161,16 @@ json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t 
  * "created","session"} or NULL with err. */
 json_t *km_file_write(km_manager *m, const char *name, const char *rel, const void *data,
                       size_t len, int append, km_err *err);
-/* new: installs allowlisted packages (pkginstall.h) for session `name`:
- * manager "pip" | "npm", packages an array of 1..50 strings (borrowed).
- * allowlist_path NULL: $KERNELMGR_ALLOWLIST, else home/allowlist.json. A
- * live session's install holds its lock (close waits for it); a name
- * without a session gets the packages for when it is created. The
- * pkginst_install result plus "session", or NULL with err. */
-json_t *km_packages_install(km_manager *m, const char *name, const char *allowlist_path,
-                            const char *manager, const json_t *packages, km_err *err);
+/* Runs fn(m, name, live, arg, err) for session `name`: when the session is
+ * live (live 1) under its operation lock (a running cell finishes first;
+ * close waits for fn), else (live 0) under the manager's package lock, so
+ * never during a close of the name. What the package installer
+ * (kernelmgr/packages/pkgsession.h) runs installs under. fn's result, or
+ * NULL with err (KM_EUSAGE for a bad name, KM_ENOSESSION when the session
+ * closed meanwhile). */
+typedef json_t *(*km_locked_fn)(km_manager *m, const char *name, int live, void *arg, km_err *err);
+json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn, void *arg,
+                                km_err *err);
 
 /* new: the warm pool: {"size": configured entries, "ready": started entries,
  * "live_kernels": N, "entries": [{"python": pid|null, "bash": pid|null, ...}]} (one key per

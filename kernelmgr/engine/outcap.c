@@ -2,6 +2,7 @@
  * outcap.c — head + tail ring with a spill file.
  */
 #include "kernelmgr/engine/outcap.h"
+#include "common/cm_utf8.h"
 #include "common/cm_io.h"
 #include "common/cm_size.h"
 #include "jp.h"
@@ -252,7 +253,7 @@ char *outcap_text(const outcap *oc, size_t *kept_len)
     size_t skip = 0;
     if (outcap_truncated(oc)) {
         /* cut at character boundaries so the marker does not split a char */
-        hl = jp_utf8_complete_prefix(oc->head, hl);
+        hl = cm_utf8_complete_prefix(oc->head, hl);
         uint64_t omitted = oc->total - oc->head_len - oc->tail_len;
         const char *sp = outcap_spill(oc);
         const char *note = outcap_spill_note(oc);
@@ -289,7 +290,7 @@ char *outcap_text(const outcap *oc, size_t *kept_len)
         memmove(raw + hl + ml, raw + hl + ml + skip, tl - skip);
     }
     size_t n = hl + ml + tl - skip;
-    char *out = jp_utf8_sanitize(raw, n, NULL);
+    char *out = cm_utf8_sanitize(raw, n, NULL);
     free(raw);
     if (kept_len)
         *kept_len = hl + tl - skip;

@@ -3,7 +3,7 @@
  * (runs kept, their age), and the start-up scan that removes sessions,
  * packages and kernel history files of runs that have ended.
  */
-#include "kernelmgr/packages/pkginstall.h"
+#include "kernelmgr/engine/pkgdirs.h"
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
 #include "common/cm_clock.h"
@@ -75,7 +75,7 @@ void prune_orphans(km_manager *m)
             free(p);
             p = NULL;
             char why[512];
-            if (gone && pkginst_remove_session(m->home, de->d_name, why, sizeof why))
+            if (gone && pkgdirs_remove_session(m->home, de->d_name, why, sizeof why))
                 fprintf(stderr, "kernelmgr: %s\n", why);
         }
         if (d)
@@ -220,7 +220,7 @@ void reap_dead_runs(km_manager *m)
         }
         fprintf(stderr, "kernelmgr: removing %s: its `kernelmgr run` has ended\n", sdir);
         char why[512];
-        if (pkginst_remove_session(m->home, de->d_name, why, sizeof why))
+        if (pkgdirs_remove_session(m->home, de->d_name, why, sizeof why))
             fprintf(stderr, "kernelmgr: %s\n", why);
         session_rmtree(sdir);
         free(sdir);

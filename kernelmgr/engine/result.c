@@ -3,7 +3,7 @@
  */
 #include "kernelmgr/engine/result.h"
 #include "common/cm_mime.h"
-#include "kernelmgr/frontends/termsafe.h"
+#include "common/cm_termsafe.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,12 +6,11 @@
  * lists.
  */
 #include "kernelmgr/engine/session.h"
-#include "kernelmgr/packages/allowlist.h"
 #include "kernelmgr/engine/codeexec.h"
 #include "kernelmgr/engine/export.h"
 #include "kernelmgr/engine/fsdiff.h"
 #include "kernelmgr/engine/kmhome.h"
-#include "kernelmgr/packages/pkginstall.h"
+#include "kernelmgr/engine/pkgdirs.h"
 #include "kernelmgr/engine/result.h"
 #include "kernelmgr/engine/session_int.h"
 #include "kernelmgr/engine/wsfile.h"
@@ -313,7 +312,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
          * existed win, and the pool entry is then not used. */
         char from[PATH_MAX];
         snprintf(from, sizeof from, "%.4000s/packages", m->pool->pool_dir);
-        if (pkginst_adopt(from, m->home, name) == 0 || errno == ENOENT) {
+        if (pkgdirs_adopt(from, m->home, name) == 0 || errno == ENOENT) {
             pooled = m->pool;
             m->pool = pooled->next;
         }
@@ -1056,7 +1055,7 @@ int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, 
             session_rmtree(s->pool_dir);
         session_rmtree(s->dir);
         char why[512];
-        if (pkginst_remove_session(m->home, s->name, why, sizeof why))
+        if (pkgdirs_remove_session(m->home, s->name, why, sizeof why))
             fprintf(stderr, "kernelmgr: cannot remove the packages of session %s: %s\n", s->name,
                     why);
         if (!(flags & KM_KEEP_OUTPUTS))
@@ -1362,96 +1361,28 @@ json_t *km_file_write(km_manager *m, const char *name, const char *rel, const vo
     return r;
 }
 
-json_t *km_packages_install(km_manager *m, const char *name, const char *allowlist_path,
-                            const char *manager, const json_t *packages, km_err *err)
+json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn, void *arg,
+                                km_err *err)
 {
     if (!km_name_valid(name)) {
         kerr(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
         return NULL;
     }
-    int mgr = allowlist_mgr_from_name(manager);
-    if (mgr < 0) {
-        kerr(err, KM_EUSAGE, "manager must be \"pip\" or \"npm\" (got \"%s\")",
-             manager ? manager : "");
-        return NULL;
-    }
-    size_t n = json_array_size(packages), i;
-    if (!json_is_array(packages) || n == 0 || n > 50) {
-        kerr(err, KM_EUSAGE, "packages must be a list of 1 to 50 package names");
-        return NULL;
-    }
-    json_t *p;
-    json_array_foreach(packages, i, p)
-    {
-        if (!json_is_string(p)) {
-            kerr(err, KM_EUSAGE, "packages must contain strings only");
-            return NULL;
-        }
-    }
-    char *path = NULL;
-    const char *env = getenv("KERNELMGR_ALLOWLIST");
-    if (allowlist_path && *allowlist_path)
-        path = strdup(allowlist_path);
-    else if (env && *env)
-        path = strdup(env);
-    else if (asprintf(&path, "%s/allowlist.json", m->home) < 0)
-        path = NULL;
-    if (!path) {
-        kerr(err, KM_EINTERNAL, "out of memory");
-        return NULL;
-    }
-    char why[1024];
-    /* read on every call: the operator may edit the list while agents run */
-    allowlist *al = allowlist_load(path, 0, why, sizeof why);
-    free(path);
-    if (!al) {
-        kerr(err, KM_EUSAGE, "the package allowlist cannot be read, so nothing is installable: %s",
-             why);
-        return NULL;
-    }
-    /* every request is checked before anything runs */
-    char pname[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1];
-    json_array_foreach(packages, i, p)
-    {
-        if (allowlist_check(al, (allowlist_mgr)mgr, json_string_value(p), pname, spec, why,
-                            sizeof why) < 0) {
-            allowlist_destroy(&al);
-            kerr(err, KM_EUSAGE, "install refused, nothing was installed: %s", why);
-            return NULL;
-        }
-    }
     /* A live session: under its lock, so close (which removes the package
-     * directory) waits for the install. A name without a session installs
-     * for the name: the session created later sees the packages (and takes
-     * no warm-pool entry, see create_locked). */
+     * directory) waits for fn. A name without a session: under pkg_mu, so
+     * not during a close of the name (wholly before or after it). */
     session *s = session_get(m, name);
     if (s) {
         session_put(m, s);
-        if (!(s = session_lock_op(m, name, err))) {
-            allowlist_destroy(&al);
+        if (!(s = session_lock_op(m, name, err)))
             return NULL;
-        }
     }
-    if (!s) /* not during a close of the name: wholly before or after it */
+    if (!s)
         pthread_mutex_lock(&m->pkg_mu);
-    json_t *r = pkginst_install(al, (allowlist_mgr)mgr, m->home, name, packages, why, sizeof why);
+    json_t *r = fn(m, name, s != NULL, arg, err);
     if (s)
         session_unlock_op(m, s);
     else
         pthread_mutex_unlock(&m->pkg_mu);
-    allowlist_destroy(&al);
-    char root[PATH_MAX];
-    if (!r && !s && pkginst_session_root(m->home, name, root) == 0 && access(root, F_OK) != 0) {
-        /* a close of the name was finishing (it removes the package
-         * directory after the session left the list): the install lost */
-        kerr(err, KM_ENOSESSION,
-             "session \"%s\" was closed while the install ran; nothing was installed", name);
-        return NULL;
-    }
-    if (!r) {
-        kerr(err, KM_EINTERNAL, "install failed, nothing was installed: %s", why);
-        return NULL;
-    }
-    json_object_set_new(r, "session", json_string(name));
     return r;
 }

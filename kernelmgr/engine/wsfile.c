@@ -2,6 +2,7 @@
  * wsfile.c — the one way the host touches a workspace (see wsfile.h).
  */
 #include "kernelmgr/engine/wsfile.h"
+#include "common/cm_utf8.h"
 #include "common/cm_io.h"
 
 #include <dirent.h>
@@ -581,8 +582,8 @@ json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t
     } else if (strcmp(encoding, "auto") == 0) {
         /* A chunk may end inside a character: judge the complete prefix,
          * and return only that much so the next offset starts cleanly. */
-        size_t clean = (offset + got < size) ? jp_utf8_complete_prefix(buf, got) : got;
-        if (memchr(buf, 0, clean) == NULL && jp_utf8_valid(buf, clean) && (clean > 0 || got == 0)) {
+        size_t clean = (offset + got < size) ? cm_utf8_complete_prefix(buf, got) : got;
+        if (memchr(buf, 0, clean) == NULL && cm_utf8_valid(buf, clean) && (clean > 0 || got == 0)) {
             as_text = 1;
             text_len = clean;
         }
@@ -590,7 +591,7 @@ json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t
     json_t *content;
     size_t returned;
     if (as_text) {
-        char *s = jp_utf8_sanitize(buf, text_len, NULL);
+        char *s = cm_utf8_sanitize(buf, text_len, NULL);
         content = s ? json_string(s) : NULL;
         free(s);
         returned = text_len;

@@ -6,6 +6,7 @@
  * none runs, so state survives between CLI calls.
  */
 #include "kernelmgr/frontends/cli.h"
+#include "kernelmgr/frontends/gwdaemon.h"
 #include "kernelmgr/engine/codeblocks.h"
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/service/dtier.h"
@@ -17,7 +18,7 @@
 #include "kernelmgr/engine/km.h"
 #include "kernelmgr/engine/kmhome.h"
 #include "kernelmgr/engine/result.h"
-#include "kernelmgr/frontends/termsafe.h"
+#include "common/cm_termsafe.h"
 #include "kernels/server/kenv.h"
 #include "common/cm_clock.h"
 #include "common/cm_path.h"
@@ -37,58 +38,9 @@
 
 #define KM_VERSION "0.1.0"
 
-static const char usage_text[] =
-    "Usage: kernelmgr COMMAND [options]\n"
-    "\n"
-    "Commands:\n"
-    "  run [opts] (-c CODE | FILE | -)        one-shot: fresh session, run every block, tear down\n"
-    "  exec --session NAME [opts] (-c CODE | FILE | -)\n"
-    "                                         run in a persistent session (starts the daemon)\n"
-    "  sessions                               list sessions\n"
-    "  sessions --repair NAME                 repair a session whose session.json is damaged\n"
-    "                                         (says what it did: rewritten, or recreated with\n"
-    "                                         the defaults, workspace kept)\n"
-    "  close NAME [--keep]                    stop kernels, remove the workspace (unless --keep)\n"
-    "  interrupt NAME | restart NAME          interrupt running code | fresh kernels, same files\n"
-    "  files NAME                             list the session's workspace\n"
-    "  export NAME [-o FILE] [--kernel NAME]  the session's history as a Jupyter notebook\n"
-    "  connection-file NAME [--lang L]        connection file for `jupyter console --existing`\n"
-    "  install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...\n"
-    "                                         install allowlisted packages for a session\n"
-    "  serve [--pool N] [--stop]              run the daemon in the foreground (or stop it)\n"
-    "        [--http [ADDR:]PORT] [--tls-cert F --tls-key F] [--insecure]\n"
-    "                                         also serve Jupyter frontends over HTTP "
-    "(docs/GATEWAY.md)\n"
-    "  drain | undrain                        the daemon makes no new sessions (its existing\n"
-    "                                         ones keep working; /readyz says draining) | again\n"
-    "  mcp                                    MCP server on stdio\n"
-    "  config --doc                           the configuration keys as a markdown table\n"
-    "  doctor                                 sandbox capabilities, Python, versions\n"
-    "                                         (exit 1: configured sandbox unavailable)\n"
-    "  kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n"
-    "        [--network on|off] [--memory SIZE] [--cpus N] [--cpu-time S]\n"
-    "                                         install kernelmgr-LANG kernelspecs (python,\n"
-    "                                         bash and each configured backend language)\n"
-    "\n"
-    "Options:\n"
-    "  --lang python|bash|auto   language of the input (default auto: Markdown fences,\n"
-    "                            shebang, else a heuristic); or a language the\n"
-    "                            configuration's \"kernels\" adds\n"
-    "  --timeout SECONDS         per block (default 60): interrupt, grace, then kill+restart\n"
-    "  --network on|off          network inside the sandbox (new sessions; default off)\n"
-    "  --memory SIZE             memory limit of each kernel, e.g. 1G (new sessions)\n"
-    "  --cpus N                  CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)\n"
-    "  --cpu-time SECONDS        CPU-time budget per block (new sessions)\n"
-    "  --workspace DIR           use DIR as the workspace (new sessions)\n"
-    "  --python PATH             Python interpreter of the python kernel (new sessions)\n"
-    "  --sandbox strict|none     sandbox level of the kernels (new sessions; default strict)\n"
-    "  --env NAME=VALUE          a variable for the code's environment (new sessions;\n"
-    "                            repeatable). The sandbox gets no other variable of\n"
-    "                            yours but LANG, LC_*, TERM and TZ\n"
-    "  --json                    one JSON result object per block, one per line\n"
-    "  --continue-on-error       run the remaining blocks after a failing one\n"
-    "  --config FILE             configuration (default $KERNELMGR_HOME/config.json)\n"
-    "  -c CODE                   the code (instead of FILE or - for stdin)\n"
+/* The end of --help (cli_usage: the commands and options come from their
+ * tables). */
+static const char cli_usage_footer[] =
     "\n"
     "State lives in $KERNELMGR_HOME (default $XDG_STATE_HOME/kernelmgr or\n"
     "~/.local/state/kernelmgr).\n"
@@ -1159,6 +1111,7 @@ static int cmd_serve(cli *c)
         fprintf(stderr, "kernelmgr: note: %s; this daemon cannot serve HTTP later\n", why);
     }
     km_err err = {0, ""};
+    daemon_http_register(&gwdaemon_ops);
     int st = daemon_serve(c->home, &c->cfg, &err);
     if (st == DAEMON_SERVE_ALREADY) {
         if (c->cfg.http[0])
@@ -1237,38 +1190,6 @@ static int cmd_doctor(cli *c)
 
 /* ---------------------------------------------------------------- parsing */
 
-enum {
-    OPT_LANG = 256,
-    OPT_TIMEOUT,
-    OPT_NETWORK,
-    OPT_MEMORY,
-    OPT_HTTP,
-    OPT_TLS_CERT,
-    OPT_TLS_KEY,
-    OPT_INSECURE,
-    OPT_WORKSPACE,
-    OPT_PYTHON,
-    OPT_SANDBOX,
-    OPT_JSON,
-    OPT_CONTINUE,
-    OPT_CONFIG,
-    OPT_SESSION,
-    OPT_KEEP,
-    OPT_REPAIR,
-    OPT_KERNEL,
-    OPT_USER,
-    OPT_PREFIX,
-    OPT_POOL,
-    OPT_STOP,
-    OPT_HELP,
-    OPT_VERSION,
-    OPT_ENV,
-    OPT_CPUS,
-    OPT_CPU_TIME,
-    OPT_MANAGER,
-    OPT_ALLOWLIST,
-};
-
 static int cli_dispatch(int argc, char **argv);
 
 /* run / exec: the code from -c, a FILE or - (stdin) */
@@ -1313,28 +1234,55 @@ struct cli_command {
     void (*no_daemon)(cli *c);
     int (*instead)(cli *c);
     int own_args;
+    const char *synopsis; /* --help: the command line (lines split on \n) */
+    const char *help;     /* --help: what it does */
 };
 
 static const cli_command cli_commands[] = {
-    {"run", cmd_code, NULL, 0, NULL, NULL, NULL, NULL, 0},
-    {"exec", cmd_code, NULL, 0, NULL, NULL, NULL, NULL, 0},
+    {"run", cmd_code, NULL, 0, NULL, NULL, NULL, NULL, 0, "run [opts] (-c CODE | FILE | -)",
+     "one-shot: fresh session, run every block, tear down"},
+    {"exec", cmd_code, NULL, 0, NULL, NULL, NULL, NULL, 0,
+     "exec --session NAME [opts] (-c CODE | FILE | -)",
+     "run in a persistent session (starts the daemon)"},
     {"sessions", NULL, "sessions.list", 0, NULL, print_sessions, sessions_no_daemon,
-     sessions_repair, 0},
-    {"close", NULL, "close", 1, build_close, NULL, NULL, NULL, 0},
-    {"interrupt", NULL, "interrupt", 1, NULL, NULL, NULL, NULL, 0},
-    {"restart", NULL, "restart", 1, NULL, NULL, NULL, NULL, 0},
-    {"files", NULL, "files.list", 1, NULL, print_files, NULL, NULL, 0},
-    {"export", NULL, "export", 1, build_export, print_export, NULL, NULL, 0},
+     sessions_repair, 0, "sessions [--repair NAME]",
+     "list sessions; --repair NAME repairs a session\nwhose session.json is damaged (says what it "
+     "did:\nrewritten, or recreated with the defaults,\nworkspace kept)"},
+    {"close", NULL, "close", 1, build_close, NULL, NULL, NULL, 0, "close NAME [--keep]",
+     "stop kernels, remove the workspace (unless --keep)"},
+    {"interrupt", NULL, "interrupt", 1, NULL, NULL, NULL, NULL, 0, "interrupt NAME",
+     "interrupt running code"},
+    {"restart", NULL, "restart", 1, NULL, NULL, NULL, NULL, 0, "restart NAME",
+     "fresh kernels, same files"},
+    {"files", NULL, "files.list", 1, NULL, print_files, NULL, NULL, 0, "files NAME",
+     "list the session's workspace"},
+    {"export", NULL, "export", 1, build_export, print_export, NULL, NULL, 0,
+     "export NAME [-o FILE] [--kernel NAME]", "the session's history as a Jupyter notebook"},
     {"connection-file", NULL, "connection_file", 1, build_connection_file, print_connection_file,
-     NULL, NULL, 0},
-    {"serve", cmd_serve, NULL, 0, NULL, NULL, NULL, NULL, 0},
-    {"doctor", cmd_doctor, NULL, 0, NULL, NULL, NULL, NULL, 0},
-    {"kernelspec", cmd_kernelspec, NULL, 0, NULL, NULL, NULL, NULL, 0},
-    {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0},
-    {"drain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0},
-    {"undrain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0},
-    {"mcp", cmd_mcp, NULL, 0, NULL, NULL, NULL, NULL, 1},
-    {"config", cmd_config, NULL, 0, NULL, NULL, NULL, NULL, 1},
+     NULL, NULL, 0, "connection-file NAME [--lang L]",
+     "connection file for `jupyter console --existing`"},
+    {"serve", cmd_serve, NULL, 0, NULL, NULL, NULL, NULL, 0,
+     "serve [--pool N] [--stop]\n      [--http [ADDR:]PORT] [--tls-cert F --tls-key F] "
+     "[--insecure]",
+     "run the daemon in the foreground (or stop it)\nalso serve Jupyter frontends over HTTP "
+     "(docs/GATEWAY.md)"},
+    {"doctor", cmd_doctor, NULL, 0, NULL, NULL, NULL, NULL, 0, "doctor [--json]",
+     "sandbox capabilities, Python, versions\n(exit 1: configured sandbox unavailable)"},
+    {"kernelspec", cmd_kernelspec, NULL, 0, NULL, NULL, NULL, NULL, 0,
+     "kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n      "
+     "[--network on|off] [--memory SIZE] [--cpus N] [--cpu-time S]",
+     "\ninstall kernelmgr-LANG kernelspecs (python,\nbash and each configured backend language)"},
+    {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0,
+     "install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...",
+     "install allowlisted packages for a session"},
+    {"drain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0, "drain",
+     "the daemon makes no new sessions (its existing\nones keep working; /readyz says draining)"},
+    {"undrain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0,
+     "undrain", "new sessions again after drain"},
+    {"mcp", cmd_mcp, NULL, 0, NULL, NULL, NULL, NULL, 1, "mcp [--allowlist FILE]",
+     "MCP server on stdio"},
+    {"config", cmd_config, NULL, 0, NULL, NULL, NULL, NULL, 1, "config --doc",
+     "the configuration keys as a markdown table"},
 };
 
 static int cmd_simple(cli *c, const cli_command *k)
@@ -1402,51 +1350,315 @@ int cli_main(int argc, char **argv)
     return st;
 }
 
+/* ---------------------------------------------------------------- options
+ *
+ * Every command-line option is one row of cli_opts[]: its name (and short
+ * letter), the name of its value in --help, the one function that parses,
+ * checks and stores it, the field of cli it fills, and its --help line
+ * (NULL: an option of one command, named in that command's synopsis). The
+ * getopt table, the short-option string and --help are built from it; the
+ * ranges of the session options are the session options' table's
+ * (dtier.h). A setter returns 0, an exit status (usage_error), or
+ * CLI_OPT_DONE when the command line was answered (--help, --version). */
+
+#define CLI_OPT_DONE (-1)
+
+typedef struct cli_opt cli_opt;
+struct cli_opt {
+    const char *name; /* "--NAME"; NULL for a short-only option */
+    char short_name;  /* "-X", or 0 */
+    const char *arg;  /* the value's name in --help; NULL: takes none */
+    int (*set)(cli *c, const cli_opt *o, const char *arg);
+    size_t off; /* offset of the cli field the generic setters fill */
+    const char *help;
+};
+
+#define CLI_FIELD(type, c, o) ((type *)(void *)((char *)(c) + (o)->off))
+
+static int opt_str(cli *c, const cli_opt *o, const char *arg)
+{
+    *CLI_FIELD(const char *, c, o) = arg;
+    return 0;
+}
+
+static int opt_flag(cli *c, const cli_opt *o, const char *arg)
+{
+    *CLI_FIELD(int, c, o) = 1;
+    return 0;
+}
+
+static int opt_abs_path(cli *c, const cli_opt *o, const char *arg)
+{
+    if (arg[0] != '/')
+        return usage_error("--%s must be an absolute path", o->name);
+    return opt_str(c, o, arg);
+}
+
+static int opt_lang(cli *c, const cli_opt *o, const char *arg)
+{
+    /* checked by the manager (the daemon for exec), which knows the
+     * configured languages (lang.h) */
+    if (!*arg)
+        return usage_error("--lang must be python, bash, a configured language or auto");
+    return opt_str(c, o, arg);
+}
+
+static int opt_timeout(cli *c, const cli_opt *o, const char *arg)
+{
+    char *end;
+    double v = strtod(arg, &end);
+    if (*end || end == arg || !(v > 0) || v > 604800)
+        return usage_error("--timeout must be a positive number of seconds (got \"%s\")", arg);
+    *CLI_FIELD(double, c, o) = v;
+    return 0;
+}
+
+static int opt_network(cli *c, const cli_opt *o, const char *arg)
+{
+    if (strcmp(arg, "on") && strcmp(arg, "off"))
+        return usage_error("--network must be on or off (got \"%s\")", arg);
+    *CLI_FIELD(int, c, o) = !strcmp(arg, "on");
+    return 0;
+}
+
+static int opt_memory(cli *c, const cli_opt *o, const char *arg)
+{
+    const dtier_sessopt *so = dtier_sessopt_find("memory");
+    if (kmcfg_parse_size(arg, &c->memory) || c->memory < (uint64_t)so->min)
+        return usage_error("--memory must be a size of at least %lluM, like 512M or 2G "
+                           "(got \"%s\")",
+                           (unsigned long long)so->min >> 20, arg);
+    c->memory_s = arg;
+    return 0;
+}
+
+/* A number in the range of the session option of the same name ("cpu-time":
+ * cpu_time). */
+static int opt_sessnum(cli *c, const cli_opt *o, const char *arg)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%s", o->name);
+    for (char *p = key; *p; p++)
+        *p = *p == '-' ? '_' : *p;
+    const dtier_sessopt *so = dtier_sessopt_find(key);
+    char *end;
+    double v = strtod(arg, &end);
+    if (*end || end == arg || !(v >= so->min) || v > so->max)
+        return usage_error("--%s must be a number%s from %g to %.0f (got \"%s\")", o->name,
+                           strcmp(key, "cpus") ? " of seconds" : " of CPUs", so->min, so->max, arg);
+    *CLI_FIELD(double, c, o) = v;
+    return 0;
+}
+
+static int opt_sandbox(cli *c, const cli_opt *o, const char *arg)
+{
+    if (strcmp(arg, "strict") && strcmp(arg, "none"))
+        return usage_error("--sandbox must be strict or none (got \"%s\")", arg);
+    return opt_str(c, o, arg);
+}
+
+static int opt_pool(cli *c, const cli_opt *o, const char *arg)
+{
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (*end || end == arg || v < 0 || v > 64)
+        return usage_error("--pool must be an integer 0..64");
+    *CLI_FIELD(int, c, o) = (int)v;
+    return 0;
+}
+
+static int opt_env(cli *c, const cli_opt *o, const char *arg)
+{
+    /* a repeated NAME keeps its last value (counted once) */
+    char why[512];
+    const char *eq = strchr(arg, '=');
+    char *name = eq ? strndup(arg, (size_t)(eq - arg)) : NULL;
+    int repeat = name && c->env && json_object_get(c->env, name);
+    if (kenv_check_entry(repeat ? NULL : &c->env_budget, "--env", arg, why, sizeof why) < 0) {
+        free(name);
+        return usage_error("%s", why);
+    }
+    json_t *val = json_string(eq + 1);
+    if (!val) {
+        usage_error("--env %s: the value is not UTF-8 text", name);
+        free(name);
+        return KM_EUSAGE;
+    }
+    if (!c->env)
+        c->env = json_object();
+    json_object_set_new(c->env, name, val);
+    free(name);
+    return 0;
+}
+
+static int cli_usage(FILE *f);
+
+static int opt_help(cli *c, const cli_opt *o, const char *arg)
+{
+    return cli_usage(stdout) ? KM_EOUTPUT : CLI_OPT_DONE;
+}
+
+static int opt_version(cli *c, const cli_opt *o, const char *arg)
+{
+    puts("kernelmgr " KM_VERSION);
+    return CLI_OPT_DONE;
+}
+
+#define OFF(field) offsetof(cli, field)
+static const cli_opt cli_opts[] = {
+    {"lang", 0, "python|bash|auto", opt_lang, OFF(lang),
+     "language of the input (default auto: Markdown fences,\nshebang, else a heuristic); or a "
+     "language the\nconfiguration's \"kernels\" adds"},
+    {"timeout", 0, "SECONDS", opt_timeout, OFF(timeout),
+     "per block (default 60): interrupt, grace, then kill+restart"},
+    {"network", 0, "on|off", opt_network, OFF(network),
+     "network inside the sandbox (new sessions; default off)"},
+    {"memory", 0, "SIZE", opt_memory, 0, "memory limit of each kernel, e.g. 1G (new sessions)"},
+    {"cpus", 0, "N", opt_sessnum, OFF(cpus),
+     "CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)"},
+    {"cpu-time", 0, "SECONDS", opt_sessnum, OFF(cpu_time),
+     "CPU-time budget per block (new sessions)"},
+    {"workspace", 0, "DIR", opt_str, OFF(workspace), "use DIR as the workspace (new sessions)"},
+    {"python", 0, "PATH", opt_abs_path, OFF(python),
+     "Python interpreter of the python kernel (new sessions)"},
+    {"sandbox", 0, "strict|none", opt_sandbox, OFF(sandbox),
+     "sandbox level of the kernels (new sessions; default strict)"},
+    {"env", 0, "NAME=VALUE", opt_env, 0,
+     "a variable for the code's environment (new sessions;\nrepeatable). The sandbox gets no "
+     "other variable of\nyours but LANG, LC_*, TERM and TZ"},
+    {"json", 0, NULL, opt_flag, OFF(json), "one JSON result object per block, one per line"},
+    {"continue-on-error", 0, NULL, opt_flag, OFF(continue_on_error),
+     "run the remaining blocks after a failing one"},
+    {"config", 0, "FILE", opt_str, OFF(config),
+     "configuration (default $KERNELMGR_HOME/config.json)"},
+    {NULL, 'c', "CODE", opt_str, OFF(code), "the code (instead of FILE or - for stdin)"},
+    {"help", 'h', NULL, opt_help, 0, "this text"},
+    {"version", 0, NULL, opt_version, 0, "kernelmgr's version"},
+    /* options of one command (see its synopsis) */
+    {"session", 0, "NAME", opt_str, OFF(session), NULL},
+    {"output", 'o', "FILE", opt_str, OFF(output), NULL},
+    {"keep", 0, NULL, opt_flag, OFF(keep), NULL},
+    {"repair", 0, "NAME", opt_str, OFF(repair), NULL},
+    {"kernel", 0, "NAME", opt_str, OFF(kernel_name), NULL},
+    {"user", 0, NULL, opt_flag, OFF(user), NULL},
+    {"prefix", 0, "DIR", opt_str, OFF(prefix), NULL},
+    {"pool", 0, "N", opt_pool, OFF(pool), NULL},
+    {"stop", 0, NULL, opt_flag, OFF(stop), NULL},
+    {"http", 0, "[ADDR:]PORT", opt_str, OFF(http), NULL},
+    {"tls-cert", 0, "FILE", opt_abs_path, OFF(tls_cert), NULL},
+    {"tls-key", 0, "FILE", opt_abs_path, OFF(tls_key), NULL},
+    {"insecure", 0, NULL, opt_flag, OFF(insecure), NULL},
+    {"manager", 0, "pip|npm", opt_str, OFF(manager), NULL},
+    {"allowlist", 0, "FILE", opt_str, OFF(allowlist), NULL},
+};
+#undef OFF
+#define CLI_NOPTS (sizeof cli_opts / sizeof cli_opts[0])
+/* getopt_long's val of row i */
+#define CLI_OPT_VAL(i) (1000 + (int)(i))
+
+/* Parses argv[2..] into c: options (cli_opts[]), then the positional
+ * arguments. 0, an exit status, or CLI_OPT_DONE. */
+static int cli_parse_options(cli *c, int argc, char **argv)
+{
+    struct option longopts[CLI_NOPTS + 1];
+    char shorts[2 * CLI_NOPTS + 2] = ":";
+    size_t nl = 0, ns = 1;
+    for (size_t i = 0; i < CLI_NOPTS; i++) {
+        const cli_opt *o = &cli_opts[i];
+        if (o->name)
+            longopts[nl++] = (struct option){o->name, o->arg ? required_argument : no_argument,
+                                             NULL, CLI_OPT_VAL(i)};
+        if (o->short_name) {
+            shorts[ns++] = o->short_name;
+            if (o->arg)
+                shorts[ns++] = ':';
+        }
+    }
+    longopts[nl] = (struct option){0, 0, 0, 0};
+    shorts[ns] = 0;
+    optind = 2;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
+        if (opt == ':')
+            return usage_error("option %s needs a value", argv[optind - 1]);
+        const cli_opt *o = NULL;
+        if (opt >= CLI_OPT_VAL(0) && opt < CLI_OPT_VAL(CLI_NOPTS))
+            o = &cli_opts[opt - CLI_OPT_VAL(0)];
+        for (size_t i = 0; !o && opt != '?' && i < CLI_NOPTS; i++)
+            if (cli_opts[i].short_name == opt)
+                o = &cli_opts[i];
+        if (!o)
+            return usage_error("unknown option \"%s\"", argv[optind - 1]);
+        int st = o->set(c, o, optarg);
+        if (st)
+            return st;
+    }
+    return 0;
+}
+
+/* Writes left and right as two columns, line by line (both split on \n),
+ * the right one starting at column col; a right line whose left line is too
+ * wide goes on a line of its own. 0, or -1 on a write error. */
+static int print_columns(FILE *f, const char *left, const char *right, int col)
+{
+    int err = 0;
+    const char *l = left ? left : "", *r = right ? right : "";
+    while (*l || *r) {
+        size_t ln = strcspn(l, "\n"), rn = strcspn(r, "\n");
+        err |= fprintf(f, "  %.*s", (int)ln, l) < 0;
+        if (rn) {
+            if ((int)ln + 2 >= col)
+                err |= fprintf(f, "\n%*s", col, "") < 0;
+            else
+                err |= fprintf(f, "%*s", col - 2 - (int)ln, "") < 0;
+            err |= fprintf(f, "%.*s", (int)rn, r) < 0;
+        }
+        err |= fputc('\n', f) == EOF;
+        l += ln + (l[ln] == '\n');
+        r += rn + (r[rn] == '\n');
+    }
+    return err ? -1 : 0;
+}
+
+/* --help: the commands' synopses (cli_commands[]) and the options
+ * (cli_opts[]). */
+static int cli_usage(FILE *f)
+{
+    int err = fputs("Usage: kernelmgr COMMAND [options]\n\nCommands:\n", f) == EOF;
+    for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++)
+        if (cli_commands[i].synopsis)
+            err |= print_columns(f, cli_commands[i].synopsis, cli_commands[i].help, 41);
+    err |= fputs("\nOptions:\n", f) == EOF;
+    for (size_t i = 0; i < CLI_NOPTS; i++) {
+        const cli_opt *o = &cli_opts[i];
+        if (!o->help)
+            continue;
+        char left[64];
+        if (o->name && o->short_name)
+            snprintf(left, sizeof left, "-%c, --%s%s%s", o->short_name, o->name, o->arg ? " " : "",
+                     o->arg ? o->arg : "");
+        else if (o->name)
+            snprintf(left, sizeof left, "--%s%s%s", o->name, o->arg ? " " : "",
+                     o->arg ? o->arg : "");
+        else
+            snprintf(left, sizeof left, "-%c %s", o->short_name, o->arg ? o->arg : "");
+        err |= print_columns(f, left, o->help, 28);
+    }
+    err |= fputs(cli_usage_footer, f) == EOF;
+    return err ? -1 : 0;
+}
+
 static int cli_dispatch(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"lang", required_argument, 0, OPT_LANG},
-        {"timeout", required_argument, 0, OPT_TIMEOUT},
-        {"network", required_argument, 0, OPT_NETWORK},
-        {"memory", required_argument, 0, OPT_MEMORY},
-        {"http", required_argument, 0, OPT_HTTP},
-        {"tls-cert", required_argument, 0, OPT_TLS_CERT},
-        {"tls-key", required_argument, 0, OPT_TLS_KEY},
-        {"insecure", no_argument, 0, OPT_INSECURE},
-        {"workspace", required_argument, 0, OPT_WORKSPACE},
-        {"python", required_argument, 0, OPT_PYTHON},
-        {"sandbox", required_argument, 0, OPT_SANDBOX},
-        {"json", no_argument, 0, OPT_JSON},
-        {"continue-on-error", no_argument, 0, OPT_CONTINUE},
-        {"config", required_argument, 0, OPT_CONFIG},
-        {"session", required_argument, 0, OPT_SESSION},
-        {"keep", no_argument, 0, OPT_KEEP},
-        {"repair", required_argument, 0, OPT_REPAIR},
-        {"kernel", required_argument, 0, OPT_KERNEL},
-        {"user", no_argument, 0, OPT_USER},
-        {"prefix", required_argument, 0, OPT_PREFIX},
-        {"pool", required_argument, 0, OPT_POOL},
-        {"stop", no_argument, 0, OPT_STOP},
-        {"output", required_argument, 0, 'o'},
-        {"help", no_argument, 0, OPT_HELP},
-        {"version", no_argument, 0, OPT_VERSION},
-        {"env", required_argument, 0, OPT_ENV},
-        {"cpus", required_argument, 0, OPT_CPUS},
-        {"cpu-time", required_argument, 0, OPT_CPU_TIME},
-        {"manager", required_argument, 0, OPT_MANAGER},
-        {"allowlist", required_argument, 0, OPT_ALLOWLIST},
-        {0, 0, 0, 0},
-    };
     cli c;
     memset(&c, 0, sizeof c);
     c.network = -1;
     c.pool = -1;
     if (argc < 2)
         return usage_error("no command given");
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))
+        return cli_usage(stdout) ? KM_EOUTPUT : 0;
     if (!strcmp(argv[1], "--version")) {
         puts("kernelmgr " KM_VERSION);
         return 0;
@@ -1463,169 +1675,9 @@ static int cli_dispatch(int argc, char **argv)
     if (command->own_args)
         return command->run(&c);
 
-    optind = 2;
-    opterr = 0;
-    int opt;
-    while ((opt = getopt_long(argc, argv, ":c:o:", longopts, NULL)) != -1) {
-        char *end;
-        switch (opt) {
-        case 'c':
-            c.code = optarg;
-            break;
-        case 'o':
-            c.output = optarg;
-            break;
-        case OPT_LANG:
-            /* checked by the manager (the daemon for exec), which knows the
-             * configured languages (lang.h) */
-            if (!*optarg)
-                return usage_error("--lang must be python, bash, a configured language or auto");
-            c.lang = optarg;
-            break;
-        case OPT_TIMEOUT:
-            c.timeout = strtod(optarg, &end);
-            if (*end || end == optarg || !(c.timeout > 0) || c.timeout > 604800)
-                return usage_error("--timeout must be a positive number of seconds (got \"%s\")",
-                                   optarg);
-            break;
-        case OPT_NETWORK:
-            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
-                return usage_error("--network must be on or off (got \"%s\")", optarg);
-            c.network = !strcmp(optarg, "on");
-            break;
-        /* the ranges are the session options' table (dtier.h) */
-        case OPT_MEMORY:
-            if (kmcfg_parse_size(optarg, &c.memory) ||
-                c.memory < (uint64_t)dtier_sessopt_find("memory")->min)
-                return usage_error("--memory must be a size of at least %lluM, like 512M or 2G "
-                                   "(got \"%s\")",
-                                   (unsigned long long)dtier_sessopt_find("memory")->min >> 20,
-                                   optarg);
-            c.memory_s = optarg;
-            break;
-        case OPT_CPUS: {
-            const dtier_sessopt *o = dtier_sessopt_find("cpus");
-            c.cpus = strtod(optarg, &end);
-            if (*end || end == optarg || !(c.cpus >= o->min) || c.cpus > o->max)
-                return usage_error("--cpus must be a number of CPUs from %g to %.0f, like 1 or "
-                                   "0.5 (got \"%s\")",
-                                   o->min, o->max, optarg);
-            break;
-        }
-        case OPT_CPU_TIME: {
-            const dtier_sessopt *o = dtier_sessopt_find("cpu_time");
-            c.cpu_time = strtod(optarg, &end);
-            if (*end || end == optarg || !(c.cpu_time >= o->min) || c.cpu_time > o->max)
-                return usage_error("--cpu-time must be a number of seconds from %g to %.0f (got "
-                                   "\"%s\")",
-                                   o->min, o->max, optarg);
-            break;
-        }
-        case OPT_MANAGER:
-            c.manager = optarg;
-            break;
-        case OPT_ALLOWLIST:
-            c.allowlist = optarg;
-            break;
-        case OPT_WORKSPACE:
-            c.workspace = optarg;
-            break;
-        case OPT_PYTHON:
-            if (optarg[0] != '/')
-                return usage_error("--python must be an absolute path");
-            c.python = optarg;
-            break;
-        case OPT_SANDBOX:
-            if (strcmp(optarg, "strict") && strcmp(optarg, "none"))
-                return usage_error("--sandbox must be strict or none (got \"%s\")", optarg);
-            c.sandbox = optarg;
-            break;
-        case OPT_JSON:
-            c.json = 1;
-            break;
-        case OPT_CONTINUE:
-            c.continue_on_error = 1;
-            break;
-        case OPT_CONFIG:
-            c.config = optarg;
-            break;
-        case OPT_SESSION:
-            c.session = optarg;
-            break;
-        case OPT_KEEP:
-            c.keep = 1;
-            break;
-        case OPT_REPAIR:
-            c.repair = optarg;
-            break;
-        case OPT_KERNEL:
-            c.kernel_name = optarg;
-            break;
-        case OPT_USER:
-            c.user = 1;
-            break;
-        case OPT_PREFIX:
-            c.prefix = optarg;
-            break;
-        case OPT_POOL:
-            c.pool = (int)strtol(optarg, &end, 10);
-            if (*end || c.pool < 0 || c.pool > 64)
-                return usage_error("--pool must be an integer 0..64");
-            break;
-        case OPT_STOP:
-            c.stop = 1;
-            break;
-        case OPT_HTTP:
-            c.http = optarg;
-            break;
-        case OPT_TLS_CERT:
-        case OPT_TLS_KEY:
-            if (optarg[0] != '/')
-                return usage_error("--%s must be an absolute path",
-                                   opt == OPT_TLS_CERT ? "tls-cert" : "tls-key");
-            if (opt == OPT_TLS_CERT)
-                c.tls_cert = optarg;
-            else
-                c.tls_key = optarg;
-            break;
-        case OPT_INSECURE:
-            c.insecure = 1;
-            break;
-        case OPT_HELP:
-            fputs(usage_text, stdout);
-            return 0;
-        case OPT_VERSION:
-            puts("kernelmgr " KM_VERSION);
-            return 0;
-        case OPT_ENV: {
-            /* a repeated NAME keeps its last value (counted once) */
-            char why[512];
-            const char *eq = strchr(optarg, '=');
-            char *name = eq ? strndup(optarg, (size_t)(eq - optarg)) : NULL;
-            int repeat = name && c.env && json_object_get(c.env, name);
-            if (kenv_check_entry(repeat ? NULL : &c.env_budget, "--env", optarg, why, sizeof why) <
-                0) {
-                free(name);
-                return usage_error("%s", why);
-            }
-            json_t *val = json_string(eq + 1);
-            if (!val) {
-                usage_error("--env %s: the value is not UTF-8 text", name);
-                free(name);
-                return KM_EUSAGE;
-            }
-            if (!c.env)
-                c.env = json_object();
-            json_object_set_new(c.env, name, val);
-            free(name);
-            break;
-        }
-        case ':':
-            return usage_error("option %s needs a value", argv[optind - 1]);
-        default:
-            return usage_error("unknown option \"%s\"", argv[optind - 1]);
-        }
-    }
+    int st = cli_parse_options(&c, argc, argv);
+    if (st)
+        return st < 0 ? 0 : st;
     for (int i = optind; i < argc; i++) {
         if (c.npos >= 64)
             return usage_error("too many arguments");

@@ -2,6 +2,7 @@
  * gwwire.c — kernel WebSocket message forms (see gwwire.h).
  */
 #include "kernelmgr/frontends/gwwire.h"
+#include "common/cm_utf8.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -37,7 +38,7 @@ static int channel_of(const char *name, size_t len, jp_channel *ch)
 static json_t *parse_object(const void *data, size_t len, const char *what, char *err,
                             size_t errlen)
 {
-    if (!jp_utf8_valid(data, len)) {
+    if (!cm_utf8_valid(data, len)) {
         fail(err, errlen, "%s is not valid UTF-8", what);
         return NULL;
     }

@@ -2,6 +2,7 @@
  * mcp_render.c — a code_exec result as an MCP CallToolResult (see header).
  */
 #include "kernelmgr/frontends/mcp_render.h"
+#include "common/cm_utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,7 +309,7 @@ json_t *mcpr_exec_result(const json_t *exec_reply, const char *session, const ch
     }
     /* Streams arrive sanitised; the cuts above keep characters whole; still,
      * a string jansson refuses must not make the text vanish. */
-    char *clean = jp_utf8_sanitize(text ? text : "", text ? strlen(text) : 0, NULL);
+    char *clean = cm_utf8_sanitize(text ? text : "", text ? strlen(text) : 0, NULL);
     json_object_set_new(json_array_get(content, 0), "text", json_string(clean ? clean : ""));
     free(clean);
     free(text);

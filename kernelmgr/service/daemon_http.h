@@ -9,7 +9,10 @@
  * is beside kernelmgr (cli.c), so every daemon can serve HTTP later. A
  * daemon of the plain binary refuses with how to restart it.
  *
- * One gateway per process; the functions may be called from any thread.
+ * The service layer does not know the gateway (a frontend): the serve
+ * command registers its operations (frontends/gwdaemon.h) before
+ * daemon_serve(); without them the daemon serves no HTTP and says so. One
+ * gateway per process; the functions may be called from any thread.
  */
 #ifndef KERNELMGR_DAEMON_HTTP_H
 #define KERNELMGR_DAEMON_HTTP_H
@@ -34,6 +37,16 @@ typedef struct daemon_http_listen {
  * daemon). 0 with *started = 1 once listening (HOME/http.json written, a
  * line in the daemon's log), or a KM_E* code with err. url (urlsize bytes)
  * gets the gateway's URL, port its port. */
+/* The gateway's operations (start and stop as below; borrowed, static). */
+typedef struct daemon_http_ops {
+    int (*start)(km_manager *m, const daemon_http_listen *l, int *started, char *url,
+                 size_t urlsize, int *port, km_err *err);
+    void (*stop)(void);
+} daemon_http_ops;
+
+/* Registers ops (NULL: none); before daemon_serve(), from one thread. */
+void daemon_http_register(const daemon_http_ops *ops);
+
 int daemon_http_start(km_manager *m, const daemon_http_listen *l, int *started, char *url,
                       size_t urlsize, int *port, km_err *err);
 

@@ -12,6 +12,7 @@
 #include "kernelmgr/service/daemon_int.h"
 #include "kernelmgr/service/daemon_http.h"
 #include "kernelmgr/service/rpc.h"
+#include "kernelmgr/packages/pkgsession.h"
 #include "kernelmgr/engine/wsfile.h"
 
 #include <sodium.h>
@@ -332,7 +333,7 @@ static void m_packages_install(dreq *r, const json_t *p)
      * daemon's own */
     if (!allow)
         allow = r->dc->allowlist;
-    dreq_reply(r, km_packages_install(daemon_mgr, name, allow, manager, pkgs, &r->err));
+    dreq_reply(r, pkgsession_install(daemon_mgr, name, allow, manager, pkgs, &r->err));
 }
 
 static void m_export(dreq *r, const json_t *p)

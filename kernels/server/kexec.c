@@ -4,6 +4,7 @@
  * its end (done, death, interrupt escalation) restores a working worker.
  */
 #include "kernels/server/kserver.h"
+#include "common/cm_utf8.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -404,7 +405,7 @@ static void decode_base64_entries(json_t *data, json_t *which)
             continue;
         if (sodium_base642bin(bin, len / 4 * 3 + 4, b64, len, " \n\r", &out_len, NULL,
                               sodium_base64_VARIANT_ORIGINAL) == 0) {
-            char *text = jp_utf8_sanitize(bin, out_len, NULL);
+            char *text = cm_utf8_sanitize(bin, out_len, NULL);
             if (text)
                 json_object_set_new(data, mime, json_string(text));
             free(text);
@@ -520,103 +521,142 @@ static int expect(kserver *ks, kreq_kind kind, const char *type)
     return 0;
 }
 
+static void ev_ready(kserver *ks, json_t *ev)
+{
+    ks->worker_ready = 1;
+    ks->start_failures = 0;
+    ks->worker_features = 0;
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(ev, "features"), i, f)
+    {
+        const char *name = json_string_value(f);
+        if (name && !strcmp(name, "interrupt"))
+            ks->worker_features |= KFEAT_INTERRUPT;
+        else if (name && !strcmp(name, "execute_options"))
+            ks->worker_features |= KFEAT_EXEC_OPTIONS;
+    }
+}
+
+static void ev_log(kserver *ks, json_t *ev)
+{
+    const char *m = json_string_value(json_object_get(ev, "message"));
+    kserver_log("worker: %s", m ? m : "");
+}
+
+/* Structured text output (not from the pipes): keep the order. */
+static void ev_stream(kserver *ks, json_t *ev)
+{
+    const char *name = json_string_value(json_object_get(ev, "name"));
+    const char *text = json_string_value(json_object_get(ev, "text"));
+    if (!text)
+        return;
+    kexec_flush_streams(ks, 0);
+    int err = name && !strcmp(name, "stderr");
+    if (err)
+        knetnote_scan(&ks->netnote, text, json_string_length(json_object_get(ev, "text")));
+    kserver_publish(ks, "stream",
+                    json_pack("{s:s, s:s}", "name", err ? "stderr" : "stdout", "text", text),
+                    output_parent(ks));
+}
+
+static void ev_execute_result(kserver *ks, json_t *ev)
+{
+    if (ks->cur_silent)
+        return;
+    json_t *data = json_object_get(ev, "data"), *md = json_object_get(ev, "metadata");
+    kexec_flush_streams(ks, 0);
+    kserver_publish(ks, "execute_result",
+                    json_pack("{s:i, s:o, s:o}", "execution_count", ks->cur_count, "data",
+                              obj_or_empty(data), "metadata", obj_or_empty(md)),
+                    ks->cur);
+}
+
+static void ev_clear_output(kserver *ks, json_t *ev)
+{
+    kexec_flush_streams(ks, 0);
+    kserver_publish(ks, "clear_output",
+                    json_pack("{s:b}", "wait", json_is_true(json_object_get(ev, "wait"))),
+                    output_parent(ks));
+}
+
+static void ev_done(kserver *ks, json_t *ev)
+{
+    const char *status = json_string_value(json_object_get(ev, "status"));
+    json_t *code = json_object_get(ev, "exit_code");
+    json_t *ue = json_object_get(ev, "user_expressions");
+    json_t *pl = json_object_get(ev, "payload");
+    finish_execute(ks, status && !strcmp(status, "error") ? "error" : "ok",
+                   json_is_integer(code) ? (int)json_integer_value(code) : 0,
+                   json_is_object(ue) ? json_incref(ue) : NULL,
+                   json_is_array(pl) ? json_incref(pl) : NULL, NULL);
+}
+
+static void ev_complete_reply(kserver *ks, json_t *ev)
+{
+    json_t *m = json_object_get(ev, "matches"), *cs = json_object_get(ev, "cursor_start"),
+           *ce = json_object_get(ev, "cursor_end"), *md = json_object_get(ev, "metadata");
+    finish_other(
+        ks, "complete_reply",
+        json_pack("{s:s, s:o, s:I, s:I, s:o}", "status", "ok", "matches", array_or_empty(m),
+                  "cursor_start", (json_int_t)(json_is_integer(cs) ? json_integer_value(cs) : 0),
+                  "cursor_end", (json_int_t)(json_is_integer(ce) ? json_integer_value(ce) : 0),
+                  "metadata", obj_or_empty(md)));
+}
+
+static void ev_inspect_reply(kserver *ks, json_t *ev)
+{
+    json_t *d = json_object_get(ev, "data"), *md = json_object_get(ev, "metadata");
+    finish_other(ks, "inspect_reply",
+                 json_pack("{s:s, s:b, s:o, s:o}", "status", "ok", "found",
+                           json_is_true(json_object_get(ev, "found")), "data", obj_or_empty(d),
+                           "metadata", obj_or_empty(md)));
+}
+
+static void ev_is_complete_reply(kserver *ks, json_t *ev)
+{
+    const char *st = json_string_value(json_object_get(ev, "status"));
+    json_t *c = json_pack("{s:s}", "status", st ? st : "unknown");
+    const char *indent = json_string_value(json_object_get(ev, "indent"));
+    if (st && !strcmp(st, "incomplete"))
+        json_object_set_new(c, "indent", json_string(indent ? indent : ""));
+    finish_other(ks, "is_complete_reply", c);
+}
+
+/* The worker's events (WORKER_PROTOCOL.md), one row each: its type, the
+ * request it belongs to (KREQ_NONE: any time; otherwise ignored, and
+ * logged, outside of that request) and its handler. */
+static const struct worker_event {
+    const char *type;
+    kreq_kind during;
+    void (*fn)(kserver *ks, json_t *ev);
+} worker_events[] = {
+    {"ready", KREQ_NONE, ev_ready},
+    {"log", KREQ_NONE, ev_log},
+    {"stream", KREQ_NONE, ev_stream},
+    {"execute_result", KREQ_EXECUTE, ev_execute_result},
+    {"display_data", KREQ_NONE, on_display},
+    {"clear_output", KREQ_NONE, ev_clear_output},
+    {"error", KREQ_NONE, on_error},
+    {"input_request", KREQ_NONE, on_input_request},
+    {"done", KREQ_EXECUTE, ev_done},
+    {"complete_reply", KREQ_COMPLETE, ev_complete_reply},
+    {"inspect_reply", KREQ_INSPECT, ev_inspect_reply},
+    {"is_complete_reply", KREQ_IS_COMPLETE, ev_is_complete_reply},
+};
+
 static void dispatch_event(kserver *ks, json_t *ev)
 {
     const char *type = json_string_value(json_object_get(ev, "type"));
-    if (!strcmp(type, "ready")) {
-        ks->worker_ready = 1;
-        ks->start_failures = 0;
-        ks->worker_features = 0;
-        size_t i;
-        json_t *f;
-        json_array_foreach(json_object_get(ev, "features"), i, f)
-        {
-            const char *name = json_string_value(f);
-            if (name && !strcmp(name, "interrupt"))
-                ks->worker_features |= KFEAT_INTERRUPT;
-            else if (name && !strcmp(name, "execute_options"))
-                ks->worker_features |= KFEAT_EXEC_OPTIONS;
-        }
-    } else if (!strcmp(type, "log")) {
-        const char *m = json_string_value(json_object_get(ev, "message"));
-        kserver_log("worker: %s", m ? m : "");
-    } else if (!strcmp(type, "stream")) {
-        /* Structured text output (not from the pipes): keep the order. */
-        const char *name = json_string_value(json_object_get(ev, "name"));
-        const char *text = json_string_value(json_object_get(ev, "text"));
-        if (text) {
-            kexec_flush_streams(ks, 0);
-            if (name && !strcmp(name, "stderr"))
-                knetnote_scan(&ks->netnote, text, json_string_length(json_object_get(ev, "text")));
-            kserver_publish(ks, "stream",
-                            json_pack("{s:s, s:s}", "name",
-                                      name && !strcmp(name, "stderr") ? "stderr" : "stdout", "text",
-                                      text),
-                            output_parent(ks));
-        }
-    } else if (!strcmp(type, "execute_result")) {
-        if (!expect(ks, KREQ_EXECUTE, type) || ks->cur_silent)
-            return;
-        json_t *data = json_object_get(ev, "data"), *md = json_object_get(ev, "metadata");
-        kexec_flush_streams(ks, 0);
-        kserver_publish(ks, "execute_result",
-                        json_pack("{s:i, s:o, s:o}", "execution_count", ks->cur_count, "data",
-                                  obj_or_empty(data), "metadata", obj_or_empty(md)),
-                        ks->cur);
-    } else if (!strcmp(type, "display_data")) {
-        on_display(ks, ev);
-    } else if (!strcmp(type, "clear_output")) {
-        kexec_flush_streams(ks, 0);
-        kserver_publish(ks, "clear_output",
-                        json_pack("{s:b}", "wait", json_is_true(json_object_get(ev, "wait"))),
-                        output_parent(ks));
-    } else if (!strcmp(type, "error")) {
-        on_error(ks, ev);
-    } else if (!strcmp(type, "input_request")) {
-        on_input_request(ks, ev);
-    } else if (!strcmp(type, "done")) {
-        if (!expect(ks, KREQ_EXECUTE, type))
-            return;
-        const char *status = json_string_value(json_object_get(ev, "status"));
-        json_t *code = json_object_get(ev, "exit_code");
-        json_t *ue = json_object_get(ev, "user_expressions");
-        json_t *pl = json_object_get(ev, "payload");
-        finish_execute(ks, status && !strcmp(status, "error") ? "error" : "ok",
-                       json_is_integer(code) ? (int)json_integer_value(code) : 0,
-                       json_is_object(ue) ? json_incref(ue) : NULL,
-                       json_is_array(pl) ? json_incref(pl) : NULL, NULL);
-    } else if (!strcmp(type, "complete_reply")) {
-        if (!expect(ks, KREQ_COMPLETE, type))
-            return;
-        json_t *m = json_object_get(ev, "matches"), *cs = json_object_get(ev, "cursor_start"),
-               *ce = json_object_get(ev, "cursor_end"), *md = json_object_get(ev, "metadata");
-        finish_other(ks, "complete_reply",
-                     json_pack("{s:s, s:o, s:I, s:I, s:o}", "status", "ok", "matches",
-                               array_or_empty(m), "cursor_start",
-                               (json_int_t)(json_is_integer(cs) ? json_integer_value(cs) : 0),
-                               "cursor_end",
-                               (json_int_t)(json_is_integer(ce) ? json_integer_value(ce) : 0),
-                               "metadata", obj_or_empty(md)));
-    } else if (!strcmp(type, "inspect_reply")) {
-        if (!expect(ks, KREQ_INSPECT, type))
-            return;
-        json_t *d = json_object_get(ev, "data"), *md = json_object_get(ev, "metadata");
-        finish_other(ks, "inspect_reply",
-                     json_pack("{s:s, s:b, s:o, s:o}", "status", "ok", "found",
-                               json_is_true(json_object_get(ev, "found")), "data", obj_or_empty(d),
-                               "metadata", obj_or_empty(md)));
-    } else if (!strcmp(type, "is_complete_reply")) {
-        if (!expect(ks, KREQ_IS_COMPLETE, type))
-            return;
-        const char *st = json_string_value(json_object_get(ev, "status"));
-        json_t *c = json_pack("{s:s}", "status", st ? st : "unknown");
-        const char *indent = json_string_value(json_object_get(ev, "indent"));
-        if (st && !strcmp(st, "incomplete"))
-            json_object_set_new(c, "indent", json_string(indent ? indent : ""));
-        finish_other(ks, "is_complete_reply", c);
-    } else {
-        kserver_log("ignoring unknown worker event '%s'", type);
+    for (size_t i = 0; i < sizeof worker_events / sizeof *worker_events; i++) {
+        const struct worker_event *w = &worker_events[i];
+        if (strcmp(type, w->type))
+            continue;
+        if (w->during == KREQ_NONE || expect(ks, w->during, type))
+            w->fn(ks, ev);
+        return;
     }
+    kserver_log("ignoring unknown worker event '%s'", type);
 }
 
 void kexec_on_event(void *arg, json_t *ev)

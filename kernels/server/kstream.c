@@ -2,6 +2,7 @@
  * kstream.c — output coalescing, see kstream.h.
  */
 #include "kernels/server/kstream.h"
+#include "common/cm_utf8.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -56,7 +57,7 @@ uint64_t kstream_deadline(const kstream *s)
 
 char *kstream_take(kstream *s, int final, uint64_t now_ns)
 {
-    size_t n = final ? s->len : jp_utf8_complete_prefix(s->buf, s->len);
+    size_t n = final ? s->len : cm_utf8_complete_prefix(s->buf, s->len);
     if (n == 0) {
         /* Only the start of a character cut in two is left: hold it for the
          * rest (a final flush publishes it as U+FFFD if the rest never
@@ -65,7 +66,7 @@ char *kstream_take(kstream *s, int final, uint64_t now_ns)
             s->first_ns = now_ns;
         return NULL;
     }
-    char *text = jp_utf8_sanitize(s->buf, n, NULL);
+    char *text = cm_utf8_sanitize(s->buf, n, NULL);
     if (!text)
         return NULL; /* out of memory: keep the bytes, try again later */
     memmove(s->buf, s->buf + n, s->len - n);

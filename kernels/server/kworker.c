@@ -2,6 +2,7 @@
  * kworker.c — worker process and its pipes, see kworker.h.
  */
 #include "kernels/server/kworker.h"
+#include "common/cm_utf8.h"
 #include "kernels/server/kserver.h"
 
 #include "common/cm_size.h"
@@ -273,7 +274,7 @@ int kworker_send(kworker *w, const char *const *fields, size_t n)
 static void handle_line(char *line, size_t len, kworker_event_fn fn, void *ctx)
 {
     size_t clean_len;
-    char *clean = jp_utf8_sanitize(line, len, &clean_len);
+    char *clean = cm_utf8_sanitize(line, len, &clean_len);
     if (!clean)
         return;
     json_error_t jerr;

@@ -323,8 +323,17 @@ def test_saved_notebook_reopens_on_the_agents_session(notebook_server, browser, 
     assert page.js("return Jupyter.notebook.kernel.id") == agent_id
     page.click_action("jupyter-notebook:save-notebook")
     saved = root / "agent.ipynb"
-    wait_until(lambda: json.loads(saved.read_text()).get("metadata", {}),
-               lambda md: "language_info" in md, 60, "the notebook saved from the UI")
-    assert json.loads(saved.read_text())["metadata"]["kernelspec"]["name"] == SPEC
+
+    def saved_metadata():
+        # the server may be writing the file as we read it (seen empty on a
+        # loaded machine): a file that is not JSON yet is "not saved yet"
+        try:
+            return json.loads(saved.read_text()).get("metadata", {})
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    wait_until(saved_metadata, lambda md: "language_info" in md, 60,
+               "the notebook saved from the UI")
+    assert saved_metadata()["kernelspec"]["name"] == SPEC
     page = open_agent_notebook(d, port, root, diag, create=False)
     assert page.js("return Jupyter.notebook.kernel.id") == agent_id

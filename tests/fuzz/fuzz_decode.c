@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "jp.h"
+#include "common/cm_utf8.h"
 
 #define SEP "|#|"
 #define FUZZ_KEY "fuzz-key"
@@ -136,12 +137,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* The UTF-8 helpers see the same bytes. */
     size_t clean_len;
-    char *clean = jp_utf8_sanitize(data, size, &clean_len);
-    if (!clean || !jp_utf8_valid(clean, clean_len) || memchr(clean, 0, clean_len))
+    char *clean = cm_utf8_sanitize(data, size, &clean_len);
+    if (!clean || !cm_utf8_valid(clean, clean_len) || memchr(clean, 0, clean_len))
         abort();
     free(clean);
-    size_t cut = jp_utf8_complete_prefix(data, size);
-    if (cut > size || (jp_utf8_valid(data, size) && cut != size))
+    size_t cut = cm_utf8_complete_prefix(data, size);
+    if (cut > size || (cm_utf8_valid(data, size) && cut != size))
         abort();
 
     jp_session_destroy(&s);

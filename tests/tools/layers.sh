@@ -5,7 +5,12 @@
 #   protocol/         common/
 #   sandbox/          nothing of ours (tests build it standalone)
 #   kernels/*/        protocol/, common/ and kernels/
-#   kernelmgr/        anything below
+#   kernelmgr/        anything below, and inside it, in this order:
+#     engine/         sessions, kernels, code_exec (nothing above it)
+#     packages/       installs into the engine's package directories
+#     service/        the daemon: methods over engine and packages
+#     frontends/      CLI, MCP, gateway: clients of the service
+#     main.c          the binaries' entry point
 #
 # Every #include "..." of a .c/.h file is resolved as the compiler does
 # (the file's own directory, then -I. and -Iprotocol); one that names none
@@ -20,6 +25,10 @@ layer() {
     protocol/*) echo protocol ;;
     sandbox/*) echo sandbox ;;
     kernels/*) echo kernels ;;
+    kernelmgr/engine/*) echo engine ;;
+    kernelmgr/packages/*) echo packages ;;
+    kernelmgr/service/*) echo service ;;
+    kernelmgr/frontends/*) echo frontends ;;
     kernelmgr/*) echo kernelmgr ;;
     *) echo other ;;
     esac
@@ -32,6 +41,13 @@ allowed() {
     protocol:common | protocol:protocol) return 0 ;;
     sandbox:sandbox) return 0 ;;
     kernels:common | kernels:protocol | kernels:kernels | kernels:sandbox) return 0 ;;
+    engine:common | engine:protocol | engine:kernels | engine:sandbox | engine:engine) return 0 ;;
+    packages:common | packages:protocol | packages:kernels | packages:sandbox | packages:engine | \
+        packages:packages) return 0 ;;
+    service:frontends | service:kernelmgr) return 1 ;;
+    service:*) return 0 ;;
+    frontends:kernelmgr) return 1 ;;
+    frontends:*) return 0 ;;
     kernelmgr:*) return 0 ;;
     other:*) return 0 ;;
     esac

@@ -1,5 +1,5 @@
 /*
- * termsafe.h — sandbox-produced text made safe for a terminal.
+ * cm_termsafe.h — sandbox-produced text made safe for a terminal.
  *
  * Bytes a cell prints, and names of files it creates, reach the user's
  * terminal through the CLI's readable output. Raw, they could set the
@@ -19,8 +19,8 @@
  * 64 bytes) as they are — tracebacks, `ls --color`, test runners use them —
  * and escapes every other escape sequence.
  */
-#ifndef KERNELMGR_TERMSAFE_H
-#define KERNELMGR_TERMSAFE_H
+#ifndef COMMON_CM_TERMSAFE_H
+#define COMMON_CM_TERMSAFE_H
 
 #include <stddef.h>
 #include <stdio.h>

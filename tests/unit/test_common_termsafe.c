@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernelmgr/frontends/termsafe.h"
+#include "common/cm_termsafe.h"
 
 static void check(const char *in, size_t len, int flags, const char *want, int want_sgr)
 {

@@ -1,8 +1,8 @@
 /*
- * termsafe.c — the terminal escaper, see termsafe.h.
+ * cm_termsafe.c — the terminal escaper, see cm_termsafe.h.
  */
-#include "kernelmgr/frontends/termsafe.h"
-#include "protocol/jp.h"
+#include "common/cm_termsafe.h"
+#include "common/cm_utf8.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -108,7 +108,7 @@ char *termsafe_escape(const char *s, size_t len, int flags, size_t *outlen, int 
             continue;
         }
         uint32_t cp = 0;
-        size_t n = jp_utf8_decode(s + i, len - i, &cp);
+        size_t n = cm_utf8_decode(s + i, len - i, &cp);
         if (!n) {
             snprintf(esc, sizeof esc, "\\x%02x", c);
             put(&b, esc, 4);

@@ -1,0 +1,47 @@
+/*
+ * fake_kernel.h — the real kernel server in front of a fake worker, for unit
+ * tests that need a kernel but not Python or Bash (xeus' mock interpreter).
+ *
+ * A test binary plays up to three parts; main() first calls
+ * fake_kernel_main(), which runs the part argv asks for:
+ *   --fake-kernel ARGS   kserver_main(ARGS) with fake_backend (the kernel);
+ *   --fake-worker        the worker of kernels/WORKER_PROTOCOL.md;
+ *   argv[0] named fake-kernel (a symlink made by fake_kernel_link): the
+ *                        kernel, as the manager starts a language's backend
+ *                        binary ({"kernels": {"fake": {"backend": PATH}}}).
+ * It returns the part's exit status, or -1 when the binary is the tests.
+ *
+ * The worker runs each line of a cell's code as one command:
+ *   out TEXT / err TEXT   TEXT and a newline on stdout / stderr
+ *   stream TEXT           a "stream" event (stdout)
+ *   result TEXT           an execute_result with text/plain TEXT
+ *   fail                  an error event (FakeError), done with status error
+ *   die N                 exit(N) at once, mid-cell
+ *   exit-after            answer the cell, then exit(0): a death between cells
+ *   done-exit             send done, then _exit(0) at once
+ *   pid                   an execute_result with the worker's pid
+ *   wait                  wait for an interrupt announcement, then report
+ *                         KeyboardInterrupt (exit_code 130)
+ *   hang                  ignore everything until killed
+ * Anything else is ignored. It declares the "interrupt" feature.
+ */
+#ifndef TESTS_FAKE_KERNEL_H
+#define TESTS_FAKE_KERNEL_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#include "kernels/server/backend.h"
+
+#define FAKE_KERNEL_LINK "fake-kernel"
+
+/* This binary's path (set by fake_kernel_main). */
+extern char fake_self_exe[PATH_MAX];
+extern const kbackend fake_backend;
+
+int fake_kernel_main(int argc, char **argv);
+int fake_worker(void);
+/* Creates DIR/fake-kernel, a symlink to this binary; its path in out. 0 or -1. */
+int fake_kernel_link(const char *dir, char *out, size_t size);
+
+#endif
