@@ -626,7 +626,8 @@ def test_k8s_balancer_config_is_valid_nginx(tmp_path):
     text = k8s_nginx_conf()
     for i in range(3):
         text = text.replace(f"{K8S_STS}-{i}.{K8S_NODES}:{K8S_PORT}", f"127.0.0.1:{9000 + i}")
-    text = text.replace(f"listen {K8S_LISTEN};", "listen 127.0.0.1:1;")
+    # nginx -t binds the listen address: a free loopback port
+    text = text.replace(f"listen {K8S_LISTEN};", f"listen 127.0.0.1:{free_port()};")
     conf = nginx_config(tmp_path, [9000, 9001, 9002], 1)
     (tmp_path / "kernelmgr.conf").write_text(text)
     t = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"),
