@@ -49,9 +49,10 @@ UNINSTALL_EXTRA ?=
 # link the manager at all.
 LAYER_SRC = $(filter-out %/main.c $(GW_SRC),$(wildcard $(1)))
 # The gateway (libwebsockets) and its stand-in are linked into the binaries
-# directly: kernelmgr has gateway_none.c, kernelmgr-gateway has gateway.c
-# (gateway.h, "Two binaries"), so `kernelmgr exec` never loads libwebsockets.
-GW_SRC   := kernelmgr/frontends/gateway.c kernelmgr/frontends/gateway_none.c
+# directly: kernelmgr has gateway_none.c, kernelmgr-gateway has gateway.c and
+# the files beside it that use lws (gw_int.h) (gateway.h, "Two binaries"), so `kernelmgr exec` never loads libwebsockets.
+GW_LWS   := $(addprefix kernelmgr/frontends/,gateway.c gwhttp.c gwrest.c gwws.c)
+GW_SRC   := $(GW_LWS) kernelmgr/frontends/gateway_none.c
 LIB_SRC  := $(call LAYER_SRC,common/*.c sandbox/*.c protocol/*.c kernels/*/*.c kernelmgr/*/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_COMMON := $(BUILD)/libcommon.a
@@ -82,7 +83,7 @@ DEB_PACKAGES = build-essential pkg-config clang clang-format clang-tidy cppcheck
   python3-matplotlib python3-venv python3-pip bubblewrap slirp4netns iproute2 util-linux procps \
   libwebsockets-dev python3-websocket python3-jupyter-server openssl \
   jupyter-notebook python3-notebook chromium chromium-driver python3-selenium python3-mypy \
-  dpkg-dev debhelper lintian fakeroot python3-dill
+  dpkg-dev debhelper lintian fakeroot python3-dill nginx python3-yaml
 
 .PHONY: all deps test test-load check unit unit-bins e2e demo fuzz bench format lint clean \
   install uninstall deb container container-base FORCE
@@ -111,7 +112,7 @@ $(ALL_LIBS):
 
 $(BUILD)/kernelmgr: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/obj/kernelmgr/frontends/gateway_none.o $(ALL_LIBS)
 	$(LINK) -o $@ $^ -Wl,--as-needed $(LDLIBS)
-$(BUILD)/kernelmgr-gateway: $(BUILD)/obj/kernelmgr/main.o $(BUILD)/obj/kernelmgr/frontends/gateway.o $(ALL_LIBS)
+$(BUILD)/kernelmgr-gateway: $(BUILD)/obj/kernelmgr/main.o $(GW_LWS:%.c=$(BUILD)/obj/%.o) $(ALL_LIBS)
 	$(LINK) -o $@ $^ $(LDLIBS)
 $(BUILD)/kernel-python: $(BUILD)/obj/kernels/python/main.o $(KERNEL_LIBS)
 	$(LINK) -o $@ $^ $(LDLIBS)

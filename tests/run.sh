@@ -143,11 +143,11 @@ fi
 # The daemon, the gateway and the kernel servers built with ASan, LSan and
 # UBSan ($BUILD/asan, made above) under a representative workload: the CLI,
 # MCP, the gateway's REST and WebSocket APIs, streaming, serve --stop, the
-# debug protocol's relay. Every
+# debug protocol's relay, routing by session behind nginx. Every
 # process writes its reports to a file in san_dir (mode 1777: kernels of the
 # tests as nobody too); any report fails. The workers are Python and Bash.
 SAN_TESTS="tests/e2e/test_mgr_cli.py tests/e2e/test_mcp.py tests/e2e/test_gateway.py
-  tests/e2e/test_entry_stream.py tests/e2e/test_debugger.py"
+  tests/e2e/test_entry_stream.py tests/e2e/test_debugger.py tests/e2e/test_many_machines.py"
 xml_san="$BUILD/test-logs/pytest-asan.xml"
 rm -f "$xml_san"
 san_dir=""

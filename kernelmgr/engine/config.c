@@ -332,6 +332,14 @@ static const char *check_token(const char *s)
     return strlen(s) < 16 ? "must be at least 16 characters" : NULL;
 }
 
+static const char *check_node_id(const char *s)
+{
+    return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != strlen(s)
+               ? "must be letters, digits and '_' (at most 32: it is the first field of a kernel "
+                 "id)"
+               : NULL;
+}
+
 static const char *check_abspath(const char *s)
 {
     return s[0] != '/' ? "must be an absolute path" : NULL;
@@ -488,7 +496,11 @@ const kmcfg_opt kmcfg_opts[] = {
             "default; port 0 = any free one)"),
     OPT_STR("http_token", http_token, KMCFG_F_SECRET, check_token,
             "the gateway's token, at least 16 characters (unset: generated into "
-            "`$KERNELMGR_HOME/http-token`)"),
+            "`$KERNELMGR_HOME/http-token`; `$KERNELMGR_HTTP_TOKEN` wins over it, docs/GATEWAY.md)"),
+    OPT_STR("http_token_file", http_token_file, 0, check_abspath,
+            "a file holding the gateway's token (an absolute path: a regular file of this user's, "
+            "mode 0600 or stricter, at most 4 KiB, its first line); used when neither "
+            "`$KERNELMGR_HTTP_TOKEN` nor `http_token` is set"),
     OPT_STR("http_tls_cert", http_tls_cert, 0, check_abspath,
             "PEM certificate file (an absolute path), with `http_tls_key`: serve HTTPS"),
     OPT_STR("http_tls_key", http_tls_key, 0, check_abspath, "PEM key file (an absolute path)"),
@@ -520,6 +532,10 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_STR("http_host", http_host, 0, check_host,
             "a DNS name the gateway answers to besides its listen address (and `localhost` on "
             "loopback); other names get 403 (DNS rebinding)"),
+    OPT_STR("node_id", node_id, 0, check_node_id,
+            "this daemon's name behind a balancer (letters, digits, `_`; at most 32): the first "
+            "field of its kernel ids, named in its errors; over HTTP `exec` then defaults to "
+            "`create: false` (docs/MANY_MACHINES.md)"),
     {NULL, 0, 0, 0, 0, 0, 0, NULL, {NULL, NULL}, 0, NULL, NULL, NULL, NULL, NULL},
 };
 #undef OPT_BOOL

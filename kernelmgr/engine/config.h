@@ -71,6 +71,7 @@ typedef struct kmcfg {
     /* The HTTP gateway (gateway.h); "http" "" = not served */
     char http[128];                /* "http": "[ADDR:]PORT" */
     char http_token[256];          /* "http_token": "" = generated in HOME/http-token */
+    char http_token_file[1024];    /* "http_token_file": a file holding the token (gateway.h) */
     char http_tls_cert[1024];      /* "http_tls_cert": PEM file, with http_tls_key */
     char http_tls_key[1024];       /* "http_tls_key": PEM file */
     char http_origin[512];         /* "http_origin": another allowed WebSocket Origin */
@@ -89,6 +90,9 @@ typedef struct kmcfg {
                                           and headers to arrive (10) */
     char http_host[256];               /* "http_host": a DNS name the gateway answers to besides
                                           its listen address (and localhost on loopback) */
+    /* Many machines (docs/MANY_MACHINES.md) */
+    char node_id[33]; /* "node_id": this daemon's name behind a balancer ([A-Za-z0-9_]{1,32}):
+                         in kernel ids, errors, and create: false by default over HTTP */
 } kmcfg;
 
 /* The configuration options: one row per key of config.json, the one place

@@ -56,6 +56,9 @@ typedef struct km_session_opts {
     const json_t *env;               /* borrowed: {NAME: "value"} for the code's environment,
                                         on top of the configuration's "env"; NULL = none */
     unsigned long long snapshot_max; /* bytes of one snapshot; 0 = config */
+    int no_create; /* 1: a session that does not exist (neither live nor kept
+                      on disk) is KM_ENOSESSION, never made (the API's
+                      "create": false) */
 } km_session_opts;
 
 void km_session_opts_init(km_session_opts *o);
@@ -199,6 +202,13 @@ json_t *km_pool_status(km_manager *m);
  * max_kernels). Call it every km_tick_interval() seconds. */
 void km_tick(km_manager *m);
 double km_tick_interval(const km_manager *m);
+
+/* Draining (the API's daemon.drain): while on, no new session is made —
+ * km_exec, km_session_create and the gateway's kernel starts refuse a name
+ * that does not exist with KM_EDAEMON naming the node — and existing
+ * sessions (live or kept on disk) keep working. Not persisted. */
+void km_set_draining(km_manager *m, int on);
+int km_draining(const km_manager *m);
 
 /* 1 when name is a valid session name: [A-Za-z0-9_.-]{1,64}, not "." first. */
 int km_name_valid(const char *name);

@@ -273,6 +273,22 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         kerr(err, KM_EINTERNAL, "%s", why);
         return NULL;
     }
+    if (o && o->no_create) {
+        kerr(err, KM_ENOSESSION,
+             "no session named \"%s\"%s%s%s (create: false: a missing session is never made; "
+             "create it with session.create)",
+             name, m->cfg.node_id[0] ? " on node \"" : "", m->cfg.node_id,
+             m->cfg.node_id[0] ? "\"" : "");
+        return NULL;
+    }
+    if (atomic_load(&m->draining)) {
+        kerr(err, KM_EDAEMON,
+             "%s%s%s is draining: it makes no new sessions (session \"%s\" does not exist "
+             "here); its existing sessions keep working",
+             m->cfg.node_id[0] ? "node \"" : "this daemon", m->cfg.node_id,
+             m->cfg.node_id[0] ? "\"" : "", name);
+        return NULL;
+    }
     if (o && o->env && session_env_check(m, o->env, why, sizeof why)) {
         kerr(err, KM_EUSAGE, "%s", why);
         return NULL;
@@ -675,6 +691,16 @@ static int foreign_wait(km_manager *m, session *s, int l, int block, double time
     *secs = kclient_now() - t0;
     k->last_used = kclient_now();
     return rc;
+}
+
+void km_set_draining(km_manager *m, int on)
+{
+    atomic_store(&m->draining, on ? 1 : 0);
+}
+
+int km_draining(const km_manager *m)
+{
+    return atomic_load(&((km_manager *)m)->draining);
 }
 
 /* 0 when name is a valid session name, else KM_EUSAGE in err naming the rule */

@@ -114,6 +114,7 @@ struct km_manager {
     session *list;
     session *pool;
     atomic_int live;
+    atomic_int draining; /* km_set_draining: no new sessions */
     /* admission: signalled (with slot_gen bumped, under slot_mu, a leaf
      * lock) whenever a kernel stops or a session stops running code, so a
      * start waiting for a slot retries at once instead of at its next poll */

@@ -819,6 +819,22 @@ static int print_restore(cli *c, const char *name, json_t *rep)
     return 0;
 }
 
+/* undrain is daemon.drain with "drain": false */
+static void build_drain(cli *c, json_t *req)
+{
+    if (!strcmp(c->cmd, "undrain"))
+        json_object_set_new(req, "drain", json_false());
+}
+
+/* nothing to drain, and a daemon started later is not draining */
+static void drain_no_daemon(cli *c)
+{
+    if (c->json)
+        puts("{\"draining\":false,\"daemon\":false}");
+    else
+        puts("no daemon running: nothing to drain (a daemon started later is not draining)");
+}
+
 /* sessions --repair NAME is session.repair instead; -1 without it. */
 static int sessions_repair(cli *c)
 {
@@ -835,6 +851,24 @@ static void sessions_no_daemon(cli *c)
 }
 
 /* How each prints its reply (rep borrowed); the exit status. */
+static int print_drain(cli *c, const char *name, json_t *rep)
+{
+    if (c->json) {
+        print_json(rep);
+        return 0;
+    }
+    const char *node = json_string_value(json_object_get(rep, "node_id"));
+    json_int_t n = json_integer_value(json_object_get(rep, "sessions"));
+    if (json_is_true(json_object_get(rep, "draining")))
+        printf("draining%s%s: no new sessions; the existing ones (%lld) keep working (undo: "
+               "kernelmgr undrain)\n",
+               node ? " node " : "", node ? node : "", (long long)n);
+    else
+        printf("not draining%s%s: new sessions are made again (%lld existing)\n",
+               node ? ", node " : "", node ? node : "", (long long)n);
+    return 0;
+}
+
 static int print_sessions(cli *c, const char *name, json_t *rep)
 {
     json_t *ss = json_object_get(rep, "sessions");
@@ -1681,6 +1715,10 @@ static const cli_command cli_commands[] = {
     {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...",
      "install allowlisted packages for a session"},
+    {"drain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0, "drain",
+     "the daemon makes no new sessions (its existing\nones keep working; /readyz says draining)"},
+    {"undrain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0,
+     "undrain", "new sessions again after drain"},
     {"mcp", cmd_mcp, NULL, 0, NULL, NULL, NULL, NULL, 1,
      "mcp [--allowlist FILE]\nmcp install --client claude|cursor|vscode|generic [--print] "
      "[--python PATH]",

@@ -4,6 +4,14 @@
  * daemon on libwebsockets, so JupyterLab, Notebook and VS Code (through
  * `--gateway-url`) and jupyter_server's GatewayClient list an agent's
  * sessions, open their kernels and run cells into the same live state.
+ * Its files: gw_int.h.
+ *
+ * Routing by session (docs/MANY_MACHINES.md): every route below also
+ * answers under /s/NAME/, and the header X-Kernelmgr-Session: NAME does the
+ * same: the request is scoped to session NAME (its kernels only, kernels
+ * started belong to it, a JSON-RPC request naming another session is
+ * refused). GET /healthz and /readyz (503 while draining) need no token and
+ * are answered before the Host check.
  *
  * Routes (all need the token: "Authorization: token T" or "?token=T"):
  *   GET    /api                         {"version", "kernelmgr"}
@@ -29,8 +37,10 @@
  *   GET    /api/kernels/ID/channels     WebSocket (JSON form, or the
  *                                       v1.kernel.websocket.jupyter.org
  *                                       subprotocol): relayed to the kernel
- * A kernel's ID is a UUID derived from (session, language): stable across
- * kernel restarts and daemon restarts. Its model carries
+ * A kernel's ID is a UUID derived from (session, language) — with a
+ * node_id, "NODE-" and 14 bytes of that hash, so a balancer routes a kernel
+ * URL by its first field —: stable across kernel restarts and daemon
+ * restarts. Its model carries
  * "kernelmgr": {"session", "language", "pid"}.
  *
  * Security: 127.0.0.1 unless told otherwise; a non-loopback address needs
@@ -61,7 +71,10 @@
 
 typedef struct gateway_opts {
     const char *listen;       /* "[ADDR:]PORT"; ADDR defaults to 127.0.0.1, PORT 0 = any */
-    const char *token;        /* the token; NULL/"" = generated (HOME/http-token, 0600) */
+    const char *token;        /* the token (config http_token); NULL/"" = below */
+    const char *token_file;   /* a file holding it (config http_token_file); NULL/"" = none.
+                                 Precedence: $KERNELMGR_HTTP_TOKEN, token, token_file, else
+                                 HOME/http-token (generated when missing, 0600) */
     const char *tls_cert;     /* PEM certificate file, with tls_key; NULL = plain HTTP */
     const char *tls_key;      /* PEM private key file */
     int insecure;             /* allow a non-loopback address without TLS */
@@ -83,6 +96,10 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
 
 /* Stops serving: every connection is closed, every relay ended. NULL-safe. */
 void gateway_stop(gateway **g);
+
+/* borrowed: where the token came from ("$KERNELMGR_HTTP_TOKEN", "the
+ * configuration's http_token", or the file's path), for the log. */
+const char *gateway_token_source(const gateway *g);
 
 /* borrowed: "http://127.0.0.1:8888/" (https with TLS); the bound port. */
 const char *gateway_url(const gateway *g);

@@ -38,3 +38,9 @@ int gateway_port(const gateway *g)
     (void)g;
     return 0;
 }
+
+const char *gateway_token_source(const gateway *g)
+{
+    (void)g;
+    return "";
+}

@@ -33,7 +33,7 @@ static json_t *error_response(const json_t *id, int code, const char *fmt, ...)
                      "error", "code", code, "message", msg);
 }
 
-json_t *gwapi_check(const json_t *req)
+json_t *gwapi_check(const json_t *req, const char *scope)
 {
     /* what an HTTP client may ask for is the daemon's table (dtier.h): the
      * connection declared the http tier */
@@ -43,6 +43,20 @@ json_t *gwapi_check(const json_t *req)
         return error_response(id, -32600,
                               "invalid request: a JSON-RPC 2.0 object with a method "
                               "is expected");
+    /* the balancer routed by the prefix or header: a body naming another
+     * session would act on a session that lives on another node */
+    const json_t *sess = json_object_get(json_object_get(req, "params"), "session");
+    if (scope && scope[0] && json_is_string(sess) && strcmp(json_string_value(sess), scope)) {
+        json_t *e = error_response(id, GWAPI_INVALID_PARAMS,
+                                   "%s: field \"session\": \"%.64s\" is not the session this "
+                                   "request was routed by, \"%s\" (its /s/%s/ prefix or "
+                                   "X-Kernelmgr-Session header)",
+                                   method, json_string_value(sess), scope, scope);
+        /* as the daemon's own -32602: data.km_code (docs/API.md) */
+        json_object_set_new(json_object_get(e, "error"), "data",
+                            json_pack("{s:i}", "km_code", KM_EUSAGE));
+        return e;
+    }
     return NULL;
 }
 
@@ -172,6 +186,7 @@ typedef struct gwline {
 
 struct gwapi_conn {
     int fd, efd;
+    char scope[KM_NAME_MAX + 1]; /* gwapi_check's, for every request */
     size_t max_pending;
     void (*wake)(void *);
     void *ud;
@@ -300,14 +315,15 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
-gwapi_conn *gwapi_open(const char *home, size_t max_pending, void (*wake)(void *), void *ud,
-                       char *err, size_t errlen)
+gwapi_conn *gwapi_open(const char *home, const char *scope, size_t max_pending,
+                       void (*wake)(void *), void *ud, char *err, size_t errlen)
 {
     gwapi_conn *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    snprintf(c->scope, sizeof c->scope, "%s", scope ? scope : "");
     c->fd = c->efd = -1;
     c->max_pending = max_pending;
     c->wake = wake;
@@ -360,7 +376,7 @@ int gwapi_send(gwapi_conn *c, const char *text, size_t len)
 {
     json_error_t je;
     json_t *req = json_loadb(text, len, 0, &je);
-    json_t *refused = req ? gwapi_check(req)
+    json_t *refused = req ? gwapi_check(req, c->scope)
                           : json_pack("{s:s s:n s:{s:i s:s}}", "jsonrpc", "2.0", "id", "error",
                                       "code", -32700, "message", "parse error");
     pthread_mutex_lock(&c->mu);

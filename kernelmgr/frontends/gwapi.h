@@ -19,9 +19,12 @@
 #include <stddef.h>
 
 /* Checks the shape of one request (borrowed): NULL when it may go to the
- * daemon, else a JSON-RPC error response for it (new). Everything else is
- * the daemon's to judge, with its own configuration for the http tier. */
-json_t *gwapi_check(const json_t *req);
+ * daemon, else a JSON-RPC error response for it (new). With scope (the
+ * request's /s/NAME/ prefix or X-Kernelmgr-Session header; NULL or "" for
+ * none), a params.session other than scope is refused (-32602 naming
+ * both). Everything else is the daemon's to judge, with its own
+ * configuration for the http tier. */
+json_t *gwapi_check(const json_t *req, const char *scope);
 
 /* One call: sends req (borrowed, already checked) to the daemon of home and
  * returns the daemon's JSON-RPC response (new); notifications before it are
@@ -32,9 +35,11 @@ json_t *gwapi_call(const char *home, const json_t *req, size_t max_line);
  * the daemon, on a thread of its own (wake(ud) when lines wait). */
 typedef struct gwapi_conn gwapi_conn;
 
-/* new: connected to the daemon of home; NULL with a reason in err. */
-gwapi_conn *gwapi_open(const char *home, size_t max_pending, void (*wake)(void *), void *ud,
-                       char *err, size_t errlen);
+/* new: connected to the daemon of home, every request checked against
+ * scope (gwapi_check; copied, NULL or "" for none); NULL with a reason in
+ * err. */
+gwapi_conn *gwapi_open(const char *home, const char *scope, size_t max_pending,
+                       void (*wake)(void *), void *ud, char *err, size_t errlen);
 void gwapi_close(gwapi_conn **c);
 
 /* Takes one client message (text, len bytes): a JSON-RPC request is checked

@@ -69,6 +69,7 @@ static int gw_http_start(km_manager *m, const daemon_http_listen *l, int *starte
         gateway_opts go = {
             .listen = l->listen,
             .token = cfg->http_token,
+            .token_file = cfg->http_token_file,
             .tls_cert = l->tls_cert,
             .tls_key = l->tls_key,
             .insecure = l->insecure,
@@ -87,8 +88,8 @@ static int gw_http_start(km_manager *m, const daemon_http_listen *l, int *starte
             rc = kerr(err, KM_EUSAGE, msg);
         } else {
             *started = 1;
-            fprintf(stderr, "kernelmgr: Jupyter gateway at %s (token in %s/http-token)\n",
-                    gateway_url(http_gw), km_manager_home(m));
+            fprintf(stderr, "kernelmgr: Jupyter gateway at %s (token from %s)\n",
+                    gateway_url(http_gw), gateway_token_source(http_gw));
         }
     }
     if (!rc) {

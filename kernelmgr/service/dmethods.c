@@ -116,19 +116,28 @@ static void m_session_create(dreq *r, const json_t *p)
     dreq_reply(r, km_session_create(daemon_mgr, name, &so, &r->err));
 }
 
+/* exec's default for "create": true, but over HTTP on a daemon with a
+ * node_id (behind a balancer) false, so a request the balancer sent to
+ * the wrong node never makes an empty session there (docs/MANY_MACHINES.md). */
+static int create_default(const dreq *r)
+{
+    return !(r->dc->grant.tier == DT_HTTP && km_manager_config(daemon_mgr)->node_id[0]);
+}
+
 static void m_exec(dreq *r, const json_t *p)
 {
     const char *name, *code, *lang = NULL;
     double timeout = 0;
-    int coe = 0, stream = 0, raw = 0;
+    int coe = 0, stream = 0, raw = 0, create = create_default(r);
     sopts_raw sr = {0};
     km_session_opts so;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?s s?F s?b s?b s?b " SOPTS_FMT "}",
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?s s?F s?b s?b s?b s?b " SOPTS_FMT "}",
                    "session", &name, "code", &code, "lang", &lang, "timeout", &timeout,
-                   "continue_on_error", &coe, "stream", &stream, "raw_text", &raw,
-                   SOPTS_ARGS(sr)) ||
+                   "continue_on_error", &coe, "stream", &stream, "raw_text", &raw, "create",
+                   &create, SOPTS_ARGS(sr)) ||
         sopts_fill(r, p, &so))
         return dreq_invalid(r, r->why);
+    so.no_create = !create;
     /* the one check of the language: the configuration's table (lang.h);
      * the CLI and MCP pass it through */
     const kmcfg *cfg = km_manager_config(daemon_mgr);
@@ -226,10 +235,26 @@ static void m_interrupt_restart(dreq *r, const json_t *p)
     dreq_ok(r, json_pack("{s:s}", "session", name));
 }
 
+/* files.list and files.read never create a session: they take "create"
+ * only as false, so a client can send it on every call */
+static int never_creates(dreq *r, int create)
+{
+    if (!create)
+        return 0;
+    snprintf(r->why, sizeof r->why,
+             "field \"create\": %s never creates a session (only false is accepted; make one "
+             "with session.create)",
+             r->method);
+    return -1;
+}
+
 static void m_files_list(dreq *r, const json_t *p)
 {
     const char *name, *path = NULL;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "path", &path))
+    int create = 0;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s s?b}", "session", &name, "path", &path,
+                   "create", &create) ||
+        never_creates(r, create))
         return dreq_invalid(r, r->why);
     char sub[WSFILE_PATH_MAX + 1];
     if (wsfile_normalize(path ? path : "", 1, sub, r->why, sizeof r->why) < 0)
@@ -259,8 +284,10 @@ static void m_files_read(dreq *r, const json_t *p)
 {
     const char *name, *path, *enc = "auto";
     json_int_t off = 0, len = 0;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?I s?I s?s}", "session", &name, "path",
-                   &path, "offset", &off, "length", &len, "encoding", &enc))
+    int create = 0;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?I s?I s?s s?b}", "session", &name, "path",
+                   &path, "offset", &off, "length", &len, "encoding", &enc, "create", &create) ||
+        never_creates(r, create))
         return dreq_invalid(r, r->why);
     if (off < 0 || (json_object_get(p, "length") && len < 1))
         return dreq_invalid(r, "field \"offset\" must be >= 0 and field \"length\" >= 1");
@@ -397,6 +424,23 @@ static void m_http_start(dreq *r, const json_t *p)
                          (int)getpid()));
 }
 
+/* Draining (km.h): no new sessions, the existing ones keep working; the
+ * gateway's /readyz says so. "drain": false ends it. */
+static void m_daemon_drain(dreq *r, const json_t *p)
+{
+    int on = 1;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s?b}", "drain", &on))
+        return dreq_invalid(r, r->why);
+    km_set_draining(daemon_mgr, on);
+    json_t *ss = km_sessions(daemon_mgr);
+    const char *node = km_manager_config(daemon_mgr)->node_id;
+    fprintf(stderr, "kernelmgr: %s (%zu sessions)\n",
+            on ? "draining: no new sessions" : "no longer draining", json_array_size(ss));
+    dreq_ok(r, json_pack("{s:b s:I s:s?}", "draining", on, "sessions",
+                         (json_int_t)json_array_size(ss), "node_id", node[0] ? node : NULL));
+    json_decref(ss);
+}
+
 static void m_shutdown(dreq *r, const json_t *p)
 {
     if (rpc_unpack(p, r->why, sizeof r->why, "{}"))
@@ -428,14 +472,17 @@ static const dtier_field f_exec[] = {F_ALL("session"),
                                      F_ALL("continue_on_error"),
                                      F_ALL("stream"),
                                      {"raw_text", DT_O | DT_M, 0, "messages over HTTP are JSON"},
+                                     F_ALL("create"),
                                      {NULL, 0, 0, NULL}};
 static const dtier_field f_snapshot[] = {F_ALL("session"), F_ALL("tag"), {NULL, 0, 0, NULL}};
 static const dtier_field f_fork[] = {
     F_ALL("session"), F_ALL("new_session"), F_ALL("tag"), {NULL, 0, 0, NULL}};
 static const dtier_field f_close[] = {F_ALL("session"), F_ALL("keep"), {NULL, 0, 0, NULL}};
-static const dtier_field f_files_list[] = {F_ALL("session"), F_ALL("path"), {NULL, 0, 0, NULL}};
-static const dtier_field f_files_read[] = {F_ALL("session"), F_ALL("path"),     F_ALL("offset"),
-                                           F_ALL("length"),  F_ALL("encoding"), {NULL, 0, 0, NULL}};
+static const dtier_field f_files_list[] = {
+    F_ALL("session"), F_ALL("path"), F_ALL("create"), {NULL, 0, 0, NULL}};
+static const dtier_field f_files_read[] = {F_ALL("session"),  F_ALL("path"),     F_ALL("offset"),
+                                           F_ALL("length"),   F_ALL("encoding"), F_ALL("create"),
+                                           {NULL, 0, 0, NULL}};
 static const dtier_field f_files_write[] = {F_ALL("session"),  F_ALL("path"),   F_ALL("content"),
                                             F_ALL("encoding"), F_ALL("append"), F_ALL("create"),
                                             {NULL, 0, 0, NULL}};
@@ -449,6 +496,7 @@ static const dtier_field f_packages[] = {
 static const dtier_field f_export[] = {F_ALL("session"), F_ALL("kernel_name"), {NULL, 0, 0, NULL}};
 static const dtier_field f_connection_file[] = {
     F_ALL("session"), F_ALL("lang"), {NULL, 0, 0, NULL}};
+static const dtier_field f_drain[] = {F_ALL("drain"), {NULL, 0, 0, NULL}};
 static const dtier_field f_http_start[] = {
     F_ALL("listen"), F_ALL("tls_cert"), F_ALL("tls_key"), F_ALL("insecure"), {NULL, 0, 0, NULL}};
 
@@ -482,6 +530,7 @@ static const dmethod dmethods[] = {
     {"shutdown", m_shutdown, 0, DT_O, "the daemon is its operator's to stop", f_none, 0},
     {"http.start", m_http_start, 0, DT_O, "the daemon's listening addresses are its operator's",
      f_http_start, 0},
+    {"daemon.drain", m_daemon_drain, 0, DT_O, "draining a daemon is its operator's", f_drain, 0},
     {NULL, NULL, 0, 0, NULL, NULL, 0},
 };
 
@@ -515,9 +564,11 @@ static json_t *hello(km_manager *m)
     json_t *methods = json_array();
     for (const dmethod *d = dmethods; d->name; d++)
         json_array_append_new(methods, json_string(d->name));
-    return json_pack("{s:i s:s s:s s:i s:s s:o s:o}", "api_version", DAEMON_API_VERSION, "server",
-                     "kernelmgr", "version", DAEMON_VERSION, "pid", (int)getpid(), "home",
-                     km_manager_home(m), "pool", km_pool_status(m), "methods", methods);
+    const char *node = km_manager_config(m)->node_id;
+    return json_pack("{s:i s:s s:s s:i s:s s:o s:o s:s? s:b}", "api_version", DAEMON_API_VERSION,
+                     "server", "kernelmgr", "version", DAEMON_VERSION, "pid", (int)getpid(), "home",
+                     km_manager_home(m), "pool", km_pool_status(m), "methods", methods, "node_id",
+                     node[0] ? node : NULL, "draining", km_draining(m));
 }
 
 /* The methods a connection of grant g may call, for its hello. */

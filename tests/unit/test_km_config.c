@@ -169,7 +169,8 @@ static void cpu_limits(void **state)
 }
 
 /* The gateway's bounds before the token: defaults, range, the JSON round
- * trip, and http_host only a host name. */
+ * trip, http_host only a host name, node_id only [A-Za-z0-9_]{1,32} (the
+ * first field of a kernel id), http_token_file an absolute path. */
 static void gateway_unauth_bounds(void **state)
 {
     (void)state;
@@ -179,12 +180,15 @@ static void gateway_unauth_bounds(void **state)
     assert_int_equal(c.http_max_unauth, 256);
     assert_int_equal(c.http_header_timeout, 10);
     assert_string_equal(c.http_host, "");
+    assert_string_equal(c.node_id, "");
     char err[256] = "";
     assert_int_equal(apply(&c,
                            "{\"http_max_unauth_per_peer\": 4, \"http_max_unauth\": 40, "
-                           "\"http_header_timeout\": 1, \"http_host\": \"lab.example.org\"}",
+                           "\"http_header_timeout\": 1, \"http_host\": \"lab.example.org\", "
+                           "\"node_id\": \"kernelmgr_0\"}",
                            err, sizeof err),
                      0);
+    assert_string_equal(c.node_id, "kernelmgr_0");
     json_t *j = kmcfg_to_json(&c);
     kmcfg d;
     kmcfg_defaults(&d);
@@ -202,6 +206,10 @@ static void gateway_unauth_bounds(void **state)
         {"{\"http_header_timeout\": 601}", "http_header_timeout: must be between 1 and 600"},
         {"{\"http_host\": \"evil.example:80\"}", "http_host: must be a host name"},
         {"{\"http_host\": 3}", "http_host: must be a string"},
+        {"{\"node_id\": \"kernelmgr-0\"}", "node_id: must be letters, digits and '_'"},
+        {"{\"node_id\": \"n.1\"}", "node_id: must be letters, digits and '_'"},
+        {"{\"node_id\": \"abcdefghijklmnopqrstuvwxyz0123456\"}", "node_id: "},
+        {"{\"http_token_file\": \"token.txt\"}", "http_token_file: must be an absolute path"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         kmcfg_defaults(&c);
@@ -338,6 +346,7 @@ static json_t *other_value(const kmcfg_opt *o)
         return json_string(!strcmp(o->name, "http_host")    ? "lab.example.org"
                            : !strcmp(o->name, "http_token") ? "0123456789abcdef0123"
                            : !strcmp(o->name, "http")       ? "127.0.0.1:8888"
+                           : !strcmp(o->name, "node_id")    ? "kernelmgr_7"
                                                             : "/etc/kernelmgr/example.pem");
     case KMCFG_SPECIAL:
         break;
