@@ -68,7 +68,10 @@ void kopts_usage(FILE *out, const kbackend *b)
             "  --tmp-size SIZE          size of the sandbox's /tmp and /dev/shm (default 512M)\n"
             "  --open-files N           open file limit (default 1024)\n"
             "  --file-size SIZE         largest file the code may write (default 1G)\n"
-            "  --network on|off         network access from the sandbox (default off)\n"
+            "  --network on|off|allow:HOST[,HOST...]\n"
+            "                           network access from the sandbox (default off);\n"
+            "                           allow: only the listed hosts, through the egress\n"
+            "                           proxy this server runs outside the sandbox\n"
             "  --cpus N                 CPU rate cap of the sandbox in CPUs, e.g. 0.5 or 2\n"
             "                           (cgroup cpu.max / cfs quota; default: none). Not\n"
             "                           enforceable without a cpu cgroup: kernel_info's\n"
@@ -380,8 +383,17 @@ static int set_option(kopts *o, const char *name, const char *val, char *err, si
             c->network = 1;
         else if (!strcmp(val, "off"))
             c->network = 0;
-        else
+        else if (egpolicy_is_text(val)) {
+            char why[400];
+            if (egpolicy_parse_text(&o->egress, val, why, sizeof why)) {
+                snprintf(err, errlen, "invalid value for --network: %s", why);
+                return -1;
+            }
+            c->network = 0;
+        } else
             goto bad;
+        if (!egpolicy_is_text(val))
+            o->egress.n = 0;
     } else if (!strcmp(name, "--interrupt-grace")) {
         char *end;
         errno = 0;
@@ -507,6 +519,12 @@ static int parse_args(kopts *o, int argc, char **argv, const kbackend *b, char *
             }
         }
         snprintf(err, errlen, a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", a);
+        return -1;
+    }
+    if (o->egress.n && o->sandbox.level != SANDBOX_STRICT) {
+        snprintf(err, errlen,
+                 "--network allow: needs --sandbox strict (without the sandbox nothing keeps the "
+                 "code from the host's network)");
         return -1;
     }
     return 0;
