@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernelmgr/engine/netopt.h"
 #include "kernelmgr/engine/lang.h"
 
 typedef struct kmcfg {
@@ -27,7 +28,8 @@ typedef struct kmcfg {
     uint64_t memory;            /* "memory": bytes, 0 = kernel default */
     double cpus;                /* "cpus": CPU rate cap per sandbox, 0 = none */
     double cpu_time;            /* "cpu_time": CPU seconds per block, 0 = none */
-    int network;                /* "network": 0 off (default), 1 on */
+    int network;                /* "network": KM_NET_OFF (default), KM_NET_ON, KM_NET_ALLOW */
+    char network_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list (netopt.h) */
     char python[4096];          /* "python": interpreter path, "" = detected */
     char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
     char transport[8];          /* "transport": "ipc" (default) | "tcp" */

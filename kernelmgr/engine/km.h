@@ -17,6 +17,7 @@
 
 #include "kernelmgr/engine/config.h"
 
+#include "kernelmgr/engine/netopt.h"
 #include <jansson.h>
 #include <stddef.h>
 
@@ -46,7 +47,9 @@ typedef struct km_err {
  * NULL / -1 = config. Given to an existing session with another value, they
  * are not applied: km_exec reports each in "warnings" (see km_exec). */
 typedef struct km_session_opts {
-    int network;               /* -1, 0, 1 */
+    int network;               /* -1 (config), KM_NET_OFF, KM_NET_ON, KM_NET_ALLOW (netopt.h) */
+    const char *network_allow; /* KM_NET_ALLOW: the canonical "allow:..." text (borrowed) */
+    char network_allow_buf[KM_NET_ALLOW_MAX]; /* where dtier_sopts_fill writes it */
     unsigned long long memory; /* 0 = config */
     double cpus;               /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
     double cpu_time;           /* CPU-time budget per block in seconds; 0 = config */

@@ -64,7 +64,7 @@ static const char usage_text[] =
     "  doctor                                 sandbox capabilities, Python, versions\n"
     "                                         (exit 1: configured sandbox unavailable)\n"
     "  kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n"
-    "        [--network on|off] [--memory SIZE] [--cpus N] [--cpu-time S]\n"
+    "        [--network on|off|allow:HOST[,HOST...]] [--memory SIZE] [--cpus N] [--cpu-time S]\n"
     "                                         install kernelmgr-LANG kernelspecs (python,\n"
     "                                         bash and each configured backend language)\n"
     "\n"
@@ -74,6 +74,9 @@ static const char usage_text[] =
     "                            configuration's \"kernels\" adds\n"
     "  --timeout SECONDS         per block (default 60): interrupt, grace, then kill+restart\n"
     "  --network on|off          network inside the sandbox (new sessions; default off)\n"
+    "  --network allow:HOST[,HOST...]  only these hosts (HOST, HOST:PORT, *.DOMAIN[:PORT],\n"
+    "                            an address literal; ports 80 and 443 by default), through\n"
+    "                            the filtering proxy; at most 32 entries\n"
     "  --memory SIZE             memory limit of each kernel, e.g. 1G (new sessions)\n"
     "  --cpus N                  CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)\n"
     "  --cpu-time SECONDS        CPU-time budget per block (new sessions)\n"
@@ -121,7 +124,8 @@ typedef struct cli {
     kenv_budget env_budget;
     double timeout;
     double cpus, cpu_time; /* 0 unset */
-    int network;           /* -1 unset */
+    int network;           /* -1 unset, else KM_NET_* */
+    char net_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list */
     uint64_t memory;
     int json, continue_on_error, keep, user, stop, pool;
     const char *repair; /* sessions --repair NAME */
@@ -491,6 +495,7 @@ static void fill_session_opts(cli *c, km_session_opts *so)
 {
     km_session_opts_init(so);
     so->network = c->network;
+    so->network_allow = c->network == KM_NET_ALLOW ? c->net_allow : NULL;
     so->memory = c->memory;
     so->cpus = c->cpus;
     so->cpu_time = c->cpu_time;
@@ -654,7 +659,7 @@ static void print_warnings(const json_t *rep)
 static void add_session_opts(const cli *c, json_t *req, const char *ws)
 {
     if (c->network >= 0)
-        json_object_set_new(req, "network", json_string(c->network ? "on" : "off"));
+        json_object_set_new(req, "network", km_net_json(c->network, c->net_allow));
     if (c->memory_s)
         json_object_set_new(req, "memory", json_string(c->memory_s));
     if (c->cpus > 0)
@@ -1139,7 +1144,7 @@ static int cmd_kernelspec(cli *c)
 {
     if (c->npos != 1 || strcmp(c->pos[0], "install"))
         return usage_error("usage: kernelmgr kernelspec install [--user | --prefix DIR] "
-                           "[--sandbox strict|none] [--python PATH] [--network on|off] "
+                           "[--sandbox strict|none] [--python PATH] [--network on|off|allow:HOSTS] "
                            "[--memory SIZE] [--cpus N] [--cpu-time S]");
     if (c->user && c->prefix)
         return usage_error("kernelspec install: give --user or --prefix DIR, not both");
@@ -1157,6 +1162,7 @@ static int cmd_kernelspec(cli *c)
         .python = c->python,
         .memory = c->memory_s,
         .network = c->network,
+        .network_allow = c->net_allow,
         .cpus = c->cpus,
         .cpu_time = c->cpu_time,
         .version = KM_VERSION,
@@ -1451,10 +1457,13 @@ static int cli_dispatch(int argc, char **argv)
                                    optarg);
             break;
         case OPT_NETWORK:
-            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
-                return usage_error("--network must be on or off (got \"%s\")", optarg);
-            c.network = !strcmp(optarg, "on");
+        {
+            char why[700];
+            if (km_net_from_text(optarg, "--network", &c.network, c.net_allow, sizeof c.net_allow,
+                                 why, sizeof why))
+                return usage_error("%s", why);
             break;
+        }
         /* the ranges are the session options' table (dtier.h) */
         case OPT_MEMORY:
             if (kmcfg_parse_size(optarg, &c.memory) ||
@@ -1621,8 +1630,10 @@ static int cli_dispatch(int argc, char **argv)
             c.config = real; /* the daemon runs elsewhere */
     }
     /* CLI options override the configuration */
-    if (c.network >= 0)
+    if (c.network >= 0) {
         c.cfg.network = c.network;
+        snprintf(c.cfg.network_allow, sizeof c.cfg.network_allow, "%s", c.net_allow);
+    }
     if (c.memory)
         c.cfg.memory = c.memory;
     if (c.cpus > 0)

@@ -27,7 +27,8 @@ typedef struct kspecinst_opts {
     const char *sandbox;
     const char *python; /* only for languages that take --python */
     const char *memory;
-    int network;
+    int network;               /* KM_NET_* or -1 */
+    const char *network_allow; /* KM_NET_ALLOW: the "allow:..." text */
     double cpus;         /* --cpus, 0 = none */
     double cpu_time;     /* --cpu-time, 0 = none */
     const char *version; /* kernelmgr version, recorded in the metadata */

@@ -1029,3 +1029,18 @@ long long egproxy_refusals(egproxy *px, char *last, size_t lastlen)
     pthread_mutex_unlock(&px->lock);
     return n;
 }
+
+int egproxy_restricted_literal(const char *lit)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, lit, &in->sin_addr) == 1)
+        in->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, lit, &in6->sin6_addr) == 1)
+        in6->sin6_family = AF_INET6;
+    else
+        return -1;
+    return restricted_addr((struct sockaddr *)&ss);
+}

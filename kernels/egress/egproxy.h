@@ -90,6 +90,12 @@ egproxy *egproxy_start(int listen_fd, const char *const *allowed, char *err, siz
  * (Connection: close). NULL with err. */
 egproxy *egproxy_start_policy(int listen_fd, const egpolicy *policy, char *err, size_t errlen);
 
+/* 1 when the address literal lit (no brackets) is one the policy mode
+ * dials only when an entry names it: an address of this host or of a
+ * private or special network (see above). 0 for other addresses, -1 when
+ * lit is no address. */
+int egproxy_restricted_literal(const char *lit);
+
 /* How many requests the proxy refused so far (403, TLS alert, 431); the
  * last refusal's reason, without the "kernelmgr: ..." prefix, in last
  * (may be NULL). */

@@ -77,14 +77,29 @@ static const char *const egress_env[] = {
     "https_proxy=http://127.0.0.1:" KWORKER_EGRESS_PORT_S,
     "HTTP_PROXY=http://127.0.0.1:" KWORKER_EGRESS_PORT_S,
     "HTTPS_PROXY=http://127.0.0.1:" KWORKER_EGRESS_PORT_S,
-    "no_proxy=localhost,127.0.0.1,::1",
-    "NO_PROXY=localhost,127.0.0.1,::1",
     NULL,
 };
 
-static char **build_env(const kworker_spec *spec, int egress)
+/* no_proxy / NO_PROXY: the sandbox's own loopback is reached directly,
+ * except a loopback address the list names (the operator means the host's
+ * service there: through the proxy). */
+static void egress_no_proxy(const egpolicy *p, char *buf, size_t n)
 {
-    size_t n = 0, extra = 4 + sizeof egress_env / sizeof *egress_env;
+    static const char *const local[] = {"localhost", "127.0.0.1", "::1", NULL};
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; local[i]; i++) {
+        int listed = 0;
+        for (size_t j = 0; j < p->n; j++)
+            listed |= egpolicy_is_literal(p, (int)j) && !strcmp(p->e[j].host, local[i]);
+        if (!listed && len < n)
+            len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? "," : "", local[i]);
+    }
+}
+
+static char **build_env(const kworker_spec *spec, const egpolicy *egress)
+{
+    size_t n = 0, extra = 6 + sizeof egress_env / sizeof *egress_env;
     while (environ[n])
         n++;
     for (size_t i = 0; i < KSPEC_MAX_ENV && spec->env[i]; i++)
@@ -100,6 +115,14 @@ static char **build_env(const kworker_spec *spec, int egress)
      * lose it the one way out) */
     for (size_t i = 0; egress && egress_env[i]; i++)
         rc |= env_put(env, &k, egress_env[i]);
+    if (egress) {
+        char np[64], var[80];
+        egress_no_proxy(egress, np, sizeof np);
+        snprintf(var, sizeof var, "no_proxy=%s", np);
+        rc |= env_put(env, &k, var);
+        snprintf(var, sizeof var, "NO_PROXY=%s", np);
+        rc |= env_put(env, &k, var);
+    }
     rc |= env_put(env, &k, "PATH=" KENV_SANDBOX_PATH) | env_put(env, &k, "HOME=" KENV_SANDBOX_HOME);
     for (size_t i = 0; i < n; i++)
         if (kenv_host_allowed(environ[i]))
@@ -151,7 +174,7 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, cons
     /* Bigger output pipes mean fewer wake-ups under heavy output; best effort. */
     fcntl(out[0], F_SETPIPE_SZ, 1 << 20);
     fcntl(errp[0], F_SETPIPE_SZ, 256 << 10);
-    env = build_env(spec, use_egress);
+    env = build_env(spec, use_egress ? egress : NULL);
     if (!env) {
         snprintf(err, errlen, "out of memory");
         goto fail;
