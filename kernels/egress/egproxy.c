@@ -125,7 +125,7 @@ static ssize_t read_head(egproxy *px, int fd, char *buf, size_t cap, size_t *got
             return -1;
         *got += (size_t)n;
         buf[*got] = '\0';
-        char *end = strstr(buf, "\r\n\r\n");
+        char *end = memmem(buf, *got, "\r\n\r\n", 4); /* a NUL does not hide it */
         if (end)
             return (end - buf) + 4;
         if (*got >= cap - 1)
@@ -326,6 +326,10 @@ static void serve(egproxy *px, int fd)
         http_error(fd, 400, "Bad Request", "incomplete or oversized request head");
         return;
     }
+    if (memchr(head, 0, (size_t)hlen)) {
+        http_error(fd, 400, "Bad Request", "a NUL in the request head");
+        return;
+    }
     char *line_end = strstr(head, "\r\n");
     *line_end = '\0';
     char method[16], target[2048], version[16];
@@ -504,8 +508,12 @@ static void deny_host(egproxy *px, int fd, const char *method, const char *targe
  * (restricted_addr) is admitted only when the entry that matched is that
  * address literal. The socket, -2 when every address was restricted (*bad
  * gets the first, as text), -1 when unreachable. */
-static int dial_policy(const char *host, const char *port, int literal, char *bad, size_t badlen)
+static void norm_host(const char *h, char *out, size_t outlen);
+
+static int dial_policy(const char *name, const char *port, int literal, char *bad, size_t badlen)
 {
+    char host[EGPOLICY_HOST_MAX + 2];
+    norm_host(name, host, sizeof host); /* what the list matched */
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
@@ -765,6 +773,10 @@ static void serve_policy(egproxy *px, int fd)
     }
     if (hlen < 0) {
         http_error(fd, 400, "Bad Request", "incomplete request head");
+        return;
+    }
+    if (memchr(head, 0, (size_t)hlen)) {
+        deny(px, fd, "-", "-", "a NUL in the request head");
         return;
     }
     char *line_end = strstr(head, "\r\n");
