@@ -864,8 +864,11 @@ static void serve_policy(egproxy *px, int fd)
         return;
     }
     int o = snprintf(out, 4200, "%s %s %s\r\n", method, pathbuf, version);
-    if (!nhost)
-        o += snprintf(out + o, 300, "Host: %s\r\n", auth);
+    if (!nhost) {
+        int v6 = strchr(host, ':') != NULL;
+        o += snprintf(out + o, 300, "Host: %s%.260s%s%s%s\r\n", v6 ? "[" : "", host,
+                      v6 ? "]" : "", strcmp(port, "80") ? ":" : "", strcmp(port, "80") ? port : "");
+    }
     const char *h = hdrs;
     while (h < hend) {
         const char *e = strstr(h, "\r\n");

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "kernels/egress/egproxy.h"
+#include "kernels/egress/egpolicy.h"
 
 static int listen_any(unsigned short *port)
 {
@@ -323,6 +324,59 @@ static void test_host_only_addresses(void **state)
     egproxy_stop(&px);
 }
 
+/* Policy mode: the allowed forward request, a named 403, a tunnel whose
+ * first bytes are no ClientHello (an alert, the upstream hears nothing),
+ * a Host header naming another host; the counters and the report. */
+static void test_policy_mode(void **state)
+{
+    fixture *f = *state;
+    egproxy_stop(&f->px);
+    unsigned short port;
+    int plfd = listen_any(&port);
+    char text[64], err[600], req[512], out[4096];
+    snprintf(text, sizeof text, "allow:127.0.0.1:%u", f->up_port);
+    egpolicy pol;
+    assert_int_equal(egpolicy_parse_text(&pol, text, err, sizeof err), 0);
+    f->px = egproxy_start_policy(plfd, &pol, err, sizeof err);
+    assert_non_null(f->px);
+    int fd = dial_port(port);
+    snprintf(req, sizeof req, "GET http://127.0.0.1:%u/p HTTP/1.1\r\nUpgrade: h2c\r\n\r\n",
+             f->up_port);
+    roundtrip(fd, req, out, sizeof out);
+    close(fd);
+    assert_non_null(strstr(out, "\r\n\r\nhi"));
+    assert_non_null(strstr(f->up.seen, "Host: 127.0.0.1:"));
+    assert_null(strstr(f->up.seen, "Upgrade"));
+    f->up.seen[0] = 0;
+    fd = dial_port(port);
+    roundtrip(fd, "GET http://pypi.org/ HTTP/1.1\r\n\r\n", out, sizeof out);
+    close(fd);
+    assert_non_null(strstr(out, "403 Forbidden"));
+    assert_non_null(strstr(out, "kernelmgr: network policy allow-list: host pypi.org:80 is not "
+                                "allowed (allowed: 127.0.0.1:"));
+    fd = dial_port(port);
+    snprintf(req, sizeof req, "CONNECT 127.0.0.1:%u HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+             f->up_port);
+    roundtrip(fd, req, out, sizeof out);
+    close(fd);
+    assert_non_null(strstr(out, "200 Connection established"));
+    assert_null(strstr(out, "hi"));
+    fd = dial_port(port);
+    snprintf(req, sizeof req, "GET http://127.0.0.1:%u/ HTTP/1.1\r\nHost: evil\r\n\r\n",
+             f->up_port);
+    roundtrip(fd, req, out, sizeof out);
+    close(fd);
+    assert_non_null(strstr(out, "does not name the request's host"));
+    assert_string_equal(f->up.seen, "");
+    char last[600];
+    assert_int_equal(egproxy_refusals(f->px, last, sizeof last), 3);
+    assert_non_null(strstr(last, "Host header"));
+    json_t *r = egproxy_report(f->px);
+    assert_int_equal(json_integer_value(json_object_get(r, "allowed")), 1);
+    assert_int_equal(json_array_size(json_object_get(r, "refused")), 3);
+    json_decref(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -331,6 +385,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_only_addresses, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_policy_mode, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
