@@ -29,7 +29,6 @@ typedef struct kmcfg {
     double cpus;                /* "cpus": CPU rate cap per sandbox, 0 = none */
     double cpu_time;            /* "cpu_time": CPU seconds per block, 0 = none */
     int network;                /* "network": KM_NET_OFF (default), KM_NET_ON, KM_NET_ALLOW */
-    char network_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list (netopt.h) */
     char python[4096];          /* "python": interpreter path, "" = detected */
     char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
     char transport[8];          /* "transport": "ipc" (default) | "tcp" */
@@ -88,6 +87,9 @@ typedef struct kmcfg {
                                           and headers to arrive (10) */
     char http_host[256];               /* "http_host": a DNS name the gateway answers to besides
                                           its listen address (and localhost on loopback) */
+
+    /* "network" KM_NET_ALLOW: the canonical list (netopt.h), else "" */
+    char network_allow[KM_NET_ALLOW_MAX];
 } kmcfg;
 
 /* The configuration options: one row per key of config.json, the one place

@@ -49,7 +49,10 @@ typedef struct km_err {
 typedef struct km_session_opts {
     int network;               /* -1 (config), KM_NET_OFF, KM_NET_ON, KM_NET_ALLOW (netopt.h) */
     const char *network_allow; /* KM_NET_ALLOW: the canonical "allow:..." text (borrowed) */
-    char network_allow_buf[KM_NET_ALLOW_MAX]; /* where dtier_sopts_fill writes it */
+
+    /* where dtier_sopts_fill writes network_allow */
+    char network_allow_buf[KM_NET_ALLOW_MAX];
+
     unsigned long long memory; /* 0 = config */
     double cpus;               /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
     double cpu_time;           /* CPU-time budget per block in seconds; 0 = config */

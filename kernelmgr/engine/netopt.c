@@ -38,11 +38,11 @@ int km_net_from_json(const json_t *v, const char *what, int *network, char *allo
         snprintf(err, errlen,
                  "%s: must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} (got %s)",
                  what,
-                 s                    ? "another string"
-                 : json_is_number(v)  ? "a number"
-                 : json_is_array(v)   ? "an array"
-                 : json_is_null(v)    ? "null"
-                                      : "another value");
+                 s                   ? "another string"
+                 : json_is_number(v) ? "a number"
+                 : json_is_array(v)  ? "an array"
+                 : json_is_null(v)   ? "null"
+                                     : "another value");
         return -1;
     }
     egpolicy *p = malloc(sizeof *p);

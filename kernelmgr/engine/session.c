@@ -245,8 +245,7 @@ static int opts_default(const km_manager *m, const km_session_opts *o)
     return !o ||
            ((o->network < 0 ||
              km_net_equal(o->network, o->network_allow, m->cfg.network, m->cfg.network_allow)) &&
-            !o->memory && !(o->cpus > 0) &&
-            !(o->cpu_time > 0) && !o->python && !o->workspace &&
+            !o->memory && !(o->cpus > 0) && !(o->cpu_time > 0) && !o->python && !o->workspace &&
             (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) && !json_object_size(o->env));
 }
 
@@ -339,10 +338,9 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     } else {
         s->network = o && o->network >= 0 ? o->network : m->cfg.network;
         snprintf(s->net_allow, sizeof s->net_allow, "%s",
-                 o && o->network >= 0 ? (o->network == KM_NET_ALLOW && o->network_allow
-                                             ? o->network_allow
-                                             : "")
-                                      : m->cfg.network_allow);
+                 o && o->network >= 0
+                     ? (o->network == KM_NET_ALLOW && o->network_allow ? o->network_allow : "")
+                     : m->cfg.network_allow);
         s->memory = o && o->memory ? o->memory : 0;
         s->cpus = o && o->cpus > 0 ? o->cpus : 0;
         s->cpu_time = o && o->cpu_time > 0 ? o->cpu_time : 0;

@@ -72,7 +72,7 @@ typedef struct session {
     /* own_workspace made by this manager: the directory's device and inode
      * (0 when not recorded), checked before close removes it */
     unsigned long long ws_dev, ws_ino;
-    int network;                       /* KM_NET_* (netopt.h), -1: the configuration's */
+    int network;                      /* KM_NET_* (netopt.h), -1: the configuration's */
     char net_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list, else "" */
     unsigned long long memory;
     double cpus;     /* --cpus of its kernels; 0 = the configuration's */

@@ -123,8 +123,8 @@ typedef struct cli {
     json_t *env; /* --env: {NAME: "value"}, NULL when none was given */
     kenv_budget env_budget;
     double timeout;
-    double cpus, cpu_time; /* 0 unset */
-    int network;           /* -1 unset, else KM_NET_* */
+    double cpus, cpu_time;            /* 0 unset */
+    int network;                      /* -1 unset, else KM_NET_* */
     char net_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list */
     uint64_t memory;
     int json, continue_on_error, keep, user, stop, pool;
@@ -1456,8 +1456,7 @@ static int cli_dispatch(int argc, char **argv)
                 return usage_error("--timeout must be a positive number of seconds (got \"%s\")",
                                    optarg);
             break;
-        case OPT_NETWORK:
-        {
+        case OPT_NETWORK: {
             char why[700];
             if (km_net_from_text(optarg, "--network", &c.network, c.net_allow, sizeof c.net_allow,
                                  why, sizeof why))

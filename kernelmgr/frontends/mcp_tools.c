@@ -709,8 +709,8 @@ static json_t *sessopt_schema(const dtier_sessopt *o)
         p = json_pack("{s:[{s:s s:[s,s]},{s:s s:{s:{s:s s:{s:s} s:i s:i}} s:[s] s:b}]}", "oneOf",
                       "type", "string", "enum", "on", "off", "type", "object", "properties",
                       "allow", "type", "array", "items", "type", "string", "minItems", 1,
-                      "maxItems", EGPOLICY_MAX_ENTRIES, "required", "allow",
-                      "additionalProperties", 0);
+                      "maxItems", EGPOLICY_MAX_ENTRIES, "required", "allow", "additionalProperties",
+                      0);
         break;
     case DT_SO_SIZE:
         p = json_pack("{s:[s,s]}", "type", "string", "integer");

@@ -134,8 +134,7 @@ int dtier_field_allowed(const dtier_grant *g, const dtier_field *f)
     unsigned bit = DT_BIT(g->tier);
     /* a choice's unsafe bits gate its relaxing value, not the field */
     const dtier_sessopt *so = dtier_sessopt_find(f->name);
-    int gates_value =
-        so && (so->type == DT_SO_CHOICE || so->type == DT_SO_NETWORK) && &so->f == f;
+    int gates_value = so && (so->type == DT_SO_CHOICE || so->type == DT_SO_NETWORK) && &so->f == f;
     return (f->tiers & bit) || (!gates_value && g->unsafe && (f->unsafe & bit));
 }
 
@@ -361,8 +360,8 @@ static int net_ceiling(const dtier_grant *g, const kmcfg *cfg, const dtier_sesso
         egpolicy *want = malloc(sizeof *want);
         char e[600] = "out of memory";
         int bad = -1;
-        if (want && !egpolicy_parse_text(want, so->network_allow ? so->network_allow : "", e,
-                                         sizeof e)) {
+        if (want &&
+            !egpolicy_parse_text(want, so->network_allow ? so->network_allow : "", e, sizeof e)) {
             bad = 0;
             for (size_t i = 0; i < want->n && !bad; i++)
                 if (egpolicy_is_literal(want, (int)i) &&
@@ -401,8 +400,7 @@ static int net_ceiling(const dtier_grant *g, const kmcfg *cfg, const dtier_sesso
              "network %s; the operator can allow it with %s)",
              so->network == KM_NET_ON ? "\"on\"" : "an allow list", dtier_clients(g->tier),
              o->f.why ? o->f.why : "",
-             cfg->network == KM_NET_ALLOW ? "as an allow list" : "\"off\"",
-             tier_optin[g->tier]);
+             cfg->network == KM_NET_ALLOW ? "as an allow list" : "\"off\"", tier_optin[g->tier]);
     return -1;
 }
 
@@ -456,8 +454,7 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
                      "field \"%s\": \"%s\" is not available to %s (%s; the operator's "
                      "configuration has %s \"%s\"; the operator can allow it with %s)",
                      o->f.name, s, dtier_clients(g->tier), o->f.why ? o->f.why : "", o->f.name,
-                     cfg->sandbox,
-                     tier_optin[g->tier]);
+                     cfg->sandbox, tier_optin[g->tier]);
             return -1;
         }
         }

@@ -61,11 +61,11 @@ typedef struct dtier_field {
 } dtier_field;
 
 typedef enum dtier_sotype {
-    DT_SO_CHOICE, /* one of values[] */
-    DT_SO_SIZE,   /* "512M" or bytes, at least min */
-    DT_SO_NUMBER, /* a number in [min, max] */
-    DT_SO_PATH,   /* an absolute host path */
-    DT_SO_ENV,    /* {NAME: "value"} (kenv.h rules) */
+    DT_SO_CHOICE,  /* one of values[] */
+    DT_SO_SIZE,    /* "512M" or bytes, at least min */
+    DT_SO_NUMBER,  /* a number in [min, max] */
+    DT_SO_PATH,    /* an absolute host path */
+    DT_SO_ENV,     /* {NAME: "value"} (kenv.h rules) */
     DT_SO_NETWORK, /* one of values[], or an egress allow-list {"allow": [...]} (netopt.h) */
 } dtier_sotype;
 

@@ -343,8 +343,7 @@ static int covers(const egpolicy_entry *c, const egpolicy_entry *e)
         return e->kind == c->kind && !strcmp(e->host, c->host);
     case EGP_WILDCARD:
         return (e->kind == EGP_NAME && under(e->host, c->host)) ||
-               (e->kind == EGP_WILDCARD &&
-                (!strcmp(e->host, c->host) || under(e->host, c->host)));
+               (e->kind == EGP_WILDCARD && (!strcmp(e->host, c->host) || under(e->host, c->host)));
     }
     return 0;
 }

@@ -38,7 +38,7 @@ struct egproxy {
     int n_conn;
     int n_allowed_conn;
     char *allowed[PROXY_ALLOWED_MAX + 1];
-    json_t *refused; /* array, guarded by lock */
+    json_t *refused;  /* array, guarded by lock */
     egpolicy *policy; /* owned; NULL: the installer's exact host:port list */
     /* decision log (policy mode), guarded by lock: a token bucket
      * (EGPROXY_LOG_BURST, EGPROXY_LOG_RATE a second), at most
@@ -467,16 +467,15 @@ static void plog(egproxy *px, const char *verdict, const char *method, const cha
         px->log_lines++;
         char sup[64] = "";
         if (px->log_suppressed)
-            snprintf(sup, sizeof sup, " (%lu earlier decisions not logged)",
-                     px->log_suppressed);
+            snprintf(sup, sizeof sup, " (%lu earlier decisions not logged)", px->log_suppressed);
         px->log_suppressed = 0;
         n = snprintf(line, sizeof line, "kernelmgr egress: %s %s %.300s%s%.400s%s%s\n", verdict,
                      method, target, why ? ": " : "", why ? why : "", sup,
                      px->log_lines == EGPROXY_LOG_LINES ? " (the decision log is full)" : "");
     }
     pthread_mutex_unlock(&px->lock);
-    if (n > 0 && write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) <
-                     0) {
+    if (n > 0 &&
+        write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
         /* nowhere else to say it */
     }
 }
@@ -491,8 +490,8 @@ static void deny(egproxy *px, int fd, const char *method, const char *target, co
     http_error(fd, 403, "Forbidden", body);
 }
 
-static void deny_host(egproxy *px, int fd, const char *method, const char *target,
-                      const char *host, const char *port)
+static void deny_host(egproxy *px, int fd, const char *method, const char *target, const char *host,
+                      const char *port)
 {
     char list[600], why[1000];
     egpolicy_describe(px->policy, list, sizeof list);
@@ -526,9 +525,10 @@ static int dial_policy(const char *name, const char *port, int literal, char *ba
             continue;
         if (!literal && restricted_addr(a->ai_addr)) {
             if (!refused++) {
-                const void *ad = a->ai_family == AF_INET
-                                     ? (const void *)&((struct sockaddr_in *)a->ai_addr)->sin_addr
-                                     : (const void *)&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr;
+                const void *ad =
+                    a->ai_family == AF_INET
+                        ? (const void *)&((struct sockaddr_in *)a->ai_addr)->sin_addr
+                        : (const void *)&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr;
                 inet_ntop(a->ai_family, ad, bad, (socklen_t)badlen);
             }
             continue;
@@ -623,8 +623,8 @@ static void connect_policy(egproxy *px, int fd, const char *target, char *host, 
     while ((rc = egtls_client_hello_sni(hello, got, sni, sizeof sni)) == EGTLS_MORE) {
         struct timespec t1;
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        long left = EGPROXY_HELLO_MS - ((t1.tv_sec - t0.tv_sec) * 1000 +
-                                        (t1.tv_nsec - t0.tv_nsec) / 1000000);
+        long left = EGPROXY_HELLO_MS -
+                    ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
         struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
                               {.fd = px->stop_pipe[0], .events = POLLIN}};
         if (got >= EGTLS_RECORD_MAX || left <= 0 || poll(p, 2, (int)left) <= 0 || p[1].revents)
@@ -866,8 +866,8 @@ static void serve_policy(egproxy *px, int fd)
     int o = snprintf(out, 4200, "%s %s %s\r\n", method, pathbuf, version);
     if (!nhost) {
         int v6 = strchr(host, ':') != NULL;
-        o += snprintf(out + o, 300, "Host: %s%.260s%s%s%s\r\n", v6 ? "[" : "", host,
-                      v6 ? "]" : "", strcmp(port, "80") ? ":" : "", strcmp(port, "80") ? port : "");
+        o += snprintf(out + o, 300, "Host: %s%.260s%s%s%s\r\n", v6 ? "[" : "", host, v6 ? "]" : "",
+                      strcmp(port, "80") ? ":" : "", strcmp(port, "80") ? port : "");
     }
     const char *h = hdrs;
     while (h < hend) {

@@ -52,7 +52,7 @@ typedef struct egpolicy egpolicy;
 
 /* The reason (403 body and egproxy_report) for a listed name whose every
  * address is one only this host answers on. */
-#define EGPROXY_HOST_ONLY                                                                         \
+#define EGPROXY_HOST_ONLY                                                                          \
     "refused by policy: the host resolves only to addresses of this host (loopback, "              \
     "link-local, unspecified or the host's own), which the allowlist does not name as such"
 

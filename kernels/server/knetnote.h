@@ -27,8 +27,8 @@
  * refused a request during the failed cell (its refusal count grew), and
  * says so, with the list and the last refusal (kexec.c adds them). */
 #define KNETNOTE_ALLOW_TEXT                                                                        \
-    "network policy allow-list for this session: only the listed hosts are reachable, through "  \
-    "the egress proxy (HTTP_PROXY / HTTPS_PROXY: http://127.0.0.1:3128); there is no DNS in the " \
+    "network policy allow-list for this session: only the listed hosts are reachable, through "    \
+    "the egress proxy (HTTP_PROXY / HTTPS_PROXY: http://127.0.0.1:3128); there is no DNS in the "  \
     "sandbox"
 
 /* The longest resolver message looked for, less one: the text kept across

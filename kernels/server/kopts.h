@@ -39,7 +39,7 @@ typedef struct kopts {
      * the egress proxy this server runs outside it (kworker.h); strict
      * only. egress.n == 0: no allow-list (on or off). */
     egpolicy egress;
-    double interrupt_grace;      /* seconds between SIGINT and kill+restart */
+    double interrupt_grace; /* seconds between SIGINT and kill+restart */
     /* --cpu-time S: CPU seconds (every process of the sandbox together) an
      * execute request may use; past it the request is interrupted like a
      * timeout (kill after interrupt_grace) and its reply says so. 0: none. */

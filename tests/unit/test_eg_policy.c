@@ -79,14 +79,12 @@ static void entries(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         p = parse(bad[i][0], why);
         if (p || !strstr(why, bad[i][1]))
-            fail_msg("%s: got \"%s\", expected \"%s\"", bad[i][0], p ? "accepted" : why,
-                     bad[i][1]);
+            fail_msg("%s: got \"%s\", expected \"%s\"", bad[i][0], p ? "accepted" : why, bad[i][1]);
     }
     /* the bounds, named */
     char big[40 * 33 + 16] = "allow:";
     for (int i = 0; i < 33; i++)
-        snprintf(big + strlen(big), sizeof big - strlen(big), "%sh%d.example.com", i ? "," : "",
-                 i);
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%sh%d.example.com", i ? "," : "", i);
     assert_null(parse(big, why));
     assert_non_null(strstr(why, "more than 32 entries"));
     char label[400] = "allow:";
@@ -126,7 +124,7 @@ static void matching(void **state)
     free(p);
     /* the ceiling */
     egpolicy *ceil = parse("allow:pypi.org,*.example.com:443,*.b.org:80,*.b.org:443", why);
-    static const char *const inside[] = {"allow:pypi.org", "allow:pypi.org:443",
+    static const char *const inside[] = {"allow:pypi.org",          "allow:pypi.org:443",
                                          "allow:x.example.com:443", "allow:*.y.example.com:443",
                                          "allow:*.example.com:443", "allow:*.b.org"};
     static const char *const outside[] = {"allow:pypi.org:8080", "allow:x.example.com",
@@ -181,12 +179,12 @@ static size_t hello(unsigned char *b, const char *name, int two_names)
     body[n++] = 3;
     memset(body + n, 7, 32);
     n += 32;
-    body[n++] = 0;                /* session id */
-    body[n++] = 0;                /* ciphers: 2 bytes */
+    body[n++] = 0; /* session id */
+    body[n++] = 0; /* ciphers: 2 bytes */
     body[n++] = 2;
     body[n++] = 0x13;
     body[n++] = 0x01;
-    body[n++] = 1;                /* compression */
+    body[n++] = 1; /* compression */
     body[n++] = 0;
     body[n++] = (unsigned char)(e >> 8);
     body[n++] = (unsigned char)e;
@@ -225,8 +223,7 @@ static void sni(void **state)
     b[9 + 2 + 32] = 200; /* a session id longer than the message */
     assert_int_equal(egtls_client_hello_sni(b, n, name, sizeof name), EGTLS_BAD);
     const unsigned char get[] = "GET / HTTP/1.1\r\n\r\n";
-    assert_int_equal(egtls_client_hello_sni(get, sizeof get - 1, name, sizeof name),
-                     EGTLS_NOT_TLS);
+    assert_int_equal(egtls_client_hello_sni(get, sizeof get - 1, name, sizeof name), EGTLS_NOT_TLS);
     const unsigned char app[] = {0x17, 3, 3, 0, 5, 1, 2, 3, 4, 5};
     assert_int_equal(egtls_client_hello_sni(app, sizeof app, name, sizeof name), EGTLS_NOT_TLS);
     n = hello(b, "pypi.org", 0);
@@ -241,9 +238,9 @@ static void netopt(void **state)
     char allow[KM_NET_ALLOW_MAX], why[700];
     assert_int_equal(km_net_from_text("on", "--network", &net, allow, sizeof allow, why, 700), 0);
     assert_int_equal(net, KM_NET_ON);
-    assert_int_equal(
-        km_net_from_text("allow:A.org,b.org:8080", "--network", &net, allow, sizeof allow, why, 700),
-        0);
+    assert_int_equal(km_net_from_text("allow:A.org,b.org:8080", "--network", &net, allow,
+                                      sizeof allow, why, 700),
+                     0);
     assert_int_equal(net, KM_NET_ALLOW);
     assert_string_equal(allow, "allow:a.org,b.org:8080");
     json_t *j = km_net_json(net, allow);
@@ -256,7 +253,8 @@ static void netopt(void **state)
     assert_true(km_net_equal(net, allow, net2, allow2));
     assert_false(km_net_equal(net, allow, KM_NET_ALLOW, "allow:a.org"));
     json_decref(j);
-    assert_int_equal(km_net_from_text("maybe", "--network", &net, allow, sizeof allow, why, 700), -1);
+    assert_int_equal(km_net_from_text("maybe", "--network", &net, allow, sizeof allow, why, 700),
+                     -1);
     assert_non_null(strstr(why, "--network must be on, off or allow:HOST[,HOST...]"));
     json_t *bad = json_integer(3);
     assert_int_equal(km_net_from_json(bad, "network", &net, allow, sizeof allow, why, 700), -1);
@@ -268,14 +266,15 @@ static void netopt(void **state)
 static void restricted(void **state)
 {
     (void)state;
-    static const char *const yes[] = {"127.0.0.1", "127.9.9.9", "0.0.0.0",       "169.254.169.254",
-                                      "10.0.0.1",  "172.16.0.1", "172.31.255.1", "192.168.1.1",
-                                      "100.64.0.1", "198.18.0.1", "224.0.0.1",   "255.255.255.255",
-                                      "::1",       "::",        "fe80::1",       "fc00::1",
-                                      "fd12::1",   "ff02::1",   "::ffff:127.0.0.1",
-                                      "::ffff:10.0.0.1", "64:ff9b::a00:1"};
-    static const char *const no[] = {"93.184.215.14", "172.32.0.1", "100.128.0.1", "8.8.8.8",
-                                     "2606:4700::1111", "::ffff:8.8.8.8"};
+    static const char *const yes[] = {
+        "127.0.0.1",     "127.9.9.9",  "0.0.0.0",          "169.254.169.254",
+        "10.0.0.1",      "172.16.0.1", "172.31.255.1",     "192.168.1.1",
+        "100.64.0.1",    "198.18.0.1", "224.0.0.1",        "255.255.255.255",
+        "::1",           "::",         "fe80::1",          "fc00::1",
+        "fd12::1",       "ff02::1",    "::ffff:127.0.0.1", "::ffff:10.0.0.1",
+        "64:ff9b::a00:1"};
+    static const char *const no[] = {"93.184.215.14", "172.32.0.1",      "100.128.0.1",
+                                     "8.8.8.8",       "2606:4700::1111", "::ffff:8.8.8.8"};
     for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
         if (egproxy_restricted_literal(yes[i]) != 1)
             fail_msg("%s: not restricted", yes[i]);
@@ -288,7 +287,7 @@ static void restricted(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(entries), cmocka_unit_test(matching), cmocka_unit_test(sni),
+        cmocka_unit_test(entries), cmocka_unit_test(matching),   cmocka_unit_test(sni),
         cmocka_unit_test(netopt),  cmocka_unit_test(restricted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -131,8 +131,8 @@ static void sopts_values(void **state)
     assert_int_equal(so.network, -1);
     json_decref(p);
     assert_int_equal(
-        fill("{\"network\":{\"allow\":[\"PyPI.org.\",\"*.Example.com:443\",\"[::1]:80\"]}}",
-             &so, &p, why),
+        fill("{\"network\":{\"allow\":[\"PyPI.org.\",\"*.Example.com:443\",\"[::1]:80\"]}}", &so,
+             &p, why),
         0);
     assert_int_equal(so.network, KM_NET_ALLOW);
     assert_string_equal(so.network_allow, "allow:pypi.org,*.example.com:443,[::1]:80");
@@ -235,9 +235,9 @@ static void ceilings(void **state)
     static const char *const wider[] = {
         "{\"network\":{\"allow\":[\"evil.org\"]}}",
         "{\"network\":{\"allow\":[\"pypi.org:22\"]}}",
-        "{\"network\":{\"allow\":[\"a.example.com\"]}}", /* 80 too: the list has 443 only */
+        "{\"network\":{\"allow\":[\"a.example.com\"]}}",   /* 80 too: the list has 443 only */
         "{\"network\":{\"allow\":[\"example.com:443\"]}}", /* the apex is not under it */
-        "{\"network\":{\"allow\":[\"*.example.com\"]}}", /* 80 too */
+        "{\"network\":{\"allow\":[\"*.example.com\"]}}",   /* 80 too */
         "{\"network\":{\"allow\":[\"127.0.0.1:443\"]}}",
     };
     for (size_t i = 0; i < sizeof wider / sizeof *wider; i++) {
@@ -254,8 +254,7 @@ static void ceilings(void **state)
     assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"network\":{\"allow\":[\"127.0.0.1:22\"]}}", why),
                      -1);
     assert_non_null(strstr(why, "an address of this host or of a private network"));
-    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"network\":{\"allow\":[\"10.1.2.3\"]}}", why),
-                     -1);
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"network\":{\"allow\":[\"10.1.2.3\"]}}", why), -1);
     cfg.network = 1;
     snprintf(cfg.sandbox, sizeof cfg.sandbox, "none");
     assert_int_equal(ceiling(DT_HTTP, 0, &cfg, "{\"network\":\"on\",\"sandbox\":\"none\"}", why),
