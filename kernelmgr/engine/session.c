@@ -347,6 +347,14 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
         snprintf(s->sandbox, sizeof s->sandbox, "%s",
                  o && o->sandbox ? o->sandbox : m->cfg.sandbox);
+        if (s->network == KM_NET_ALLOW && !strcmp(s->sandbox, "none")) {
+            /* nothing but the sandbox keeps the code to the proxy */
+            kerr(err, KM_EUSAGE,
+                 "network allow-list (%.200s) needs the strict sandbox: with sandbox \"none\" "
+                 "the code has the host's network",
+                 s->net_allow);
+            goto fail;
+        }
         if (o && json_object_size(o->env) && !(s->env = json_deep_copy(o->env))) {
             kerr(err, KM_EINTERNAL, "out of memory");
             goto fail;

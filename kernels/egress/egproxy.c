@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -974,7 +975,15 @@ static egproxy *start(int listen_fd, const char *const *allowed, egpolicy *polic
     px->log_tokens = EGPROXY_LOG_BURST;
     pthread_mutex_init(&px->lock, NULL);
     pthread_cond_init(&px->done, NULL);
-    if (pthread_create(&px->acceptor, NULL, accept_thread, px) != 0) {
+    /* the proxy's threads (the acceptor and every connection's, which
+     * inherit its mask) take no signal: the host process's handlers and
+     * its event loop keep them all */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&px->acceptor, NULL, accept_thread, px);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         snprintf(err, errlen, "egproxy: cannot start its thread");
         px->acceptor = 0;
         egproxy_stop(&px);

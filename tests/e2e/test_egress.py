@@ -260,3 +260,13 @@ def test_cli_refuses_bad_allow_entries_by_name(make_mgr, value, words):
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert words in p.stderr and "--network" in p.stderr, p.stderr
     assert m.daemon_pid() is None  # refused before anything started
+
+
+def test_an_allow_list_needs_the_strict_sandbox(make_mgr):
+    m = make_mgr({"sandbox": "none"})
+    p = m.run("exec", "--session", "loose", "--network", "allow:pypi.org", "-c", "print(1)")
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "needs the strict sandbox" in p.stderr, p.stderr
+    # nothing was made; the daemon still serves other sessions
+    rc, res, p = m.exec("fine", "print(6 * 7)", "--lang", "python")
+    assert rc == 0 and res[-1]["stdout"] == "42\n", p.stderr
