@@ -162,7 +162,7 @@ def test_absolute_uri_and_host_header_tricks(env):
         ("percent", f"GET http://127.0.0.1%3a{lo.port}/ HTTP/1.1\r\n\r\n"),
         ("origin-form", f"GET / HTTP/1.1\r\nHost: {ok}\r\n\r\n"),
         ("https-scheme", f"GET https://{ok}/ HTTP/1.1\r\n\r\n"),
-        ("other-scheme", f"GET file:///etc/passwd HTTP/1.1\r\n\r\n"),
+        ("other-scheme", "GET file:///etc/passwd HTTP/1.1\r\n\r\n"),
         ("host-mismatch", f"GET http://{ok}/ HTTP/1.1\r\nHost: 127.0.0.1:{lo.port}\r\n\r\n"),
         ("host-name-mismatch", f"GET http://{ok}/ HTTP/1.1\r\nHost: evil.example\r\n\r\n"),
         ("two-hosts", f"GET http://{ok}/ HTTP/1.1\r\nHost: {ok}\r\nHost: evil.example\r\n\r\n"),
@@ -180,7 +180,7 @@ def test_absolute_uri_and_host_header_tricks(env):
 
 def test_connect_smuggling_and_malformed_heads(env):
     servers, lo, anyaddr, host, m = env
-    hp, ok = servers.hp, f"127.0.0.1:{servers.hp}"
+    ok = f"127.0.0.1:{servers.hp}"
     before = servers.hits["http"]
     cases = [
         # a plain-text request through a tunnel: not TLS, nothing dialled

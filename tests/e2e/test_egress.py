@@ -11,10 +11,12 @@ the proxy can get there.
 No fixed sleeps: waits are polls with deadlines."""
 import http.server
 import json
-import socket
+import os
+import shutil
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -270,3 +272,31 @@ def test_an_allow_list_needs_the_strict_sandbox(make_mgr):
     # nothing was made; the daemon still serves other sessions
     rc, res, p = m.exec("fine", "print(6 * 7)", "--lang", "python")
     assert rc == 0 and res[-1]["stdout"] == "42\n", p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the daemon as nobody")
+def test_as_nobody_a_listed_host_gets_through_and_another_is_refused(servers, tmp_path):
+    """The same policy with the daemon, the kernels and the proxy running as
+    an unprivileged user."""
+    home = Path(tempfile.mkdtemp(prefix="kmn", dir="/tmp"))
+    try:
+        os.chmod(home, 0o700)
+        (home / "config.json").write_text(json.dumps({"sandbox": "strict",
+                                                      "python": "/usr/bin/python3"}))
+        for p in (home, home / "config.json"):
+            os.chown(p, sbxutil.NOBODY, sbxutil.NOBODY)
+        km = sbxutil.kernelmgr_for("nobody")
+        env = dict(os.environ, KERNELMGR_HOME=str(home))
+        code = (fetch_code(f"http://127.0.0.1:{servers.hp}/", servers.pem)
+                + fetch_code("http://example.com/", servers.pem))
+        p = subprocess.run([*sbxutil.SETPRIV, km, "run", "--json", "--lang", "python",
+                            "--network", f"allow:127.0.0.1:{servers.hp}", "-c", code],
+                           capture_output=True, text=True, env=env, timeout=120)
+        res = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+        assert res, p.stderr
+        got = [json.loads(x[7:]) for x in res[-1]["stdout"].splitlines()
+               if x.startswith("RESULT ")]
+        assert got[0] == {"status": 200, "body": "hello over http"}, got
+        assert got[1]["status"] == 403 and got[1]["body"].startswith(POLICY), got
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
