@@ -300,3 +300,32 @@ def test_as_nobody_a_listed_host_gets_through_and_another_is_refused(servers, tm
         assert got[1]["status"] == 403 and got[1]["body"].startswith(POLICY), got
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_less_trusted_tier_may_only_narrow_the_operators_list(mgr, servers):
+    """Over the daemon's API as an MCP-tier client: a list within the
+    configuration's is taken (and enforced), a wider one or "on" is refused
+    by name."""
+    from test_api import Conn
+    py(mgr, "1")  # the daemon is up
+    c = Conn(mgr)
+    try:
+        c.ok("initialize", {"api_version": 1, "client": "egress-test", "tier": "mcp"})
+        narrow = {"allow": [f"127.0.0.1:{servers.hp}"]}
+        c.ok("session.create", {"session": "narrow", "network": narrow})
+        for net, words in (({"allow": ["pypi.org"]}, "not within the operator's allow list"),
+                           ({"allow": [f"127.0.0.1:{servers.hp + 1}"]}, "not within"),
+                           ("on", '"on" is not available to MCP clients')):
+            e = c.error("session.create", {"session": "wide", "network": net})
+            assert 'field "network"' in e["message"] and words in e["message"], e
+        r = c.ok("exec", {"session": "narrow", "code": fetch_code(
+            f"http://127.0.0.1:{servers.hp}/", servers.pem) + fetch_code(
+            f"https://127.0.0.1:{servers.sp}/", servers.pem), "lang": "python"})
+        got = [json.loads(x[7:]) for x in r["results"][-1]["stdout"].splitlines()
+               if x.startswith("RESULT ")]
+        assert got[0]["status"] == 200, got
+        assert got[1]["status"] == 0 and "403" in got[1]["body"], got
+        names = {s["name"] for s in c.ok("sessions.list")["sessions"]}
+        assert "narrow" in names and "wide" not in names, names
+    finally:
+        c.close()
