@@ -502,15 +502,25 @@ static void deny_host(egproxy *px, int fd, const char *method, const char *targe
     deny(px, fd, method, target, why);
 }
 
-/* Resolves host (here, never in the sandbox) and connects to the first
- * address the policy admits — the very sockaddr checked, so nothing can
- * rebind it between the check and the connect. A restricted address
- * (restricted_addr) is admitted only when the entry that matched is that
- * address literal. The socket, -2 when every address was restricted (*bad
- * gets the first, as text), -1 when unreachable. */
+/* The addresses one name may be dialled at (resolve_policy). */
+#define EGPROXY_ADDRS_MAX 16
+typedef struct egaddrs {
+    int n;
+    struct sockaddr_storage a[EGPROXY_ADDRS_MAX];
+    socklen_t len[EGPROXY_ADDRS_MAX];
+} egaddrs;
+
 static void norm_host(const char *h, char *out, size_t outlen);
 
-static int dial_policy(const char *name, const char *port, int literal, char *bad, size_t badlen)
+/* Resolves name (here, never in the sandbox) and keeps the addresses the
+ * policy admits, in the resolver's order: a restricted address
+ * (restricted_addr) only when the entry that matched is that address
+ * literal. The count (> 0); -2 when every address was restricted (*bad gets
+ * the first, as text); -1 when the name does not resolve. The proxy then
+ * connects to exactly these (connect_pinned): nothing can rebind the name
+ * between the check and the connect. */
+static int resolve_policy(const char *name, const char *port, int literal, egaddrs *out, char *bad,
+                          size_t badlen)
 {
     char host[EGPOLICY_HOST_MAX + 2];
     norm_host(name, host, sizeof host); /* what the list matched */
@@ -518,11 +528,13 @@ static int dial_policy(const char *name, const char *port, int literal, char *ba
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV | (literal ? AI_NUMERICHOST : 0);
+    out->n = 0;
     if (getaddrinfo(host, port, &hints, &res) != 0)
         return -1;
-    int fd = -1, refused = 0, tried = 0;
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
+    int refused = 0;
+    for (struct addrinfo *a = res; a && out->n < EGPROXY_ADDRS_MAX; a = a->ai_next) {
+        if ((a->ai_family != AF_INET && a->ai_family != AF_INET6) ||
+            a->ai_addrlen > sizeof out->a[0])
             continue;
         if (!literal && restricted_addr(a->ai_addr)) {
             if (!refused++) {
@@ -534,17 +546,32 @@ static int dial_policy(const char *name, const char *port, int literal, char *ba
             }
             continue;
         }
-        tried++;
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0)
-            continue;
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
-            break;
-        close(fd);
-        fd = -1;
+        memcpy(&out->a[out->n], a->ai_addr, a->ai_addrlen);
+        out->len[out->n++] = a->ai_addrlen;
     }
     freeaddrinfo(res);
-    return fd < 0 && refused && !tried ? -2 : fd;
+    return out->n ? out->n : refused ? -2 : -1;
+}
+
+/* A connected socket to the first of addrs that answers, or -1. */
+static int connect_pinned(const egaddrs *addrs)
+{
+    for (int i = 0; i < addrs->n; i++) {
+        int fd = socket(addrs->a[i].ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        if (connect(fd, (const struct sockaddr *)&addrs->a[i], addrs->len[i]) == 0)
+            return fd;
+        close(fd);
+    }
+    return -1;
+}
+
+static int dial_policy(const char *name, const char *port, int literal, char *bad, size_t badlen)
+{
+    egaddrs addrs;
+    int n = resolve_policy(name, port, literal, &addrs, bad, badlen);
+    return n < 0 ? n : connect_pinned(&addrs);
 }
 
 /* The upstream for host:port under the policy, or -1 after answering the
@@ -605,16 +632,41 @@ static void tls_refuse(int fd)
 static void connect_policy(egproxy *px, int fd, const char *target, char *host, const char *port,
                            const char *extra, size_t nextra)
 {
-    if (egpolicy_match(px->policy, host, (unsigned)atoi(port)) < 0) {
+    int e = egpolicy_match(px->policy, host, (unsigned)atoi(port));
+    if (e < 0) {
         deny_host(px, fd, "CONNECT", target, host, port);
         return;
     }
+    /* resolved and checked now, so that a refused address still gets its
+     * 403; connected only after the ClientHello passed */
+    char bad[INET6_ADDRSTRLEN] = "?", why[800];
+    egaddrs *addrs = malloc(sizeof *addrs);
+    if (!addrs)
+        return;
+    int nres =
+        resolve_policy(host, port, egpolicy_is_literal(px->policy, e), addrs, bad, sizeof bad);
+    if (nres < 0) {
+        if (nres == -2) {
+            snprintf(why, sizeof why,
+                     "host %.260s resolves to %s, an address of this host or of a private "
+                     "network, which only an allow entry naming that address itself may reach",
+                     host, bad);
+            deny(px, fd, "CONNECT", target, why);
+        } else {
+            plog(px, "failed", "CONNECT", target, "the name does not resolve");
+            snprintf(why, sizeof why,
+                     "kernelmgr: network policy allow-list: %.260s does not resolve", host);
+            http_error(fd, 502, "Bad Gateway", why);
+        }
+        free(addrs);
+        return;
+    }
     const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-    if (send_all(fd, ok, sizeof ok - 1) < 0)
+    unsigned char *hello = NULL;
+    if (send_all(fd, ok, sizeof ok - 1) < 0 || !(hello = malloc(EGTLS_RECORD_MAX))) {
+        free(addrs);
         return;
-    unsigned char *hello = malloc(EGTLS_RECORD_MAX);
-    if (!hello)
-        return;
+    }
     size_t got = nextra < EGTLS_RECORD_MAX ? nextra : EGTLS_RECORD_MAX;
     memcpy(hello, extra, got);
     char sni[EGPOLICY_HOST_MAX + 2];
@@ -637,7 +689,7 @@ static void connect_policy(egproxy *px, int fd, const char *target, char *host, 
             break;
         got += (size_t)n;
     }
-    char why[800], want[EGPOLICY_HOST_MAX + 2], seen[EGPOLICY_HOST_MAX + 2];
+    char want[EGPOLICY_HOST_MAX + 2], seen[EGPOLICY_HOST_MAX + 2];
     unsigned char lit[sizeof(struct in6_addr)];
     int is_lit = inet_pton(AF_INET, host, lit) == 1 || inet_pton(AF_INET6, host, lit) == 1;
     norm_host(host, want, sizeof want);
@@ -666,24 +718,14 @@ static void connect_policy(egproxy *px, int fd, const char *target, char *host, 
         plog(px, "refused", "CONNECT", target, why);
         tls_refuse(fd);
         free(hello);
+        free(addrs);
         return;
     }
-    char bad[INET6_ADDRSTRLEN] = "?";
-    int e = egpolicy_match(px->policy, host, (unsigned)atoi(port));
-    int up = dial_policy(host, port, egpolicy_is_literal(px->policy, e), bad, sizeof bad);
+    int up = connect_pinned(addrs);
+    free(addrs);
     if (up < 0) {
-        if (up == -2)
-            snprintf(why, sizeof why,
-                     "host %.260s resolves to %s, an address of this host or of a private "
-                     "network, which only an allow entry naming that address itself may reach",
-                     host, bad);
-        else
-            snprintf(why, sizeof why, "cannot connect to %.260s", target);
-        char body[1000];
-        snprintf(body, sizeof body, "kernelmgr: network policy allow-list: %s", why);
-        if (up == -2)
-            refuse_log(px, target, body);
-        plog(px, up == -2 ? "refused" : "failed", "CONNECT", target, why);
+        snprintf(why, sizeof why, "cannot connect to %.260s", target);
+        plog(px, "failed", "CONNECT", target, why);
         tls_refuse(fd);
         free(hello);
         return;

@@ -64,8 +64,10 @@ egproxy *egproxy_start(int listen_fd, const char *const *allowed, char *err, siz
 /* Policy mode: a session's egress allow-list (policy copied). Every
  * request is decided by the list and logged on stderr ("kernelmgr egress:
  * allowed|refused|failed METHOD TARGET[: reason]", bounded as above):
- *   CONNECT host:port   host:port must match an entry; the proxy answers
- *                       200, reads the client's first TLS record and checks
+ *   CONNECT host:port   host:port must match an entry and the name must
+ *                       resolve to an admitted address (below: else 403);
+ *                       the proxy answers 200, reads the client's first TLS
+ *                       record and checks
  *                       its ClientHello: the server name (SNI) must be the
  *                       CONNECT host (an address literal may send none);
  *                       anything else — another name, no ClientHello, not

@@ -127,8 +127,8 @@ def test_dns_rebinding_a_listed_name_that_resolves_to_this_host(env):
     out = attack(m, cases)
     for name, _ in cases:
         assert_refused(out, name, words="an address of this host or of a private network")
-    # CONNECT: the name passes the list, the ClientHello names it, then the
-    # resolved address is refused and the tunnel ends with an alert
+    # CONNECT: the name passes the list, its resolved address does not: 403
+    # before any tunnel
     code = f"""
 import socket, ssl
 s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
@@ -136,6 +136,7 @@ s.sendall(b"CONNECT localhost:{lo.port} HTTP/1.1\\r\\n\\r\\n")
 head = b""
 while b"\\r\\n\\r\\n" not in head:
     head += s.recv(1)
+print("HEAD", head.split(b"\\r\\n")[0].decode())
 ctx = ssl.create_default_context()
 try:
     ctx.wrap_socket(s, server_hostname="localhost")
@@ -144,6 +145,7 @@ except (ssl.SSLError, OSError) as e:
     print("TLS-REFUSED", e)
 """
     r = m.exec("atk", code, "--lang", "python")[1][-1]
+    assert "HEAD HTTP/1.1 403" in r["stdout"], r
     assert "TLS-REFUSED" in r["stdout"] and "TLS-UP" not in r["stdout"], r
     assert lo.accepted == [] and anyaddr.accepted == [], "a rebinding name reached this host"
     still_works(m, servers)
