@@ -22,6 +22,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,8 +46,9 @@ struct egproxy {
      * (EGPROXY_LOG_BURST, EGPROXY_LOG_RATE a second), at most
      * EGPROXY_LOG_LINES lines in all, suppressed lines counted */
     double log_tokens, log_last;
-    long long n_refused;    /* every refusal (policy mode) */
-    char last_refused[600]; /* the last one's reason */
+    unsigned long long log_max; /* egproxy_log_limit; 0: none */
+    long long n_refused;        /* every refusal (policy mode) */
+    char last_refused[600];     /* the last one's reason */
     unsigned long log_lines, log_suppressed;
 };
 
@@ -473,6 +475,20 @@ static void plog(egproxy *px, const char *verdict, const char *method, const cha
         n = snprintf(line, sizeof line, "kernelmgr egress: %s %s %.300s%s%.400s%s%s\n", verdict,
                      method, target, why ? ": " : "", why ? why : "", sup,
                      px->log_lines == EGPROXY_LOG_LINES ? " (the decision log is full)" : "");
+    }
+    if (n > 0 && px->log_max) {
+        struct stat st;
+        size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+        if (fstat(STDERR_FILENO, &st) == 0 && S_ISREG(st.st_mode) &&
+            (unsigned long long)st.st_size + len + 100 > px->log_max) {
+            n = snprintf(line, sizeof line,
+                         "kernelmgr egress: the log is near its size limit (%llu bytes): "
+                         "further decisions are not logged\n",
+                         px->log_max);
+            px->log_lines = EGPROXY_LOG_LINES;
+            if ((unsigned long long)st.st_size + (unsigned long long)n > px->log_max)
+                n = 0;
+        }
     }
     pthread_mutex_unlock(&px->lock);
     if (n > 0 &&
@@ -1084,6 +1100,13 @@ json_t *egproxy_report(egproxy *px)
     json_t *r = json_pack("{s:i,s:O}", "allowed", px->n_allowed_conn, "refused", px->refused);
     pthread_mutex_unlock(&px->lock);
     return r;
+}
+
+void egproxy_log_limit(egproxy *px, unsigned long long bytes)
+{
+    pthread_mutex_lock(&px->lock);
+    px->log_max = bytes;
+    pthread_mutex_unlock(&px->lock);
 }
 
 long long egproxy_refusals(egproxy *px, char *last, size_t lastlen)

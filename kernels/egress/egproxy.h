@@ -98,6 +98,11 @@ egproxy *egproxy_start_policy(int listen_fd, const egpolicy *policy, char *err, 
  * lit is no address. */
 int egproxy_restricted_literal(const char *lit);
 
+/* Policy mode: the decision log stops (one last line says so) once stderr,
+ * a regular file, would grow past bytes (the kernel log's own cap).
+ * 0: no such cap (the default). */
+void egproxy_log_limit(egproxy *p, unsigned long long bytes);
+
 /* How many requests the proxy refused so far (403, TLS alert, 431); the
  * last refusal's reason, without the "kernelmgr: ..." prefix, in last
  * (may be NULL). */

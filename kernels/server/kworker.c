@@ -207,6 +207,8 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, cons
         char why[400];
         int lfd = sandbox_take_listen_fd(w->sb);
         w->egress = lfd >= 0 ? egproxy_start_policy(lfd, egress, why, sizeof why) : NULL;
+        if (w->egress)
+            egproxy_log_limit(w->egress, kserver_log_max());
         if (!w->egress) {
             snprintf(err, errlen, "the egress proxy cannot start: %s",
                      lfd < 0 ? "no listening socket from the sandbox" : why);
