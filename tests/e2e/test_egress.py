@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kutil  # noqa: E402
 import mgrutil  # noqa: E402
 import sbxutil  # noqa: E402
 
@@ -329,3 +330,31 @@ def test_a_less_trusted_tier_may_only_narrow_the_operators_list(mgr, servers):
         assert "narrow" in names and "wide" not in names, names
     finally:
         c.close()
+
+
+def test_a_session_keeps_its_list_across_a_daemon_restart(make_mgr, servers):
+    m = make_mgr({"sandbox": "strict"})
+    allow = f"allow:127.0.0.1:{servers.hp}"
+    rc, res, p = m.exec("kept", "print(1)", "--lang", "python", "--network", allow)
+    assert rc == 0, p.stderr
+    saved = json.loads((m.home / "sessions" / "kept" / "session.json").read_text())
+    assert saved["options"]["network"] == {"allow": [f"127.0.0.1:{servers.hp}"]}, saved
+    pid = m.daemon_pid()
+    assert m.run("serve", "--stop", timeout=60).returncode == 0
+
+    def gone():
+        try:
+            os.kill(pid, 0)
+            return False
+        except OSError:
+            return True
+    # `serve --stop` returns before the old daemon has exited, and an exec
+    # that autostarts meanwhile fails ("a daemon already serves"): wait
+    kutil.poll_until(gone, bool, 60, "the old daemon exited")
+    code = (fetch_code(f"http://127.0.0.1:{servers.hp}/", servers.pem)
+            + fetch_code(f"http://127.0.0.1:{servers.sp}/", servers.pem))
+    rc, res, p = m.exec("kept", code, "--lang", "python")
+    out = "".join(r["stdout"] for r in res)
+    got = [json.loads(x[7:]) for x in out.splitlines() if x.startswith("RESULT ")]
+    assert len(got) == 2, (res, p.stderr)
+    assert got[0]["status"] == 200 and got[1]["status"] == 403, got
