@@ -252,19 +252,22 @@ static json_t *memory_json(const kmcfg *cfg)
 
 static int network_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
 {
-    if (json_is_boolean(v))
-        cfg->network = json_is_true(v);
-    else if (json_is_string(v) &&
-             (!strcmp(json_string_value(v), "on") || !strcmp(json_string_value(v), "off")))
-        cfg->network = !strcmp(json_string_value(v), "on");
-    else
-        return fail(err, errlen, "network", "must be \"on\" or \"off\"");
+    char why[600];
+    int rc = json_is_string(v) && egpolicy_is_text(json_string_value(v))
+                 ? km_net_from_text(json_string_value(v), "network", &cfg->network,
+                                    cfg->network_allow, sizeof cfg->network_allow, why, sizeof why)
+                 : km_net_from_json(v, "network", &cfg->network, cfg->network_allow,
+                                    sizeof cfg->network_allow, why, sizeof why);
+    if (rc) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
     return 0;
 }
 
 static json_t *network_json(const kmcfg *cfg)
 {
-    return json_string(cfg->network ? "on" : "off");
+    return km_net_json(cfg->network, cfg->network_allow);
 }
 
 static int python_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
@@ -416,7 +419,10 @@ const kmcfg_opt kmcfg_opts[] = {
         "CPU seconds a block may use (all processes of the sandbox together); past it the block "
         "is stopped like a timeout and the result says so"),
     OPT_SPECIAL("network", &sp_network, 0, "`\"off\"`",
-                "network in the sandbox: \"on\" or \"off\" (or true/false)"),
+                "network in the sandbox: \"on\", \"off\" (or true/false), or an egress allow-list "
+                "`{\"allow\": [\"pypi.org\", \"*.example.com:443\"]}` (also "
+                "`\"allow:pypi.org,...\"`): only those hosts, through the filtering proxy; for "
+                "API, MCP and HTTP clients it is the widest list a session may ask for"),
     OPT_SPECIAL("python", &sp_python, 0, "detected",
                 "absolute path of the Python kernel's interpreter (null: detected)"),
     OPT_ENUM("sandbox", sandbox, "strict", "none", "sandbox level"),

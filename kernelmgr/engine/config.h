@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernelmgr/engine/netopt.h"
 #include "kernelmgr/engine/lang.h"
 
 typedef struct kmcfg {
@@ -27,7 +28,7 @@ typedef struct kmcfg {
     uint64_t memory;            /* "memory": bytes, 0 = kernel default */
     double cpus;                /* "cpus": CPU rate cap per sandbox, 0 = none */
     double cpu_time;            /* "cpu_time": CPU seconds per block, 0 = none */
-    int network;                /* "network": 0 off (default), 1 on */
+    int network;                /* "network": KM_NET_OFF (default), KM_NET_ON, KM_NET_ALLOW */
     char python[4096];          /* "python": interpreter path, "" = detected */
     char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
     char transport[8];          /* "transport": "ipc" (default) | "tcp" */
@@ -93,6 +94,9 @@ typedef struct kmcfg {
     /* Many machines (docs/MANY_MACHINES.md) */
     char node_id[33]; /* "node_id": this daemon's name behind a balancer ([A-Za-z0-9_]{1,32}):
                          in kernel ids, errors, and create: false by default over HTTP */
+
+    /* "network" KM_NET_ALLOW: the canonical list (netopt.h), else "" */
+    char network_allow[KM_NET_ALLOW_MAX];
 } kmcfg;
 
 /* The configuration options: one row per key of config.json, the one place

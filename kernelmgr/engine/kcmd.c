@@ -228,7 +228,8 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
           klaunch_cmd_add(cmd, "--sandbox") |
           klaunch_cmd_add(cmd, s->sandbox[0] ? s->sandbox : m->cfg.sandbox) |
           klaunch_cmd_add(cmd, "--network") |
-          klaunch_cmd_add(cmd, (s->network < 0 ? m->cfg.network : s->network) ? "on" : "off");
+          klaunch_cmd_add(cmd, s->network < 0 ? km_net_text(m->cfg.network, m->cfg.network_allow)
+                                              : km_net_text(s->network, s->net_allow));
     unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
     if (mem) {
         snprintf(num, sizeof num, "%llu", mem);

@@ -17,6 +17,7 @@
 
 #include "kernelmgr/engine/config.h"
 
+#include "kernelmgr/engine/netopt.h"
 #include <jansson.h>
 #include <stddef.h>
 
@@ -46,15 +47,20 @@ typedef struct km_err {
  * NULL / -1 = config. Given to an existing session with another value, they
  * are not applied: km_exec reports each in "warnings" (see km_exec). */
 typedef struct km_session_opts {
-    int network;                     /* -1, 0, 1 */
-    unsigned long long memory;       /* 0 = config */
-    double cpus;                     /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
-    double cpu_time;                 /* CPU-time budget per block in seconds; 0 = config */
-    const char *python;              /* interpreter path */
-    const char *workspace;           /* existing directory used instead of a fresh one */
-    const char *sandbox;             /* "strict" | "none" */
-    const json_t *env;               /* borrowed: {NAME: "value"} for the code's environment,
-                                        on top of the configuration's "env"; NULL = none */
+    int network;               /* -1 (config), KM_NET_OFF, KM_NET_ON, KM_NET_ALLOW (netopt.h) */
+    const char *network_allow; /* KM_NET_ALLOW: the canonical "allow:..." text (borrowed) */
+
+    /* where dtier_sopts_fill writes network_allow */
+    char network_allow_buf[KM_NET_ALLOW_MAX];
+
+    unsigned long long memory; /* 0 = config */
+    double cpus;               /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
+    double cpu_time;           /* CPU-time budget per block in seconds; 0 = config */
+    const char *python;        /* interpreter path */
+    const char *workspace;     /* existing directory used instead of a fresh one */
+    const char *sandbox;       /* "strict" | "none" */
+    const json_t *env;         /* borrowed: {NAME: "value"} for the code's environment,
+                                  on top of the configuration's "env"; NULL = none */
     unsigned long long snapshot_max; /* bytes of one snapshot; 0 = config */
     int no_create; /* 1: a session that does not exist (neither live nor kept
                       on disk) is KM_ENOSESSION, never made (the API's

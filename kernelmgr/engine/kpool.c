@@ -94,6 +94,7 @@ static void pool_fill(km_manager *m)
             return;
         s->pool_entry = 1;
         s->network = m->cfg.network;
+        snprintf(s->net_allow, sizeof s->net_allow, "%s", m->cfg.network_allow);
         snprintf(s->sandbox, sizeof s->sandbox, "%s", m->cfg.sandbox);
         if (snprintf(s->pool_dir, sizeof s->pool_dir, "%s/pool/%.8s", m->home, u) >=
                 (int)sizeof s->pool_dir ||

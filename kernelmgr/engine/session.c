@@ -58,6 +58,7 @@ void km_session_opts_init(km_session_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->network = -1;
+    o->network_allow = NULL;
 }
 
 /* ---------------------------------------------------------------- manager */
@@ -251,9 +252,10 @@ void session_put(km_manager *m, session *s)
 static int opts_default(const km_manager *m, const km_session_opts *o)
 {
     return !o ||
-           ((o->network < 0 || o->network == m->cfg.network) && !o->memory && !(o->cpus > 0) &&
-            !(o->cpu_time > 0) && !o->python && !o->workspace && !o->snapshot_max &&
-            (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) && !json_object_size(o->env));
+           ((o->network < 0 ||
+             km_net_equal(o->network, o->network_allow, m->cfg.network, m->cfg.network_allow)) &&
+            !o->memory && !(o->cpus > 0) && !(o->cpu_time > 0) && !o->python && !o->workspace &&
+            !o->snapshot_max && (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) && !json_object_size(o->env));
 }
 
 /* Creates (or reopens a kept) session. Caller holds m->lock. */
@@ -360,6 +362,10 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         /* the pool's kernel logs stay where they are; point at them */
     } else {
         s->network = o && o->network >= 0 ? o->network : m->cfg.network;
+        snprintf(s->net_allow, sizeof s->net_allow, "%s",
+                 o && o->network >= 0
+                     ? (o->network == KM_NET_ALLOW && o->network_allow ? o->network_allow : "")
+                     : m->cfg.network_allow);
         s->memory = o && o->memory ? o->memory : 0;
         s->cpus = o && o->cpus > 0 ? o->cpus : 0;
         s->cpu_time = o && o->cpu_time > 0 ? o->cpu_time : 0;
@@ -367,6 +373,14 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
         snprintf(s->sandbox, sizeof s->sandbox, "%s",
                  o && o->sandbox ? o->sandbox : m->cfg.sandbox);
+        if (s->network == KM_NET_ALLOW && !strcmp(s->sandbox, "none")) {
+            /* nothing but the sandbox keeps the code to the proxy */
+            kerr(err, KM_EUSAGE,
+                 "network allow-list (%.200s) needs the strict sandbox: with sandbox \"none\" "
+                 "the code has the host's network",
+                 s->net_allow);
+            goto fail;
+        }
         if (o && json_object_size(o->env) && !(s->env = json_deep_copy(o->env))) {
             kerr(err, KM_EINTERNAL, "out of memory");
             goto fail;
@@ -482,9 +496,10 @@ static json_t *ignored_options(km_manager *m, session *s, const km_session_opts 
         return NULL;
     json_t *arr = json_array();
     int net = s->network < 0 ? m->cfg.network : s->network;
-    if (o->network >= 0 && o->network != net)
-        warn_ignored(arr, s->name, "--network", o->network ? "on" : "off", "network %s",
-                     net ? "on" : "off");
+    const char *net_allow = s->network < 0 ? m->cfg.network_allow : s->net_allow;
+    if (o->network >= 0 && !km_net_equal(o->network, o->network_allow, net, net_allow))
+        warn_ignored(arr, s->name, "--network", km_net_text(o->network, o->network_allow),
+                     "network %s", km_net_text(net, net_allow));
     unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
     if (o->memory && o->memory != mem)
         warn_ignored_limit(arr, s->name, "--memory", (double)o->memory, " bytes", "memory",
@@ -1013,8 +1028,9 @@ json_t *km_sessions(km_manager *m)
         unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
         double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
         double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
-        json_t *lim = json_pack("{s:s s:s s:o s:o s:o}", "network",
-                                (s->network >= 0 ? s->network : m->cfg.network) ? "on" : "off",
+        json_t *lim = json_pack("{s:o s:s s:o s:o s:o}", "network",
+                                s->network >= 0 ? km_net_json(s->network, s->net_allow)
+                                                : km_net_json(m->cfg.network, m->cfg.network_allow),
                                 "sandbox", s->sandbox[0] ? s->sandbox : m->cfg.sandbox, "memory",
                                 mem ? json_integer((json_int_t)mem) : json_null(), "cpus",
                                 cpus > 0 ? json_real(cpus) : json_null(), "cpu_time",
@@ -1230,6 +1246,7 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     snprintf(t->workspace, sizeof t->workspace, "%.3000s/workspace", dir);
     snprintf(t->sandbox, sizeof t->sandbox, "%s", m->cfg.sandbox);
     t->network = m->cfg.network;
+    snprintf(t->net_allow, sizeof t->net_allow, "%s", m->cfg.network_allow);
     t->own_workspace = 1;
     int made = session_make_workspace(t, why, sizeof why);
     if (made < 0 || session_save_err(m, t, why, sizeof why)) {

@@ -33,6 +33,7 @@
 #include "kernelmgr/engine/kclient.h"
 #include "kernelmgr/engine/kforeign.h"
 #include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/netopt.h"
 #include "kernelmgr/engine/km.h"
 
 #include <limits.h>
@@ -80,7 +81,8 @@ typedef struct session {
     /* own_workspace made by this manager: the directory's device and inode
      * (0 when not recorded), checked before close removes it */
     unsigned long long ws_dev, ws_ino;
-    int network;
+    int network;                      /* KM_NET_* (netopt.h), -1: the configuration's */
+    char net_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list, else "" */
     unsigned long long memory;
     double cpus;                     /* --cpus of its kernels; 0 = the configuration's */
     double cpu_time;                 /* --cpu-time of its kernels; 0 = the configuration's */

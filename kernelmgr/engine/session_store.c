@@ -337,6 +337,9 @@ static int save(km_manager *m, session *s, int sync_dir, char *err, size_t errle
      * alone: 0700 and 0600), so a restarted manager gives them back */
     if (o && s->env)
         json_object_set(json_object_get(o, "options"), "env", s->env);
+    if (o && s->network == KM_NET_ALLOW)
+        json_object_set_new(json_object_get(o, "options"), "network",
+                            km_net_json(s->network, s->net_allow));
     if (o && s->cpus > 0)
         json_object_set_new(json_object_get(o, "options"), "cpus", json_real(s->cpus));
     if (o && s->cpu_time > 0)
@@ -587,6 +590,15 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
     s->network = json_is_boolean(json_object_get(opt, "network"))
                      ? json_is_true(json_object_get(opt, "network"))
                      : m->cfg.network;
+    snprintf(s->net_allow, sizeof s->net_allow, "%s",
+             json_is_boolean(json_object_get(opt, "network")) ? "" : m->cfg.network_allow);
+    if (json_is_object(json_object_get(opt, "network"))) {
+        char nwhy[600];
+        /* a list the session was created with: kept; a damaged one: network off, never wider */
+        if (km_net_from_json(json_object_get(opt, "network"), "network", &s->network, s->net_allow,
+                             sizeof s->net_allow, nwhy, sizeof nwhy))
+            s->network = KM_NET_OFF;
+    }
     s->memory = (unsigned long long)json_integer_value(json_object_get(opt, "memory"));
     /* absent, or not a positive number: the configuration's */
     double cpus = json_number_value(json_object_get(opt, "cpus"));

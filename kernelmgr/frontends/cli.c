@@ -81,8 +81,9 @@ typedef struct cli {
     json_t *env; /* --env: {NAME: "value"}, NULL when none was given */
     kenv_budget env_budget;
     double timeout;
-    double cpus, cpu_time; /* 0 unset */
-    int network;           /* -1 unset */
+    double cpus, cpu_time;            /* 0 unset */
+    int network;                      /* -1 unset, else KM_NET_* */
+    char net_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list */
     uint64_t memory;
     uint64_t snapshot_max; /* --snapshot-max; 0 unset */
     int json, continue_on_error, keep, user, stop, pool;
@@ -453,6 +454,7 @@ static void fill_session_opts(cli *c, km_session_opts *so)
 {
     km_session_opts_init(so);
     so->network = c->network;
+    so->network_allow = c->network == KM_NET_ALLOW ? c->net_allow : NULL;
     so->memory = c->memory;
     so->snapshot_max = c->snapshot_max;
     so->cpus = c->cpus;
@@ -617,7 +619,7 @@ static void print_warnings(const json_t *rep)
 static void add_session_opts(const cli *c, json_t *req, const char *ws)
 {
     if (c->network >= 0)
-        json_object_set_new(req, "network", json_string(c->network ? "on" : "off"));
+        json_object_set_new(req, "network", km_net_json(c->network, c->net_allow));
     if (c->memory_s)
         json_object_set_new(req, "memory", json_string(c->memory_s));
     if (c->snapshot_max)
@@ -1548,7 +1550,7 @@ static int cmd_kernelspec(cli *c)
 {
     if (c->npos != 1 || strcmp(c->pos[0], "install"))
         return usage_error("usage: kernelmgr kernelspec install [--user | --prefix DIR] "
-                           "[--sandbox strict|none] [--python PATH] [--network on|off] "
+                           "[--sandbox strict|none] [--python PATH] [--network on|off|allow:HOSTS] "
                            "[--memory SIZE] [--cpus N] [--cpu-time S]");
     if (c->user && c->prefix)
         return usage_error("kernelspec install: give --user or --prefix DIR, not both");
@@ -1567,6 +1569,7 @@ static int cmd_kernelspec(cli *c)
         .python = c->python,
         .memory = c->memory_s,
         .network = c->network,
+        .network_allow = c->net_allow,
         .cpus = c->cpus,
         .cpu_time = c->cpu_time,
         .version = KM_VERSION,
@@ -1710,7 +1713,7 @@ static const cli_command cli_commands[] = {
      "sandbox capabilities, Python, versions\n(exit 1: configured sandbox unavailable)"},
     {"kernelspec", cmd_kernelspec, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n      "
-     "[--network on|off] [--memory SIZE] [--cpus N] [--cpu-time S]",
+     "[--network on|off|allow:HOST[,HOST...]] [--memory SIZE] [--cpus N] [--cpu-time S]",
      "\ninstall kernelmgr-LANG kernelspecs (python,\nbash and each configured backend language)"},
     {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...",
@@ -1857,9 +1860,10 @@ static int opt_timeout(cli *c, const cli_opt *o, const char *arg)
 
 static int opt_network(cli *c, const cli_opt *o, const char *arg)
 {
-    if (strcmp(arg, "on") && strcmp(arg, "off"))
-        return usage_error("--network must be on or off (got \"%s\")", arg);
-    *CLI_FIELD(int, c, o) = !strcmp(arg, "on");
+    char why[700];
+    if (km_net_from_text(arg, "--network", &c->network, c->net_allow, sizeof c->net_allow, why,
+                         sizeof why))
+        return usage_error("%s", why);
     return 0;
 }
 
@@ -1962,8 +1966,10 @@ static const cli_opt cli_opts[] = {
      "language the\nconfiguration's \"kernels\" adds"},
     {"timeout", 0, "SECONDS", opt_timeout, OFF(timeout),
      "per block (default 60): interrupt, grace, then kill+restart"},
-    {"network", 0, "on|off", opt_network, OFF(network),
-     "network inside the sandbox (new sessions; default off)"},
+    {"network", 0, "on|off|allow:HOST[,HOST...]", opt_network, OFF(network),
+     "network inside the sandbox (new sessions; default\noff); allow: only these hosts (HOST, "
+     "HOST:PORT,\n*.DOMAIN[:PORT], an address literal; ports 80 and\n443 by default), through "
+     "the filtering proxy;\nat most 32 entries"},
     {"memory", 0, "SIZE", opt_memory, 0, "memory limit of each kernel, e.g. 1G (new sessions)"},
     {"snapshot-max", 0, "SIZE", opt_snapshot_max, 0,
      "largest snapshot of the session, e.g. 64M (new\nsessions; default the configuration's)"},
@@ -2156,8 +2162,10 @@ static int cli_dispatch(int argc, char **argv)
             c.config = real; /* the daemon runs elsewhere */
     }
     /* CLI options override the configuration */
-    if (c.network >= 0)
+    if (c.network >= 0) {
         c.cfg.network = c.network;
+        snprintf(c.cfg.network_allow, sizeof c.cfg.network_allow, "%s", c.net_allow);
+    }
     if (c.memory)
         c.cfg.memory = c.memory;
     if (c.cpus > 0)

@@ -309,7 +309,8 @@ static json_t *doctor_sandbox(const kmcfg *cfg)
         sandbox_config_defaults(&sc);
         sc.level = lv ? SANDBOX_STRICT : SANDBOX_NONE;
         sc.workspace = "/tmp";
-        sc.network = cfg->network;
+        sc.network = cfg->network == KM_NET_ON;
+        sc.loopback_listen_port = cfg->network == KM_NET_ALLOW && lv ? 3128 : 0;
         sc.cpus = cfg->cpus; /* the rate cap is listed, or said unavailable */
         char why[512] = "";
         int ok = sandbox_check(&sc, why, sizeof why) == 0;

@@ -3,6 +3,7 @@
  * language of the table: kernelmgr-python, kernelmgr-bash, ...).
  */
 #include "kernelmgr/frontends/kspecinstall.h"
+#include "kernelmgr/engine/netopt.h"
 #include "common/cm_path.h"
 #include "kernelmgr/engine/kmfs.h"
 #include "kernelmgr/engine/config.h"
@@ -108,7 +109,7 @@ static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, const km
     if (o->sandbox)
         kspecinst_opt(argv, "--sandbox", o->sandbox);
     if (o->network >= 0)
-        kspecinst_opt(argv, "--network", o->network ? "on" : "off");
+        kspecinst_opt(argv, "--network", km_net_text(o->network, o->network_allow));
     if (o->memory)
         kspecinst_opt(argv, "--memory", o->memory);
     char num[64];

@@ -27,10 +27,11 @@ typedef struct kspecinst_opts {
     const char *sandbox;
     const char *python; /* only for languages that take --python */
     const char *memory;
-    int network;
-    double cpus;         /* --cpus, 0 = none */
-    double cpu_time;     /* --cpu-time, 0 = none */
-    const char *version; /* kernelmgr version, recorded in the metadata */
+    int network;               /* KM_NET_* or -1 */
+    const char *network_allow; /* KM_NET_ALLOW: the "allow:..." text */
+    double cpus;               /* --cpus, 0 = none */
+    double cpu_time;           /* --cpu-time, 0 = none */
+    const char *version;       /* kernelmgr version, recorded in the metadata */
 } kspecinst_opts;
 
 /* Installs kernelmgr-NAME for every language of o->langs run by a

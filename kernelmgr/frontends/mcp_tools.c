@@ -810,6 +810,13 @@ static json_t *sessopt_schema(const dtier_sessopt *o)
         for (int i = 0; p && o->values[i]; i++)
             json_array_append_new(json_object_get(p, "enum"), json_string(o->values[i]));
         break;
+    case DT_SO_NETWORK:
+        p = json_pack("{s:[{s:s s:[s,s]},{s:s s:{s:{s:s s:{s:s} s:i s:i}} s:[s] s:b}]}", "oneOf",
+                      "type", "string", "enum", "on", "off", "type", "object", "properties",
+                      "allow", "type", "array", "items", "type", "string", "minItems", 1,
+                      "maxItems", EGPOLICY_MAX_ENTRIES, "required", "allow", "additionalProperties",
+                      0);
+        break;
     case DT_SO_SIZE:
         p = json_pack("{s:[s,s]}", "type", "string", "integer");
         break;

@@ -1,6 +1,6 @@
 /*
  * pkginstall.c — allowlisted installs, each in its own sandbox whose only
- * way out is pkgproxy to the configured index (see pkginstall.h).
+ * way out is egproxy to the configured index (see pkginstall.h).
  *
  * The sequence for one request:
  *   1. every requested string passes allowlist_check() (else: refused, and
@@ -17,7 +17,7 @@
  * The sandbox (sandbox/sandbox.h) runs the installer with the
  * network off and a loopback listener: a socket listening on
  * 127.0.0.1:PKGINST_PROXY_PORT inside the sandbox's empty network namespace,
- * handed to us (sandbox_take_listen_fd()) and served by pkgproxy, which
+ * handed to us (sandbox_take_listen_fd()) and served by egproxy, which
  * connects only to the index's host:port and the allowlist's allowed_hosts.
  * Nothing else leads outside: the namespace routes only its own loopback,
  * and nothing inside can take the listener's port. A sandbox without SANDBOX_HAS_LOOPBACK_LISTEN
@@ -45,7 +45,7 @@
 #include "sandbox/sandbox.h"
 #include "kernelmgr/engine/kmfs.h"
 #include "kernelmgr/engine/pkgdirs.h"
-#include "kernelmgr/packages/pkgproxy.h"
+#include "kernels/egress/egproxy.h"
 #include "kernelmgr/engine/wsfile.h"
 
 #define PKGINST_PROXY_PORT 3128
@@ -113,9 +113,9 @@ static void list_append(char *list, size_t size, const char *name)
 
 /* Appends what the proxy refused ("; the proxy refused: a:1, b:2 (only the
  * index and allowed_hosts are reachable)") to err. */
-static void note_refusals(pkgproxy *px, char *err, size_t errlen)
+static void note_refusals(egproxy *px, char *err, size_t errlen)
 {
-    json_t *r = pkgproxy_report(px);
+    json_t *r = egproxy_report(px);
     json_t *refused = json_object_get(r, "refused");
     size_t i;
     json_t *it;
@@ -125,7 +125,7 @@ static void note_refusals(pkgproxy *px, char *err, size_t errlen)
     {
         const char *t = json_string_value(json_object_get(it, "target"));
         const char *why = json_string_value(json_object_get(it, "reason"));
-        if (why && strcmp(why, PKGPROXY_HOST_ONLY) == 0)
+        if (why && strcmp(why, EGPROXY_HOST_ONLY) == 0)
             host_only = 1;
         if (t && !strstr(list, t))
             list_append(list, sizeof list, t);
@@ -187,10 +187,10 @@ static int run_sandboxed(const char *dir, const proxy_targets *targets, char *co
         close(e[0]);
         return -1;
     }
-    pkgproxy *px = NULL;
+    egproxy *px = NULL;
     int lfd = sandbox_take_listen_fd(sb);
     if (lfd >= 0)
-        px = pkgproxy_start(lfd, targets->list, why, sizeof why);
+        px = egproxy_start(lfd, targets->list, why, sizeof why);
     if (!px) {
         snprintf(err, errlen, "the install proxy cannot start: %s",
                  lfd < 0 ? "no listening socket from the sandbox" : why);
@@ -249,7 +249,7 @@ static int run_sandboxed(const char *dir, const proxy_targets *targets, char *co
     while (waitpid(sandbox_pid(sb), &st, 0) < 0 && errno == EINTR)
         ;
     note_refusals(px, refusals, PKGINST_REFUSALS_MAX);
-    pkgproxy_stop(&px);
+    egproxy_stop(&px);
     char limit[200];
     const char *hit = sandbox_limit_hit(sb, st, limit, sizeof limit);
     sandbox_destroy(&sb);

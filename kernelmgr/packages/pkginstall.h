@@ -19,7 +19,7 @@
  * Isolation: the installer (pip / npm) runs in its own strict sandbox with
  * the network off; the only way out is a loopback listener of that sandbox
  * (sandbox_config.loopback_listen_port) served by an HTTP CONNECT/forward
- * proxy (pkgproxy.c) outside it, which connects only to the configured
+ * proxy (egproxy.c) outside it, which connects only to the configured
  * index's host:port and the allowlist's allowed_hosts.
  */
 #ifndef KERNELMGR_PKGINSTALL_H

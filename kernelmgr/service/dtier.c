@@ -7,6 +7,7 @@
 #include "kernelmgr/service/rpc.h"
 #include "kernelmgr/engine/kmlimits.h"
 #include "kernels/server/kenv.h"
+#include "kernels/egress/egproxy.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -50,13 +51,15 @@ int dtier_parse(const char *name, dtier *t)
  * model behind MCP never names one. */
 const dtier_sessopt dtier_sessopts[] = {
     {{"network", DT_ALL, DT_M | DT_H, RELAXES},
-     DT_SO_CHOICE,
+     DT_SO_NETWORK,
      0,
      0,
      {"on", "off", NULL},
      "on",
      DT_CEIL_NETWORK,
-     "Network inside the sandbox (default off)."},
+     "Network inside the sandbox: \"off\" (default), \"on\", or {\"allow\": [\"pypi.org\", "
+     "\"*.example.com:443\"]}: only those hosts (ports 80 and 443 unless given), through a "
+     "filtering proxy (HTTPS_PROXY); at most the operator's list."},
     {{"memory", DT_ALL, 0, NULL},
      DT_SO_SIZE,
      KM_MEMORY_MIN,
@@ -139,7 +142,7 @@ int dtier_field_allowed(const dtier_grant *g, const dtier_field *f)
     unsigned bit = DT_BIT(g->tier);
     /* a choice's unsafe bits gate its relaxing value, not the field */
     const dtier_sessopt *so = dtier_sessopt_find(f->name);
-    int gates_value = so && so->type == DT_SO_CHOICE && &so->f == f;
+    int gates_value = so && (so->type == DT_SO_CHOICE || so->type == DT_SO_NETWORK) && &so->f == f;
     return (f->tiers & bit) || (!gates_value && g->unsafe && (f->unsafe & bit));
 }
 
@@ -219,6 +222,32 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
 {
     const char *name = o->f.name;
     switch (o->type) {
+    case DT_SO_NETWORK: {
+        char what[40], e[700];
+        snprintf(what, sizeof what, "field \"%s\"", name);
+        if (json_is_boolean(v) || (!json_is_string(v) && !json_is_object(v))) {
+            snprintf(why, n,
+                     "field \"%s\": must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} "
+                     "(got %s)",
+                     name, rpc_type_name(v));
+            return -1;
+        }
+        if (json_is_string(v) && strcmp(json_string_value(v), "on") &&
+            strcmp(json_string_value(v), "off")) {
+            snprintf(why, n,
+                     "field \"%s\": must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} "
+                     "(got \"%.40s\")",
+                     name, json_string_value(v));
+            return -1;
+        }
+        if (km_net_from_json(v, what, &so->network, so->network_allow_buf,
+                             sizeof so->network_allow_buf, e, sizeof e)) {
+            snprintf(why, n, "%s", e);
+            return -1;
+        }
+        so->network_allow = so->network == KM_NET_ALLOW ? so->network_allow_buf : NULL;
+        return 0;
+    }
     case DT_SO_CHOICE: {
         const char *s = json_string_value(v);
         if (!s) {
@@ -233,10 +262,7 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
                      o->values[0], o->values[1], s);
             return -1;
         }
-        if (!strcmp(name, "network"))
-            so->network = !strcmp(s, "on");
-        else
-            so->sandbox = s;
+        so->sandbox = s;
         return 0;
     }
     case DT_SO_SIZE: {
@@ -330,6 +356,65 @@ static const char *given(const json_t *v, char *buf, size_t n)
     return buf;
 }
 
+/* The network ceiling (see dtier.h): off < allow-list < on. A tier below
+ * owner may ask for "off", for what the configuration has, for a list within
+ * the configuration's list, or for anything when the configuration is "on";
+ * wider only with the operator's opt-in. */
+static int net_ceiling(const dtier_grant *g, const kmcfg *cfg, const dtier_sessopt *o,
+                       const km_session_opts *so, char *why, size_t n)
+{
+    if (so->network == KM_NET_OFF || (g->unsafe && (o->f.unsafe & DT_BIT(g->tier))))
+        return 0;
+    if (cfg->network == KM_NET_ON) {
+        /* "on" never reaches this host or its private networks (slirp4netns
+         * and reject routes): a list may not either, through the proxy */
+        egpolicy *want = malloc(sizeof *want);
+        char e[600] = "out of memory";
+        int bad = -1;
+        if (want &&
+            !egpolicy_parse_text(want, so->network_allow ? so->network_allow : "", e, sizeof e)) {
+            bad = 0;
+            for (size_t i = 0; i < want->n && !bad; i++)
+                if (egpolicy_is_literal(want, (int)i) &&
+                    egproxy_restricted_literal(want->e[i].host) != 0) {
+                    snprintf(e, sizeof e,
+                             "allow entry \"%s\" is an address of this host or of a private "
+                             "network, which network \"on\" does not reach either",
+                             want->e[i].host);
+                    bad = 1;
+                }
+        }
+        free(want);
+        if (so->network == KM_NET_ON || !bad)
+            return 0;
+        snprintf(why, n, "field \"network\": %s (only the operator's own list may name one)", e);
+        return -1;
+    }
+    if (so->network == KM_NET_ALLOW && cfg->network == KM_NET_ALLOW) {
+        egpolicy *want = malloc(sizeof *want), *ceil = malloc(sizeof *ceil);
+        char e[900] = "out of memory";
+        int rc = -1;
+        if (want && ceil && !egpolicy_parse_text(want, so->network_allow, e, sizeof e) &&
+            !egpolicy_parse_text(ceil, cfg->network_allow, e, sizeof e))
+            rc = egpolicy_within(want, ceil, e, sizeof e);
+        free(want);
+        free(ceil);
+        if (rc)
+            snprintf(why, n,
+                     "field \"network\": %s (config \"network\"; %s may only narrow it; the "
+                     "operator can allow more with %s)",
+                     e, dtier_clients(g->tier), tier_optin[g->tier]);
+        return rc;
+    }
+    snprintf(why, n,
+             "field \"network\": %s is not available to %s (%s; the operator's configuration has "
+             "network %s; the operator can allow it with %s)",
+             so->network == KM_NET_ON ? "\"on\"" : "an allow list", dtier_clients(g->tier),
+             o->f.why ? o->f.why : "",
+             cfg->network == KM_NET_ALLOW ? "as an allow list" : "\"off\"", tier_optin[g->tier]);
+    return -1;
+}
+
 int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *params,
                         const km_session_opts *so, char *why, size_t n)
 {
@@ -375,20 +460,21 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
             break;
         }
         case DT_CEIL_NETWORK:
+            if (net_ceiling(g, cfg, o, so, why, n))
+                return -1;
+            break;
         case DT_CEIL_SANDBOX: {
             const char *s = json_string_value(v);
             if (!s || strcmp(s, o->relaxing))
                 break;
-            int has =
-                o->ceiling == DT_CEIL_NETWORK ? cfg->network : !strcmp(cfg->sandbox, o->relaxing);
+            int has = !strcmp(cfg->sandbox, o->relaxing);
             if (has || (g->unsafe && (o->f.unsafe & DT_BIT(g->tier))))
                 break;
             snprintf(why, n,
                      "field \"%s\": \"%s\" is not available to %s (%s; the operator's "
                      "configuration has %s \"%s\"; the operator can allow it with %s)",
                      o->f.name, s, dtier_clients(g->tier), o->f.why ? o->f.why : "", o->f.name,
-                     o->ceiling == DT_CEIL_NETWORK ? (cfg->network ? "on" : "off") : cfg->sandbox,
-                     tier_optin[g->tier]);
+                     cfg->sandbox, tier_optin[g->tier]);
             return -1;
         }
         }

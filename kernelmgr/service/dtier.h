@@ -61,11 +61,12 @@ typedef struct dtier_field {
 } dtier_field;
 
 typedef enum dtier_sotype {
-    DT_SO_CHOICE, /* one of values[] */
-    DT_SO_SIZE,   /* "512M" or bytes, at least min */
-    DT_SO_NUMBER, /* a number in [min, max] */
-    DT_SO_PATH,   /* an absolute host path */
-    DT_SO_ENV,    /* {NAME: "value"} (kenv.h rules) */
+    DT_SO_CHOICE,  /* one of values[] */
+    DT_SO_SIZE,    /* "512M" or bytes, at least min */
+    DT_SO_NUMBER,  /* a number in [min, max] */
+    DT_SO_PATH,    /* an absolute host path */
+    DT_SO_ENV,     /* {NAME: "value"} (kenv.h rules) */
+    DT_SO_NETWORK, /* one of values[], or an egress allow-list {"allow": [...]} (netopt.h) */
 } dtier_sotype;
 
 /* Where a session option's ceiling comes from in the configuration. */
@@ -74,7 +75,8 @@ typedef enum dtier_ceil {
     DT_CEIL_MEMORY,   /* cfg->memory, or the kernels' default (DTIER_DEFAULT_MEMORY) */
     DT_CEIL_CPUS,     /* cfg->cpus when set */
     DT_CEIL_CPU_TIME, /* cfg->cpu_time when set */
-    DT_CEIL_NETWORK,  /* "on" only when cfg->network is on */
+    DT_CEIL_NETWORK,  /* "on" only when cfg->network is on; an allow-list only within
+                         cfg's (or with cfg on) */
     DT_CEIL_SANDBOX,  /* "none" only when cfg->sandbox is none */
     DT_CEIL_SNAPSHOT, /* cfg->snapshot_max */
 } dtier_ceil;

@@ -5,6 +5,7 @@
  */
 #include "kernels/server/kserver.h"
 #include "common/cm_utf8.h"
+#include "kernels/egress/egproxy.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -197,6 +198,9 @@ static int network_note_due(kserver *ks, int failed)
             knetnote_scan(&ks->netnote, t, strlen(t));
     }
     long long now = ks->worker ? sandbox_net_no_routes(kworker_sandbox(ks->worker)) : -1;
+    egproxy *px = ks->worker ? kworker_egress(ks->worker) : NULL;
+    if (px)
+        return knetnote_due_allow(&ks->netnote, failed, now, egproxy_refusals(px, NULL, 0));
     return knetnote_due(&ks->netnote, failed, now);
 }
 
@@ -225,8 +229,20 @@ static void report_limits(kserver *ks, json_t *md, int failed)
     }
     if (ks->cpu_hit)
         json_array_append_new(hits, json_string(cpu_limit_text(ks, what, sizeof what)));
-    if (network_note_due(ks, failed))
-        json_array_append_new(hits, json_string(KNETNOTE_TEXT));
+    if (network_note_due(ks, failed)) {
+        egproxy *px = ks->worker ? kworker_egress(ks->worker) : NULL;
+        if (px) {
+            char list[600], last[600], note[1600];
+            egpolicy_describe(&ks->opts.egress, list, sizeof list);
+            long long n = egproxy_refusals(px, last, sizeof last);
+            snprintf(note, sizeof note, "%s (allowed: %s)%s%s", KNETNOTE_ALLOW_TEXT, list,
+                     n > ks->netnote.refused && last[0] ? "; the proxy refused: " : "",
+                     n > ks->netnote.refused ? last : "");
+            json_array_append_new(hits, json_string(note));
+        } else {
+            json_array_append_new(hits, json_string(KNETNOTE_TEXT));
+        }
+    }
     if (json_array_size(hits))
         json_object_set_new(md, "limits_hit", hits);
     else
@@ -279,10 +295,14 @@ static void check_cpu_budget(kserver *ks, uint64_t now)
 void kexec_cell_starts(kserver *ks)
 {
     ks->cur_oom_kills = ks->worker ? sandbox_oom_kills(kworker_sandbox(ks->worker)) : -1;
-    knetnote_start(&ks->netnote,
-                   ks->worker && ks->opts.sandbox.level == SANDBOX_STRICT &&
-                       !ks->opts.sandbox.network,
-                   ks->worker ? sandbox_net_no_routes(kworker_sandbox(ks->worker)) : -1);
+    if (ks->worker && kworker_egress(ks->worker))
+        knetnote_start_allow(&ks->netnote, sandbox_net_no_routes(kworker_sandbox(ks->worker)),
+                             egproxy_refusals(kworker_egress(ks->worker), NULL, 0));
+    else
+        knetnote_start(&ks->netnote,
+                       ks->worker && ks->opts.sandbox.level == SANDBOX_STRICT &&
+                           !ks->opts.sandbox.network,
+                       ks->worker ? sandbox_net_no_routes(kworker_sandbox(ks->worker)) : -1);
     ks->cpu_hit = 0;
     ks->cpu_hit_used_ns = 0;
     ks->cpu_check_ns = 0;
@@ -725,7 +745,7 @@ void kexec_start_worker(kserver *ks)
     ks->worker_features = 0;
     ks->sigint_after_flush = 0;
     ks->cpu_mark_set = 0;
-    ks->worker = kworker_start(&ks->spec, &ks->opts.sandbox, err, sizeof err);
+    ks->worker = kworker_start(&ks->spec, &ks->opts.sandbox, &ks->opts.egress, err, sizeof err);
     if (ks->worker) {
         ks->worker_gen++;
         ks->ready_by_ns = kworker_now_ns() + KEXEC_READY_TIMEOUT_NS;

@@ -23,6 +23,13 @@ void knetnote_start(knetnote *n, int active, long long no_routes)
     memset(n, 0, sizeof *n);
     n->active = active;
     n->no_routes = no_routes;
+    n->refused = -1;
+}
+
+void knetnote_start_allow(knetnote *n, long long no_routes, long long refused)
+{
+    knetnote_start(n, 1, no_routes);
+    n->refused = refused;
 }
 
 static int knetnote_has(const char *text, size_t len, const char *what)
@@ -81,4 +88,12 @@ int knetnote_due(const knetnote *n, int failed, long long no_routes_now)
     if (n->lookup_failed)
         return 1;
     return n->no_routes >= 0 && no_routes_now > n->no_routes;
+}
+
+int knetnote_due_allow(const knetnote *n, int failed, long long no_routes_now,
+                       long long refused_now)
+{
+    if (!n->active || !failed)
+        return 0;
+    return knetnote_due(n, failed, no_routes_now) || (n->refused >= 0 && refused_now > n->refused);
 }

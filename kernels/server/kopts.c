@@ -314,12 +314,22 @@ static int set_open_files(kopts *o, const char *name, const char *val, char *err
 
 static int set_network(kopts *o, const char *name, const char *val, char *err, size_t errlen)
 {
-    if (!strcmp(val, "on"))
+    if (!strcmp(val, "on")) {
         o->sandbox.network = 1;
-    else if (!strcmp(val, "off"))
+    } else if (!strcmp(val, "off")) {
         o->sandbox.network = 0;
-    else
+    } else if (egpolicy_is_text(val)) {
+        char why[400];
+        if (egpolicy_parse_text(&o->egress, val, why, sizeof why)) {
+            snprintf(err, errlen, "invalid value for --network: %s", why);
+            return -1;
+        }
+        o->sandbox.network = 0;
+    } else {
         return bad_value(name, val, err, errlen);
+    }
+    if (!egpolicy_is_text(val))
+        o->egress.n = 0;
     return 0;
 }
 
@@ -443,7 +453,9 @@ static const kopt kopt_table[] = {
      "size of the sandbox's /tmp and /dev/shm (default 512M)"},
     {"--open-files", NULL, "N", set_open_files, "open file limit (default 1024)"},
     {"--file-size", NULL, "SIZE", set_file_size, "largest file the code may write (default 1G)"},
-    {"--network", NULL, "on|off", set_network, "network access from the sandbox (default off)"},
+    {"--network", NULL, "on|off|allow:HOST[,HOST...]", set_network,
+     "network access from the sandbox (default off);\nallow: only the listed hosts, through the "
+     "egress\nproxy this server runs outside the sandbox"},
     {"--cpus", NULL, "N", set_cpus,
      "CPU rate cap of the sandbox in CPUs, e.g. 0.5 or 2\n(cgroup cpu.max / cfs quota; default: "
      "none). Not\nenforceable without a cpu cgroup: kernel_info's\nsandbox list then says "
@@ -555,6 +567,12 @@ static int parse_args(kopts *o, int argc, char **argv, const kbackend *b, char *
             }
         }
         snprintf(err, errlen, a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", a);
+        return -1;
+    }
+    if (o->egress.n && o->sandbox.level != SANDBOX_STRICT) {
+        snprintf(err, errlen,
+                 "--network allow: needs --sandbox strict (without the sandbox nothing keeps the "
+                 "code from the host's network)");
         return -1;
     }
     return 0;

@@ -13,6 +13,7 @@
 #include "sandbox/sandbox.h"
 #include "kernels/server/backend.h"
 #include "kernels/server/kenv.h"
+#include "kernels/egress/egpolicy.h"
 
 #define KSERVER_VERSION "0.1.0"
 
@@ -34,7 +35,11 @@ typedef struct kopts {
     const char *connection_file; /* borrowed from argv; NULL when not given */
     const char *workspace_arg;   /* borrowed from argv; NULL: the cwd */
     sandbox_config sandbox;      /* level and limits; workspace filled by the caller */
-    double interrupt_grace;      /* seconds between SIGINT and kill+restart */
+    /* --network allow:HOST[,HOST...]: the sandbox's network is off but for
+     * the egress proxy this server runs outside it (kworker.h); strict
+     * only. egress.n == 0: no allow-list (on or off). */
+    egpolicy egress;
+    double interrupt_grace; /* seconds between SIGINT and kill+restart */
     /* --cpu-time S: CPU seconds (every process of the sandbox together) an
      * execute request may use; past it the request is interrupted like a
      * timeout (kill after interrupt_grace) and its reply says so. 0: none. */

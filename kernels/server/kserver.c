@@ -60,6 +60,11 @@ void kserver_log_set_max(uint64_t bytes)
     klog_max = bytes;
 }
 
+uint64_t kserver_log_max(void)
+{
+    return klog_max;
+}
+
 /* Writes one line to stderr unless the log file reached its cap. */
 static void klog_write(const char *line)
 {

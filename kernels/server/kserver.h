@@ -181,6 +181,8 @@ typedef struct kserver {
  * be a string literal: its address names the class. */
 void kserver_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void kserver_log_set_max(uint64_t bytes);
+/* The cap kserver_log_set_max() set (other writers of the log honour it). */
+uint64_t kserver_log_max(void);
 /* Writes the summaries of suppressed lines that are due (called by the loop). */
 void kserver_log_tick(void);
 /* Publishes on iopub a message of msg_type with content (stolen) and parent

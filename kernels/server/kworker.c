@@ -4,6 +4,7 @@
 #include "kernels/server/kworker.h"
 #include "common/cm_utf8.h"
 #include "kernels/server/kserver.h"
+#include "kernels/egress/egproxy.h"
 
 #include "common/cm_size.h"
 
@@ -48,6 +49,7 @@ struct kworker {
     int exited;
     int wait_status;
     uint64_t started_ns;
+    egproxy *egress; /* the egress proxy serving the sandbox's listener, or NULL */
 };
 
 uint64_t kworker_now_ns(void)
@@ -83,9 +85,34 @@ static int env_put(char **env, size_t *k, const char *entry)
  * (spec->env: a later entry of a name already replaced an earlier one),
  * then PATH and HOME, then the allow-listed host variables (LANG, LC_*,
  * TERM, TZ). new (free with free_env). */
-static char **build_env(const kworker_spec *spec)
+static const char *const egress_env[] = {
+    "http_proxy=http://127.0.0.1:" KWORKER_EGRESS_PORT_S,
+    "https_proxy=http://127.0.0.1:" KWORKER_EGRESS_PORT_S,
+    "HTTP_PROXY=http://127.0.0.1:" KWORKER_EGRESS_PORT_S,
+    "HTTPS_PROXY=http://127.0.0.1:" KWORKER_EGRESS_PORT_S,
+    NULL,
+};
+
+/* no_proxy / NO_PROXY: the sandbox's own loopback is reached directly,
+ * except a loopback address the list names (the operator means the host's
+ * service there: through the proxy). */
+static void egress_no_proxy(const egpolicy *p, char *buf, size_t n)
 {
-    size_t n = 0, extra = 6;
+    static const char *const local[] = {"localhost", "127.0.0.1", "::1", NULL};
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; local[i]; i++) {
+        int listed = 0;
+        for (size_t j = 0; j < p->n; j++)
+            listed |= egpolicy_is_literal(p, (int)j) && !strcmp(p->e[j].host, local[i]);
+        if (!listed && len < n)
+            len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? "," : "", local[i]);
+    }
+}
+
+static char **build_env(const kworker_spec *spec, const egpolicy *egress)
+{
+    size_t n = 0, extra = 8 + sizeof egress_env / sizeof *egress_env;
     while (environ[n])
         n++;
     for (size_t i = 0; i < KSPEC_MAX_ENV && spec->env[i]; i++)
@@ -100,6 +127,18 @@ static char **build_env(const kworker_spec *spec)
             env_put(env, &k, "KERNELMGR_DBG_REQ_FD=5") | env_put(env, &k, "KERNELMGR_DBG_EVT_FD=6");
     for (size_t i = 0; i < KSPEC_MAX_ENV && spec->env[i]; i++)
         rc |= env_put(env, &k, spec->env[i]);
+    /* after the user's: a session's own proxy variables win (they can only
+     * lose it the one way out) */
+    for (size_t i = 0; egress && egress_env[i]; i++)
+        rc |= env_put(env, &k, egress_env[i]);
+    if (egress) {
+        char np[64], var[80];
+        egress_no_proxy(egress, np, sizeof np);
+        snprintf(var, sizeof var, "no_proxy=%s", np);
+        rc |= env_put(env, &k, var);
+        snprintf(var, sizeof var, "NO_PROXY=%s", np);
+        rc |= env_put(env, &k, var);
+    }
     rc |= env_put(env, &k, "PATH=" KENV_SANDBOX_PATH) | env_put(env, &k, "HOME=" KENV_SANDBOX_HOME);
     for (size_t i = 0; i < n; i++)
         if (kenv_host_allowed(environ[i]))
@@ -121,9 +160,10 @@ static void free_env(char **env)
     free(env);
 }
 
-kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char *err,
-                       size_t errlen)
+kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, const egpolicy *egress,
+                       char *err, size_t errlen)
 {
+    int use_egress = egress && egress->n > 0;
     int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, req[2] = {-1, -1},
         evt[2] = {-1, -1}, dreq[2] = {-1, -1}, devt[2] = {-1, -1}, devnull = -1;
     char **env = NULL;
@@ -155,13 +195,17 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
     /* Bigger output pipes mean fewer wake-ups under heavy output; best effort. */
     fcntl(out[0], F_SETPIPE_SZ, 1 << 20);
     fcntl(errp[0], F_SETPIPE_SZ, 256 << 10);
-    env = build_env(spec);
+    env = build_env(spec, use_egress ? egress : NULL);
     if (!env) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
     sandbox_config c = *cfg;
     c.ro_paths = (const char *const *)spec->ro_paths;
+    if (use_egress) {
+        c.network = 0;
+        c.loopback_listen_port = KWORKER_EGRESS_PORT;
+    }
     int child_fds[KSPEC_DEBUG_EVT_FD + 1] = {in[0], out[1], errp[1], req[0], evt[1], errp[1]};
     int nfds = 5;
     if (spec->quiet_start) {
@@ -184,6 +228,19 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char
         goto fail;
     w->pid = sandbox_pid(w->sb);
     w->started_ns = kworker_now_ns();
+    if (use_egress) {
+        char why[400];
+        int lfd = sandbox_take_listen_fd(w->sb);
+        w->egress = lfd >= 0 ? egproxy_start_policy(lfd, egress, why, sizeof why) : NULL;
+        if (w->egress)
+            egproxy_log_limit(w->egress, kserver_log_max());
+        if (!w->egress) {
+            snprintf(err, errlen, "the egress proxy cannot start: %s",
+                     lfd < 0 ? "no listening socket from the sandbox" : why);
+            sandbox_destroy(&w->sb);
+            goto fail;
+        }
+    }
     close_fd(&in[0]);
     close_fd(&out[1]);
     close_fd(&errp[1]);
@@ -220,6 +277,7 @@ void kworker_destroy(kworker **pw)
     for (int i = 0; i < KW__COUNT; i++)
         close_fd(&w->fds[i]);
     sandbox_destroy(&w->sb);
+    egproxy_stop(&w->egress);
     free(w->req.buf);
     free(w->dbg.buf);
     free(w->evt.buf);
@@ -231,6 +289,11 @@ void kworker_destroy(kworker **pw)
 pid_t kworker_pid(const kworker *w)
 {
     return w->pid;
+}
+
+egproxy *kworker_egress(kworker *w)
+{
+    return w->egress;
 }
 
 sandbox *kworker_sandbox(kworker *w)

@@ -15,6 +15,7 @@
 
 #include "sandbox/sandbox.h"
 #include "kernels/server/backend.h"
+#include "kernels/egress/egpolicy.h"
 
 #define KWORKER_MAX_EVENT (64u << 20) /* longest event line accepted */
 
@@ -30,17 +31,31 @@ typedef enum kworker_pipe {
 
 typedef struct kworker kworker;
 
+/* The port the egress proxy listens on inside the sandbox (127.0.0.1):
+ * squid's customary one. Nothing in the sandbox can listen on it. */
+#define KWORKER_EGRESS_PORT 3128
+#define KWORKER_EGRESS_PORT_S "3128"
+
 /* new: starts spec's argv in a sandbox configured by cfg (borrowed; its
- * workspace and level are used as given, ro_paths come from spec). NULL with
- * a reason in err. */
-kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, char *err,
-                       size_t errlen);
+ * workspace and level are used as given, ro_paths come from spec). With
+ * egress (borrowed; NULL or no entries: none) the sandbox's network is off
+ * but for a listener on 127.0.0.1:KWORKER_EGRESS_PORT inside it, which this
+ * process serves from outside with the egress proxy for the worker's
+ * lifetime (egproxy_start_policy: the list, SNI, DNS here only); the worker
+ * gets http_proxy, https_proxy, HTTP_PROXY, HTTPS_PROXY pointing at it and
+ * no_proxy / NO_PROXY "localhost,127.0.0.1,::1". NULL with a reason in err. */
+kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, const egpolicy *egress,
+                       char *err, size_t errlen);
 
 /* Kills every process of the worker's sandbox, reaps it, closes the pipes.
  * NULL-safe; sets *w to NULL. */
 void kworker_destroy(kworker **w);
 
 pid_t kworker_pid(const kworker *w);
+
+/* borrowed: the egress proxy of a worker started with an allow-list, else
+ * NULL. */
+struct egproxy *kworker_egress(kworker *w);
 
 /* borrowed: the sandbox, for limit and CPU queries. */
 sandbox *kworker_sandbox(kworker *w);

@@ -15,11 +15,13 @@ Environment:
                        13: `x = 1` through the gateway's kernel WebSocket;
                        14: the cost of a durable session.json write;
                        15: density: idle sessions' measured memory and
-                       how many this host's memory budget admits;
+                       how many this host's memory budget admits, RSS per
+                       idle session and the sessions a 24 GiB machine holds;
                        16: the debugger: start and per-cell cost without
                        debugpy, with it unused, with a debugger attached;
                        17: snapshots: take and restore, a fork's first
-                       exec vs a cold start)
+                       exec vs a cold start; 18: the egress proxy's cost
+                       per request)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -153,6 +155,17 @@ def pss_kb(pid):
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
                 if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def rss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
                     return int(line.split()[1])
     except OSError:
         pass
@@ -2176,6 +2189,21 @@ def bench_density(num):
             base = pool["kernels_memory"]
         budget, cap = pool["memory_budget"], pool["max_kernels"]
         mib = 1 << 20
+        # RSS and PSS of every session's process trees as the host sees them:
+        # each kernel server, its sandbox's init and the worker with its
+        # children (the daemon itself is shared by all and not counted)
+        sess = c.call(rpc("sessions.list"), timeout=60)["sessions"]
+        rss = pss = 0
+        for sdesc in sess:
+            for k in (sdesc.get("kernels") or {}).values():
+                if k and k.get("pid"):
+                    for pid in tree_pids(k["pid"]):
+                        rss += rss_kb(pid)
+                        pss += pss_kb(pid)
+        per_rss = rss * 1024 / max(1, len(sess))
+        per_pss = pss * 1024 / max(1, len(sess))
+        machine_24g = 24 << 30
+        proj_rss, proj_pss = int(machine_24g // per_rss), int(machine_24g // per_pss)
         py_only = min(cap, int((budget - headroom) // per["python"]))
         both = min(cap // 2, int((budget - headroom) // (per["python"] + per["bash"])))
         by_memory = int((budget - headroom) // per["python"])
@@ -2183,11 +2211,18 @@ def bench_density(num):
                            "bash_idle_bytes": per["bash"], "memory_budget": budget,
                            "max_kernels": cap, "idle_python_sessions_admitted": py_only,
                            "idle_python_sessions_by_memory_alone": by_memory,
-                           "idle_python_bash_sessions_admitted": both}
+                           "idle_python_bash_sessions_admitted": both,
+                           "session_rss_bytes": per_rss, "session_pss_bytes": per_pss,
+                           "idle_sessions_24gib_by_rss": proj_rss,
+                           "idle_sessions_24gib_by_pss": proj_pss}
         row(num, "measured memory of an idle Python kernel", f"{per['python'] / mib:.1f} MiB",
             "", "", "(info)")
         row(num, "measured memory of an idle Bash kernel", f"{per['bash'] / mib:.1f} MiB",
             "", "", "(info)")
+        row(num, "RSS (PSS) of an idle Python+Bash session, kernel servers included",
+            f"{per_rss / mib:.1f} MiB ({per_pss / mib:.1f} MiB)", "", "", "(info)")
+        row(num, "idle Python+Bash sessions a 24 GiB machine holds (by RSS / by PSS)",
+            f"{proj_rss} / {proj_pss}", "", "", ">= 200", verdict(proj_rss >= 200))
         row(num, "idle sessions admitted by default (Python / Python+Bash)",
             f"{py_only} / {both}",
             f"budget {budget / (1 << 30):.1f} GiB ({by_memory} by memory alone), "
@@ -2198,7 +2233,7 @@ def bench_density(num):
         d.close()
 
 
-# ---------------------------------------------------------------- 16. snapshots
+# ---------------------------------------------------------------- 17. snapshots
 
 
 SNAP_CASES = (
@@ -2274,6 +2309,64 @@ def bench_snapshot(num):
     finally:
         c.close()
         d.close()
+def bench_egress(num):
+    """Per-request cost of the egress proxy: a session with an allow-list
+    fetches from a local HTTP server through the proxy (a new connection per
+    request, as the proxy serves one request per connection), against the
+    same client code on the host fetching directly."""
+    if not binary("kernel-python"):
+        raise Skip("build/kernel-python not built")
+    import http.server
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port = srv.server_address[1]
+    n = 50 if QUICK else 500
+    client = (f"import http.client, time\n"
+              f"def one(host, port, path):\n"
+              f"    c = http.client.HTTPConnection(host, port, timeout=30)\n"
+              f"    c.request('GET', path)\n"
+              f"    r = c.getresponse(); r.read(); c.close()\n"
+              f"    assert r.status == 200, r.status\n"
+              f"def run(host, port, path):\n"
+              f"    for _ in range(20): one(host, port, path)\n"
+              f"    t = time.perf_counter()\n"
+              f"    for _ in range({n}): one(host, port, path)\n"
+              f"    return (time.perf_counter() - t) / {n}\n")
+    direct = subprocess.run([REF_PYTHON, "-c", client + f"print(run('127.0.0.1', {port}, '/'))"],
+                            capture_output=True, text=True, timeout=300)
+    if direct.returncode:
+        raise RuntimeError(f"direct client: {direct.stderr[-300:]}")
+    d_s = float(direct.stdout.strip())
+    d = Daemon(daemon_config(network={"allow": [f"127.0.0.1:{port}"]}))
+    c = DaemonConn(d.sock)
+    try:
+        code = client + f"print(run('127.0.0.1', 3128, 'http://127.0.0.1:{port}/'))"
+        r = c.call(rpc("exec", {"session": "eg", "code": code, "lang": "python",
+                                "timeout": 300}))
+        e = exec_ok(r)
+        if e:
+            raise RuntimeError(e)
+        p_s = float(r["results"][-1]["stdout"].strip())
+        DATA["egress"] = {"requests": n, "proxied_s": p_s, "direct_s": d_s}
+        row(num, "HTTP GET, new connection each: through the egress proxy vs direct",
+            f"{p_s * 1e6:.0f} µs", f"{d_s * 1e6:.0f} µs direct", fx(p_s / d_s), "(info)",
+            f"{(p_s - d_s) * 1e6:+.0f} µs a request")
+    finally:
+        c.close()
+        d.close()
+        srv.shutdown()
+        srv.server_close()
 
 
 def print_table():
@@ -2404,6 +2497,7 @@ def main():
     section(16, "debugger: start and per-cell cost without and with it", bench_debugger)
     section(17, "snapshots: take, restore, a restored first exec vs a cold start",
             bench_snapshot)
+    section(18, "egress allow-list: the filtering proxy's cost per request", bench_egress)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

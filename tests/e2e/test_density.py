@@ -89,6 +89,36 @@ def test_language_switching_keeps_the_sessions_own_kernels(make_mgr):
     assert "evicted" in reason and "max_kernels=4" in reason and '"s"' in reason, reason
 
 
+def test_language_switching_beside_8_idle_sessions_keeps_everything(make_mgr):
+    """The default configuration with 8 idle sessions around (the case that
+    used to wipe the switching session's Python state at every switch):
+    switching between Python and Bash keeps both of the session's kernels,
+    a server it started, and every other session's kernel."""
+    mgr = make_mgr()
+    for i in range(8):
+        assert value(py(mgr, f"idle{i}", f"i = {i}\ni")) == str(i)
+    start = ("import http.server, threading\n"
+             "srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), "
+             "http.server.SimpleHTTPRequestHandler)\n"
+             "threading.Thread(target=srv.serve_forever, daemon=True).start()\n"
+             "v = 0\nsrv.server_address[1]")
+    port = value(py(mgr, "s", start))
+    assert port and port.isdigit(), port
+    for n in range(3):
+        r = sh(mgr, "s", f"export B={n}; echo bash-$B")
+        assert r["stdout"] == f"bash-{n}\n" and not r["kernel"]["restarted"], r
+        r = py(mgr, "s", "v += 1\nv")
+        assert value(r) == str(n + 1) and not r["kernel"]["restarted"], r
+    # the server the Python kernel started is still up (reached from its own loopback)
+    r = py(mgr, "s", "import urllib.request, os\nos.environ.pop('http_proxy', None)\n"
+                     f"urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=30).status")
+    assert value(r) == "200", r
+    kernels = live(mgr)
+    assert kernels["s"] == ["bash", "python"], kernels
+    assert all(kernels[f"idle{i}"] == ["python"] for i in range(8)), kernels
+    assert sh(mgr, "s", "echo $B")["stdout"] == "2\n"
+
+
 def test_cap_evicts_the_lru_idle_session_and_the_asker_keeps_state(make_mgr):
     mgr = make_mgr({"max_kernels": 4})
     # a holds both kernels, b and c one each: the cap is reached

@@ -130,11 +130,26 @@ static void sopts_values(void **state)
     assert_int_equal(fill("{}", &so, &p, why), 0);
     assert_int_equal(so.network, -1);
     json_decref(p);
+    assert_int_equal(
+        fill("{\"network\":{\"allow\":[\"PyPI.org.\",\"*.Example.com:443\",\"[::1]:80\"]}}", &so,
+             &p, why),
+        0);
+    assert_int_equal(so.network, KM_NET_ALLOW);
+    assert_string_equal(so.network_allow, "allow:pypi.org,*.example.com:443,[::1]:80");
+    json_decref(p);
     static const char *const bad[][2] = {
         {"{\"memory\":\"1K\"}", "field \"memory\": must be a size of at least 16M"},
         {"{\"memory\":true}", "field \"memory\""},
-        {"{\"network\":\"maybe\"}", "field \"network\": must be \"on\" or \"off\""},
-        {"{\"network\":1}", "field \"network\": expected a string, got an integer"},
+        {"{\"network\":\"maybe\"}",
+         "field \"network\": must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} (got "
+         "\"maybe\")"},
+        {"{\"network\":1}", "field \"network\": must be \"on\", \"off\" or"},
+        {"{\"network\":true}", "(got a boolean)"},
+        {"{\"network\":{\"allow\":[]}}", "\"allow\" must be a non-empty array"},
+        {"{\"network\":{\"allow\":[\"a.com\"],\"deny\":[]}}", "field \"network\": must be"},
+        {"{\"network\":{\"allow\":[\"*.com\"]}}", "allow entry \"*.com\": a wildcard must cover"},
+        {"{\"network\":{\"allow\":[\"a.com:0\"]}}", "the port must be a number from 1 to 65535"},
+        {"{\"network\":{\"allow\":[7]}}", "field \"network\": allow[0] must be a string"},
         {"{\"cpus\":5000}", "field \"cpus\": must be a number of CPUs from 0.01 to 4096"},
         {"{\"cpus\":\"2\"}", "field \"cpus\": expected a number"},
         {"{\"cpu_time\":1e9}", "field \"cpu_time\": must be a number of seconds from 0.001"},
@@ -203,6 +218,43 @@ static void ceilings(void **state)
     assert_int_equal(ceiling(DT_HTTP, 0, &cfg, "{\"sandbox\":\"none\"}", why), -1);
     assert_non_null(strstr(why, "http_allow_unsafe_session_options"));
     assert_int_equal(ceiling(DT_MCP, 1, &cfg, "{\"network\":\"on\",\"sandbox\":\"none\"}", why), 0);
+    /* an allow-list: wider than off, narrower than on */
+    const char *list = "{\"network\":{\"allow\":[\"pypi.org\"]}}";
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, list, why), -1);
+    assert_non_null(strstr(why, "field \"network\": an allow list is not available to MCP"));
+    assert_int_equal(ceiling(DT_MCP, 1, &cfg, list, why), 0);
+    assert_int_equal(ceiling(DT_OWNER, 0, &cfg, list, why), 0);
+    /* the operator's list is a ceiling: a tier may only narrow it */
+    cfg.network = KM_NET_ALLOW;
+    snprintf(cfg.network_allow, sizeof cfg.network_allow, "allow:pypi.org,*.example.com:443");
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, list, why), 0);
+    assert_int_equal(
+        ceiling(DT_HTTP, 0, &cfg, "{\"network\":{\"allow\":[\"a.b.example.com:443\"]}}", why), 0);
+    assert_int_equal(
+        ceiling(DT_HTTP, 0, &cfg, "{\"network\":{\"allow\":[\"*.x.example.com:443\"]}}", why), 0);
+    static const char *const wider[] = {
+        "{\"network\":{\"allow\":[\"evil.org\"]}}",
+        "{\"network\":{\"allow\":[\"pypi.org:22\"]}}",
+        "{\"network\":{\"allow\":[\"a.example.com\"]}}",   /* 80 too: the list has 443 only */
+        "{\"network\":{\"allow\":[\"example.com:443\"]}}", /* the apex is not under it */
+        "{\"network\":{\"allow\":[\"*.example.com\"]}}",   /* 80 too */
+        "{\"network\":{\"allow\":[\"127.0.0.1:443\"]}}",
+    };
+    for (size_t i = 0; i < sizeof wider / sizeof *wider; i++) {
+        if (ceiling(DT_MCP, 0, &cfg, wider[i], why) == 0)
+            fail_msg("%s: accepted", wider[i]);
+        if (!strstr(why, "not within the operator's allow list"))
+            fail_msg("%s: %s", wider[i], why);
+    }
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"network\":\"on\"}", why), -1);
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"network\":\"off\"}", why), 0);
+    /* network on: any list, but none naming this host or a private network */
+    cfg.network = KM_NET_ON;
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, list, why), 0);
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"network\":{\"allow\":[\"127.0.0.1:22\"]}}", why),
+                     -1);
+    assert_non_null(strstr(why, "an address of this host or of a private network"));
+    assert_int_equal(ceiling(DT_MCP, 0, &cfg, "{\"network\":{\"allow\":[\"10.1.2.3\"]}}", why), -1);
     cfg.network = 1;
     snprintf(cfg.sandbox, sizeof cfg.sandbox, "none");
     assert_int_equal(ceiling(DT_HTTP, 0, &cfg, "{\"network\":\"on\",\"sandbox\":\"none\"}", why),

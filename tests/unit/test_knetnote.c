@@ -95,12 +95,27 @@ static void split_across_chunks(void **state)
     assert_false(knetnote_due(&n, 1, 0));
 }
 
+static void allow_list_refusals(void **state)
+{
+    (void)state;
+    knetnote n;
+    knetnote_start_allow(&n, 0, 5);
+    assert_false(knetnote_due_allow(&n, 1, 0, 5)); /* failed for another reason */
+    assert_true(knetnote_due_allow(&n, 1, 0, 6));  /* the proxy refused during the cell */
+    assert_false(knetnote_due_allow(&n, 0, 0, 9)); /* it refused, the cell succeeded */
+    assert_true(knetnote_due_allow(&n, 1, 1, 5));  /* an unroutable connect (no proxy used) */
+    scan(&n, "curl: (6) Could not resolve host: pypi.org\n");
+    assert_true(knetnote_due_allow(&n, 1, 0, 5)); /* no DNS inside */
+    knetnote_start(&n, 1, 0);                     /* network off: no refusal count */
+    assert_false(knetnote_due_allow(&n, 1, 0, 100));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(resolver_messages),   cmocka_unit_test(no_route_counter),
         cmocka_unit_test(inactive_never),      cmocka_unit_test(other_errors_are_not_the_network),
-        cmocka_unit_test(split_across_chunks),
+        cmocka_unit_test(split_across_chunks), cmocka_unit_test(allow_list_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

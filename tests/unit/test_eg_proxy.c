@@ -1,5 +1,5 @@
 /*
- * test_km_pkgproxy.c — the installer's proxy (kernelmgr/pkgproxy.c) reaches
+ * test_km_egproxy.c — the installer's proxy (kernels/egress/egproxy.c) reaches
  * only its allowed host:port: CONNECT tunnels and absolute-URI forwarding to
  * it work; anything else gets 403 or 400 and is reported. Everything runs
  * on 127.0.0.1 with an in-process upstream server.
@@ -22,7 +22,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "kernelmgr/packages/pkgproxy.h"
+#include "kernels/egress/egproxy.h"
+#include "kernels/egress/egpolicy.h"
 
 static int listen_any(unsigned short *port)
 {
@@ -109,7 +110,7 @@ static void roundtrip(int fd, const char *req, char *out, size_t outlen)
 typedef struct fixture {
     upstream up;
     unsigned short up_port, px_port;
-    pkgproxy *px;
+    egproxy *px;
 } fixture;
 
 static int setup(void **state)
@@ -121,7 +122,7 @@ static int setup(void **state)
     char allowed[64], err[256];
     snprintf(allowed, sizeof allowed, "127.0.0.1:%u", f->up_port);
     const char *list[] = {allowed, NULL};
-    f->px = pkgproxy_start(plfd, list, err, sizeof err);
+    f->px = egproxy_start(plfd, list, err, sizeof err);
     assert_non_null(f->px);
     *state = f;
     return 0;
@@ -130,7 +131,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    pkgproxy_stop(&f->px);
+    egproxy_stop(&f->px);
     assert_null(f->px);
     f->up.stop = 1;
     pthread_join(f->up.th, NULL);
@@ -222,7 +223,7 @@ static void test_refusals(void **state)
             fail_msg("request %zu (%s): got '%.80s', expected %s", i, req, out, want[i]);
         assert_int_equal(f->up.seen[0], '\0'); /* the upstream saw nothing */
     }
-    json_t *rep = pkgproxy_report(f->px);
+    json_t *rep = egproxy_report(f->px);
     assert_true(json_array_size(json_object_get(rep, "refused")) >= 4);
     json_decref(rep);
 }
@@ -257,13 +258,13 @@ static void test_oversized_head(void **state)
 }
 
 /* A proxy of its own over f's upstream, for the allowed entry "HOST:port". */
-static pkgproxy *proxy_for(fixture *f, const char *host, unsigned short *port)
+static egproxy *proxy_for(fixture *f, const char *host, unsigned short *port)
 {
     int plfd = listen_any(port);
     char allowed[300], err[256];
     snprintf(allowed, sizeof allowed, "%s:%u", host, f->up_port);
     const char *list[] = {allowed, NULL};
-    pkgproxy *px = pkgproxy_start(plfd, list, err, sizeof err);
+    egproxy *px = egproxy_start(plfd, list, err, sizeof err);
     assert_non_null(px);
     return px;
 }
@@ -292,7 +293,7 @@ static void test_host_only_addresses(void **state)
         skip();
     char req[512], out[4096];
     unsigned short port;
-    pkgproxy *px = proxy_for(f, name, &port);
+    egproxy *px = proxy_for(f, name, &port);
     for (size_t i = 0; i < 2; i++) {
         if (i == 0)
             snprintf(req, sizeof req, "CONNECT %s:%u HTTP/1.1\r\n\r\n", name, f->up_port);
@@ -307,11 +308,11 @@ static void test_host_only_addresses(void **state)
             fail_msg("%s: got '%.200s', expected a 403 naming the policy", req, out);
         assert_int_equal(f->up.seen[0], '\0');
     }
-    json_t *rep = pkgproxy_report(px);
+    json_t *rep = egproxy_report(px);
     json_t *r0 = json_array_get(json_object_get(rep, "refused"), 0);
-    assert_string_equal(json_string_value(json_object_get(r0, "reason")), PKGPROXY_HOST_ONLY);
+    assert_string_equal(json_string_value(json_object_get(r0, "reason")), EGPROXY_HOST_ONLY);
     json_decref(rep);
-    pkgproxy_stop(&px);
+    egproxy_stop(&px);
 
     px = proxy_for(f, "localhost", &port);
     snprintf(req, sizeof req, "GET http://localhost:%u/simple/ HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -320,7 +321,60 @@ static void test_host_only_addresses(void **state)
     roundtrip(fd, req, out, sizeof out);
     close(fd);
     assert_non_null(strstr(out, "\r\n\r\nhi"));
-    pkgproxy_stop(&px);
+    egproxy_stop(&px);
+}
+
+/* Policy mode: the allowed forward request, a named 403, a tunnel whose
+ * first bytes are no ClientHello (an alert, the upstream hears nothing),
+ * a Host header naming another host; the counters and the report. */
+static void test_policy_mode(void **state)
+{
+    fixture *f = *state;
+    egproxy_stop(&f->px);
+    unsigned short port;
+    int plfd = listen_any(&port);
+    char text[64], err[600], req[512], out[4096];
+    snprintf(text, sizeof text, "allow:127.0.0.1:%u", f->up_port);
+    egpolicy pol;
+    assert_int_equal(egpolicy_parse_text(&pol, text, err, sizeof err), 0);
+    f->px = egproxy_start_policy(plfd, &pol, err, sizeof err);
+    assert_non_null(f->px);
+    int fd = dial_port(port);
+    snprintf(req, sizeof req, "GET http://127.0.0.1:%u/p HTTP/1.1\r\nUpgrade: h2c\r\n\r\n",
+             f->up_port);
+    roundtrip(fd, req, out, sizeof out);
+    close(fd);
+    assert_non_null(strstr(out, "\r\n\r\nhi"));
+    assert_non_null(strstr(f->up.seen, "Host: 127.0.0.1:"));
+    assert_null(strstr(f->up.seen, "Upgrade"));
+    f->up.seen[0] = 0;
+    fd = dial_port(port);
+    roundtrip(fd, "GET http://pypi.org/ HTTP/1.1\r\n\r\n", out, sizeof out);
+    close(fd);
+    assert_non_null(strstr(out, "403 Forbidden"));
+    assert_non_null(strstr(out, "kernelmgr: network policy allow-list: host pypi.org:80 is not "
+                                "allowed (allowed: 127.0.0.1:"));
+    fd = dial_port(port);
+    snprintf(req, sizeof req, "CONNECT 127.0.0.1:%u HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+             f->up_port);
+    roundtrip(fd, req, out, sizeof out);
+    close(fd);
+    assert_non_null(strstr(out, "200 Connection established"));
+    assert_null(strstr(out, "hi"));
+    fd = dial_port(port);
+    snprintf(req, sizeof req, "GET http://127.0.0.1:%u/ HTTP/1.1\r\nHost: evil\r\n\r\n",
+             f->up_port);
+    roundtrip(fd, req, out, sizeof out);
+    close(fd);
+    assert_non_null(strstr(out, "does not name the request's host"));
+    assert_string_equal(f->up.seen, "");
+    char last[600];
+    assert_int_equal(egproxy_refusals(f->px, last, sizeof last), 3);
+    assert_non_null(strstr(last, "Host header"));
+    json_t *r = egproxy_report(f->px);
+    assert_int_equal(json_integer_value(json_object_get(r, "allowed")), 1);
+    assert_int_equal(json_array_size(json_object_get(r, "refused")), 3);
+    json_decref(r);
 }
 
 int main(void)
@@ -331,6 +385,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_only_addresses, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_policy_mode, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
