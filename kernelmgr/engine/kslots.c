@@ -331,6 +331,7 @@ void slots_stop_all(km_manager *m, session *s)
         klaunch_stop_begin(s->k[l].proc);
     for (int l = 0; l < m->cfg.langs.n; l++)
         slot_stop(m, &s->k[l]);
+    ksbx_stop(s);
 }
 
 /* Stops the kernels of one warm-pool entry (the pool refills later). Pool
@@ -489,7 +490,7 @@ static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err
     if (try_only ? admit_try(m, k, why, sizeof why) != ADMIT_OK : admit(m, s, l, err, errlen))
         return try_only ? -2 : -1;
     klaunch_cmd cmd;
-    if (kernel_cmd(m, s, l, &cmd, err, errlen)) {
+    if (ksbx_ensure(m, s, err, errlen) || kernel_cmd(m, s, l, &cmd, err, errlen)) {
         admit_release(m, k);
         return -1;
     }

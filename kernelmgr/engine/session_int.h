@@ -86,6 +86,11 @@ typedef struct session {
     int refs;
     int gone;       /* closed: no new work */
     int from_pool;  /* its kernels were pre-started by the warm pool */
+    /* the session's one sandbox (ksbx.c): its holder, NULL while there is
+     * none, and the holder's socket (stable for the session's life, so
+     * that a restarted holder serves kernels that outlived the old one) */
+    struct kproc *sbx;
+    char sbx_sock[PATH_MAX - 64];
     int pool_entry; /* still in the warm pool: never evicts for itself */
     double created, last_used;
     unsigned seq;
@@ -195,6 +200,22 @@ int session_env_check(const km_manager *m, const json_t *own, char *err, size_t 
 /* Fills cmd (klaunch_cmd_clear to release) with the command of s's kernel
  * of language lang, writing its environment file. 0, or -1 with err. */
 int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err, size_t errlen);
+/* new (free()): the interpreter the manager resolved for sessions that
+ * chose none (see kcmd.c), or NULL. */
+char *kcmd_python_resolved(const char *explicit_py, const char *workspace);
+
+/* --------------------------------------------------------------- ksbx.c */
+
+/* One sandbox per session: when the session's kernels share one sandbox
+ * (strict, "session_sandbox", not a warm-pool session) and its holder
+ * (kernelmgr-sandbox) is not running, starts it. Caller holds s->lock.
+ * 0 (also when the session has no such sandbox), or -1 with err. */
+int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen);
+/* The holder's socket for the session's kernels, NULL when it has none. */
+const char *ksbx_socket(const session *s);
+/* Stops the holder, and with it the sandbox and every process in it.
+ * Caller holds s->lock; after the session's kernels stopped. */
+void ksbx_stop(session *s);
 
 /* ------------------------------------------------------------- kslots.c */
 

@@ -96,6 +96,9 @@ void kopts_usage(FILE *out, const kbackend *b)
             "                           /proc/PID/cmdline\n"
             "  --ro-path DIR            bind the absolute host path DIR read-only into\n"
             "                           the sandbox at the same path (repeatable)\n"
+            "  --session-sandbox SOCK   strict: start the worker inside the session's one\n"
+            "                           sandbox, served by kernelmgr-sandbox on the unix\n"
+            "                           socket SOCK (its limits are the session's)\n"
             "  --owner-fd N             inherited fd N is the read end of a pipe whose\n"
             "                           write end the owner keeps: when it closes (the\n"
             "                           owner died) the kernel shuts down as on SIGTERM\n"
@@ -117,26 +120,13 @@ void kopts_usage(FILE *out, const kbackend *b)
 /* Which of our options take a value; 0 when name is not ours. */
 static int takes_value(const char *name)
 {
-    static const char *const with_value[] = {"-f",
-                                             "--connection-file",
-                                             "--workspace",
-                                             "--sandbox",
-                                             "--memory",
-                                             "--procs",
-                                             "--tmp-size",
-                                             "--open-files",
-                                             "--file-size",
-                                             "--network",
-                                             "--interrupt-grace",
-                                             "--env",
-                                             "--log-max",
-                                             "--history-max",
-                                             "--ro-path",
-                                             "--env-file",
-                                             "--owner-fd",
-                                             "--cpus",
-                                             "--cpu-time",
-                                             NULL};
+    static const char *const with_value[] = {"-f",         "--connection-file", "--workspace",
+                                             "--sandbox",  "--memory",          "--procs",
+                                             "--tmp-size", "--open-files",      "--file-size",
+                                             "--network",  "--interrupt-grace", "--env",
+                                             "--log-max",  "--history-max",     "--ro-path",
+                                             "--env-file", "--session-sandbox", "--owner-fd",
+                                             "--cpus",     "--cpu-time",        NULL};
     for (int i = 0; with_value[i]; i++)
         if (!strcmp(name, with_value[i]))
             return 1;
@@ -417,6 +407,12 @@ static int set_option(kopts *o, const char *name, const char *val, char *err, si
         return add_env_file(o, val, err, errlen);
     } else if (!strcmp(name, "--owner-fd")) {
         return set_owner_fd(o, val, err, errlen);
+    } else if (!strcmp(name, "--session-sandbox")) {
+        if (val[0] != '/') {
+            snprintf(err, errlen, "--session-sandbox %s: must be an absolute path", val);
+            return -1;
+        }
+        c->session_socket = val;
     } else if (!strcmp(name, "--ro-path")) {
         if (val[0] != '/') {
             snprintf(err, errlen, "--ro-path %s: must be an absolute path", val);

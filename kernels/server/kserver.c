@@ -532,7 +532,7 @@ static void update_client_pause(kserver *ks)
 static void run_loop(kserver *ks)
 {
     while (!ks->quit) {
-        zmq_pollitem_t items[10];
+        zmq_pollitem_t items[12];
         int n = 0;
         update_client_pause(ks);
         short client_ev = ks->clients_paused ? 0 : ZMQ_POLLIN;
@@ -569,6 +569,13 @@ static void run_loop(kserver *ks)
                 items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_EVENTS), ZMQ_POLLIN, 0};
             }
         }
+        /* a worker in a session sandbox: its exit is reported there */
+        int i_wait = -1;
+        if (w && sandbox_wait_fd(kworker_sandbox(w)) >= 0) {
+            i_wait = n;
+            items[n++] = (zmq_pollitem_t){NULL, sandbox_wait_fd(kworker_sandbox(w)), ZMQ_POLLIN, 0};
+        }
+        (void)i_wait;
         if (w && kworker_wants_write(w)) {
             i_req = n;
             items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_REQUESTS), ZMQ_POLLOUT, 0};
