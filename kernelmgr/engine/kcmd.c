@@ -246,7 +246,8 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     }
     const char *py = s->python[0] ? s->python : m->cfg.python;
     /* resolved once for all kernels of sessions that chose none */
-    char *shared_py = lg->takes_python && !s->python[0] ? kcmd_python_resolved(py, s->workspace) : NULL;
+    char *shared_py =
+        lg->takes_python && !s->python[0] ? kcmd_python_resolved(py, s->workspace) : NULL;
     if (shared_py)
         py = shared_py;
     if (lg->takes_python && py[0])

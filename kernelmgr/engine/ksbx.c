@@ -35,8 +35,8 @@
 static int ksbx_wanted(const km_manager *m, const session *s)
 {
     const char *level = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
-    return m->cfg.session_sandbox && !strcmp(level, "strict") && !s->pool_entry &&
-           !s->from_pool && !s->pool_dir[0];
+    return m->cfg.session_sandbox && !strcmp(level, "strict") && !s->pool_entry && !s->from_pool &&
+           !s->pool_dir[0];
 }
 
 const char *ksbx_socket(const session *s)
@@ -170,9 +170,8 @@ int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen)
     char id[48], u[37];
     jp_uuid4(u);
     snprintf(id, sizeof id, "%.8s%.4s-sbx", u, u + 9);
-    if (!s->sbx_sock[0] &&
-        snprintf(s->sbx_sock, sizeof s->sbx_sock, "%s/%s.sbx", m->run_dir, id) >=
-            (int)sizeof s->sbx_sock) {
+    if (!s->sbx_sock[0] && snprintf(s->sbx_sock, sizeof s->sbx_sock, "%s/%s.sbx", m->run_dir, id) >=
+                               (int)sizeof s->sbx_sock) {
         s->sbx_sock[0] = 0;
         snprintf(err, errlen, "run directory path too long for the session sandbox's socket");
         return -1;

@@ -84,8 +84,8 @@ typedef struct session {
     atomic_int busy;
     atomic_int interrupt_flag;
     int refs;
-    int gone;       /* closed: no new work */
-    int from_pool;  /* its kernels were pre-started by the warm pool */
+    int gone;      /* closed: no new work */
+    int from_pool; /* its kernels were pre-started by the warm pool */
     /* the session's one sandbox (ksbx.c): its holder, NULL while there is
      * none, and the holder's socket (stable for the session's life, so
      * that a restarted holder serves kernels that outlived the old one) */
