@@ -1035,6 +1035,17 @@ void sandbox_destroy(sandbox **psb)
     if (sb->pid > 0) {
         if (sb->cfg.level == SANDBOX_NONE)
             kill(-sb->pid, SIGKILL);
+        else if (sb->init_pid > 0) {
+            /* The monitor reaps the init just killed and exits; killed
+             * first, it would leave init a zombie of whoever inherits it. */
+            int mfd = (int)syscall(SYS_pidfd_open, sb->pid, 0);
+            if (mfd >= 0) {
+                struct pollfd p = {mfd, POLLIN, 0};
+                while (poll(&p, 1, 2000) < 0 && errno == EINTR)
+                    ;
+                close(mfd);
+            }
+        }
         kill(sb->pid, SIGKILL);
         waitpid(sb->pid, NULL, 0); /* ECHILD if the caller reaped it: fine */
     }

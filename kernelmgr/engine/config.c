@@ -412,7 +412,7 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SPECIAL("python", &sp_python, 0, "detected",
                 "absolute path of the Python kernel's interpreter (null: detected)"),
     OPT_ENUM("sandbox", sandbox, "strict", "none", "sandbox level"),
-    OPT_BOOL("session_sandbox", session_sandbox, 0,
+    OPT_BOOL("session_sandbox", session_sandbox, 1,
              "`true`: every kernel of a strict session runs in the session's one sandbox (one "
              "network namespace, `/tmp`, process list and cgroup, whose limits are the "
              "session's); `false`: a sandbox per kernel"),

@@ -57,6 +57,9 @@ typedef struct kslot {
     struct kslot *mem_next;
     int mem_on;
     pid_t mem_pid;
+    /* the session sandbox's holder, when this kernel is the one of its
+     * session charged the sandbox (its cgroup: every kernel's worker) */
+    pid_t mem_sbx_pid;
     uint64_t mem_bytes;
     double mem_at;
 } kslot;

@@ -271,7 +271,8 @@ def _pipe_inodes(pid, fds=None):
 def session_worker_pid(kernel_pid):
     """The worker of a kernel started with --session-sandbox: not its
     descendant (the session sandbox's init forks it) but the child of a
-    sandbox-init whose request pipe (fd 3) is one of the kernel's pipes."""
+    sandbox-init holding one of the kernel's pipes (its request pipe, which
+    the Bash worker moves off fd 3)."""
     try:
         if b"--session-sandbox" not in Path(f"/proc/{kernel_pid}/cmdline").read_bytes():
             return None
@@ -288,7 +289,7 @@ def session_worker_pid(kernel_pid):
                 continue
         except (OSError, ValueError, IndexError):
             continue
-        if _pipe_inodes(d, ["3"]) & mine:
+        if _pipe_inodes(d) & mine:
             return int(d)
     return None
 
