@@ -63,7 +63,8 @@ LIB_MGR    := $(BUILD)/libkm.a
 KERNEL_LIBS := $(LIB_KERN) $(LIB_PROTO) $(LIB_SBX) $(LIB_COMMON)
 ALL_LIBS    := $(LIB_MGR) $(KERNEL_LIBS)
 HEADERS  := $(wildcard common/*.h sandbox/*.h protocol/*.h kernels/*/*.h kernelmgr/*/*.h)
-BINS     := $(BUILD)/kernelmgr $(BUILD)/kernelmgr-gateway $(BUILD)/kernel-python $(BUILD)/kernel-bash
+BINS     := $(BUILD)/kernelmgr $(BUILD)/kernelmgr-gateway $(BUILD)/kernel-python $(BUILD)/kernel-bash \
+            $(BUILD)/kernelmgr-sandbox
 SHARE    := $(patsubst kernels/%,$(BUILD)/share/kernelmgr/%,$(wildcard kernels/python/*.py kernels/bash/*.sh))
 # The Python driver precompiled (checked-hash .pyc in share/.../__pycache__,
 # see PYKERNEL_BOOT in kernels/python/pykernel.h) for each interpreter in
@@ -117,6 +118,8 @@ $(BUILD)/kernelmgr-gateway: $(BUILD)/obj/kernelmgr/main.o $(GW_LWS:%.c=$(BUILD)/
 $(BUILD)/kernel-python: $(BUILD)/obj/kernels/python/main.o $(KERNEL_LIBS)
 	$(LINK) -o $@ $^ $(LDLIBS)
 $(BUILD)/kernel-bash: $(BUILD)/obj/kernels/bash/main.o $(KERNEL_LIBS)
+	$(LINK) -o $@ $^ $(LDLIBS)
+$(BUILD)/kernelmgr-sandbox: $(BUILD)/obj/kernels/sandbox/main.o $(LIB_SBX) $(LIB_COMMON)
 	$(LINK) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/share/kernelmgr/%: kernels/%

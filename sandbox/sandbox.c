@@ -63,23 +63,6 @@
 #define SBX_PIDFD_SIGNAL_PROCESS_GROUP PIDFD_SIGNAL_PROCESS_GROUP
 #endif
 
-struct sandbox {
-    pid_t pid;  /* direct child the caller waits for */
-    int reaped; /* caller told us (via destroy) or we reaped it */
-    sandbox_config cfg;
-    pid_t init_pid;      /* strict: host pid of the sandbox's PID 1 */
-    int init_pidfd;      /* strict: pidfd of init (-1 if unavailable) */
-    pid_t worker_ns_pid; /* strict: the worker's pid inside the sandbox */
-    pid_t worker_pid;    /* strict: its host pid (= host pgid), 0 if unknown */
-    int worker_pidfd;    /* strict: pidfd of the worker, -1 if unknown */
-    sbx_limits *lim;     /* strict: cgroups */
-    int listen_fd;       /* strict: loopback listener from init, until taken */
-    int stats_fd;        /* strict: the monitor's final CPU time (read end) */
-    int net_fds[2];      /* strict, network off: its namespace's IP counters */
-    uint64_t cpu_ns;     /* the largest value sandbox_cpu_ns() returned */
-    int cpu_final;       /* cpu_ns is the monitor's final figure */
-};
-
 void sandbox_config_defaults(sandbox_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -136,7 +119,7 @@ static void child_rlimits(const sandbox_config *cfg)
 
 /* new: a sandbox object with no process yet and every fd marked absent, or
  * NULL (out of memory, said in err). */
-static sandbox *sandbox_alloc(const sandbox_config *cfg, char *err, size_t errlen)
+sandbox *sbx_sandbox_alloc(const sandbox_config *cfg, char *err, size_t errlen)
 {
     sandbox *sb = calloc(1, sizeof *sb);
     if (!sb) {
@@ -149,13 +132,16 @@ static sandbox *sandbox_alloc(const sandbox_config *cfg, char *err, size_t errle
     sb->listen_fd = -1;
     sb->stats_fd = -1;
     sb->net_fds[0] = sb->net_fds[1] = -1;
+    sb->ctl_fd = -1;
+    sb->join_fd = -1;
+    sb->oom_base = -1;
     return sb;
 }
 
 static sandbox *spawn_none(const sandbox_config *cfg, char *const argv[], char *const envp[],
                            const int *fds, int nfds, char *err, size_t errlen)
 {
-    sandbox *sb = sandbox_alloc(cfg, err, errlen);
+    sandbox *sb = sbx_sandbox_alloc(cfg, err, errlen);
     if (!sb)
         return NULL;
     pid_t parent = getpid();
@@ -222,8 +208,8 @@ static void reset_signals(void)
 
 /* The worker: last steps before exec. Runs with no capabilities, under
  * seccomp and Landlock already. */
-static void worker_main(const sandbox_config *cfg, char *const argv[], char *const envp[],
-                        const int *fds, int nfds, int rep, const sbx_limits *lim)
+void sbx_worker_exec(const sandbox_config *cfg, char *const argv[], char *const envp[],
+                     const int *fds, int nfds, int rep, const sbx_limits *lim)
 {
     char err[512];
     setsid();
@@ -271,6 +257,7 @@ typedef struct init_pipes {
     int cgroups;  /* read: "c" once init is in the sandbox's cgroups */
     int status_w; /* write: the worker's wait status */
     int ws_fd;    /* the monitor's idmapped workspace clone, or -1 */
+    int ctl;      /* session sandbox: init's end of the control socket, else -1 */
 } init_pipes;
 
 static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_addrs *ha,
@@ -331,13 +318,21 @@ static void init_main(const sandbox_config *cfg, const sbx_ids *ids, const host_
         _exit(127); /* the monitor failed and reported why */
     close(ip->cgroups);
     sbx_init_block_signals();
+    if (ip->ctl >= 0) {
+        /* A session sandbox: no first worker; workers on request. Setup is
+         * complete: the report pipe's EOF tells sandbox_session_start(). */
+        close(rep);
+        int keep[1] = {ip->ctl};
+        sbx_util_close_except(keep, 1);
+        _exit(sbx_session_init_run(cfg, lim, ip->ctl));
+    }
     pid_t worker = fork();
     if (worker < 0) {
         sbx_util_fail(err, sizeof err, "fork worker");
         goto fail;
     }
     if (worker == 0)
-        worker_main(cfg, argv, envp, fds, nfds, rep, lim);
+        sbx_worker_exec(cfg, argv, envp, fds, nfds, rep, lim);
     /* The caller finds the worker's host pid by this one (see find_worker). */
     char wpid[24];
     snprintf(wpid, sizeof wpid, "%d", (int)worker);
@@ -378,7 +373,7 @@ static void monitor_exit_as(int st)
 
 static void monitor_main(const sandbox_config *cfg, const sbx_ids *chosen, const host_addrs *ha,
                          sbx_limits *lim, char *const argv[], char *const envp[], const int *fds,
-                         int nfds, int rep, int lsock, int stats_w, pid_t parent)
+                         int nfds, int rep, int lsock, int ctl, int stats_w, pid_t parent)
 {
     char err[512], msg[32];
     sbx_ids idbuf = *chosen;
@@ -397,7 +392,7 @@ static void monitor_main(const sandbox_config *cfg, const sbx_ids *chosen, const
     }
     /* Caller root: this sandbox's own host uid, and the workspace
      * idmapped to it (never chowned; see sbx_ns.c). */
-    init_pipes ip = {.ws_fd = -1};
+    init_pipes ip = {.ws_fd = -1, .ctl = ctl};
     if (ids->host_uid == 0 && !ids->as_caller) {
         sbx_ns_assign_host_ids(ids);
         if (ids->idmap &&
@@ -572,6 +567,41 @@ static int status_matches(pid_t pid, pid_t ppid, pid_t ns_pid)
     return atoi(last) == (int)ns_pid;
 }
 
+int sbx_find_child(pid_t init_pid, pid_t ns_pid, pid_t *pid_out, int *pidfd_out)
+{
+    *pid_out = 0;
+    *pidfd_out = -1;
+    if (ns_pid <= 0 || init_pid <= 0)
+        return -1;
+    char path[96], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)init_pid, (int)init_pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
+        pid_t pid = atoi(tok);
+        if (pid <= 0)
+            continue;
+        int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pfd < 0)
+            continue;
+        if (status_matches(pid, init_pid, ns_pid) &&
+            syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) == 0) {
+            *pid_out = pid;
+            *pidfd_out = pfd;
+            return 0;
+        }
+        close(pfd);
+    }
+    return -1;
+}
+
 /* Strict: finds the worker's host pid among init's children by its pid
  * inside the sandbox and keeps a pidfd of it, so that sandbox_signal() can
  * signal its process group directly: a signal forwarded by init arrives
@@ -584,32 +614,7 @@ static void find_worker(sandbox *sb)
 {
     if (sb->worker_ns_pid <= 0 || sb->init_pid <= 0)
         return;
-    char path[96], buf[4096];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)sb->init_pid, (int)sb->init_pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return;
-    buf[n] = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
-        pid_t pid = atoi(tok);
-        if (pid <= 0)
-            continue;
-        int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-        if (pfd < 0)
-            continue;
-        if (status_matches(pid, sb->init_pid, sb->worker_ns_pid) &&
-            syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) == 0) {
-            sb->worker_pid = pid;
-            sb->worker_pidfd = pfd;
-            return;
-        }
-        close(pfd);
-    }
+    sbx_find_child(sb->init_pid, sb->worker_ns_pid, &sb->worker_pid, &sb->worker_pidfd);
 }
 
 /* Init still runs, so its pid is still the sandbox's (held by the pidfd). */
@@ -627,7 +632,7 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
         snprintf(err, errlen, "sandbox_spawn: at most 16 fds");
         return NULL;
     }
-    if (argv[0][0] != '/') {
+    if (argv && argv[0][0] != '/') {
         snprintf(err, errlen, "sandbox_spawn: %s is not an absolute path", argv[0]);
         return NULL;
     }
@@ -653,7 +658,7 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
     host_addrs ha = {.n = 0};
     if (cfg->network)
         ha.n = sbx_net_host_addrs(ha.a, SBX_NET_MAX_HOST_ADDRS);
-    sandbox *sb = sandbox_alloc(cfg, err, errlen);
+    sandbox *sb = sbx_sandbox_alloc(cfg, err, errlen);
     if (!sb)
         return NULL;
     sb->lim = sbx_limits_new(cfg);
@@ -665,15 +670,25 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
         close(cgfd);
     else if (sbx_limits_has_memory_cgroup(sb->lim) || sbx_limits_has_cpu_cgroup(sb->lim))
         sbx_cgwarm_start();
-    int rep[2], lsv[2] = {-1, -1}, stats[2];
+    int rep[2], lsv[2] = {-1, -1}, stats[2], ctl[2] = {-1, -1};
+    /* A session sandbox (no argv): init serves spawn requests on ctl. */
+    if (!argv && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) {
+        sbx_util_fail(err, errlen, "socketpair");
+        goto fail;
+    }
+    sb->ctl_fd = ctl[0];
     if (pipe2(stats, O_CLOEXEC | O_NONBLOCK) < 0) {
         sbx_util_fail(err, errlen, "pipe");
+        if (ctl[1] >= 0)
+            close(ctl[1]);
         goto fail;
     }
     sb->stats_fd = stats[0];
     if (pipe2(rep, O_CLOEXEC) < 0) {
         sbx_util_fail(err, errlen, "pipe");
         close(stats[1]);
+        if (ctl[1] >= 0)
+            close(ctl[1]);
         goto fail;
     }
     if (cfg->loopback_listen_port && socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, lsv) < 0) {
@@ -681,6 +696,8 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
         close(rep[0]);
         close(rep[1]);
         close(stats[1]);
+        if (ctl[1] >= 0)
+            close(ctl[1]);
         goto fail;
     }
     pid_t parent = getpid();
@@ -694,21 +711,27 @@ static sandbox *spawn_strict(const sandbox_config *cfg, char *const argv[], char
             close(lsv[0]);
             close(lsv[1]);
         }
+        if (ctl[1] >= 0)
+            close(ctl[1]);
         goto fail;
     }
     if (pid == 0) {
+        if (ctl[0] >= 0)
+            close(ctl[0]);
         close(rep[0]);
         close(stats[0]);
         if (lsv[0] >= 0)
             close(lsv[0]);
-        monitor_main(cfg, &ids, &ha, sb->lim, argv, envp, fds, nfds, rep[1], lsv[1], stats[1],
-                     parent);
+        monitor_main(cfg, &ids, &ha, sb->lim, argv, envp, fds, nfds, rep[1], lsv[1], ctl[1],
+                     stats[1], parent);
         _exit(127);
     }
     close(rep[1]);
     close(stats[1]);
     if (lsv[1] >= 0)
         close(lsv[1]);
+    if (ctl[1] >= 0)
+        close(ctl[1]);
     sb->pid = pid;
 
     /* Read reports until EOF (the worker's exec closed the last copy). */
@@ -803,7 +826,48 @@ sandbox *sandbox_spawn(const sandbox_config *cfg, char *const argv[], char *cons
         snprintf(err, errlen, "sandbox_spawn: unknown sandbox level %d", (int)cfg->level);
         return NULL;
     }
+    if (cfg->session_socket) {
+        if (nfds > SBX_SESS_MAX_FDS || argv[0][0] != '/') {
+            snprintf(err, errlen, "sandbox_spawn: at most %d fds, an absolute argv[0]",
+                     SBX_SESS_MAX_FDS);
+            return NULL;
+        }
+        return sbx_session_join(cfg, argv, envp, fds, nfds, err, errlen);
+    }
     return spawn_strict(cfg, argv, envp, fds, nfds, err, errlen);
+}
+
+sandbox *sandbox_session_start(const sandbox_config *cfg, char *err, size_t errlen)
+{
+    if (!cfg || cfg->level != SANDBOX_STRICT || cfg->loopback_listen_port || cfg->session_socket) {
+        snprintf(err, errlen, "sandbox_session_start: a strict config without a listener");
+        return NULL;
+    }
+    return spawn_strict(cfg, NULL, NULL, NULL, 0, err, errlen);
+}
+
+int sandbox_reap(sandbox *sb, int *status)
+{
+    if (!sb || sb->pid <= 0)
+        return -1;
+    if (sb->joined)
+        return sbx_session_reap(sb, status);
+    int st;
+    pid_t r = waitpid(sb->pid, &st, WNOHANG);
+    if (r == sb->pid) {
+        *status = st;
+        return 1;
+    }
+    if (r < 0 && errno == ECHILD) {
+        *status = 0;
+        return 1;
+    }
+    return 0;
+}
+
+int sandbox_wait_fd(const sandbox *sb)
+{
+    return sb && sb->joined ? sb->join_fd : -1;
 }
 
 pid_t sandbox_pid(const sandbox *sb)
@@ -817,6 +881,11 @@ int sandbox_signal(sandbox *sb, int sig)
         return -1;
     if (sb->cfg.level == SANDBOX_NONE)
         return kill(-sb->pid, sig);
+    /* In a session sandbox: the worker's group only, SIGKILL included
+     * (the session's other workers and the sandbox go on). */
+    if (sb->joined)
+        return sb->join_exited ? -1
+                               : sbx_session_signal_group(sb->worker_pidfd, sb->worker_pid, sig);
     /* From here, straight to the worker's process group (its host pid is
      * its pgid: it called setsid): delivered when this returns, so an
      * interrupt cannot reach the next cell. PIDFD_SIGNAL_PROCESS_GROUP
@@ -855,7 +924,8 @@ const char *sandbox_limit_hit(sandbox *sb, int wait_status, char *buf, size_t si
     if (!sb || !buf || size == 0)
         return NULL;
     if (sb->cfg.level == SANDBOX_STRICT)
-        return sbx_limits_hit(sb->lim, &sb->cfg, wait_status, buf, size);
+        return sbx_limits_hit(sb->lim, &sb->cfg, wait_status, sb->joined ? sb->oom_base : 0, buf,
+                              size);
     if (WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGXFSZ) {
         char n[32];
         snprintf(buf, size, "file size limit exceeded (limit %s)",
@@ -869,7 +939,9 @@ long long sandbox_oom_kills(sandbox *sb)
 {
     if (!sb || sb->cfg.level != SANDBOX_STRICT)
         return -1;
-    return sbx_limits_oom_kills(sb->lim);
+    long long n = sbx_limits_oom_kills(sb->lim);
+    /* a joined worker counts the session's kills since it joined */
+    return sb->joined && n >= 0 && sb->oom_base > 0 ? n - sb->oom_base : n;
 }
 
 long long sandbox_net_no_routes(const sandbox *sb)
@@ -885,6 +957,17 @@ uint64_t sandbox_cpu_ns(sandbox *sb)
         return 0;
     if (sb->cfg.level == SANDBOX_NONE)
         return sbx_limits_cpu_ns(NULL, sb->pid);
+    if (sb->joined) {
+        /* The session's cgroup counts every kernel of it: this worker's
+         * figure is its own process tree's, while it lives. */
+        if (!sb->join_exited && sb->worker_pidfd >= 0 &&
+            syscall(SYS_pidfd_send_signal, sb->worker_pidfd, 0, NULL, 0) == 0) {
+            uint64_t ns = sbx_limits_cpu_ns(NULL, sb->worker_pid);
+            if (ns > sb->cpu_ns)
+                sb->cpu_ns = ns;
+        }
+        return sb->cpu_ns;
+    }
     if (sbx_limits_has_cpu_cgroup(sb->lim))
         return sbx_limits_cpu_ns(sb->lim, 0);
     if (sb->cpu_final)
@@ -934,6 +1017,17 @@ void sandbox_destroy(sandbox **psb)
     for (int i = 0; i < 2; i++)
         if (sb->net_fds[i] >= 0)
             close(sb->net_fds[i]);
+    if (sb->joined) {
+        /* This worker's group; the holder kills what is left of it too
+         * when the connection closes. */
+        if (!sb->join_exited)
+            sbx_session_signal_group(sb->worker_pidfd, sb->worker_pid, SIGKILL);
+        sb->pid = 0;
+    }
+    if (sb->join_fd >= 0)
+        close(sb->join_fd);
+    if (sb->ctl_fd >= 0)
+        close(sb->ctl_fd);
     if (sb->worker_pidfd >= 0)
         close(sb->worker_pidfd);
     if (sb->init_pidfd >= 0) {
@@ -943,6 +1037,17 @@ void sandbox_destroy(sandbox **psb)
     if (sb->pid > 0) {
         if (sb->cfg.level == SANDBOX_NONE)
             kill(-sb->pid, SIGKILL);
+        else if (sb->init_pid > 0) {
+            /* The monitor reaps the init just killed and exits; killed
+             * first, it would leave init a zombie of whoever inherits it. */
+            int mfd = (int)syscall(SYS_pidfd_open, sb->pid, 0);
+            if (mfd >= 0) {
+                struct pollfd p = {mfd, POLLIN, 0};
+                while (poll(&p, 1, 2000) < 0 && errno == EINTR)
+                    ;
+                close(mfd);
+            }
+        }
         kill(sb->pid, SIGKILL);
         waitpid(sb->pid, NULL, 0); /* ECHILD if the caller reaped it: fine */
     }

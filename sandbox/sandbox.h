@@ -86,6 +86,14 @@ typedef struct sandbox_config {
                                        POSIX timers, default 1024 */
     uint64_t max_msgqueue_bytes;    /* RLIMIT_MSGQUEUE, default 128 KiB */
     uint64_t max_memlock_bytes;     /* RLIMIT_MEMLOCK, default 1 MiB */
+    /* Strict only. NULL (default): sandbox_spawn() makes a sandbox of the
+     * worker's own. A path: the unix socket of a session's holder
+     * (kernelmgr-sandbox, sandbox_session_serve()): the worker starts inside
+     * that session's one sandbox instead, beside the session's other
+     * workers (one network namespace, /tmp, pid namespace and cgroup, whose
+     * limits are the holder's: this config's limits and workspace are not
+     * applied; its ro_paths must be ones the session's sandbox has). */
+    const char *session_socket;
 } sandbox_config;
 
 /* This sandbox implements the per-user quota ceilings above. */
@@ -179,6 +187,38 @@ int sandbox_cpu_capped(const sandbox *sb);
  * It lives in the sandbox's network namespace: accept() on it from the host
  * yields the connections the sandbox makes to 127.0.0.1:port. */
 int sandbox_take_listen_fd(sandbox *sb);
+
+/* 1 when the worker has exited (*status its wait status), 0 while it runs,
+ * without blocking. A worker of a sandbox of its own is the caller's child
+ * (waitpid); one in a session sandbox is its init's, which reports the
+ * status through the session's holder (a holder gone: killed, SIGKILL). */
+int sandbox_reap(sandbox *sb, int *status);
+
+/* An fd that becomes readable when sandbox_reap() may have news (the
+ * connection to the session's holder), or -1 (a sandbox of its own:
+ * SIGCHLD says so). */
+int sandbox_wait_fd(const sandbox *sb);
+
+/* ---- a session's one sandbox, many workers -------------------------------
+ *
+ * sandbox_session_start() makes the sandbox (every namespace, the mounts,
+ * cgroups, Landlock, seccomp) with an init that starts workers on request
+ * instead of one worker. sandbox_session_serve() is the holder: the host
+ * process that owns that sandbox and serves kernel servers' requests on a
+ * unix socket (cfg.session_socket of their sandbox_spawn()). See "One
+ * sandbox per session" in docs/SECURITY.md for the trust argument: the
+ * holder never enters the sandbox; everything init says is hostile input. */
+
+/* new: the session sandbox, every process of it ended by sandbox_destroy(). */
+sandbox *sandbox_session_start(const sandbox_config *cfg, char *err, size_t errlen);
+
+/* Serves the session on listen_fd (a listening SOCK_SEQPACKET unix socket)
+ * until owner_fd (>= 0: a lifeline) reports end-of-file or hang-up, SIGTERM
+ * or SIGINT arrives, or the sandbox's init ends. The sandbox is made at the
+ * first request, with cfg's ro_paths plus the request's. Returns 0, or -1
+ * with a reason in err. Single-threaded; installs SIGTERM/SIGINT handling. */
+int sandbox_session_serve(const sandbox_config *cfg, int listen_fd, int owner_fd, char *err,
+                          size_t errlen);
 
 /* Kills every process of the sandbox (SIGKILL), reaps the direct child if the
  * caller has not, releases cgroups and scratch directories. NULL-safe. */

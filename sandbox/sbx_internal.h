@@ -160,9 +160,11 @@ int sbx_limits_apply_rlimits(const sandbox_config *cfg, const sbx_limits *lim, c
 int sbx_limits_has_memory_cgroup(const sbx_limits *lim);
 /* The memory cgroup's oom_kill counter, or -1 without one (or unreadable). */
 long long sbx_limits_oom_kills(const sbx_limits *lim);
-/* "out of memory (limit 2 GiB)" etc. or NULL; see sandbox_limit_hit(). */
-const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status, char *buf,
-                           size_t size);
+/* "out of memory (limit 2 GiB)" etc. or NULL; see sandbox_limit_hit().
+ * Counts only OOM kills past oom_base (a joined worker's count at the
+ * join; 0 for a sandbox of its own). */
+const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status,
+                           long long oom_base, char *buf, size_t size);
 int sbx_limits_has_cpu_cgroup(const sbx_limits *lim);
 /* 1 when cfg->cpus was written to a cpu cgroup of the sandbox (a rate cap
  * in force), else 0. */
@@ -225,6 +227,106 @@ int sbx_net_open_counters(pid_t pid, int fds[2]);
 /* How many connects and sends found no route (OutNoRoutes + Ip6OutNoRoutes)
  * in the namespace of fds, or -1 when neither can be read. */
 long long sbx_net_no_routes(const int fds[2]);
+
+/* ---- the sandbox object (sandbox.c; sbx_session.c uses it too) ---------- */
+
+#define SBX_SESS_MAX_WORKERS 64
+
+struct sandbox {
+    pid_t pid;  /* direct child the caller waits for */
+    int reaped; /* caller told us (via destroy) or we reaped it */
+    sandbox_config cfg;
+    pid_t init_pid;      /* strict: host pid of the sandbox's PID 1 */
+    int init_pidfd;      /* strict: pidfd of init (-1 if unavailable) */
+    pid_t worker_ns_pid; /* strict: the worker's pid inside the sandbox */
+    pid_t worker_pid;    /* strict: its host pid (= host pgid), 0 if unknown */
+    int worker_pidfd;    /* strict: pidfd of the worker, -1 if unknown */
+    sbx_limits *lim;     /* strict: cgroups */
+    int listen_fd;       /* strict: loopback listener from init, until taken */
+    int stats_fd;        /* strict: the monitor's final CPU time (read end) */
+    int net_fds[2];      /* strict, network off: its namespace's IP counters */
+    uint64_t cpu_ns;     /* the largest value sandbox_cpu_ns() returned */
+    int cpu_final;       /* cpu_ns is the monitor's final figure */
+    /* A session sandbox (sandbox_session_start): the holder's end of the
+     * control socket to init; exit reports read while waiting for a spawn
+     * reply wait here for sandbox_session_event(). */
+    int ctl_fd;
+    struct {
+        uint32_t id;
+        int status;
+    } evq[SBX_SESS_MAX_WORKERS];
+    int nevq;
+    /* A worker that joined a session sandbox (cfg.session_socket): the
+     * connection to the session's holder, which reports the exit status. */
+    int join_fd;
+    int joined, join_exited, join_status;
+    long long oom_base; /* the session's oom_kill counter at the join */
+};
+
+/* sandbox.c: the worker's last steps (setsid, fds to 0..nfds-1, rlimits,
+ * exec); a failure is reported on rep ("E<reason>"). Never returns. */
+void sbx_worker_exec(const sandbox_config *cfg, char *const argv[], char *const envp[],
+                     const int *fds, int nfds, int rep, const sbx_limits *lim)
+    __attribute__((noreturn));
+/* sandbox.c: the host pid (and a pidfd, held against reuse) of the child of
+ * init_pid whose pid inside the sandbox is ns_pid. 0, or -1 (*pid 0,
+ * *pidfd -1) when there is none. */
+int sbx_find_child(pid_t init_pid, pid_t ns_pid, pid_t *pid, int *pidfd);
+
+/* ---- sbx_session.c: one sandbox, many workers ----------------------------
+ *
+ * The wire format of both hops (a kernel server -> the session's holder,
+ * the holder -> the sandbox's init): one SOCK_SEQPACKET message each, a
+ * fixed header and NUL-terminated strings, fds by SCM_RIGHTS. */
+
+#define SBX_SESS_MAGIC 0x6b6d7362u /* "kmsb" */
+#define SBX_SESS_MAX_MSG (352u << 10)
+#define SBX_SESS_MAX_FDS 16
+#define SBX_SESS_MAX_ARGC 128
+#define SBX_SESS_MAX_ENVC 512
+#define SBX_SESS_MAX_ROC 32
+#define SBX_SESS_MAX_REASON 480
+
+typedef struct sbx_sess_hdr {
+    uint32_t magic;
+    uint32_t type; /* 'S' spawn, 'O' started, 'E' failed, 'X' exited, 'K' signal */
+    uint32_t id;   /* the worker, chosen by the holder (a client's is 0) */
+    int32_t a;     /* 'O': pid (init: inside; holder: host), 'X': wait status, 'K': signal */
+    uint32_t argc, envc, roc; /* 'S': how many strings of each follow */
+} sbx_sess_hdr;
+
+/* Sends one message (payload may be NULL when len is 0). 0 or -1 + errno. */
+int sbx_sess_send(int fd, const sbx_sess_hdr *h, const void *payload, size_t len, const int *fds,
+                  int nfds);
+/* Receives one message into h and buf (cap bytes), fds into fds (at most
+ * maxfds, O_CLOEXEC; *nfds how many). Returns the payload length, 0 on
+ * end-of-file, -1 with errno (EAGAIN; EBADMSG: truncated, too many fds, a
+ * bad magic or a short header: whatever came is closed). */
+ssize_t sbx_sess_recv(int fd, sbx_sess_hdr *h, char *buf, size_t cap, int *fds, int *nfds,
+                      int maxfds);
+/* Splits payload into exactly n NUL-terminated strings (out[n] = NULL)
+ * that fill it. 0, or -1 when it is anything else. */
+int sbx_sess_split(char *payload, size_t len, uint32_t n, char **out);
+
+/* In init of a session sandbox, every restriction in force: serves spawn
+ * and signal requests on ctl until it reaches end-of-file, reports each
+ * worker's exit. Returns init's exit code. */
+int sbx_session_init_run(const sandbox_config *cfg, const sbx_limits *lim, int ctl);
+/* sandbox_spawn() with cfg->session_socket: asks the session's holder. */
+sandbox *sbx_session_join(const sandbox_config *cfg, char *const argv[], char *const envp[],
+                          const int *fds, int nfds, char *err, size_t errlen);
+/* A joined worker's sandbox_reap(): reads the holder's exit report. */
+int sbx_session_reap(sandbox *sb, int *status);
+/* Signals the process group led by the process of pidfd (host pid pid):
+ * PIDFD_SIGNAL_PROCESS_GROUP, or kill(-pid) once the pidfd says the
+ * leader still exists (its pid not reused). 0 or -1. */
+int sbx_session_signal_group(int pidfd, pid_t pid, int sig);
+/* A sandbox object with nothing in it yet (sandbox.c). */
+sandbox *sbx_sandbox_alloc(const sandbox_config *cfg, char *err, size_t errlen);
+/* sbx_limits.c: a view (never removed, nothing written) of the cgroups
+ * process pid is in, when they are a sandbox's (below the caller's own):
+ * for a worker that joined a session sandbox. NULL when there are none. */
+sbx_limits *sbx_limits_view(pid_t pid, const sandbox_config *cfg);
 
 /* ---- sbx_init.c --------------------------------------------------------- */
 

@@ -55,6 +55,7 @@ struct sbx_limits {
     char cpumax[SBX_CG_DIRLEN];
     uint64_t memory_bytes; /* what was written */
     unsigned max_procs;
+    int view; /* sbx_limits_view(): another's cgroups, never removed */
 };
 
 static atomic_uint sbx_limits_counter;
@@ -359,8 +360,8 @@ long long sbx_limits_oom_kills(const sbx_limits *lim)
                              : sbx_limits_read_key(lim->mem, "memory.oom_control", "oom_kill");
 }
 
-const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status, char *buf,
-                           size_t size)
+const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_status,
+                           long long oom_base, char *buf, size_t size)
 {
     char n[32];
     /* A shell reports a child killed by SIGXFSZ as exit code 128+SIGXFSZ. */
@@ -377,7 +378,7 @@ const char *sbx_limits_hit(sbx_limits *lim, const sandbox_config *cfg, int wait_
         long long ooms = lim->version == 2
                              ? sbx_limits_read_key(lim->mem, "memory.events", "oom_kill")
                              : sbx_limits_read_key(lim->mem, "memory.oom_control", "oom_kill");
-        if (ooms > 0) {
+        if (ooms > (oom_base > 0 ? oom_base : 0)) {
             snprintf(buf, size, "out of memory (limit %s)",
                      sbx_util_bytes(lim->memory_bytes, n, sizeof n));
             return buf;
@@ -630,6 +631,11 @@ void sbx_limits_destroy(sbx_limits **plim)
     if (!plim || !*plim)
         return;
     sbx_limits *lim = *plim;
+    if (lim->view) {
+        free(lim);
+        *plim = NULL;
+        return;
+    }
     if (lim->mem[0])
         sbx_limits_remove(lim->mem);
     if (lim->pids[0] && strcmp(lim->pids, lim->mem))
@@ -641,4 +647,61 @@ void sbx_limits_destroy(sbx_limits **plim)
         sbx_limits_remove(lim->cpumax);
     free(lim);
     *plim = NULL;
+}
+
+/* The v1 controller ctrl's (v2: "") directory of a sandbox's cgroup that
+ * pid is in, into out; "" when it is not in one below the caller's own. */
+static void sbx_limits_view_dir(pid_t pid, int v2, const char *ctrl, char *out, size_t size)
+{
+    char path[SBX_CG_DIRLEN], own[SBX_CG_DIRLEN];
+    out[0] = 0;
+    if (sbx_limits_pid_path(pid, v2 ? "" : ctrl, path, sizeof path) < 0)
+        return;
+    const char *leaf = strrchr(path, '/');
+    if (!leaf || strncmp(leaf + 1, SBX_CG_PREFIX, strlen(SBX_CG_PREFIX)) || strstr(path, "/.."))
+        return;
+    if (sbx_limits_self_path(v2 ? "" : ctrl, own, sizeof own) == 0 && !strcmp(own, path))
+        return;
+    int k = snprintf(out, size, SBX_CG_ROOT "%s%s%s", v2 ? "" : "/", v2 ? "" : ctrl, path);
+    if (k < 0 || (size_t)k >= size)
+        out[0] = 0;
+}
+
+sbx_limits *sbx_limits_view(pid_t pid, const sandbox_config *cfg)
+{
+    struct statfs sfs;
+    int v2 = statfs(SBX_CG_ROOT, &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC;
+    sbx_limits *lim = calloc(1, sizeof *lim);
+    if (!lim)
+        return NULL;
+    lim->view = 1;
+    lim->version = v2 ? 2 : 1;
+    lim->memory_bytes = cfg->memory_bytes;
+    lim->max_procs = cfg->max_procs;
+    sbx_limits_view_dir(pid, v2, "memory", lim->mem, sizeof lim->mem);
+    if (lim->mem[0] && !sbx_limits_exists(lim->mem, v2 ? "memory.events" : "memory.oom_control"))
+        lim->mem[0] = 0;
+    sbx_limits_view_dir(pid, v2, "pids", lim->pids, sizeof lim->pids);
+    if (lim->pids[0] && !sbx_limits_exists(lim->pids, "pids.events"))
+        lim->pids[0] = 0;
+    /* the rate cap the holder wrote, when there is one */
+    char cpu[SBX_CG_DIRLEN - 64];
+    sbx_limits_view_dir(pid, v2, "cpu", cpu, sizeof cpu);
+    if (cpu[0]) {
+        char p[PATH_MAX], q[64] = "";
+        snprintf(p, sizeof p, "%s/%s", cpu, v2 ? "cpu.max" : "cpu.cfs_quota_us");
+        FILE *f = fopen(p, "re");
+        if (f) {
+            if (!fgets(q, sizeof q, f))
+                q[0] = 0;
+            fclose(f);
+        }
+        if (q[0] && strncmp(q, "max", 3) && strncmp(q, "-1", 2))
+            snprintf(lim->cpumax, sizeof lim->cpumax, "%s", cpu);
+    }
+    if (!lim->mem[0] && !lim->pids[0] && !lim->cpumax[0]) {
+        free(lim);
+        return NULL;
+    }
+    return lim;
 }

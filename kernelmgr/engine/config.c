@@ -407,12 +407,14 @@ const kmcfg_opt kmcfg_opts[] = {
              "seconds between interrupt and kill"),
     OPT_SECS("start_timeout", start_timeout, 1, 3600, 60, 0, NULL, "seconds",
              "seconds for a kernel to answer"),
-    OPT_SPECIAL(
-        "memory", &sp_memory, 0, "`0` (the kernels' 2G)",
-        "memory limit per kernel in bytes or \"512M\"/\"2G\"; at least 16M, 0 = the kernels' "
-        "default"),
+    OPT_SPECIAL("memory", &sp_memory, 0, "`0` (the kernels' 2G)",
+                "memory limit per sandbox (a session's, which its kernels share; with "
+                "`session_sandbox` false, per kernel) in bytes or \"512M\"/\"2G\"; at least 16M, 0 "
+                "= the kernels' "
+                "default"),
     OPT_SECS("cpus", cpus, KM_CPUS_MIN, KM_CPUS_MAX, 0, KMCFG_F_NONE, "no cap", "CPUs",
-             "CPU rate cap per kernel sandbox, in CPUs (`0.5` = half of one CPU)"),
+             "CPU rate cap per sandbox (a session's, or per kernel with `session_sandbox` "
+             "false), in CPUs (`0.5` = half of one CPU)"),
     OPT_SECS(
         "cpu_time", cpu_time, KM_CPU_TIME_MIN, KM_CPU_TIME_MAX, 0, KMCFG_F_NONE, "no budget",
         "seconds",
@@ -426,6 +428,10 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SPECIAL("python", &sp_python, 0, "detected",
                 "absolute path of the Python kernel's interpreter (null: detected)"),
     OPT_ENUM("sandbox", sandbox, "strict", "none", "sandbox level"),
+    OPT_BOOL("session_sandbox", session_sandbox, 1,
+             "`true`: every kernel of a strict session runs in the session's one sandbox (one "
+             "network namespace, `/tmp`, process list and cgroup, whose limits are the "
+             "session's); `false`: a sandbox per kernel"),
     OPT_ENUM(
         "transport", transport, "ipc", "tcp",
         "the kernels' ZeroMQ transport; `tcp` is refused unless `transport_tcp_exposed` is set"),

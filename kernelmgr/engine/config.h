@@ -31,6 +31,8 @@ typedef struct kmcfg {
     int network;                /* "network": KM_NET_OFF (default), KM_NET_ON, KM_NET_ALLOW */
     char python[4096];          /* "python": interpreter path, "" = detected */
     char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
+    int session_sandbox;        /* "session_sandbox": a strict session's kernels share one
+                                   sandbox (ksbx.c); 0: one sandbox per kernel */
     char transport[8];          /* "transport": "ipc" (default) | "tcp" */
     int transport_tcp_exposed;  /* "transport_tcp_exposed": the operator accepts that with
                                    "tcp" any local user can read every kernel's IOPub

@@ -138,7 +138,7 @@ static int path_within(const char *p, const char *dir)
 
 /* new (free()): the interpreter to pass as --python, or NULL for "let the
  * kernel detect". explicit_py: the configuration's python ("" = none). */
-static char *python_resolved(const char *explicit_py, const char *workspace)
+char *kcmd_python_resolved(const char *explicit_py, const char *workspace)
 {
     char *venv = NULL;
     struct stat st;
@@ -247,7 +247,8 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     }
     const char *py = s->python[0] ? s->python : m->cfg.python;
     /* resolved once for all kernels of sessions that chose none */
-    char *shared_py = lg->takes_python && !s->python[0] ? python_resolved(py, s->workspace) : NULL;
+    char *shared_py =
+        lg->takes_python && !s->python[0] ? kcmd_python_resolved(py, s->workspace) : NULL;
     if (shared_py)
         py = shared_py;
     if (lg->takes_python && py[0])
@@ -315,6 +316,10 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     free(env_path);
     if (ro[0])
         rc |= klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, ro);
+    /* the session's one sandbox (ksbx.c), when it has one */
+    const char *sock = ksbx_socket(s);
+    if (sock)
+        rc |= klaunch_cmd_add(cmd, "--session-sandbox") | klaunch_cmd_add(cmd, sock);
     cmd->interrupt_signal = 0;
     if (rc) {
         klaunch_cmd_clear(cmd);

@@ -535,6 +535,7 @@ int klaunch_reap_orphans(const char *run_dir)
         }
         unlink_id(dfd, id, ".json");
         unlink_id(dfd, id, ".json.history.jsonl");
+        unlink_id(dfd, id, ".sbx"); /* a session sandbox holder's socket */
         unlinkat(dfd, de->d_name, 0);
     }
     /* 2: connection files without a pid file (an older manager's, or a
@@ -562,6 +563,14 @@ int klaunch_reap_orphans(const char *run_dir)
     /* 3: ipc sockets ID-N of kernels that have neither connection nor pid file */
     rewinddir(d);
     while ((de = readdir(d))) {
+        struct stat sst;
+        /* a session sandbox holder's socket ID.sbx, likewise */
+        if (split_suffix(de->d_name, ".sbx", id, sizeof id)) {
+            if (!exists_at(dfd, id, ".json") && !exists_at(dfd, id, ".pid") &&
+                fstatat(dfd, de->d_name, &sst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(sst.st_mode))
+                unlinkat(dfd, de->d_name, 0);
+            continue;
+        }
         char *dash = strrchr(de->d_name, '-');
         if (!dash || !dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1) ||
             (size_t)(dash - de->d_name) >= sizeof id)

@@ -90,7 +90,8 @@ static uint64_t mem_count_locked(km_manager *m)
             continue;
         }
         if (!(k->mem_at > 0) || now - k->mem_at > KM_MEM_MAX_AGE) {
-            k->mem_bytes = kmem_kernel_bytes(k->mem_pid);
+            k->mem_bytes = kmem_kernel_bytes(k->mem_pid) +
+                           (k->mem_sbx_pid > 0 ? kmem_kernel_bytes(k->mem_sbx_pid) : 0);
             k->mem_at = now;
         }
         used += k->mem_bytes;
@@ -170,6 +171,7 @@ static admit_limit admit_try(km_manager *m, kslot *k, char *why, size_t whylen)
         m->charged = k;
         k->mem_on = 1;
         k->mem_pid = 0;
+        k->mem_sbx_pid = 0;
         k->mem_bytes = 0;
         k->mem_at = 0;
         m->mem_used += KM_ADMIT_HEADROOM;
@@ -194,6 +196,7 @@ static void admit_release(km_manager *m, kslot *k)
             }
         k->mem_on = 0;
         k->mem_next = NULL;
+        k->mem_sbx_pid = 0;
     }
     pthread_mutex_unlock(&m->mem_mu);
     atomic_fetch_sub(&m->live, 1);
@@ -201,10 +204,17 @@ static void admit_release(km_manager *m, kslot *k)
 }
 
 /* Slot k's kernel answered: from now on it is charged what it uses. */
-static void admit_ready(km_manager *m, kslot *k)
+static void admit_ready(km_manager *m, session *s, kslot *k)
 {
     pthread_mutex_lock(&m->mem_mu);
     k->mem_pid = k->proc ? k->proc->pid : 0;
+    /* a session sandbox's workers are not below their kernels: its holder
+     * (and so its cgroup) is charged to one kernel of the session */
+    pid_t sbx = s->sbx ? s->sbx->pid : 0;
+    for (int l = 0; sbx && l < m->cfg.langs.n; l++)
+        if (&s->k[l] != k && s->k[l].mem_sbx_pid == sbx && s->k[l].proc)
+            sbx = 0;
+    k->mem_sbx_pid = sbx;
     k->mem_at = 0;
     pthread_mutex_unlock(&m->mem_mu);
     slot_changed(m); /* its charge fell from the headroom to its use */
@@ -332,6 +342,7 @@ void slots_stop_all(km_manager *m, session *s)
         klaunch_stop_begin(s->k[l].proc);
     for (int l = 0; l < m->cfg.langs.n; l++)
         slot_stop(m, &s->k[l]);
+    ksbx_stop(s);
 }
 
 /* Stops the kernels of one warm-pool entry (the pool refills later). Pool
@@ -492,7 +503,7 @@ static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err
     if (try_only ? admit_try(m, k, why, sizeof why) != ADMIT_OK : admit(m, s, l, err, errlen))
         return try_only ? -2 : -1;
     klaunch_cmd cmd;
-    if (kernel_cmd(m, s, l, &cmd, err, errlen)) {
+    if (ksbx_ensure(m, s, err, errlen) || kernel_cmd(m, s, l, &cmd, err, errlen)) {
         admit_release(m, k);
         return -1;
     }
@@ -563,7 +574,7 @@ static int slot_finish(km_manager *m, session *s, int l, char *err, size_t errle
     }
     json_decref(info);
     k->last_used = kclient_now();
-    admit_ready(m, k);
+    admit_ready(m, s, k);
     session_save(m, s);
     return 0;
 }

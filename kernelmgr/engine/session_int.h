@@ -58,6 +58,9 @@ typedef struct kslot {
     struct kslot *mem_next;
     int mem_on;
     pid_t mem_pid;
+    /* the session sandbox's holder, when this kernel is the one of its
+     * session charged the sandbox (its cgroup: every kernel's worker) */
+    pid_t mem_sbx_pid;
     uint64_t mem_bytes;
     double mem_at;
     /* snapshots (snapshot.c): the tag its next start restores ("": none;
@@ -96,8 +99,13 @@ typedef struct session {
     atomic_int busy;
     atomic_int interrupt_flag;
     int refs;
-    int gone;       /* closed: no new work */
-    int from_pool;  /* its kernels were pre-started by the warm pool */
+    int gone;      /* closed: no new work */
+    int from_pool; /* its kernels were pre-started by the warm pool */
+    /* the session's one sandbox (ksbx.c): its holder, NULL while there is
+     * none, and the holder's socket (stable for the session's life, so
+     * that a restarted holder serves kernels that outlived the old one) */
+    struct kproc *sbx;
+    char sbx_sock[PATH_MAX - 64];
     int pool_entry; /* still in the warm pool: never evicts for itself */
     double created, last_used;
     unsigned seq;
@@ -209,6 +217,22 @@ int session_env_check(const km_manager *m, const json_t *own, char *err, size_t 
 /* Fills cmd (klaunch_cmd_clear to release) with the command of s's kernel
  * of language lang, writing its environment file. 0, or -1 with err. */
 int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err, size_t errlen);
+/* new (free()): the interpreter the manager resolved for sessions that
+ * chose none (see kcmd.c), or NULL. */
+char *kcmd_python_resolved(const char *explicit_py, const char *workspace);
+
+/* --------------------------------------------------------------- ksbx.c */
+
+/* One sandbox per session: when the session's kernels share one sandbox
+ * (strict, "session_sandbox", not a warm-pool session) and its holder
+ * (kernelmgr-sandbox) is not running, starts it. Caller holds s->lock.
+ * 0 (also when the session has no such sandbox), or -1 with err. */
+int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen);
+/* The holder's socket for the session's kernels, NULL when it has none. */
+const char *ksbx_socket(const session *s);
+/* Stops the holder, and with it the sandbox and every process in it.
+ * Caller holds s->lock; after the session's kernels stopped. */
+void ksbx_stop(session *s);
 
 /* ------------------------------------------------------------- kslots.c */
 

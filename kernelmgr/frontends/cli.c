@@ -1970,7 +1970,8 @@ static const cli_opt cli_opts[] = {
      "network inside the sandbox (new sessions; default\noff); allow: only these hosts (HOST, "
      "HOST:PORT,\n*.DOMAIN[:PORT], an address literal; ports 80 and\n443 by default), through "
      "the filtering proxy;\nat most 32 entries"},
-    {"memory", 0, "SIZE", opt_memory, 0, "memory limit of each kernel, e.g. 1G (new sessions)"},
+    {"memory", 0, "SIZE", opt_memory, 0,
+     "memory limit of the session's sandbox, which its\nkernels share, e.g. 1G (new sessions)"},
     {"snapshot-max", 0, "SIZE", opt_snapshot_max, 0,
      "largest snapshot of the session, e.g. 64M (new\nsessions; default the configuration's)"},
     {"cpus", 0, "N", opt_sessnum, OFF(cpus),

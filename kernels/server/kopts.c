@@ -393,6 +393,17 @@ static int set_owner(kopts *o, const char *name, const char *val, char *err, siz
     return set_owner_fd(o, val, err, errlen);
 }
 
+static int set_session_sandbox(kopts *o, const char *name, const char *val, char *err,
+                               size_t errlen)
+{
+    if (val[0] != '/') {
+        snprintf(err, errlen, "--session-sandbox %s: must be an absolute path", val);
+        return -1;
+    }
+    o->sandbox.session_socket = val;
+    return 0;
+}
+
 static int set_ro_path(kopts *o, const char *name, const char *val, char *err, size_t errlen)
 {
     if (val[0] != '/') {
@@ -483,6 +494,9 @@ static const kopt kopt_table[] = {
     {"--ro-path", NULL, "DIR", set_ro_path,
      "bind the absolute host path DIR read-only into\nthe sandbox at the same path "
      "(repeatable)"},
+    {"--session-sandbox", NULL, "SOCK", set_session_sandbox,
+     "strict: start the worker inside the session's one\nsandbox, served by kernelmgr-sandbox on "
+     "the unix\nsocket SOCK (its limits are the session's)"},
     {"--owner-fd", NULL, "N", set_owner,
      "inherited fd N is the read end of a pipe whose\nwrite end the owner keeps: when it "
      "closes (the\nowner died) the kernel shuts down as on SIGTERM"},

@@ -566,6 +566,13 @@ static void run_loop(kserver *ks)
             i_dreq = n;
             items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_DEBUG_REQ), ZMQ_POLLOUT, 0};
         }
+        /* a worker in a session sandbox: its exit is reported there */
+        int i_wait = -1;
+        if (w && sandbox_wait_fd(kworker_sandbox(w)) >= 0) {
+            i_wait = n;
+            items[n++] = (zmq_pollitem_t){NULL, sandbox_wait_fd(kworker_sandbox(w)), ZMQ_POLLIN, 0};
+        }
+        (void)i_wait;
         if (w && kworker_wants_write(w)) {
             i_req = n;
             items[n++] = (zmq_pollitem_t){NULL, kworker_fd(w, KW_REQUESTS), ZMQ_POLLOUT, 0};

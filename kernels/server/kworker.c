@@ -501,18 +501,11 @@ int kworker_reap(kworker *w)
     if (w->exited)
         return 1;
     int st;
-    pid_t r = waitpid(w->pid, &st, WNOHANG);
-    if (r == w->pid) {
-        w->exited = 1;
-        w->wait_status = st;
-        return 1;
-    }
-    if (r < 0 && errno == ECHILD) {
-        w->exited = 1;
-        w->wait_status = 0;
-        return 1;
-    }
-    return 0;
+    if (sandbox_reap(w->sb, &st) != 1)
+        return 0;
+    w->exited = 1;
+    w->wait_status = st;
+    return 1;
 }
 
 int kworker_exited(const kworker *w)

@@ -21,7 +21,8 @@ Environment:
                        debugpy, with it unused, with a debugger attached;
                        17: snapshots: take and restore, a fork's first
                        exec vs a cold start; 18: the egress proxy's cost
-                       per request)
+                       per request; 19: a kernel start inside a session's
+                       sandbox vs a new sandbox, idle memory)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -2367,6 +2368,94 @@ def bench_egress(num):
         d.close()
         srv.shutdown()
         srv.server_close()
+# ---------------------------------------------------------------- 19. session sandbox
+
+
+def _holder(ws, extra=()):
+    """A session sandbox's holder (kernelmgr-sandbox) on a socket in a fresh
+    directory; returns (proc, socket path)."""
+    exe = binary("kernelmgr-sandbox")
+    d = workdir("sbxh")
+    sock = str(d / "s.sbx")
+    share = str((BUILD / "share" / "kernelmgr").resolve())
+    proc = subprocess.Popen([exe, "--listen", sock, "--workspace", ws, "--ro-path", share,
+                             *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return proc, sock
+
+
+def joined(lang, sock, name):
+    base = ours(lang, "strict", "ipc", name=name)
+    inner = base._argv
+    return KernelSpec(name, lambda cf, ws: [*inner(cf, ws), "--session-sandbox", sock],
+                      "ipc", base.need)
+
+
+def bench_session_sandbox(num):
+    if not binary("kernelmgr-sandbox"):
+        row(num, "session sandbox", "skipped: build/kernelmgr-sandbox not built")
+        return
+    ws = str(workdir("sbxws"))
+    proc, sock = _holder(ws)
+    res = {}
+    try:
+        # the session's sandbox exists once its first kernel started
+        first = started(joined("bash", sock, "bash in the session sandbox"), "sbx1")
+        try:
+            for lang in ("python", "bash"):
+                specs = [joined(lang, sock, f"{lang} in an existing session sandbox"),
+                         ours(lang, "strict", "ipc", name=f"{lang} in a new sandbox")]
+                if specs[1].need:
+                    row(num, f"session sandbox {lang}", f"skipped: {specs[1].need}")
+                    continue
+                samples, bad = cold_samples(specs, n_of("sbx_cold"))
+                a = stats(ms_list(samples[specs[0].name])) if specs[0].name not in bad else None
+                b = stats(ms_list(samples[specs[1].name])) if specs[1].name not in bad else None
+                res[lang] = {"existing": a, "new": b, "failed": bad}
+                row(num, f"{lang} kernel start in the existing session sandbox",
+                    fmt_ms(a) if a else bad.get(specs[0].name, "n/a")[:80],
+                    f"new sandbox: {fmt_ms(b)}" if b else bad.get(specs[1].name, "n/a")[:60],
+                    f"{a['median'] / b['median']:.2f}x" if a and b else "", "(info)")
+        finally:
+            first.close()
+    finally:
+        stop_tree(proc)
+    # memory of an idle session: holder + monitor + init + both workers and
+    # both kernel servers, against two kernels with a sandbox each
+    ws = str(workdir("sbxws"))
+    proc, sock = _holder(ws)
+    try:
+        ks = [started(joined(lang, sock, f"{lang} joined"), "sbxm") for lang in ("python", "bash")]
+        try:
+            pids = set(tree_pids(proc.pid)) | {q for k in ks for q in tree_pids(k.proc.pid)}
+            shared_kb = sum(pss_kb(q) for q in pids)
+            holder_kb = sum(pss_kb(q) for q in tree_pids(proc.pid)
+                            if "sandbox" in open(f"/proc/{q}/comm").read() or q == proc.pid)
+        finally:
+            for k in ks:
+                k.close()
+    finally:
+        stop_tree(proc)
+    ks = [started(ours(lang, "strict", "ipc", name=f"{lang} own"), "sbxo")
+          for lang in ("python", "bash")]
+    try:
+        own_kb = sum(pss_kb(q) for k in ks for q in tree_pids(k.proc.pid))
+    finally:
+        for k in ks:
+            k.close()
+    res["idle_session_pss_kb"] = {"session_sandbox": shared_kb, "holder_and_init": holder_kb,
+                                  "sandbox_per_kernel": own_kb}
+    row(num, "PSS of an idle Python+Bash session (session sandbox, the holder and init "
+             "included)", f"{shared_kb / 1024:.1f} MiB",
+        f"a sandbox per kernel: {own_kb / 1024:.1f} MiB", f"holder+monitor+init "
+        f"{holder_kb / 1024:.1f} MiB", "(info)")
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    row(num, "idle Python+Bash sessions in 24 GiB at that PSS",
+        f"{int((24 << 20) / max(shared_kb, 1))}", f"this machine: {int(mem / 1024 / max(shared_kb, 1))}",
+        "", "(info)")
+    DATA["session_sandbox"] = res
 
 
 def print_table():
@@ -2498,6 +2587,8 @@ def main():
     section(17, "snapshots: take, restore, a restored first exec vs a cold start",
             bench_snapshot)
     section(18, "egress allow-list: the filtering proxy's cost per request", bench_egress)
+    section(19, "session sandbox: a kernel start inside it vs a new sandbox; idle memory",
+            bench_session_sandbox)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

@@ -244,9 +244,54 @@ def worker_pid(kernel_pid, timeout=30):
                 pcomm = Path(f"/proc/{par}/comm").read_text().strip() if alive(par) else ""
                 if pcomm in ("sandbox-init", "kernel-bash", "kernel-python"):
                     return p
+        w = session_worker_pid(kernel_pid)
+        if w:
+            return w
         if time.monotonic() > deadline:
             raise AssertionError(f"no worker under {kernel_pid}: {descendants(kernel_pid)}")
         time.sleep(0.05)
+
+
+def _pipe_inodes(pid, fds=None):
+    out = set()
+    try:
+        names = fds if fds is not None else os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in names:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("pipe:"):
+            out.add(link)
+    return out
+
+
+def session_worker_pid(kernel_pid):
+    """The worker of a kernel started with --session-sandbox: not its
+    descendant (the session sandbox's init forks it) but the child of a
+    sandbox-init holding one of the kernel's pipes (its request pipe, which
+    the Bash worker moves off fd 3)."""
+    try:
+        if b"--session-sandbox" not in Path(f"/proc/{kernel_pid}/cmdline").read_bytes():
+            return None
+    except OSError:
+        return None
+    mine = _pipe_inodes(kernel_pid)
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == kernel_pid:
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            par = int(stat.rsplit(")", 1)[1].split()[1])
+            if Path(f"/proc/{par}/comm").read_text().strip() != "sandbox-init":
+                continue
+        except (OSError, ValueError, IndexError):
+            continue
+        if _pipe_inodes(d) & mine:
+            return int(d)
+    return None
 
 
 def stream_text(iopub, name="stdout"):

@@ -177,7 +177,8 @@ def nobody_binary(name):
             os.chmod(d, 0o755)
             # every binary a nobody test runs, copied once per process here
             # (copying one again while another test executes it: ETXTBSY)
-            for b in ("kernel-bash", "kernel-python", "kernelmgr", "kernelmgr-gateway"):
+            for b in ("kernel-bash", "kernel-python", "kernelmgr", "kernelmgr-gateway",
+                      "kernelmgr-sandbox"):
                 if (kutil.BUILD / b).exists():
                     shutil.copy2(kutil.BUILD / b, d / b)
             shutil.copytree(kutil.BUILD / "share", d / "share")

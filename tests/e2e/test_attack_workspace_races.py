@@ -59,7 +59,7 @@ def _kernelmgr_for_nobody():
     there), copied where nobody can execute them."""
     d = Path(tempfile.mkdtemp(prefix="km-race-bin-"))
     os.chmod(d, 0o755)
-    for b in ("kernelmgr", "kernel-bash", "kernel-python"):
+    for b in ("kernelmgr", "kernel-bash", "kernel-python", "kernelmgr-sandbox"):
         shutil.copy2(kutil.BUILD / b, d / b)
     shutil.copytree(kutil.BUILD / "share", d / "share")
     for root, dirs, files in os.walk(d):

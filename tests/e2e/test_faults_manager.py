@@ -370,8 +370,10 @@ def test_each_error_result_kind_has_exactly_name_value_traceback(make_mgr, tmp_p
         for q in kutil.descendants(mgr.daemon_pid()):
             try:
                 argv = Path(f"/proc/{q}/cmdline").read_bytes().split(b"\0")
+                # with its worker: its child, or in the session's sandbox
                 if argv[0].endswith(b"/kernel-python") and b"s3" in b" ".join(argv) and \
-                        Path(f"/proc/{q}/task/{q}/children").read_text().strip():
+                        (Path(f"/proc/{q}/task/{q}/children").read_text().strip() or
+                         kutil.session_worker_pid(q)):
                     busy = any("started" in l for l in (mgr.home / "sessions" / "s3" /
                                                          "history.jsonl").read_text().splitlines())
                     if busy:

@@ -213,11 +213,23 @@ def kernel_servers(home):
     return [p for p in ks if _ppid(p) not in ks]
 
 
+def holders(home):
+    """The session sandboxes' holders (kernelmgr-sandbox) of home, not their
+    forked monitors."""
+    hs = [p for p in home_processes(home) if "/kernelmgr-sandbox" in _cmdline(p).split(" ")[0]]
+    return [p for p in hs if _ppid(p) not in hs]
+
+
 def family(pids):
-    """pids and all their descendants (sandbox, worker)."""
+    """pids and all their descendants (sandbox, worker); a kernel's worker
+    in its session's sandbox too (the holder's, not the kernel's child)."""
     out = set(pids)
     for p in pids:
         out.update(kutil.descendants(p))
+        w = kutil.session_worker_pid(p)
+        if w:
+            out.add(w)
+            out.update(kutil.descendants(w))
     return sorted(out)
 
 
@@ -270,6 +282,7 @@ def start_run_mid_cell(km, lang):
     assert kernels, "no kernel server of the run found"
     procs = family(kernels)
     assert len(procs) > len(kernels), f"no sandbox/worker under {describe(kernels)}"
+    procs = sorted(set(procs) | set(family(holders(km.home))))
     (run_dir,) = [d for d in session_dirs(km.home) if d.startswith(f"run-{p.pid}-")]
     return p, procs, run_dir
 
@@ -476,7 +489,9 @@ def test_kernel_server_killed_next_exec_restarts_honestly(km):
     assert "died" in (r["kernel"]["reason"] or ""), r
     rc, res, p = km.results("exec", "--session", "k", "--lang", "python", "-c", "print(2)")
     assert rc == 0 and res[0]["stdout"].strip() == "2", res
-    # the dead kernel's files went with it
+    # the dead kernel's files went with it (the session sandbox's holder,
+    # ID-sbx.pid, lives on with the session)
     names = run_files(km.home)
-    assert len([n for n in names if n.endswith(".pid")]) == 1, names
+    assert len([n for n in names if n.endswith(".pid") and not n.endswith("-sbx.pid")]) == 1, \
+        names
     assert km.run("close", "k").returncode == 0

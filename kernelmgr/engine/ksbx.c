@@ -1,0 +1,201 @@
+/*
+ * ksbx.c — a session's one sandbox: its holder process.
+ *
+ * With "session_sandbox", a strict session's kernels do not each make a
+ * sandbox: the session has one, owned by a holder (build/kernelmgr-sandbox,
+ * sandbox_session_serve()) that this file starts with the manager's
+ * lifeline before the session's first kernel, and each kernel server is
+ * told its socket (--session-sandbox) and starts its worker inside. The
+ * holder is launched like a kernel (klaunch: its own process group, a pid
+ * file the start-up scan reaps after a crash, its connection file unused)
+ * and gets the session's limits: they are the sandbox's, one cgroup for
+ * all its kernels. Its read-only paths are those every built-in kernel
+ * needs (the share directory, the Python interpreter's prefixes, the
+ * session's package directories); a kernel needing another is refused by
+ * the holder with the path named.
+ *
+ * Ownership: s->sbx (the holder's kproc) belongs to the session, under
+ * s->lock; ksbx_stop() ends it, after the session's kernels.
+ */
+#include "kernelmgr/engine/session_int.h"
+#include "kernelmgr/engine/netopt.h"
+#include "kernelmgr/engine/pkgdirs.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* 1 when s's kernels share one sandbox. Warm-pool sessions do not: their
+ * package directory is renamed at hand-out, and a sandbox's mounts are
+ * made once. */
+static int ksbx_wanted(const km_manager *m, const session *s)
+{
+    const char *level = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
+    /* An egress allow-list is served by each kernel server's own proxy on
+     * its worker's sandbox loopback listener (kworker.c, egproxy): such a
+     * session keeps a sandbox per kernel until the holder serves it. */
+    int net = s->network >= 0 ? s->network : m->cfg.network;
+    return m->cfg.session_sandbox && !strcmp(level, "strict") && !s->pool_entry && !s->from_pool &&
+           !s->pool_dir[0] && net != KM_NET_ALLOW;
+}
+
+const char *ksbx_socket(const session *s)
+{
+    return s->sbx && s->sbx_sock[0] ? s->sbx_sock : NULL;
+}
+
+/* Adds "--ro-path dir" unless dir is empty or a system directory (always
+ * there). */
+static int add_ro(klaunch_cmd *cmd, const char *dir)
+{
+    static const char *const sys[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", NULL};
+    if (!dir || dir[0] != '/' || !strcmp(dir, "/"))
+        return 0;
+    for (const char *const *p = sys; *p; p++) {
+        size_t n = strlen(*p);
+        if (!strncmp(dir, *p, n) && (dir[n] == '/' || dir[n] == 0))
+            return 0;
+    }
+    return klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, dir);
+}
+
+/* The kernels' share directory, as the kernel servers find it (kserver.c):
+ * $KERNELMGR_SHARE, else EXE_DIR/share/kernelmgr or EXE_DIR/../share/kernelmgr. */
+static int share_dir(char *out, size_t size)
+{
+    const char *env = getenv("KERNELMGR_SHARE");
+    if (env && *env)
+        return snprintf(out, size, "%s", env) < (int)size ? 0 : -1;
+    char *dir = klaunch_exe_dir();
+    if (!dir)
+        return -1;
+    int rc = -1;
+    for (int i = 0; i < 2 && rc; i++) {
+        char path[PATH_MAX + 32], real[PATH_MAX];
+        struct stat st;
+        snprintf(path, sizeof path, "%s%s/share/kernelmgr", dir, i ? "/.." : "");
+        if (realpath(path, real) && stat(real, &st) == 0 && S_ISDIR(st.st_mode) &&
+            strlen(real) < size) {
+            memcpy(out, real, strlen(real) + 1);
+            rc = 0;
+        }
+    }
+    free(dir);
+    return rc;
+}
+
+/* The holder's command: the session's limits, its workspace, the paths. */
+static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, size_t errlen)
+{
+    memset(cmd, 0, sizeof *cmd);
+    char *dir = klaunch_exe_dir();
+    char bin[PATH_MAX], num[64];
+    if (!dir || snprintf(bin, sizeof bin, "%s/kernelmgr-sandbox", dir) >= (int)sizeof bin) {
+        free(dir);
+        snprintf(err, errlen, "cannot find kernelmgr-sandbox beside kernelmgr");
+        return -1;
+    }
+    free(dir);
+    if (access(bin, X_OK) < 0) {
+        snprintf(err, errlen, "%s: %s (the session sandbox's holder is not installed)", bin,
+                 strerror(errno));
+        return -1;
+    }
+    int rc = klaunch_cmd_add(cmd, bin);
+    if (m->lifeline[0] > 2) {
+        snprintf(num, sizeof num, "%d", KLAUNCH_OWNER_FD);
+        rc |= klaunch_cmd_add(cmd, "--owner-fd") | klaunch_cmd_add(cmd, num);
+        cmd->lifeline_fd = m->lifeline[0];
+    }
+    rc |= klaunch_cmd_add(cmd, "-f") | klaunch_cmd_add(cmd, "{connection_file}") |
+          klaunch_cmd_add(cmd, "--listen") | klaunch_cmd_add(cmd, s->sbx_sock) |
+          klaunch_cmd_add(cmd, "--workspace") | klaunch_cmd_add(cmd, s->workspace) |
+          klaunch_cmd_add(cmd, "--network") |
+          klaunch_cmd_add(cmd, (s->network < 0 ? m->cfg.network : s->network) ? "on" : "off");
+    unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
+    if (mem) {
+        snprintf(num, sizeof num, "%llu", mem);
+        rc |= klaunch_cmd_add(cmd, "--memory") | klaunch_cmd_add(cmd, num);
+    }
+    double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
+    if (cpus > 0) {
+        snprintf(num, sizeof num, "%.6g", cpus);
+        rc |= klaunch_cmd_add(cmd, "--cpus") | klaunch_cmd_add(cmd, num);
+    }
+    char share[PATH_MAX];
+    if (share_dir(share, sizeof share) == 0)
+        rc |= add_ro(cmd, share);
+    /* the Python kernel's interpreter: a venv's prefix, the real
+     * interpreter's prefix (bin/..) */
+    const char *py = s->python[0] ? s->python : m->cfg.python;
+    char *shared_py = !s->python[0] ? kcmd_python_resolved(py, s->workspace) : NULL;
+    const char *interp = shared_py ? shared_py : py;
+    if (interp[0] == '/') {
+        char a[PATH_MAX], b[PATH_MAX];
+        snprintf(a, sizeof a, "%s", interp);
+        rc |= add_ro(cmd, dirname(dirname(a)));
+        if (realpath(interp, b)) {
+            char *pre = dirname(dirname(b));
+            if (strcmp(pre, a))
+                rc |= add_ro(cmd, pre);
+        }
+    }
+    free(shared_py);
+    /* the session's package directories (made here if missing) */
+    char root[PATH_MAX], ro[PATH_MAX];
+    const char *kinds[] = {"pip", "npm"};
+    if (pkgdirs_session_root(m->home, s->name, root) == 0)
+        for (size_t i = 0; i < 2; i++) {
+            char **penv = pkgdirs_kernel_env(root, kinds[i], ro);
+            if (penv && ro[0])
+                rc |= add_ro(cmd, ro);
+            pkgdirs_env_free(&penv);
+        }
+    if (rc) {
+        klaunch_cmd_clear(cmd);
+        snprintf(err, errlen, "the session sandbox's command is too long");
+        return -1;
+    }
+    return 0;
+}
+
+int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen)
+{
+    if (!ksbx_wanted(m, s))
+        return 0;
+    if (s->sbx && klaunch_alive(s->sbx))
+        return 0;
+    if (s->sbx)
+        klaunch_stop(&s->sbx, 0.5); /* gone: its sandbox with it */
+    char id[48], u[37];
+    jp_uuid4(u);
+    snprintf(id, sizeof id, "%.8s%.4s-sbx", u, u + 9);
+    if (!s->sbx_sock[0] && snprintf(s->sbx_sock, sizeof s->sbx_sock, "%s/%s.sbx", m->run_dir, id) >=
+                               (int)sizeof s->sbx_sock) {
+        s->sbx_sock[0] = 0;
+        snprintf(err, errlen, "run directory path too long for the session sandbox's socket");
+        return -1;
+    }
+    klaunch_cmd cmd;
+    if (holder_cmd(m, s, &cmd, err, errlen) < 0)
+        return -1;
+    char log[PATH_MAX];
+    snprintf(log, sizeof log, "%.4000s/sandbox.log", s->dir);
+    s->sbx = klaunch_start(&cmd, m->run_dir, id, m->cfg.transport, log, "kernelmgr-sandbox", err,
+                           errlen);
+    klaunch_cmd_clear(&cmd);
+    return s->sbx ? 0 : -1;
+}
+
+void ksbx_stop(session *s)
+{
+    if (s->sbx)
+        klaunch_stop(&s->sbx, 2.0);
+    if (s->sbx_sock[0])
+        unlink(s->sbx_sock);
+}

@@ -1,0 +1,225 @@
+"""A session is one machine: every kernel of a strict session runs in the
+session's one sandbox (kernelmgr-sandbox, sandbox/sbx_session.c).
+
+Real kernels, the real daemon, the strict sandbox, as the invoking user and
+(when that is root) as nobody: one network namespace (a server started from
+Bash is reachable from Python and the reverse), one /tmp, one process list,
+one cgroup whose memory limit is the session's; another session sees none
+of it; killing one kernel's worker leaves the other kernel and its
+background processes running; closing the session leaves no process."""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import kutil
+import mgrutil
+import sbxutil
+
+NOBODY = sbxutil.NOBODY
+BINS = ("kernelmgr", "kernel-bash", "kernel-python", "kernelmgr-sandbox")
+
+
+def _bindir_for_nobody():
+    d = Path(tempfile.mkdtemp(prefix="km-machine-bin-"))
+    os.chmod(d, 0o755)
+    for b in BINS:
+        shutil.copy2(kutil.BUILD / b, d / b)
+    shutil.copytree(kutil.BUILD / "share", d / "share")
+    for root, dirs, files in os.walk(d):
+        for n in dirs + files:
+            p = os.path.join(root, n)
+            os.chmod(p, 0o755 if os.path.isdir(p) or os.access(p, os.X_OK) else 0o644)
+    return d
+
+
+class MachineMgr(mgrutil.Mgr):
+    """A daemon with session sandboxes, as the invoker or (setpriv) nobody."""
+
+    def __init__(self, user, config=None):
+        if user == "nobody" and not sbxutil.IS_ROOT:
+            pytest.skip("the nobody variant needs root to switch users")
+        for b in BINS:
+            if not (kutil.BUILD / b).exists():
+                pytest.skip(f"build/{b} is not built")
+        cfg = {"sandbox": "strict", "session_sandbox": True}
+        cfg.update(config or {})
+        super().__init__(cfg)
+        self.user = user
+        self.prefix, self.km, self.bindir = [], mgrutil.KM, None
+        if user == "nobody":
+            self.bindir = _bindir_for_nobody()
+            self.prefix, self.km = sbxutil.SETPRIV, str(self.bindir / "kernelmgr")
+            for root, dirs, files in os.walk(self.home):
+                for n in [root, *(os.path.join(root, x) for x in dirs + files)]:
+                    os.chown(n, NOBODY, NOBODY)
+            os.chown(self.home, NOBODY, NOBODY)
+
+    def run(self, *args, input=None, timeout=120, check_json=True):
+        return subprocess.run([*self.prefix, self.km, *args], input=input, capture_output=True,
+                              text=True, env=self.env, timeout=timeout)
+
+    def one(self, session, code, lang, *args, timeout=120):
+        rc, res, p = self.exec(session, code, "--lang", lang, *args, timeout=timeout)
+        assert res, (rc, p.stdout, p.stderr)
+        return res[-1]
+
+    def ok(self, session, code, lang, *args):
+        r = self.one(session, code, lang, *args)
+        assert r["status"] == "ok", r
+        return r["stdout"]
+
+    def close(self):
+        super().close()
+        if self.bindir:
+            shutil.rmtree(self.bindir, ignore_errors=True)
+
+
+@pytest.fixture(params=sbxutil.USERS)
+def mgr(request):
+    m = MachineMgr(request.param)
+    yield m
+    m.close()
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# A loopback server from Bash, polled from Python (the server needs a
+# moment to listen: a deadline, never a fixed sleep).
+PY_FETCH = r'''
+import time, urllib.request
+deadline = time.monotonic() + 30
+while True:
+    try:
+        print("GOT", urllib.request.urlopen("http://127.0.0.1:%d/%s", timeout=5).read().decode().strip())
+        break
+    except OSError as e:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+'''
+
+BASH_FETCH = r'''
+for i in $(seq 600); do
+  if exec 3<>/dev/tcp/127.0.0.1/%d 2>/dev/null; then break; fi
+  sleep 0.05
+done
+printf 'GET /%s HTTP/1.0\r\n\r\n' >&3
+grep -a MARK <&3
+exec 3<&-
+'''
+
+
+def wait_until(pred, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def procs_with(token):
+    """Host pids whose command line contains token (zombies have none)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if token.encode() in cmd:
+            out.append(int(d))
+    return out
+
+
+def test_one_network_tmp_and_process_list(mgr):
+    port = free_port()
+    mgr.ok("m", f"echo MARK-file > /tmp/shared.txt; mkdir -p /tmp/www; echo MARK-bash > /tmp/www/b; "
+                f"(cd /tmp/www && exec python3 -m http.server {port} --bind 127.0.0.1 "
+                f">/dev/null 2>&1 &)", "bash")
+    out = mgr.ok("m", PY_FETCH % (port, "b") + "\nprint(open('/tmp/shared.txt').read())",
+                 "python")
+    assert "GOT MARK-bash" in out and "MARK-file" in out, out
+    # the other way: a Python server reached through Bash's /dev/tcp
+    port2 = free_port()
+    mgr.ok("m", "import http.server, threading, os\n"
+                "os.makedirs('/tmp/pywww', exist_ok=True)\n"
+                "open('/tmp/pywww/p', 'w').write('MARK-python\\n')\n"
+                "h = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory='/tmp/pywww', **k)\n"
+                "srv = http.server.ThreadingHTTPServer(('127.0.0.1', %d), h)\n"
+                "threading.Thread(target=srv.serve_forever, daemon=True).start()\n"
+                "print('serving')" % port2, "python")
+    out = mgr.ok("m", BASH_FETCH % (port2, "p"), "bash")
+    assert "MARK-python" in out, out
+    # one process list: Bash sees the Python worker, the init is PID 1
+    out = mgr.ok("m", "ps -e -o pid=,args=", "bash")
+    assert out.split()[0] == "1", out
+    assert "driver.py" in out, out
+    assert f"http.server {port}" in out, out
+    # only lo, no DNS
+    out = mgr.ok("m", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; "
+                      "getent hosts example.com || echo NO-DNS", "bash")
+    assert out.split() == ["lo", "NO-DNS"], out
+    # another session: none of it
+    out = mgr.ok("s2", f"ls /tmp; ps -e -o args=; "
+                       f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo REACHED || "
+                       f"echo REFUSED", "bash")
+    assert "shared.txt" not in out and "http.server" not in out, out
+    assert "REFUSED" in out and "REACHED" not in out, out
+    out = mgr.ok("m", "echo still", "bash")
+    assert "still" in out
+
+
+def test_restart_of_one_kernel_keeps_the_other(mgr):
+    port = free_port()
+    tok = f"{port}"
+    mgr.ok("k", f"mkdir -p /tmp/w; echo MARK-up > /tmp/w/u; (cd /tmp/w && exec python3 -m "
+                f"http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 &); x=kept", "bash")
+    mgr.ok("k", "y = 41", "python")
+    # the Python worker dies (and is restarted by its kernel server)
+    r = mgr.one("k", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "python")
+    assert r["status"] != "ok", r
+    r = mgr.one("k", PY_FETCH % (port, "u") + "\nprint('y' in globals())", "python")
+    assert r["status"] == "ok" and "GOT MARK-up" in r["stdout"], r
+    assert r["stdout"].strip().endswith("False"), r  # a fresh Python, honestly
+    out = mgr.ok("k", "echo $x", "bash")
+    assert "kept" in out, out  # Bash's state and its server survived
+    assert procs_with(f"http.server {tok}")
+    # closing the session ends the sandbox: no process of it is left
+    p = mgr.run("close", "k")
+    assert p.returncode == 0, p.stderr
+    wait_until(lambda: not procs_with(f"http.server {tok}"), what="the sandbox to end")
+    ws = str(mgr.home / "sessions" / "k" / "workspace")
+    wait_until(lambda: not procs_with(ws), what="the session's holder and kernels to end")
+
+
+def test_memory_limit_is_the_sessions(mgr):
+    mgr.ok("o", "x=kept; sleep 600 >/dev/null 2>&1 & echo started", "bash", "--memory", "192M")
+    r = mgr.one("o", "b = bytearray(400 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1",
+                "python")
+    assert r["status"] != "ok", r
+    text = str(r)
+    if r["error"] and r["error"]["name"] == "MemoryError":
+        # no memory cgroup for this caller (nobody without delegation): the
+        # limit is RLIMIT_DATA, per process, and the allocation just fails
+        assert mgr.user == "nobody" or not os.path.exists("/sys/fs/cgroup/memory"), r
+    else:
+        assert "out of memory" in text and "192 MiB" in text, r
+    # the other kernel was kept, its state and background job with it
+    out = mgr.ok("o", "echo $x; jobs -r | wc -l", "bash")
+    assert "kept" in out, out
+    out = mgr.ok("o", "print(6 * 7)", "python")
+    assert "42" in out
