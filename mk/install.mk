@@ -1,7 +1,7 @@
 # mk/install.mk — make install / uninstall (included by the Makefile).
 #
 #   BINDIR/kernelmgr                          the command
-#   LIBEXECDIR/kernelmgr/kernel-python, kernel-bash, kernelmgr-gateway
+#   LIBEXECDIR/kernelmgr/kernel-python, kernel-bash, kernelmgr-gateway, kernelmgr-sandbox
 #                                             helpers: run by kernelmgr, not on PATH
 #   DATADIR/kernelmgr/python/driver.py (+ __pycache__ for INSTALL_PYTHON),
 #   DATADIR/kernelmgr/bash/*.sh               the kernels' support files
@@ -20,7 +20,7 @@ INSTALL_PYTHON ?= $(PYTHON)
 SYSTEMDSYSTEMUNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSTEMDUSERUNITDIR ?= $(PREFIX)/lib/systemd/user
 INSTALL_SHARE := $(patsubst kernels/%,%,$(wildcard kernels/python/*.py kernels/bash/*.sh))
-HELPERS := kernel-python kernel-bash kernelmgr-gateway
+HELPERS := kernel-python kernel-bash kernelmgr-gateway kernelmgr-sandbox
 MAN_PAGES := $(BUILD)/man/kernelmgr.1 $(BUILD)/man/kernelmgr.json.5
 BASH_COMPLETION := $(BUILD)/completion/kernelmgr
 GENERATED := $(MAN_PAGES) $(BASH_COMPLETION)

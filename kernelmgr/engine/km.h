@@ -53,18 +53,18 @@ typedef struct km_session_opts {
     /* where dtier_sopts_fill writes network_allow */
     char network_allow_buf[KM_NET_ALLOW_MAX];
 
-    unsigned long long memory; /* 0 = config */
-    double cpus;               /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
-    double cpu_time;           /* CPU-time budget per block in seconds; 0 = config */
-    const char *python;        /* interpreter path */
-    const char *workspace;     /* existing directory used instead of a fresh one */
-    const char *sandbox;       /* "strict" | "none" */
-    const json_t *env;         /* borrowed: {NAME: "value"} for the code's environment,
-                                  on top of the configuration's "env"; NULL = none */
+    unsigned long long memory;       /* 0 = config */
+    double cpus;                     /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
+    double cpu_time;                 /* CPU-time budget per block in seconds; 0 = config */
+    const char *python;              /* interpreter path */
+    const char *workspace;           /* existing directory used instead of a fresh one */
+    const char *sandbox;             /* "strict" | "none" */
+    const json_t *env;               /* borrowed: {NAME: "value"} for the code's environment,
+                                        on top of the configuration's "env"; NULL = none */
     unsigned long long snapshot_max; /* bytes of one snapshot; 0 = config */
-    int no_create; /* 1: a session that does not exist (neither live nor kept
-                      on disk) is KM_ENOSESSION, never made (the API's
-                      "create": false) */
+    int no_create;                   /* 1: a session that does not exist (neither live nor kept
+                                        on disk) is KM_ENOSESSION, never made (the API's
+                                        "create": false) */
 } km_session_opts;
 
 void km_session_opts_init(km_session_opts *o);

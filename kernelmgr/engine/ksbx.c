@@ -18,6 +18,7 @@
  * s->lock; ksbx_stop() ends it, after the session's kernels.
  */
 #include "kernelmgr/engine/session_int.h"
+#include "common/cm_install.h"
 #include "kernelmgr/engine/netopt.h"
 #include "kernelmgr/engine/pkgdirs.h"
 
@@ -64,27 +65,14 @@ static int add_ro(klaunch_cmd *cmd, const char *dir)
     return klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, dir);
 }
 
-/* The kernels' share directory, as the kernel servers find it (kserver.c):
- * $KERNELMGR_SHARE, else EXE_DIR/share/kernelmgr or EXE_DIR/../share/kernelmgr. */
+/* The kernels' share directory, as the kernel servers find it (kserver.c,
+ * cm_install_share_dir: $KERNELMGR_SHARE, the build tree or the prefix). */
 static int share_dir(char *out, size_t size)
 {
-    const char *env = getenv("KERNELMGR_SHARE");
-    if (env && *env)
-        return snprintf(out, size, "%s", env) < (int)size ? 0 : -1;
-    char *dir = klaunch_exe_dir();
-    if (!dir)
-        return -1;
-    int rc = -1;
-    for (int i = 0; i < 2 && rc; i++) {
-        char path[PATH_MAX + 32], real[PATH_MAX];
-        struct stat st;
-        snprintf(path, sizeof path, "%s%s/share/kernelmgr", dir, i ? "/.." : "");
-        if (realpath(path, real) && stat(real, &st) == 0 && S_ISDIR(st.st_mode) &&
-            strlen(real) < size) {
-            memcpy(out, real, strlen(real) + 1);
-            rc = 0;
-        }
-    }
+    char *dir = cm_install_share_dir();
+    int rc = dir && strlen(dir) < size ? 0 : -1;
+    if (!rc)
+        memcpy(out, dir, strlen(dir) + 1);
     free(dir);
     return rc;
 }
@@ -93,11 +81,11 @@ static int share_dir(char *out, size_t size)
 static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, size_t errlen)
 {
     memset(cmd, 0, sizeof *cmd);
-    char *dir = klaunch_exe_dir();
+    char *dir = cm_install_helper_dir(); /* beside us, or LIBEXECDIR/kernelmgr */
     char bin[PATH_MAX], num[64];
     if (!dir || snprintf(bin, sizeof bin, "%s/kernelmgr-sandbox", dir) >= (int)sizeof bin) {
         free(dir);
-        snprintf(err, errlen, "cannot find kernelmgr-sandbox beside kernelmgr");
+        snprintf(err, errlen, "cannot find kernelmgr-sandbox beside kernelmgr's helpers");
         return -1;
     }
     free(dir);

@@ -255,7 +255,8 @@ static int opts_default(const km_manager *m, const km_session_opts *o)
            ((o->network < 0 ||
              km_net_equal(o->network, o->network_allow, m->cfg.network, m->cfg.network_allow)) &&
             !o->memory && !(o->cpus > 0) && !(o->cpu_time > 0) && !o->python && !o->workspace &&
-            !o->snapshot_max && (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) && !json_object_size(o->env));
+            !o->snapshot_max && (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) &&
+            !json_object_size(o->env));
 }
 
 /* Creates (or reopens a kept) session. Caller holds m->lock. */

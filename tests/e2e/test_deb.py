@@ -74,6 +74,8 @@ def test_deb_builds_installs_runs_and_purges(tmp_path):
         files = [f for f in sh("dpkg", "-L", "kernelmgr").stdout.splitlines() if f]
         for f in ("/usr/bin/kernelmgr", "/usr/libexec/kernelmgr/kernel-python",
                   "/usr/libexec/kernelmgr/kernel-bash", "/usr/libexec/kernelmgr/kernelmgr-gateway",
+                  "/usr/libexec/kernelmgr/kernelmgr-sandbox", "/usr/share/kernelmgr/python/kdebug.py",
+                  "/usr/share/kernelmgr/python/ksnap.py",
                   "/usr/share/kernelmgr/python/driver.py", "/usr/share/man/man1/kernelmgr.1.gz",
                   "/usr/share/man/man5/kernelmgr.json.5.gz", "/lib/systemd/system/kernelmgr.service",
                   "/usr/lib/systemd/user/kernelmgr.service"):
