@@ -81,7 +81,10 @@ static int share_dir(char *out, size_t size)
 static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, size_t errlen)
 {
     memset(cmd, 0, sizeof *cmd);
-    char *dir = cm_install_helper_dir(); /* beside us, or LIBEXECDIR/kernelmgr */
+    /* where the kernels are (lang.c): $KERNELMGR_KERNEL_DIR, else beside
+     * us or LIBEXECDIR/kernelmgr */
+    const char *env = getenv("KERNELMGR_KERNEL_DIR");
+    char *dir = env && *env ? strdup(env) : cm_install_helper_dir();
     char bin[PATH_MAX], num[64];
     if (!dir || snprintf(bin, sizeof bin, "%s/kernelmgr-sandbox", dir) >= (int)sizeof bin) {
         free(dir);

@@ -282,8 +282,11 @@ static int copy_tree(copy_ctx *c, int sfd, int dfd, const char *rel, int depth)
             char *target = wsfile_readlinkat(sfd, n);
             if (!target || symlinkat(target, dfd, n)) {
                 skip_entry(c, path, "its link text could not be copied");
-            } else if (c->uid != (uid_t)-1) {
-                fchownat(dfd, n, c->uid, c->gid, AT_SYMLINK_NOFOLLOW);
+            } else if (c->uid != (uid_t)-1 &&
+                       fchownat(dfd, n, c->uid, c->gid, AT_SYMLINK_NOFOLLOW) < 0) {
+                /* not kept with the wrong owner: removed, and said */
+                unlinkat(dfd, n, 0);
+                skip_entry(c, path, "its owner could not be set");
             }
             free(target);
         } else {

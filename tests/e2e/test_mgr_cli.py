@@ -335,7 +335,7 @@ def test_auto_restart_after_kernel_killed(mgr):
 
 
 @needs_python
-def test_daemon_restart_keeps_workspace(mgr):
+def test_daemon_restart_keeps_workspace_and_state(mgr):
     mgr.exec("d", "open('note.txt', 'w').write('persist')\nx = 1")
     pid = mgr.daemon_pid()
     os.kill(pid, signal.SIGTERM)
@@ -347,8 +347,12 @@ def test_daemon_restart_keeps_workspace(mgr):
     assert rc == 0, p.stderr
     assert mgr.daemon_pid() != pid
     r = res[0]
-    assert r["stdout"] == "persist False\n"
-    assert r["kernel"]["restarted"] is True and r["kernel"]["state_preserved"] is False
+    # the stopping daemon snapshotted the session; the new one restored it
+    # before running the cell (docs/LIFECYCLE.md "State model")
+    assert r["stdout"] == "persist True\n"
+    k = r["kernel"]
+    assert k["restarted"] is True and k["state_preserved"] is True, k
+    assert k["restored"]["from"] == "snapshot" and k["restored"]["lost"] == [], k
 
 
 @needs_python
