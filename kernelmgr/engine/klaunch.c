@@ -2,6 +2,7 @@
  * klaunch.c — kernel processes: connection files, fork/exec, stop.
  */
 #include "kernelmgr/engine/klaunch.h"
+#include "common/cm_install.h"
 #include "kernelmgr/engine/kmhome.h"
 #include "common/cm_array.h"
 #include "common/cm_clock.h"
@@ -48,34 +49,10 @@ int klaunch_cmd_add(klaunch_cmd *cmd, const char *arg)
     return cmd->argv[i] ? 0 : -1;
 }
 
-char *klaunch_exe_dir(void)
-{
-    for (size_t size = 256; size <= ((size_t)1 << 20); size *= 2) {
-        char *buf = malloc(size);
-        if (!buf)
-            return NULL;
-        ssize_t n = readlink("/proc/self/exe", buf, size);
-        if (n > 0 && (size_t)n < size) {
-            buf[n] = '\0';
-            char *slash = strrchr(buf, '/');
-            if (slash) {
-                *slash = '\0';
-                return buf;
-            }
-        }
-        free(buf);
-        if (n <= 0 || (size_t)n < size) {
-            errno = n <= 0 ? errno : ENOENT;
-            return NULL;
-        }
-    }
-    errno = ENAMETOOLONG;
-    return NULL;
-}
 
 int klaunch_self_dir(char *out, size_t size)
 {
-    char *dir = klaunch_exe_dir();
+    char *dir = cm_install_exe_dir();
     int rc = dir && strlen(dir) < size ? 0 : -1;
     if (rc == 0)
         memcpy(out, dir, strlen(dir) + 1);

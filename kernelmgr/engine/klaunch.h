@@ -42,11 +42,8 @@ int klaunch_cmd_add(klaunch_cmd *cmd, const char *arg);
  * fills cmd from its kernel.json. 0, or -1 with a reason in err. */
 int klaunch_cmd_from_kernelspec(klaunch_cmd *cmd, const char *name, char *err, size_t errlen);
 
-/* new (free()): the directory of the running executable (for
- * build/kernel-*), or NULL with errno. */
-char *klaunch_exe_dir(void);
-
-/* klaunch_exe_dir() into out (size bytes). 0, or -1 when it does not fit. */
+/* cm_install_exe_dir() (common/cm_install.h) into out (size bytes). 0, or
+ * -1 when it does not fit. */
 int klaunch_self_dir(char *out, size_t size);
 
 /* The lifeline: one pipe per manager, both ends O_CLOEXEC in the manager,

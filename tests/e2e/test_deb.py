@@ -1,8 +1,9 @@
-"""The Debian package, as a user gets it: built from a copy of the tree
-(`git ls-files`, dpkg-buildpackage -us -uc -b), lintian clean of errors,
-hardened binaries, installed with dpkg -i; then cells, the quickstart and
-`kernelmgr doctor` against the installed files only, and a purge that leaves
-nothing behind. Root only (it installs a package); heavy (a full build), so
+"""The Debian packages, as a user gets them: built from a copy of the tree
+(`git ls-files`, dpkg-buildpackage -us -uc -b: kernelmgr, libkernelmgr0,
+libkernelmgr-dev), lintian clean of errors, hardened binaries, installed
+with dpkg -i; then cells, the quickstart, `kernelmgr doctor`, the C example
+built with `pkg-config kernelmgr`, the Python client's agent loop and (where
+cargo is) the Rust crate's example against the installed files only, and a purge that leaves nothing behind. Root only (it installs a package); heavy (a full build), so
 serial. Skipped when kernelmgr is already installed (it would be replaced)."""
 import json
 import os
@@ -63,12 +64,14 @@ def test_deb_builds_installs_runs_and_purges(tmp_path):
     debs = list(tmp_path.glob("kernelmgr_*.deb"))
     assert len(debs) == 1, list(tmp_path.iterdir())
     deb = debs[0]
+    libs = sorted(tmp_path.glob("libkernelmgr*.deb"))
+    assert [p.name.split("_")[0] for p in libs] == ["libkernelmgr-dev", "libkernelmgr0"], libs
     # the distribution's flags reached the compiler and the linker
     assert "-fstack-protector-strong" in b.stdout and "-Wl,-z,relro" in b.stdout
-    li = sh("lintian", "--fail-on", "error", str(deb))
+    li = sh("lintian", "--fail-on", "error", str(deb), *map(str, libs))
     assert li.returncode == 0, li.stdout + li.stderr
 
-    inst = sh("dpkg", "-i", str(deb))
+    inst = sh("dpkg", "-i", str(deb), *map(str, libs))
     try:
         assert inst.returncode == 0, inst.stdout + inst.stderr
         files = [f for f in sh("dpkg", "-L", "kernelmgr").stdout.splitlines() if f]
@@ -114,10 +117,50 @@ def test_deb_builds_installs_runs_and_purges(tmp_path):
             assert d["kernels"]["python"]["path"] == "/usr/libexec/kernelmgr/kernel-python"
             assert d["trials"]["python"]["ok"] and d["trials"]["bash"]["ok"]
             assert sh("man", "-w", "kernelmgr.json").returncode in (0, 16)  # man may be absent
+            # the C example, built against the installed library only
+            flags = sh("pkg-config", "--cflags", "--libs", "kernelmgr", env=env)
+            assert flags.returncode == 0, flags.stderr
+            exe = tmp_path / "code_exec"
+            cc = sh("cc", "-o", str(exe), str(ROOT / "examples/c/code_exec.c"),
+                    *flags.stdout.split(), env=env)
+            assert cc.returncode == 0, cc.stderr
+            ldd = sh("ldd", str(exe)).stdout
+            assert "/usr/lib/" in ldd and "libkernelmgr.so.0" in ldd, ldd
+            p = sh(str(exe), "-s", "deb-c", env=env, cwd=work, timeout=300)
+            assert p.returncode == 0, p.stdout + p.stderr
+            assert "libkernelmgr" in p.stdout, p.stdout
+            # the Python client, installed offline into a venv, and the
+            # agent loop example on it, against the installed daemon
+            venv = tmp_path / "venv"
+            assert sh("/usr/bin/python3", "-m", "venv", str(venv)).returncode == 0
+            pip = sh(str(venv / "bin/pip"), "install", "--no-index", "-q",
+                     str(ROOT / "clients/python"), env=dict(env, PIP_NO_CACHE_DIR="1"))
+            assert pip.returncode == 0, pip.stdout + pip.stderr
+            p = sh(str(venv / "bin/python"), str(ROOT / "examples/agent_loop.py"),
+                   env=dict(env, KERNELMGR_BIN="/usr/bin/kernelmgr"), cwd=work, timeout=300)
+            assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+            assert '"status": "ok"' in p.stdout, p.stdout[-2000:]
+            # the Rust crate's example, on the installed kernelmgr (where
+            # cargo is: its target directory is the build tree's, so a
+            # crate built by the Rust tests is reused)
+            cargo = shutil.which("cargo") or next(
+                (str(c) for c in [Path.home() / ".cargo/bin/cargo"] if os.access(c, os.X_OK)),
+                None)
+            if cargo:
+                renv = dict(env, KERNELMGR_BIN="/usr/bin/kernelmgr", CARGO_TERM_COLOR="never",
+                            CARGO_TARGET_DIR=str(kutil.BUILD.resolve() / "cargo"),
+                            PATH=str(Path(cargo).parent) + ":/usr/bin:/bin")
+                # HOME is the test's: rustup's toolchain is found where it is
+                renv["CARGO_HOME"] = os.environ.get("CARGO_HOME", str(Path.home() / ".cargo"))
+                renv["RUSTUP_HOME"] = os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup"))
+                p = sh(cargo, "run", "--offline", "--quiet", "--example", "code_exec",
+                       cwd=ROOT / "clients/rust", env=renv, timeout=900)
+                assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+                assert "result: 42" in p.stdout and p.stdout.rstrip().endswith("closed")
         finally:
             km("serve", "--stop", timeout=60)
     finally:
-        purge = sh("dpkg", "--purge", "kernelmgr")
+        purge = sh("dpkg", "--purge", "libkernelmgr-dev", "libkernelmgr0", "kernelmgr")
     assert purge.returncode == 0, purge.stdout + purge.stderr
     left = [f for f in files if f.startswith(("/usr/libexec/kernelmgr", "/usr/share/kernelmgr",
                                               "/usr/bin/kernelmgr", "/usr/share/doc/kernelmgr"))
