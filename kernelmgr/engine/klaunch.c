@@ -49,7 +49,6 @@ int klaunch_cmd_add(klaunch_cmd *cmd, const char *arg)
     return cmd->argv[i] ? 0 : -1;
 }
 
-
 int klaunch_self_dir(char *out, size_t size)
 {
     char *dir = cm_install_exe_dir();
