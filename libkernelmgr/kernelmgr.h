@@ -190,9 +190,26 @@ KERNELMGR_API int kernelmgr_session_close(kernelmgr_session *s, int keep, kernel
  * NULL with *err. */
 KERNELMGR_API char *kernelmgr_session_export(kernelmgr_session *s, kernelmgr_error **err);
 
-/* Snapshots and forks (session.snapshot, session.restore, session.fork)
- * get their functions here once the daemon has those methods; until then
- * kernelmgr_call reaches any method the daemon has. */
+/* Snapshots (docs/LIFECYCLE.md "State model"): the kernels' variables and
+ * the workspace, saved by session.snapshot under tag (NULL: the daemon's
+ * default tag). Returns the snapshot's manifest as compact JSON text (new:
+ * free()) — "tag", "at", "bytes", per kernel the names "lost" with their
+ * reasons — or NULL with *err (KERNELMGR_EUSAGE naming a bound that was
+ * hit, such as snapshot_max). */
+KERNELMGR_API char *kernelmgr_session_snapshot(kernelmgr_session *s, const char *tag,
+                                               kernelmgr_error **err);
+/* The session's snapshots (session.snapshots), JSON text (new), or NULL. */
+KERNELMGR_API char *kernelmgr_session_snapshots(kernelmgr_session *s, kernelmgr_error **err);
+/* Brings the session back to snapshot tag (NULL: the newest): variables of
+ * each kernel and the workspace. 0, or -1 with *err. */
+KERNELMGR_API int kernelmgr_session_restore(kernelmgr_session *s, const char *tag,
+                                            kernelmgr_error **err);
+/* A new session new_name from s (session.fork): its own sandbox, a copy of
+ * the workspace and of the variables (of snapshot tag, or of now when tag
+ * is NULL); afterwards the two share nothing. The reply as JSON text (new),
+ * or NULL with *err; open the new session with kernelmgr_session_open. */
+KERNELMGR_API char *kernelmgr_session_fork(kernelmgr_session *s, const char *new_name,
+                                           const char *tag, kernelmgr_error **err);
 
 /* ------------------------------------------------------------------ results */
 

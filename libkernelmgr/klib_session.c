@@ -220,6 +220,60 @@ KERNELMGR_API int kernelmgr_session_close(kernelmgr_session *s, int keep, kernel
     return rc;
 }
 
+/* The reply of a simple call as compact JSON text (new), or NULL with *err. */
+static char *simple_text(kernelmgr_session *s, const char *method, json_t *extra,
+                         kernelmgr_error **err)
+{
+    json_t *res;
+    if (simple(s, method, extra, &res, err))
+        return NULL;
+    char *text = json_dumps(res, JSON_COMPACT);
+    json_decref(res);
+    if (!text)
+        klib_fail(err, KERNELMGR_EINTERNAL, 0, "out of memory");
+    return text;
+}
+
+/* {"tag": tag} (new), or NULL for no tag */
+static json_t *tag_param(const char *tag)
+{
+    return tag ? json_pack("{s:s}", "tag", tag) : NULL;
+}
+
+KERNELMGR_API char *kernelmgr_session_snapshot(kernelmgr_session *s, const char *tag,
+                                               kernelmgr_error **err)
+{
+    return simple_text(s, "session.snapshot", tag_param(tag), err);
+}
+
+KERNELMGR_API char *kernelmgr_session_snapshots(kernelmgr_session *s, kernelmgr_error **err)
+{
+    return simple_text(s, "session.snapshots", NULL, err);
+}
+
+KERNELMGR_API int kernelmgr_session_restore(kernelmgr_session *s, const char *tag,
+                                            kernelmgr_error **err)
+{
+    json_t *res;
+    int rc = simple(s, "session.restore", tag_param(tag), &res, err);
+    json_decref(res);
+    return rc;
+}
+
+KERNELMGR_API char *kernelmgr_session_fork(kernelmgr_session *s, const char *new_name,
+                                           const char *tag, kernelmgr_error **err)
+{
+    if (!new_name) {
+        klib_ok(err);
+        klib_fail(err, KERNELMGR_EUSAGE, 0, "fork: new_name is NULL");
+        return NULL;
+    }
+    json_t *extra = json_pack("{s:s}", "new_session", new_name);
+    if (extra && tag)
+        json_object_set_new(extra, "tag", json_string(tag));
+    return simple_text(s, "session.fork", extra, err);
+}
+
 KERNELMGR_API char *kernelmgr_session_export(kernelmgr_session *s, kernelmgr_error **err)
 {
     json_t *res;

@@ -2371,6 +2371,40 @@ def bench_egress(num):
 # ---------------------------------------------------------------- 19. session sandbox
 
 
+def bench_snapshot_interval(num):
+    """What periodic snapshots (`snapshot_interval`) cost a cell: the round
+    trip of `x = 1` on a warm Python kernel with the option off and with a
+    snapshot due at every exec (interval 0.001 s: the worst case)."""
+    if not binary("kernel-python"):
+        raise Skip("build/kernel-python not built")
+    n = 5 if QUICK else 20
+    times = {}
+    for label, interval in (("off", 0), ("every exec", 0.001)):
+        d = Daemon(daemon_config(snapshot_interval=interval))
+        c = DaemonConn(d.sock)
+        try:
+            e = exec_ok(c.call(rpc("exec", {"session": "iv", "code": "import numpy as np\n"
+                                            "a = np.ones(1 << 17)", "lang": "python"})))
+            if e:
+                raise RuntimeError(e)
+            ts = []
+            for _ in range(n):
+                t = time.perf_counter()
+                e = exec_ok(c.call(rpc("exec", {"session": "iv", "code": "x = 1",
+                                                "lang": "python"})))
+                ts.append(time.perf_counter() - t)
+                if e:
+                    raise RuntimeError(e)
+            times[label] = statistics.median(ts)
+        finally:
+            c.close()
+            d.close()
+    DATA.setdefault("snapshot", {})["interval"] = times
+    row(num, "`x = 1` with snapshot_interval off vs a snapshot at every exec (1 MiB of state)",
+        ms1(times["every exec"]), ms1(times["off"]), fx(times["every exec"] / times["off"]),
+        "(info)")
+
+
 def _holder(ws, extra=()):
     """A session sandbox's holder (kernelmgr-sandbox) on a socket in a fresh
     directory; returns (proc, socket path)."""
@@ -2586,6 +2620,7 @@ def main():
     section(16, "debugger: start and per-cell cost without and with it", bench_debugger)
     section(17, "snapshots: take, restore, a restored first exec vs a cold start",
             bench_snapshot)
+    section(17, "snapshots: what snapshot_interval costs a cell", bench_snapshot_interval)
     section(18, "egress allow-list: the filtering proxy's cost per request", bench_egress)
     section(19, "session sandbox: a kernel start inside it vs a new sandbox; idle memory",
             bench_session_sandbox)

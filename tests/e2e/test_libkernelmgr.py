@@ -33,7 +33,7 @@ pytestmark = [
 ]
 
 ALL_CASES = ["badopt", "missing", "interrupt-thread", "interrupt-callback", "reentry", "files",
-             "rich", "threads", "connect"]
+             "rich", "threads", "connect", "snapshot"]
 
 
 def pkgconfig(*args):

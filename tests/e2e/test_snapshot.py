@@ -256,3 +256,28 @@ def test_corrupt_snapshot_gives_a_clear_error_and_loses_nothing(make_mgr):
     snaps = {s["tag"]: s for s in json.loads(mgr.run("snapshots", "cor", "--json").stdout)
              ["snapshots"]}
     assert "error" in snaps["bad"] and "error" not in snaps["good"], snaps
+
+
+def test_matplotlib_figures_come_back_or_are_named(make_mgr):
+    """A matplotlib figure made in a cell (the kernel's own backend) is
+    recreated by a restore, with its axes and lines; should the
+    interpreter's matplotlib not pickle it, it is named in restored.lost
+    with its type, never dropped silently."""
+    mgr = make_mgr(STRICT)
+    r = py(mgr, "m", "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+           "ax.plot([1, 2, 3], [4, 1, 9])\nax.set_title('kept')\nplt.close(fig)\nn = 5")
+    assert r["status"] == "ok", r
+    p = mgr.run("snapshot", "m", "--tag", "fig", "--json")
+    assert p.returncode == 0, p.stderr
+    lost = {e["name"]: e for e in json.loads(p.stdout)["kernels"]["python"]["lost"]}
+    r = py(mgr, "m", "del fig, ax\nn = 6")
+    assert r["status"] == "ok", r
+    p = mgr.run("restore", "m", "--tag", "fig", "--json")
+    assert p.returncode == 0, p.stderr
+    if "fig" in lost:
+        assert lost["fig"].get("type") and lost["fig"].get("reason"), lost
+        assert py(mgr, "m", "print(n)")["stdout"] == "5\n"
+    else:
+        r = py(mgr, "m", "print(n, fig.axes[0].get_title(), len(ax.lines), "
+               "list(ax.lines[0].get_ydata()))")
+        assert r["status"] == "ok" and r["stdout"] == "5 kept 1 [4, 1, 9]\n", r

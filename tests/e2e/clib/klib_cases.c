@@ -467,6 +467,52 @@ static void case_connect(void)
     kernelmgr_client_free(c);
 }
 
+/* A snapshot, a change, a restore; a fork that is independent. */
+static void case_snapshot(void)
+{
+    kernelmgr_client *c = connect_or_die();
+    kernelmgr_session *s = open_or_die(c, "snap"), *f = NULL;
+    kernelmgr_error *e = NULL;
+    kernelmgr_result *r = kernelmgr_exec(s, "x = 1", "python", 60, 0, NULL, NULL, &e);
+    CHECK(r, "%s", kernelmgr_error_message(e));
+    kernelmgr_result_free(r);
+    char *man = kernelmgr_session_snapshot(s, "t1", &e);
+    CHECK(man && strstr(man, "\"t1\""), "%s", man ? man : kernelmgr_error_message(e));
+    free(man);
+    char *list = kernelmgr_session_snapshots(s, &e);
+    CHECK(list && strstr(list, "t1"), "%s", list ? list : kernelmgr_error_message(e));
+    free(list);
+    r = kernelmgr_exec(s, "x = 2", "python", 60, 0, NULL, NULL, &e);
+    kernelmgr_result_free(r);
+    CHECK(!kernelmgr_session_restore(s, "t1", &e), "%s", kernelmgr_error_message(e));
+    r = kernelmgr_exec(s, "print(x)", "python", 60, 0, NULL, NULL, &e);
+    CHECK(r && !strcmp(kernelmgr_result_stdout(r, 0, NULL), "1\n"), "%s",
+          r ? kernelmgr_result_json(r) : kernelmgr_error_message(e));
+    kernelmgr_result_free(r);
+    char *fk = kernelmgr_session_fork(s, "snap-fork", NULL, &e);
+    CHECK(fk, "%s", kernelmgr_error_message(e));
+    free(fk);
+    f = kernelmgr_session_open(c, "snap-fork", NULL, &e);
+    CHECK(f, "%s", kernelmgr_error_message(e));
+    if (f) {
+        r = kernelmgr_exec(f, "x += 10\nprint(x)", "python", 60, 0, NULL, NULL, &e);
+        CHECK(r && !strcmp(kernelmgr_result_stdout(r, 0, NULL), "11\n"), "%s",
+              r ? kernelmgr_result_json(r) : kernelmgr_error_message(e));
+        kernelmgr_result_free(r);
+        kernelmgr_error *e2 = NULL;
+        CHECK(!kernelmgr_session_close(f, 0, &e2), "close fork");
+        kernelmgr_error_free(e2);
+        kernelmgr_session_free(f);
+    }
+    r = kernelmgr_exec(s, "print(x)", "python", 60, 0, NULL, NULL, &e);
+    CHECK(r && !strcmp(kernelmgr_result_stdout(r, 0, NULL), "1\n"), "the source changed: %s",
+          r ? kernelmgr_result_json(r) : kernelmgr_error_message(e));
+    kernelmgr_result_free(r);
+    CHECK(kernelmgr_session_restore(s, "no-such-tag", &e) == -1, "restore of a missing tag");
+    kernelmgr_error_free(e);
+    done(s, c);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -480,6 +526,7 @@ static const struct {
     {"rich", case_rich},
     {"threads", case_threads},
     {"connect", case_connect},
+    {"snapshot", case_snapshot},
 };
 
 int main(int argc, char **argv)
