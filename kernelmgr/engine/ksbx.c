@@ -19,6 +19,7 @@
  */
 #include "kernelmgr/engine/session_int.h"
 #include "common/cm_install.h"
+#include "common/cm_path.h"
 #include "kernelmgr/engine/netopt.h"
 #include "kernelmgr/engine/pkgdirs.h"
 
@@ -65,12 +66,26 @@ static int add_ro(klaunch_cmd *cmd, const char *dir)
     return klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, dir);
 }
 
-/* The kernels' share directory, as the kernel servers find it (kserver.c,
- * cm_install_share_dir: $KERNELMGR_SHARE, the build tree or the prefix). */
+/* The kernels' share directory, as the kernel servers find it from their
+ * own binary (kserver.c, cm_install_share_dir): $KERNELMGR_SHARE; with
+ * $KERNELMGR_KERNEL_DIR, its share/kernelmgr (a build tree) or
+ * ../../share/kernelmgr (LIBEXECDIR/kernelmgr); else ours. 0 when it exists,
+ * else -1 (the holder then binds none: the kernel's own error names it). */
 static int share_dir(char *out, size_t size)
 {
-    char *dir = cm_install_share_dir();
-    int rc = dir && strlen(dir) < size ? 0 : -1;
+    const char *kd = getenv("KERNELMGR_KERNEL_DIR");
+    char *dir = NULL;
+    if (!getenv("KERNELMGR_SHARE") && kd && *kd) {
+        static const char *const rel[] = {"share/kernelmgr", "../../share/kernelmgr"};
+        for (size_t i = 0; !dir && i < sizeof rel / sizeof *rel; i++) {
+            char *cand = cm_path_fmt("%s/%s", kd, rel[i]);
+            dir = cand && cm_install_is_dir(cand) ? realpath(cand, NULL) : NULL;
+            free(cand);
+        }
+    } else {
+        dir = cm_install_share_dir();
+    }
+    int rc = dir && strlen(dir) < size && cm_install_is_dir(dir) ? 0 : -1;
     if (!rc)
         memcpy(out, dir, strlen(dir) + 1);
     free(dir);
