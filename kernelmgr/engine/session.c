@@ -1046,17 +1046,31 @@ json_t *km_sessions(km_manager *m)
     return arr;
 }
 
+#define KM_INTERRUPT_LOCK_WAIT_S 5
+
 int km_interrupt(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s)
         return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+    /* Not running an exec of ours: a cell of another client (a frontend)
+     * may run, so the kernels are told directly, under the session's lock.
+     * A short operation holding the lock (a status, a snapshot) is waited
+     * for, up to KM_INTERRUPT_LOCK_WAIT_S: a flag alone would be seen by no
+     * one and the interrupt lost. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += KM_INTERRUPT_LOCK_WAIT_S;
     if (atomic_load(&s->busy)) {
         atomic_store(&s->interrupt_flag, 1);
-    } else if (pthread_mutex_trylock(&s->lock) == 0) {
-        for (int l = 0; l < m->cfg.langs.n; l++)
-            if (s->k[l].client && klaunch_alive(s->k[l].proc))
-                kclient_send(s->k[l].client, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
+    } else if (pthread_mutex_timedlock(&s->lock, &until) == 0) {
+        if (atomic_load(&s->busy)) {
+            atomic_store(&s->interrupt_flag, 1);
+        } else {
+            for (int l = 0; l < m->cfg.langs.n; l++)
+                if (s->k[l].client && klaunch_alive(s->k[l].proc))
+                    kclient_send(s->k[l].client, JP_CONTROL, "interrupt_request", NULL, NULL, NULL);
+        }
         pthread_mutex_unlock(&s->lock);
     } else {
         atomic_store(&s->interrupt_flag, 1);
