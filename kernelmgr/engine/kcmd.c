@@ -201,6 +201,23 @@ char *kcmd_python_resolved(const char *explicit_py, const char *workspace)
     return out;
 }
 
+int kcmd_add_limits(km_manager *m, session *s, klaunch_cmd *cmd)
+{
+    char num[64];
+    int rc = 0;
+    unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
+    if (mem) {
+        snprintf(num, sizeof num, "%llu", mem);
+        rc |= klaunch_cmd_add(cmd, "--memory") | klaunch_cmd_add(cmd, num);
+    }
+    double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
+    if (cpus > 0) {
+        snprintf(num, sizeof num, "%.6g", cpus);
+        rc |= klaunch_cmd_add(cmd, "--cpus") | klaunch_cmd_add(cmd, num);
+    }
+    return rc;
+}
+
 int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err, size_t errlen)
 {
     memset(cmd, 0, sizeof *cmd);
@@ -230,16 +247,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
           klaunch_cmd_add(cmd, "--network") |
           klaunch_cmd_add(cmd, s->network < 0 ? km_net_text(m->cfg.network, m->cfg.network_allow)
                                               : km_net_text(s->network, s->net_allow));
-    unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
-    if (mem) {
-        snprintf(num, sizeof num, "%llu", mem);
-        rc |= klaunch_cmd_add(cmd, "--memory") | klaunch_cmd_add(cmd, num);
-    }
-    double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
-    if (cpus > 0) {
-        snprintf(num, sizeof num, "%.6g", cpus);
-        rc |= klaunch_cmd_add(cmd, "--cpus") | klaunch_cmd_add(cmd, num);
-    }
+    rc |= kcmd_add_limits(m, s, cmd);
     double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
     if (cpu_time > 0) {
         snprintf(num, sizeof num, "%.6g", cpu_time);

@@ -123,16 +123,7 @@ static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, si
           klaunch_cmd_add(cmd, "--workspace") | klaunch_cmd_add(cmd, s->workspace) |
           klaunch_cmd_add(cmd, "--network") |
           klaunch_cmd_add(cmd, (s->network < 0 ? m->cfg.network : s->network) ? "on" : "off");
-    unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
-    if (mem) {
-        snprintf(num, sizeof num, "%llu", mem);
-        rc |= klaunch_cmd_add(cmd, "--memory") | klaunch_cmd_add(cmd, num);
-    }
-    double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
-    if (cpus > 0) {
-        snprintf(num, sizeof num, "%.6g", cpus);
-        rc |= klaunch_cmd_add(cmd, "--cpus") | klaunch_cmd_add(cmd, num);
-    }
+    rc |= kcmd_add_limits(m, s, cmd);
     char share[PATH_MAX];
     if (share_dir(share, sizeof share) == 0)
         rc |= add_ro(cmd, share);

@@ -217,6 +217,10 @@ int session_env_check(const km_manager *m, const json_t *own, char *err, size_t 
 /* Fills cmd (klaunch_cmd_clear to release) with the command of s's kernel
  * of language lang, writing its environment file. 0, or -1 with err. */
 int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err, size_t errlen);
+/* Adds the session's effective --memory and --cpus (its own, else the
+ * configuration's; none when unset) to cmd, as kernels and the session
+ * sandbox's holder both take them. 0, or -1 when cmd is full. */
+int kcmd_add_limits(km_manager *m, session *s, klaunch_cmd *cmd);
 /* new (free()): the interpreter the manager resolved for sessions that
  * chose none (see kcmd.c), or NULL. */
 char *kcmd_python_resolved(const char *explicit_py, const char *workspace);
