@@ -481,6 +481,12 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SIZE("snapshot_max", snapshot_max, 4096, 1ull << 44, 256 * MIB,
              "bytes of one snapshot of a session (its kernels' states and the workspace copy); "
              "a larger one is refused by name and the session goes on"),
+    OPT_SIZE("import_max_bytes", import_max_bytes, 64 * 1024, 1ull << 44, 1024 * MIB,
+             "bytes of a session archive `session.import` accepts (its entries' data, and the "
+             "archive itself); a larger one is refused before anything is written"),
+    OPT_UINT("import_max_entries", import_max_entries, 16, 10000000, 100000, 0, NULL,
+             "entries (files and directories) of a session archive `session.import` accepts "
+             "(a count)"),
     OPT_SECS("snapshot_interval", snapshot_interval, 0, DAY * 365, 0, 0, "off", "seconds",
              "seconds of cell time after which a session's state is snapshotted again, so a "
              "kernel crash restores it"),

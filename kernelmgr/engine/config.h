@@ -60,6 +60,8 @@ typedef struct kmcfg {
     uint64_t kernel_log_max;      /* "kernel_log_max": a kernel log file's size (1M) */
     uint64_t history_max;         /* "history_max": each history file's size (8M) */
     uint64_t snapshot_max;        /* "snapshot_max": bytes of one snapshot (256M) */
+    uint64_t import_max_bytes;    /* "import_max_bytes": bytes of a session archive (1G) */
+    unsigned import_max_entries;  /* "import_max_entries": entries of one (100000) */
     double snapshot_interval;     /* "snapshot_interval": cell seconds between automatic
                                      snapshots, 0 = off (default) */
     /* The daemon under load (daemon.c, kslots.c admission) */

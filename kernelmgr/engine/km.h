@@ -159,6 +159,26 @@ json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *er
 json_t *km_snapshots(km_manager *m, const char *name, km_err *err);
 json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err);
 json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag, km_err *err);
+/* Moving a session to another daemon (sessionarch.h; docs/MANY_MACHINES.md).
+ * km_session_export: offset 0 without archive builds a new archive of the
+ * session (a snapshot of its live kernels and workspace taken now, plus the
+ * states of kernels waiting to be restored) and returns its first chunk;
+ * later calls read [offset, offset + length) of archive (the id the first
+ * reply gave; length at most KM_ARCHIVE_CHUNK_MAX). {"session","archive","size",
+ * "offset","length","data" (base64),"eof"}, plus {"entries","kernels",
+ * "skipped"} when it was built. km_session_import: appends data[0..len) at
+ * offset (0 starts anew) to the upload for session name, bounded by
+ * import_max_bytes; with final, checks the archive as hostile input, makes
+ * the session with sopts (refused while draining, or when it exists) and
+ * extracts the archive's snapshot as its snapshot "imported", whose
+ * workspace is the session's and whose kernel states the next exec
+ * restores. {"session","received"}, or when final {"session","tag","from",
+ * "kernels","entries","bytes","workspace"}. NULL with err. */
+#define KM_ARCHIVE_CHUNK_MAX (1u << 20) /* bytes of one session.export chunk */
+json_t *km_session_export(km_manager *m, const char *name, const char *archive, uint64_t offset,
+                          uint64_t length, km_err *err);
+json_t *km_session_import(km_manager *m, const char *name, const km_session_opts *sopts,
+                          uint64_t offset, const void *data, size_t len, int final, km_err *err);
 /* The session's history as an nbformat 4 notebook (see export.h). */
 json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_err *err);
 /* Starts the language's kernel if needed; writes its connection file path. */

@@ -237,6 +237,11 @@ static session *session_get(km_manager *m, const char *name)
     return s;
 }
 
+session *session_ref(km_manager *m, const char *name)
+{
+    return session_get(m, name);
+}
+
 void session_put(km_manager *m, session *s)
 {
     pthread_mutex_lock(&m->lock);

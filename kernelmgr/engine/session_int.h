@@ -154,6 +154,9 @@ struct km_manager {
 
 /* Drops a reference taken under m->lock (refs++); frees a closed session
  * whose last reference it was. Caller holds no lock of m. */
+/* The live session named name with a reference taken (session_put), or
+ * NULL: what engine files beside session.c look sessions up with. */
+session *session_ref(km_manager *m, const char *name);
 void session_put(km_manager *m, session *s);
 
 /* ------------------------------------------------------ session_store.c */

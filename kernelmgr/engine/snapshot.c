@@ -466,7 +466,7 @@ static int copy_flat(int sfd, int dfd, uint64_t *left, uid_t uid, gid_t gid, jso
     return rc;
 }
 
-static json_t *lost_sanitized(const json_t *lost)
+json_t *snap_lost_sanitized(const json_t *lost)
 {
     json_t *out = json_array();
     size_t i;
@@ -509,7 +509,7 @@ static int save_kernel(km_manager *m, session *s, int l, int dirfd, uint64_t *le
     json_t *reply = kernel_snapshot(m, &s->k[l], "save", path, *left, automatic, err, errlen);
     if (reply) {
         const char *st = json_string_value(json_object_get(reply, "status"));
-        json_object_set_new(info, "lost", lost_sanitized(json_object_get(reply, "lost")));
+        json_object_set_new(info, "lost", snap_lost_sanitized(json_object_get(reply, "lost")));
         if (!st || strcmp(st, "ok")) {
             const char *ename = json_string_value(json_object_get(reply, "ename"));
             snprintf(err, errlen, "%.200s",
@@ -570,7 +570,7 @@ static void iso_now(char out[32])
 }
 
 /* Writes manifest o as dir/manifest.json (temp, fsync, rename). 0 or -1. */
-static int write_manifest(const char *dir, json_t *o)
+int snap_write_manifest(const char *dir, json_t *o)
 {
     char tmp[PATH_MAX], fin[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%.3900s/manifest.json.tmp", dir);
@@ -751,7 +751,7 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
                             (json_int_t)snap_max(m, s), "kernels", kernels, "failed", failed,
                             "workspace_copy", ws, "workspace", s->workspace);
     kernels = failed = NULL;
-    if (!man || write_manifest(tmp, man) || fsync_dir(tmp)) {
+    if (!man || snap_write_manifest(tmp, man) || fsync_dir(tmp)) {
         snprintf(err, errlen, "cannot write the snapshot's manifest: %s", strerror(errno));
         json_decref(man);
         goto fail2;
@@ -918,7 +918,7 @@ json_t *snap_load(km_manager *m, session *s, int l, const char *tag, char *err, 
         if (reply) {
             const char *st = json_string_value(json_object_get(reply, "status"));
             if (st && !strcmp(st, "ok")) {
-                json_t *detail = lost_sanitized(json_object_get(reply, "lost"));
+                json_t *detail = snap_lost_sanitized(json_object_get(reply, "lost"));
                 json_t *names = json_array();
                 size_t i;
                 json_t *v;
@@ -1040,7 +1040,7 @@ int snap_copy_to(km_manager *m, const session *src, const char *tag, const sessi
             json_object_set_new(man, "forked_from",
                                 json_pack("{s:s s:s}", "session", src->name, "tag", tag));
             json_object_set_new(man, "workspace", json_string(dst->workspace));
-            write_manifest(to, man);
+            snap_write_manifest(to, man);
             json_decref(man);
         }
     } else {
@@ -1142,4 +1142,75 @@ void snap_check_worker(km_manager *m, session *s, int l)
         json_object_set_new(k->restored, "reason",
                             json_pack("s", "the kernel's worker died since the last execution; "
                                            "a fresh one was started"));
+}
+
+int snap_path(const session *s, const char *tag, char *out, size_t size)
+{
+    return snap_dir(s, tag, out, size);
+}
+
+json_t *snap_manifest(const session *s, const char *tag, char *err, size_t errlen)
+{
+    return manifest_read(s, tag, err, errlen);
+}
+
+int snap_adopt_pending(km_manager *m, session *s, const char *tag, char *err, size_t errlen)
+{
+    json_t *man = manifest_read(s, tag, err, errlen);
+    if (!man)
+        return -1;
+    json_t *kernels = json_object_get(man, "kernels");
+    char to[PATH_MAX];
+    snap_dir(s, tag, to, sizeof to);
+    int changed = 0, rc = 0;
+    for (int l = 0; rc == 0 && l < m->cfg.langs.n; l++) {
+        const char *ln = kmcfg_lang_name(&m->cfg, l);
+        const char *from_tag = s->k[l].restore;
+        if (json_object_get(kernels, ln) || !from_tag[0] || !strcmp(from_tag, tag))
+            continue;
+        char perr[512];
+        json_t *prev = manifest_read(s, from_tag, perr, sizeof perr);
+        json_t *info = json_object_get(json_object_get(prev, "kernels"), ln);
+        char from[PATH_MAX];
+        snap_dir(s, from_tag, from, sizeof from);
+        strncat(from, "/", sizeof from - strlen(from) - 1);
+        strncat(from, ln, sizeof from - strlen(from) - 1);
+        int sfd = info ? open(from, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        int tfd = sfd >= 0 ? open(to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        struct stat st;
+        if (sfd < 0 || tfd < 0 || fstat(sfd, &st) || mkdirat(tfd, ln, 0700)) {
+            snprintf(err, errlen, "the %s kernel's state waiting in snapshot \"%s\": %s", ln,
+                     from_tag, prev ? strerror(errno) : perr);
+            rc = -1;
+        } else {
+            int dfd = openat(tfd, ln, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            copy_ctx c = {.left = snap_max(m, s),
+                          .skipped = json_array(),
+                          .uid = (uid_t)-1,
+                          .gid = (gid_t)-1,
+                          .dev = st.st_dev};
+            if (dfd < 0 || copy_tree(&c, sfd, dfd, "", 0)) {
+                snprintf(err, errlen, "the %s kernel's state waiting in snapshot \"%s\": %s", ln,
+                         from_tag, c.err[0] ? c.err : strerror(errno));
+                rc = -1;
+            } else {
+                json_object_set(kernels, ln, info);
+                changed = 1;
+            }
+            json_decref(c.skipped);
+            if (dfd >= 0)
+                close(dfd);
+        }
+        if (sfd >= 0)
+            close(sfd);
+        if (tfd >= 0)
+            close(tfd);
+        json_decref(prev);
+    }
+    if (rc == 0 && changed && snap_write_manifest(to, man)) {
+        snprintf(err, errlen, "cannot write the snapshot's manifest: %s", strerror(errno));
+        rc = -1;
+    }
+    json_decref(man);
+    return rc;
 }

@@ -90,4 +90,20 @@ void snap_cell_time(km_manager *m, session *s, int l, double secs);
  * restored first. */
 void snap_check_worker(km_manager *m, session *s, int l);
 
+/* For a session archive (sessionarch.h): the path of snapshot tag of s
+ * (tag "": the snapshots' directory, with a trailing "/"), 0 or -1 (too
+ * long); its manifest (new, or NULL with the reason); a manifest written
+ * into dir (temp, fsync, rename; 0 or -1); a kernel's "lost" list cut to
+ * the bounds a manifest keeps (new). */
+int snap_path(const session *s, const char *tag, char *out, size_t size);
+json_t *snap_manifest(const session *s, const char *tag, char *err, size_t errlen);
+int snap_write_manifest(const char *dir, json_t *manifest);
+json_t *snap_lost_sanitized(const json_t *lost);
+
+/* Copies into snapshot tag of s the state of every kernel that is not
+ * running but waits to be restored from another snapshot (culled, or
+ * stopped with the daemon), so that tag holds all of the session's
+ * variables. 0, or -1 with the reason. */
+int snap_adopt_pending(km_manager *m, session *s, const char *tag, char *err, size_t errlen);
+
 #endif

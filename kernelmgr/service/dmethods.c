@@ -425,20 +425,121 @@ static void m_http_start(dreq *r, const json_t *p)
 }
 
 /* Draining (km.h): no new sessions, the existing ones keep working; the
- * gateway's /readyz says so. "drain": false ends it. */
+ * gateway's /readyz says so. "drain": false ends it. Draining also takes a
+ * snapshot ("drain", kernels and workspace) of every session with a live
+ * kernel, one after the other, so each can be moved (session.export) or
+ * brought back after the daemon is gone; "snapshot": false skips them.
+ * With "stream", an event per session as it is done. */
 static void m_daemon_drain(dreq *r, const json_t *p)
 {
-    int on = 1;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s?b}", "drain", &on))
+    int on = 1, snap = 1, stream = 0;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s?b s?b s?b}", "drain", &on, "snapshot", &snap,
+                   "stream", &stream))
         return dreq_invalid(r, r->why);
     km_set_draining(daemon_mgr, on);
     json_t *ss = km_sessions(daemon_mgr);
     const char *node = km_manager_config(daemon_mgr)->node_id;
     fprintf(stderr, "kernelmgr: %s (%zu sessions)\n",
             on ? "draining: no new sessions" : "no longer draining", json_array_size(ss));
-    dreq_ok(r, json_pack("{s:b s:I s:s?}", "draining", on, "sessions",
-                         (json_int_t)json_array_size(ss), "node_id", node[0] ? node : NULL));
+    json_t *results = json_array();
+    size_t i, n = json_array_size(ss);
+    json_t *sv;
+    int failed = 0;
+    json_array_foreach(ss, i, sv)
+    {
+        const char *name = json_string_value(json_object_get(sv, "name"));
+        int live = 0;
+        const char *ln;
+        json_t *kv;
+        json_object_foreach(json_object_get(sv, "kernels"), ln, kv)
+        {
+            live |= json_is_object(kv);
+        }
+        if (!on || !snap || !name)
+            continue;
+        json_t *res;
+        if (!live) {
+            res = json_pack("{s:s s:s s:s}", "session", name, "status", "skipped", "reason",
+                            "no live kernel: its state is on disk already (its workspace, and "
+                            "any snapshot its kernels wait to restore)");
+        } else {
+            km_err e = {0, ""};
+            json_t *man = km_snapshot(daemon_mgr, name, "drain", &e);
+            if (man) {
+                res = json_pack("{s:s s:s s:s s:O s:O}", "session", name, "status", "snapshotted",
+                                "tag", "drain", "kernels", json_object_get(man, "kernels"),
+                                "failed", json_object_get(man, "failed"));
+                json_decref(man);
+            } else {
+                failed++;
+                res = json_pack("{s:s s:s s:s}", "session", name, "status", "failed", "reason",
+                                e.msg);
+            }
+        }
+        fprintf(stderr, "kernelmgr: drain: session %s %s (%zu of %zu)%s%s\n", name,
+                json_string_value(json_object_get(res, "status")), i + 1, n,
+                json_object_get(res, "reason") ? ": " : "",
+                json_string_value(json_object_get(res, "reason")) ?: "");
+        if (stream) {
+            json_t *ev = json_pack("{s:s s:I s:I s:O}", "event", "drain", "done", (json_int_t)i + 1,
+                                   "of", (json_int_t)n, "session", res);
+            dreq_on_event(r, ev);
+            json_decref(ev);
+        }
+        json_array_append_new(results, res);
+    }
+    json_t *out = json_pack("{s:b s:I s:s?}", "draining", on, "sessions", (json_int_t)n, "node_id",
+                            node[0] ? node : NULL);
+    if (on && snap) {
+        json_object_set_new(out, "snapshots", results);
+        json_object_set_new(out, "snapshots_failed", json_integer(failed));
+    } else {
+        json_decref(results);
+    }
+    dreq_ok(r, out);
     json_decref(ss);
+}
+
+/* session.export: the session's archive (sessionarch.h), built at the first
+ * call (no "archive"), read in chunks of at most 1 MiB. */
+static void m_session_export(dreq *r, const json_t *p)
+{
+    const char *name, *archive = NULL;
+    json_int_t off = 0, len = 0;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s s?I s?I}", "session", &name, "archive",
+                   &archive, "offset", &off, "length", &len))
+        return dreq_invalid(r, r->why);
+    if (off < 0 || (json_object_get(p, "length") && (len < 1 || len > KM_ARCHIVE_CHUNK_MAX)))
+        return dreq_invalidf(r, "field \"offset\" must be >= 0 and field \"length\" 1 to %u",
+                             KM_ARCHIVE_CHUNK_MAX);
+    dreq_reply(r,
+               km_session_export(daemon_mgr, name, archive, (uint64_t)off, (uint64_t)len, &r->err));
+}
+
+/* session.import: an archive in chunks (base64 "data" at "offset"), the
+ * last with "final": checked as hostile input, then a new session. */
+static void m_session_import(dreq *r, const json_t *p)
+{
+    const char *name, *data;
+    json_int_t off = 0;
+    int final = 0;
+    sopts_raw sr = {0};
+    km_session_opts so;
+    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s:I s?b " SOPTS_FMT "}", "session", &name,
+                   "data", &data, "offset", &off, "final", &final, SOPTS_ARGS(sr)) ||
+        sopts_fill(r, p, &so))
+        return dreq_invalid(r, r->why);
+    if (off < 0)
+        return dreq_invalid(r, "field \"offset\" must be >= 0");
+    size_t len = json_string_length(json_object_get(p, "data"));
+    unsigned char *bin;
+    const void *bytes;
+    if (content_bytes(data, "base64", &bytes, &bin, &len))
+        return dreq_invalid(r, "field \"data\": not valid base64");
+    json_t *res =
+        km_session_import(daemon_mgr, name, &so, (uint64_t)off, bytes, len, final, &r->err);
+    free(bin);
+    dreq_reply(r, res);
 }
 
 static void m_shutdown(dreq *r, const json_t *p)
@@ -496,7 +597,12 @@ static const dtier_field f_packages[] = {
 static const dtier_field f_export[] = {F_ALL("session"), F_ALL("kernel_name"), {NULL, 0, 0, NULL}};
 static const dtier_field f_connection_file[] = {
     F_ALL("session"), F_ALL("lang"), {NULL, 0, 0, NULL}};
-static const dtier_field f_drain[] = {F_ALL("drain"), {NULL, 0, 0, NULL}};
+static const dtier_field f_drain[] = {
+    F_ALL("drain"), F_ALL("snapshot"), F_ALL("stream"), {NULL, 0, 0, NULL}};
+static const dtier_field f_sexport[] = {
+    F_ALL("session"), F_ALL("archive"), F_ALL("offset"), F_ALL("length"), {NULL, 0, 0, NULL}};
+static const dtier_field f_simport[] = {
+    F_ALL("session"), F_ALL("data"), F_ALL("offset"), F_ALL("final"), {NULL, 0, 0, NULL}};
 static const dtier_field f_http_start[] = {
     F_ALL("listen"), F_ALL("tls_cert"), F_ALL("tls_key"), F_ALL("insecure"), {NULL, 0, 0, NULL}};
 
@@ -519,6 +625,14 @@ static const dmethod dmethods[] = {
     {"session.snapshots", m_snapshots, 0, DT_ALL, NULL, f_session, 0},
     {"session.restore", m_restore, 1, DT_ALL, NULL, f_snapshot, 0},
     {"session.fork", m_fork, 1, DT_ALL, NULL, f_fork, 0},
+    /* moving a session between daemons: the operator and the remote
+     * clients that route by session (HTTP); not the MCP tier, whose agent
+     * has no use for archive bytes and whose sandboxed code must not get
+     * to hand a daemon crafted archives */
+    {"session.export", m_session_export, 1, DT_O | DT_H,
+     "moving a session is its operator's or an HTTP client's, not an agent's", f_sexport, 0},
+    {"session.import", m_session_import, 1, DT_O | DT_H,
+     "moving a session is its operator's or an HTTP client's, not an agent's", f_simport, 1},
     {"files.list", m_files_list, 0, DT_ALL, NULL, f_files_list, 0},
     {"files.read", m_files_read, 0, DT_ALL, NULL, f_files_read, 0},
     {"files.write", m_files_write, 1, DT_ALL, NULL, f_files_write, 1},
@@ -530,7 +644,7 @@ static const dmethod dmethods[] = {
     {"shutdown", m_shutdown, 0, DT_O, "the daemon is its operator's to stop", f_none, 0},
     {"http.start", m_http_start, 0, DT_O, "the daemon's listening addresses are its operator's",
      f_http_start, 0},
-    {"daemon.drain", m_daemon_drain, 0, DT_O, "draining a daemon is its operator's", f_drain, 0},
+    {"daemon.drain", m_daemon_drain, 1, DT_O, "draining a daemon is its operator's", f_drain, 0},
     {NULL, NULL, 0, 0, NULL, NULL, 0},
 };
 
