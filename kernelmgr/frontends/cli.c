@@ -865,7 +865,21 @@ static int print_drain(cli *c, const char *name, json_t *rep)
         printf("draining%s%s: no new sessions; the existing ones (%lld) keep working (undo: "
                "kernelmgr undrain)\n",
                node ? " node " : "", node ? node : "", (long long)n);
-    else
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(rep, "snapshots"), i, v)
+    {
+        const char *stt = json_string_value(json_object_get(v, "status"));
+        const char *why = json_string_value(json_object_get(v, "reason"));
+        printf("  session %s: %s%s%s\n", json_string_value(json_object_get(v, "session")),
+               stt && !strcmp(stt, "snapshotted") ? "snapshot \"drain\" taken" : stt,
+               why ? ": " : "", why ? why : "");
+    }
+    json_int_t bad = json_integer_value(json_object_get(rep, "snapshots_failed"));
+    if (bad)
+        printf("%lld session(s) could not be snapshotted (above); they keep working\n",
+               (long long)bad);
+    if (!json_is_true(json_object_get(rep, "draining")))
         printf("not draining%s%s: new sessions are made again (%lld existing)\n",
                node ? ", node " : "", node ? node : "", (long long)n);
     return 0;
@@ -1243,6 +1257,231 @@ static int cmd_files_put(cli *c)
                from_stdin ? "stdin" : local);
     }
     return 0;
+}
+
+/* session export NAME FILE: the session's archive (session.export, chunk by
+ * chunk on one connection) into FILE ("-": stdout), written beside it and
+ * renamed into place only when complete. */
+static int cmd_session_export(cli *c)
+{
+    int st = files_args(c, 2, 2, "session export NAME FILE");
+    if (st)
+        return st;
+    const char *name = c->pos[0], *local = c->pos[1];
+    int to_stdout = !strcmp(local, "-");
+    km_err err = {0, ""};
+    int fd = connect_daemon(c, 1, &err);
+    if (fd < 0)
+        return files_local_error(c, err.code ? err.code : KM_EDAEMON, "%s", err.msg);
+    char tmp[4200], doing[200], archive[64] = "";
+    const char *base = last_component(local);
+    snprintf(tmp, sizeof tmp, "%.*s.%s.kmpart.XXXXXX", (int)(base - local), local, base);
+    snprintf(doing, sizeof doing, "cannot export session \"%s\"", name);
+    int out = to_stdout ? 1 : -1;
+    json_int_t off = 0, size = -1;
+    json_t *first = NULL;
+    for (;;) {
+        json_t *req = json_pack("{s:s s:I}", "session", name, "offset", off);
+        if (archive[0])
+            json_object_set_new(req, "archive", json_string(archive));
+        json_t *rep;
+        st = files_rpc(c, fd, "session.export", req, doing, &rep);
+        if (st)
+            break;
+        const char *b64 = json_string_value(json_object_get(rep, "data"));
+        size_t b64len = json_string_length(json_object_get(rep, "data"));
+        unsigned char *bin = malloc(b64len / 4 * 3 + 3);
+        size_t n = 0;
+        int bad = !b64 || !bin ||
+                  sodium_base642bin(bin, b64len / 4 * 3 + 3, b64, b64len, NULL, &n, NULL,
+                                    sodium_base64_VARIANT_ORIGINAL) != 0;
+        int eof = json_is_true(json_object_get(rep, "eof"));
+        if (!archive[0]) {
+            snprintf(archive, sizeof archive, "%s",
+                     json_string_value(json_object_get(rep, "archive")) ?: "");
+            size = json_integer_value(json_object_get(rep, "size"));
+            first = json_incref(rep);
+        }
+        json_decref(rep);
+        if (bad) {
+            free(bin);
+            st = files_local_error(c, KM_EDAEMON, "%s: the daemon sent data that is not base64",
+                                   doing);
+            break;
+        }
+        if (out < 0 && (out = mkstemp(tmp)) < 0) {
+            free(bin);
+            st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
+            break;
+        }
+        int werr = n && cm_write_all(out, bin, n) ? errno : 0;
+        free(bin);
+        if (werr) {
+            st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(werr));
+            break;
+        }
+        off += (json_int_t)n;
+        if (eof || n == 0 || off >= size)
+            break;
+    }
+    close(fd);
+    if (!to_stdout && out >= 0) {
+        if (!st && (fchmod(out, 0600) || fsync(out)))
+            st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
+        if (close(out) && !st)
+            st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
+        if (!st && rename(tmp, local))
+            st = files_local_error(c, KM_EOUTPUT, "cannot write %s: %s", local, strerror(errno));
+        if (st)
+            unlink(tmp); /* nothing half-written is left behind */
+    }
+    if (!st && !to_stdout) {
+        json_t *skipped = json_object_get(first, "skipped");
+        if (c->json) {
+            json_t *r =
+                json_pack("{s:s s:s s:I s:O* s:O*}", "session", name, "file", local, "size", off,
+                          "kernels", json_object_get(first, "kernels"), "skipped", skipped);
+            print_json(r);
+            json_decref(r);
+        } else {
+            printf("exported session %s to %s (%lld bytes", name, local, (long long)off);
+            size_t i;
+            json_t *v;
+            json_array_foreach(json_object_get(first, "kernels"), i, v)
+            {
+                printf("%s%s", i ? ", " : "; the state of its kernels: ", json_string_value(v));
+            }
+            puts(")");
+            json_array_foreach(skipped, i, v)
+            {
+                printf("  not in the archive: %s (%s)\n",
+                       json_string_value(json_object_get(v, "path")),
+                       json_string_value(json_object_get(v, "reason")));
+            }
+        }
+    }
+    json_decref(first);
+    return st;
+}
+
+/* The session name an archive was exported with: its first entry,
+ * kernelmgr-session.json (the daemon checks the whole archive again). */
+static int archive_session_name(int in, char *out, size_t size)
+{
+    unsigned char h[512];
+    if (pread(in, h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h, "kernelmgr-session.json", 23))
+        return -1;
+    char sz[13];
+    memcpy(sz, h + 124, 12);
+    sz[12] = 0;
+    unsigned long long n = strtoull(sz, NULL, 8);
+    if (n == 0 || n > 65536)
+        return -1;
+    char *buf = malloc(n);
+    int rc = -1;
+    if (buf && pread(in, buf, n, 512) == (ssize_t)n) {
+        json_error_t je;
+        json_t *o = json_loadb(buf, n, 0, &je);
+        const char *nm = json_string_value(json_object_get(o, "session"));
+        if (nm && km_name_valid(nm)) {
+            snprintf(out, size, "%s", nm);
+            rc = 0;
+        }
+        json_decref(o);
+    }
+    free(buf);
+    return rc;
+}
+
+/* session import FILE [NAME]: FILE ("-": stdin) to session.import in
+ * chunks on one connection; NAME defaults to the name it was exported
+ * with. */
+static int cmd_session_import(cli *c)
+{
+    if (c->npos < 1 || c->npos > 2)
+        return usage_error("usage: kernelmgr session import FILE [NAME]");
+    const char *local = c->pos[0];
+    int from_stdin = !strcmp(local, "-");
+    int in = from_stdin ? 0 : open(local, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat lst;
+    if (in < 0)
+        return files_local_error(c, KM_EUSAGE, "cannot read %s: %s", local, strerror(errno));
+    if (!from_stdin && (fstat(in, &lst) || !S_ISREG(lst.st_mode))) {
+        close(in);
+        return files_local_error(c, KM_EUSAGE, "cannot read %s: not a regular file", local);
+    }
+    if (!from_stdin)
+        fcntl(in, F_SETFL, fcntl(in, F_GETFL) & ~O_NONBLOCK);
+    char name[KM_NAME_MAX + 1];
+    if (c->npos > 1) {
+        snprintf(name, sizeof name, "%s", c->pos[1]);
+    } else if (from_stdin || archive_session_name(in, name, sizeof name)) {
+        if (!from_stdin)
+            close(in);
+        return usage_error("session import: give the NAME of the new session (%s names none)",
+                           local);
+    }
+    if (!km_name_valid(name)) {
+        if (!from_stdin)
+            close(in);
+        return usage_error("invalid session name \"%s\"", name);
+    }
+    km_err err = {0, ""};
+    int fd = connect_daemon(c, 1, &err);
+    if (fd < 0) {
+        if (!from_stdin)
+            close(in);
+        return files_local_error(c, err.code ? err.code : KM_EDAEMON, "%s", err.msg);
+    }
+    unsigned char *buf = malloc(FILES_WRITE_CHUNK);
+    size_t b64cap = sodium_base64_ENCODED_LEN(FILES_WRITE_CHUNK, sodium_base64_VARIANT_ORIGINAL);
+    char *b64 = malloc(b64cap);
+    char doing[200];
+    snprintf(doing, sizeof doing, "cannot import session \"%s\" from %.100s", name, local);
+    json_int_t total = 0;
+    json_t *rep = NULL;
+    int st = buf && b64 ? 0 : files_local_error(c, KM_EINTERNAL, "out of memory");
+    while (!st) {
+        ssize_t n = cm_read_full(in, buf, FILES_WRITE_CHUNK);
+        if (n < 0) {
+            st = files_local_error(c, KM_EUSAGE, "cannot read %s: %s", local, strerror(errno));
+            break;
+        }
+        int final = (size_t)n < FILES_WRITE_CHUNK;
+        sodium_bin2base64(b64, b64cap, buf, (size_t)n, sodium_base64_VARIANT_ORIGINAL);
+        json_decref(rep);
+        rep = NULL;
+        st = files_rpc(c, fd, "session.import",
+                       json_pack("{s:s s:s s:I s:b}", "session", name, "data", b64, "offset", total,
+                                 "final", final),
+                       doing, &rep);
+        total += n;
+        if (final)
+            break;
+    }
+    free(buf);
+    free(b64);
+    close(fd);
+    if (!from_stdin)
+        close(in);
+    if (!st) {
+        if (c->json) {
+            print_json(rep);
+        } else {
+            printf("imported session %s from %s (%lld bytes); its next exec restores", name,
+                   from_stdin ? "stdin" : local, (long long)total);
+            const char *ln;
+            json_t *v;
+            int any = 0;
+            json_object_foreach(json_object_get(rep, "kernels"), ln, v)
+            {
+                printf("%s%s", any++ ? ", " : " the ", ln);
+            }
+            puts(any ? " state and its files" : " its files");
+        }
+    }
+    json_decref(rep);
+    return st;
 }
 
 /* files ls NAME [PATH]: as `files NAME`, below PATH when given. */
@@ -1691,6 +1930,14 @@ static const cli_command cli_commands[] = {
      "remove a file, a link or an empty directory"},
     {"export", NULL, "export", 1, build_export, print_export, NULL, NULL, 0,
      "export NAME [-o FILE] [--kernel NAME]", "the session's history as a Jupyter notebook"},
+    {"session export", cmd_session_export, NULL, 0, NULL, NULL, NULL, NULL, 0,
+     "session export NAME FILE",
+     "the session (files, and its variables snapshotted\nnow) as one archive, to move it to "
+     "another daemon"},
+    {"session import", cmd_session_import, NULL, 0, NULL, NULL, NULL, NULL, 0,
+     "session import FILE [NAME]",
+     "a new session from an archive (NAME: the one it\nwas exported with); its next exec "
+     "restores it"},
     {"connection-file", NULL, "connection_file", 1, build_connection_file, print_connection_file,
      NULL, NULL, 0, "connection-file NAME [--lang L]",
      "connection file for `jupyter console --existing`"},
