@@ -10,6 +10,8 @@ daemon's sessions failing closed instead of being made anew elsewhere.
 
 Also: the Kubernetes manifests of deploy/k8s/ parsed and checked offline.
 No fixed sleeps: everything polls with a deadline."""
+import base64
+import io
 import json
 import os
 import re
@@ -18,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.error
@@ -347,6 +350,8 @@ def test_sessions_routed_by_name_through_nginx(cluster):
     # drain y: readyz says so, its sessions keep working, new ones are refused
     p = by_id[y].m.run("drain")
     assert p.returncode == 0 and "draining" in p.stdout, (p.stdout, p.stderr)
+    # draining snapshotted every live session of y
+    assert f'session {b}: snapshot "drain" taken' in p.stdout, p.stdout
     assert http("GET", by_id[y].url + "/readyz", token=None) == (503, {"status": "draining"})
     assert http("GET", f"{front.url}/s/{b}/readyz", token=None) == (503, {"status": "draining"})
     assert http("GET", by_id[y].url + "/healthz", token=None) == (200, {"status": "ok"})
@@ -373,6 +378,41 @@ def test_sessions_routed_by_name_through_nginx(cluster):
     st, r = call(front, s, "session.create", {"session": s})
     assert r["result"]["created"] is True, r
 
+    # a move: b's archive exported through the front (routed to y by b's
+    # name), imported as a name the balancer sends to a third node, the
+    # old session closed; the balancer is told nothing
+    st, r = call(front, b, "exec", {"session": b, "lang": "bash",
+                                    "code": "word=moved; mkdir -p d && echo deep > d/f.txt"})
+    assert r["result"]["results"][0]["status"] == "ok", r
+    st, r = call(front, b, "session.export", {"session": b})
+    assert st == 200 and "result" in r, r
+    archive = base64.b64decode(r["result"]["data"])
+    while not r["result"]["eof"]:
+        st, r = call(front, b, "session.export", {"session": b, "offset": len(archive),
+                                                  "archive": r["result"]["archive"]})
+        archive += base64.b64decode(r["result"]["data"])
+    with tarfile.open(fileobj=io.BytesIO(archive)) as t:  # what the host wrote names no path of it
+        for name in ("kernelmgr-session.json", "snapshot/manifest.json"):
+            assert str(by_id[y].m.home) not in t.extractfile(name).read().decode(), name
+    c = next(f"moved{i}" for i in range(200)
+             if call(front, f"moved{i}", "ping", {})[1]["result"]["node_id"] not in (x, y))
+    st, r = call(front, c, "session.import", {"session": c, "offset": 0, "final": True,
+                                              "data": base64.b64encode(archive).decode()})
+    assert st == 200 and r["result"]["from"] == {"session": b, "node_id": y,
+                                                 "exported_at": r["result"]["from"]["exported_at"]}
+    assert "workspace" not in r["result"], r  # no host path over HTTP
+    st, r = call(front, b, "close", {"session": b})
+    assert "result" in r, r
+    assert b not in by_id[y].sessions()
+    st, r = call(front, c, "exec", {"session": c, "lang": "python", "code": "print(y * 3)"})
+    assert r["result"]["results"][0]["stdout"] == "bbb\n", r
+    st, r = call(front, c, "exec", {"session": c, "lang": "bash", "code": "echo $word; cat d/f.txt"})
+    assert r["result"]["results"][0]["stdout"] == "moved\ndeep\n", r
+    st, r = call(front, c, "files.read", {"session": c, "path": "d/f.txt"})
+    assert r["result"]["content"] == "deep\n", r
+    st, r = call(front, b, "exec", {"session": b, "code": "print(y)"})
+    assert r["error"]["code"] == -32003, r  # gone from y, not made anew
+
     # a dead daemon: its sessions fail closed, never made anew elsewhere
     pid = ks[0]["kernelmgr"]["pid"]
     by_id[x].kill()
@@ -391,7 +431,7 @@ def test_sessions_routed_by_name_through_nginx(cluster):
     # the dead daemon's kernel ends with it (its lifeline)
     poll(lambda: _alive(pid), lambda v: not v, 30, f"kernel {pid} of the dead daemon ends")
     # the others still serve
-    st, r = call(front, b, "exec", {"session": b, "code": "print(y)"})
+    st, r = call(front, c, "exec", {"session": c, "code": "print(y)"})
     assert r["result"]["results"][0]["stdout"] == "b\n", r
 
 
