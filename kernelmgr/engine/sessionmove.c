@@ -31,6 +31,8 @@
 #define EXPORT_TAG "export"   /* the snapshot an export takes (removed once archived) */
 #define IMPORT_TAG "imported" /* the snapshot an import makes */
 #define ARCHIVE_ID_LEN 16
+#define UPLOADS_MAX 8       /* session imports in progress at once */
+#define UPLOAD_IDLE_MAX 600 /* seconds an upload may wait for its next chunk */
 
 /* uploads in progress: one writer at a time */
 static pthread_mutex_t upload_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -94,6 +96,7 @@ static json_t *build_archive(km_manager *m, session *s, char id[ARCHIVE_ID_LEN +
         goto out;
     }
     man = snap_manifest(s, EXPORT_TAG, why, sizeof why);
+    json_t *failed = json_incref(json_object_get(man, "failed"));
     json_t *langs = json_array();
     const char *ln;
     json_t *v;
@@ -141,12 +144,15 @@ static json_t *build_archive(km_manager *m, session *s, char id[ARCHIVE_ID_LEN +
             info = NULL;
         } else {
             json_object_set(info, "kernels", langs);
+            if (json_object_size(failed)) /* a kernel whose state could not be saved */
+                json_object_set(info, "failed", failed);
         }
     }
     if (!info)
         unlink(tmp);
     json_decref(hdr);
     json_decref(langs);
+    json_decref(failed);
 out:
     session_rmtree(snapdir); /* the archive holds it; the store keeps no second copy */
     return info;
@@ -242,6 +248,36 @@ static int upload_path(km_manager *m, const char *name, char *out, size_t size, 
     return n < 0 || (size_t)n >= size ? merr(err, KM_EINTERNAL, "the home's path is too long") : 0;
 }
 
+/* Before a new upload: uploads idle for UPLOAD_IDLE_MAX seconds are
+ * dropped; then at most UPLOADS_MAX may be in progress. 0, or -1 with err. */
+static int uploads_room(km_manager *m, km_err *err)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.3900s/imports", m->home);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0, dfd = dirfd(d);
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat st;
+        if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW))
+            continue;
+        if (now - st.st_mtime > UPLOAD_IDLE_MAX)
+            unlinkat(dfd, e->d_name, 0);
+        else
+            n++;
+    }
+    closedir(d);
+    if (n < UPLOADS_MAX)
+        return 0;
+    return merr(err, KM_EUSAGE,
+                "%d session imports are in progress, the most this daemon takes at once: finish "
+                "one (an upload idle for %d s is dropped)",
+                n, UPLOAD_IDLE_MAX);
+}
+
 /* Makes session name from the checked archive open as fd. */
 static json_t *import_archive(km_manager *m, const char *name, const km_session_opts *sopts, int fd,
                               km_err *err)
@@ -256,7 +292,15 @@ static json_t *import_archive(km_manager *m, const char *name, const km_session_
     json_t *created = km_session_create(m, name, sopts, err);
     if (!created)
         return NULL;
+    int made = json_is_true(json_object_get(created, "created"));
     json_decref(created);
+    if (!made) { /* made meanwhile by another request: never written into */
+        merr(err, KM_EUSAGE,
+             "session \"%s\" exists: an import makes a new session (import under another name, "
+             "or close it first)",
+             name);
+        return NULL;
+    }
     session *d = session_ref(m, name);
     if (!d) {
         merr(err, KM_EINTERNAL, "the new session \"%s\" went away", name);
@@ -333,6 +377,10 @@ json_t *km_session_import(km_manager *m, const char *name, const km_session_opts
         return NULL;
     pthread_mutex_lock(&upload_mu);
     json_t *ret = NULL;
+    if (offset == 0 && uploads_room(m, err)) {
+        pthread_mutex_unlock(&upload_mu);
+        return NULL;
+    }
     int flags = O_WRONLY | O_NOFOLLOW | O_CLOEXEC | (offset == 0 ? O_CREAT | O_TRUNC : 0);
     int fd = open(p, flags, 0600);
     struct stat st;

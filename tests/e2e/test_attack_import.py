@@ -1,7 +1,8 @@
 """A session archive (session.import) is hostile input: archives with "..",
 absolute paths, symbolic and hard links, devices and FIFOs, extended
 headers, entries outside the layout, a huge declared size, too many
-entries, an upload past import_max_bytes, and a manifest naming files
+entries, an upload past import_max_bytes or out of order, more uploads at
+once than the daemon takes, and a manifest naming files
 outside the archive or a language that is not one — each refused with a
 clear error, no session made, nothing written outside (nor left in the
 store), and the daemon still imports a sound archive afterwards, whose next
@@ -213,6 +214,25 @@ def test_manifest_naming_files_outside_refused(daemon):
             "not a kernelmgr snapshot manifest")
     no_header = build([(ti, c) for ti, c in ms if ti.name != "kernelmgr-session.json"])
     refused(daemon, "d5", no_header, "kernelmgr-session.json")
+
+
+def test_uploads_bounded_in_number_and_order(daemon):
+    m, c, good = daemon
+    chunk = base64.b64encode(good[:512]).decode()
+    for i in range(8):
+        c.ok("session.import", {"session": f"u{i}", "offset": 0, "data": chunk})
+    e = c.error("session.import", {"session": "u8", "offset": 0, "data": chunk})
+    assert "8 session imports are in progress" in e["message"], e
+    # a chunk at another offset than the bytes received is refused, naming it
+    e = c.error("session.import", {"session": "u0", "offset": 100, "data": chunk})
+    assert "next chunk is at offset 512" in e["message"], e
+    e = c.error("session.import", {"session": "nope", "offset": 512, "data": chunk})
+    assert "no upload" in e["message"], e
+    # the idle uploads are the test's to drop (the daemon drops them after 600 s idle)
+    for f in (m.home / "imports").iterdir():
+        f.unlink()
+    assert not any(f"u{i}" in {s["name"] for s in c.ok("sessions.list")["sessions"]}
+                   for i in range(9))
 
 
 def test_mcp_tier_may_not_move_sessions(daemon):
