@@ -5,7 +5,8 @@ entries, an upload past import_max_bytes or out of order, more uploads at
 once than the daemon takes, and a manifest naming files
 outside the archive or a language that is not one — each refused with a
 clear error, no session made, nothing written outside (nor left in the
-store), and the daemon still imports a sound archive afterwards, whose next
+store), and the daemon still imports a sound archive afterwards (also by
+the CLI's `session export` / `session import`), whose next
 exec restores the Python and Bash variables and the files. One daemon
 (strict sandbox) for the module. Also: the MCP tier may neither export nor
 import."""
@@ -246,6 +247,28 @@ def test_mcp_tier_may_not_move_sessions(daemon):
             assert "not available to" in e["message"], e
     finally:
         c.close()
+
+
+def test_cli_session_export_and_import(daemon, tmp_path):
+    """`kernelmgr session export NAME FILE` / `session import FILE NAME`:
+    the same archive through the CLI, the file written only when complete."""
+    m, c, _ = daemon
+    f = tmp_path / "src.tar"
+    p = m.run("session", "export", "src", str(f))
+    assert p.returncode == 0 and "exported session src" in p.stdout, (p.stdout, p.stderr)
+    assert "bash, python" in p.stdout and f.stat().st_size > 0, p.stdout
+    assert [x.name for x in tmp_path.iterdir()] == ["src.tar"]  # no temporary left
+    p = m.run("session", "import", str(f), "clicopy")
+    assert p.returncode == 0 and "imported session clicopy" in p.stdout, (p.stdout, p.stderr)
+    out = c.ok("exec", {"session": "clicopy", "lang": "python", "code": "print(x)"})["results"][0]
+    assert out["stdout"] == "41\n", out
+    # the same name again: refused, said on stderr, exit status 2
+    p = m.run("session", "import", str(f), "clicopy")
+    assert p.returncode == 2 and "exists" in p.stderr, (p.returncode, p.stderr)
+    # no NAME: the one it was exported with, which exists here
+    p = m.run("session", "import", str(f))
+    assert p.returncode == 2 and 'session "src" exists' in p.stderr, p.stderr
+    c.ok("close", {"session": "clicopy"})
 
 
 def test_sound_archive_still_imports_and_restores(daemon):
