@@ -852,6 +852,54 @@ static void sessions_no_daemon(cli *c)
         puts("no sessions (no daemon running)");
 }
 
+/* One session's drain snapshot, as it is done (an event of daemon.drain
+ * with "stream"): progress on stdout. */
+static void drain_event(void *ud, const json_t *ev)
+{
+    cli *c = ud;
+    const json_t *v = json_object_get(ev, "session");
+    if (c->json || !json_is_object(v))
+        return;
+    const char *stt = json_string_value(json_object_get(v, "status"));
+    const char *why = json_string_value(json_object_get(v, "reason"));
+    printf(
+        "  session %s: %s%s%s (%lld of %lld)\n", json_string_value(json_object_get(v, "session")),
+        stt && !strcmp(stt, "snapshotted") ? "snapshot \"drain\" taken"
+        : stt                              ? stt
+                                           : "?",
+        why ? ": " : "", why ? why : "", (long long)json_integer_value(json_object_get(ev, "done")),
+        (long long)json_integer_value(json_object_get(ev, "of")));
+    fflush(stdout);
+}
+
+static int print_drain(cli *c, const char *name, json_t *rep);
+
+/* drain / undrain: daemon.drain, its snapshots' progress said as each is
+ * done; nothing to do when no daemon runs. */
+static int cmd_drain(cli *c)
+{
+    if (c->npos)
+        return usage_error("%s takes no arguments", c->cmd);
+    km_err err = {0, ""};
+    int fd = connect_daemon(c, 0, &err);
+    if (fd < 0) {
+        drain_no_daemon(c);
+        return 0;
+    }
+    close(fd);
+    json_t *req = json_object();
+    build_drain(c, req);
+    if (strcmp(c->cmd, "undrain"))
+        json_object_set_new(req, "stream", json_true());
+    json_t *rep;
+    int st = call(c, "daemon.drain", req, 0, drain_event, c, &rep);
+    if (st)
+        return st;
+    st = print_drain(c, NULL, rep);
+    json_decref(rep);
+    return st;
+}
+
 /* How each prints its reply (rep borrowed); the exit status. */
 static int print_drain(cli *c, const char *name, json_t *rep)
 {
@@ -865,16 +913,6 @@ static int print_drain(cli *c, const char *name, json_t *rep)
         printf("draining%s%s: no new sessions; the existing ones (%lld) keep working (undo: "
                "kernelmgr undrain)\n",
                node ? " node " : "", node ? node : "", (long long)n);
-    size_t i;
-    json_t *v;
-    json_array_foreach(json_object_get(rep, "snapshots"), i, v)
-    {
-        const char *stt = json_string_value(json_object_get(v, "status"));
-        const char *why = json_string_value(json_object_get(v, "reason"));
-        printf("  session %s: %s%s%s\n", json_string_value(json_object_get(v, "session")),
-               stt && !strcmp(stt, "snapshotted") ? "snapshot \"drain\" taken" : stt,
-               why ? ": " : "", why ? why : "");
-    }
     json_int_t bad = json_integer_value(json_object_get(rep, "snapshots_failed"));
     if (bad)
         printf("%lld session(s) could not be snapshotted (above); they keep working\n",
@@ -1965,10 +2003,11 @@ static const cli_command cli_commands[] = {
     {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...",
      "install allowlisted packages for a session"},
-    {"drain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0, "drain",
-     "the daemon makes no new sessions (its existing\nones keep working; /readyz says draining)"},
-    {"undrain", NULL, "daemon.drain", 0, build_drain, print_drain, drain_no_daemon, NULL, 0,
-     "undrain", "new sessions again after drain"},
+    {"drain", cmd_drain, NULL, 0, NULL, NULL, NULL, NULL, 0, "drain",
+     "the daemon makes no new sessions (its existing\nones keep working; /readyz says draining) "
+     "and\nsnapshots each live session, saying how it went"},
+    {"undrain", cmd_drain, NULL, 0, NULL, NULL, NULL, NULL, 0, "undrain",
+     "new sessions again after drain"},
     {"mcp", cmd_mcp, NULL, 0, NULL, NULL, NULL, NULL, 1,
      "mcp [--allowlist FILE]\nmcp install --client claude|cursor|vscode|generic [--print] "
      "[--python PATH]",
