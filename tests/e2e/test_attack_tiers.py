@@ -241,10 +241,12 @@ def test_http_session_options_stay_under_the_ceiling(gw, params, words):
     for method, base in (("exec", {"session": "h1", "code": "print('pwned')"}),
                          ("session.create", {"session": "h2"}),
                          ("files.write", {"session": "h3", "path": "a", "content": "x",
-                                          "create": True})):
+                                          "create": True}),
+                         ("session.import", {"session": "h4", "data": "", "offset": 0,
+                                             "final": True})):
         msg = refused(gw.rpc(method, {**base, **params}), *words)
         assert "pwned" not in msg
-    assert not {"h1", "h2", "h3"} & session_names(gw.m.home)
+    assert not {"h1", "h2", "h3", "h4"} & session_names(gw.m.home)
     # the same request within the ceiling works
     r = gw.rpc("exec", {"session": "h1", "code": "print(6 * 7)", "memory": "128M",
                         "cpus": 0.5, "cpu_time": 10})
