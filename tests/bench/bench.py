@@ -20,7 +20,8 @@ Environment:
                        16: the debugger: start and per-cell cost without
                        debugpy, with it unused, with a debugger attached;
                        17: snapshots: take and restore, a fork's first
-                       exec vs a cold start; 18: the egress proxy's cost
+                       exec vs a cold start, a session moved between
+                       two daemons; 18: the egress proxy's cost
                        per request; 19: a kernel start inside a session's
                        sandbox vs a new sandbox, idle memory)
   BUILD=DIR            build directory (default ./build)
@@ -2310,6 +2311,78 @@ def bench_snapshot(num):
     finally:
         c.close()
         d.close()
+def bench_move(num):
+    """A session moved between two daemons over the API (what `kernelmgr
+    session export` / `import` do): the export (a snapshot taken now and the
+    archive built), reading it in 1 MiB chunks, sending it in 4 MiB chunks
+    with the import (checked, extracted, the workspace filled), and the new
+    session's first exec (a kernel start that loads the state), for 100 MB
+    of numpy arrays plus 50 files of 1 MiB in the workspace."""
+    if not binary("kernel-python"):
+        raise Skip("build/kernel-python not built")
+    import base64
+    a = Daemon(daemon_config(snapshot_max="1G"))
+    b = Daemon(daemon_config())
+    ca, cb = DaemonConn(a.sock), DaemonConn(b.sock)
+    mib = 1 << 20
+    try:
+        code = ("import numpy as np, os\na = np.ones(100 * (1 << 20) // 8)\n"
+                "os.makedirs('data', exist_ok=True)\n"
+                "for i in range(50):\n    open(f'data/f{i}', 'wb').write(os.urandom(1 << 20))")
+        e = exec_ok(ca.call(rpc("exec", {"session": "m", "code": code, "lang": "python",
+                                         "timeout": 300})))
+        if e:
+            raise RuntimeError(e)
+        t = time.perf_counter()
+        r = ca.call(rpc("session.export", {"session": "m"}), timeout=600)
+        build_s = time.perf_counter() - t
+        if not r.get("ok"):
+            raise RuntimeError(f"export: {r.get('error')}")
+        data = bytearray(base64.b64decode(r["data"]))
+        while not r["eof"]:
+            r = ca.call(rpc("session.export", {"session": "m", "archive": r["archive"],
+                                               "offset": len(data)}), timeout=600)
+            if not r.get("ok"):
+                raise RuntimeError(f"export read: {r.get('error')}")
+            data += base64.b64decode(r["data"])
+        read_s = time.perf_counter() - t - build_s
+        t = time.perf_counter()
+        off = 0
+        while True:
+            part = bytes(data[off:off + 4 * mib])
+            final = off + len(part) >= len(data)
+            r = cb.call(rpc("session.import", {"session": "m", "offset": off, "final": final,
+                                               "data": base64.b64encode(part).decode()}),
+                        timeout=600)
+            if not r.get("ok"):
+                raise RuntimeError(f"import: {r.get('error')}")
+            off += len(part)
+            if final:
+                break
+        import_s = time.perf_counter() - t
+        t = time.perf_counter()
+        e = exec_ok(cb.call(rpc("exec", {"session": "m", "code": "print(a.size)",
+                                         "lang": "python", "timeout": 300})))
+        first_s = time.perf_counter() - t
+        if e:
+            raise RuntimeError(e)
+        DATA["move"] = {"archive_bytes": len(data), "export_build_s": build_s,
+                        "export_read_s": read_s, "import_s": import_s,
+                        "first_exec_s": first_s}
+        size = f"{len(data) / mib:.0f} MiB archive"
+        row(num, "move: export (snapshot now + archive)", ms1(build_s), size, "", "(info)")
+        row(num, "move: read the archive in 1 MiB chunks", ms1(read_s), "", "", "(info)")
+        row(num, "move: import in 4 MiB chunks (checked, extracted)", ms1(import_s), "", "",
+            "(info)")
+        row(num, "move: the moved session's first exec (restore)", ms1(first_s), "", "",
+            "(info)")
+    finally:
+        ca.close()
+        cb.close()
+        a.close()
+        b.close()
+
+
 def bench_egress(num):
     """Per-request cost of the egress proxy: a session with an allow-list
     fetches from a local HTTP server through the proxy (a new connection per
@@ -2621,6 +2694,7 @@ def main():
     section(17, "snapshots: take, restore, a restored first exec vs a cold start",
             bench_snapshot)
     section(17, "snapshots: what snapshot_interval costs a cell", bench_snapshot_interval)
+    section(17, "snapshots: a session moved between two daemons", bench_move)
     section(18, "egress allow-list: the filtering proxy's cost per request", bench_egress)
     section(19, "session sandbox: a kernel start inside it vs a new sandbox; idle memory",
             bench_session_sandbox)
