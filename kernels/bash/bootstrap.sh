@@ -25,7 +25,8 @@ unset KERNELMGR_REQ_FD KERNELMGR_EVT_FD
 __km_pid=$BASHPID
 __km_bash=$BASH
 __km_cell=${BASH_SOURCE[0]%/*}/cell.sh
-declare -r __km_req __km_evt __km_stdin __km_null __km_pid __km_bash __km_cell
+__km_ws=$PWD # the workspace: a snapshot's cwd is saved relative to it
+declare -r __km_req __km_evt __km_stdin __km_null __km_pid __km_bash __km_cell __km_ws
 __km_code='' __km_silent=0 __km_store=1 __km_stdin_ok=0 __km_count=0 __km_t='' __km_rc=0
 __km_intr='' __km_sigint='' __km_waiting='' __km_owed=0 __km_errexit='' __km_flags='' __km_phase=idle __km_opt_e='' __km_opt_u='' __km_opt_x='' __km_opt_v='' __km_opt_ncm=''
 
@@ -481,7 +482,15 @@ __km_snap_save() { # dir max_bytes
     builtin printf -v __km_j '__km_opt_e=%q __km_opt_u=%q __km_opt_x=%q __km_opt_v=%q __km_opt_ncm=%q __km_count=%q' \
         "$__km_opt_e" "$__km_opt_u" "$__km_opt_x" "$__km_opt_v" "$__km_opt_ncm" "$__km_count"
     __km_s+="$__km_j"$'\n'
-    builtin printf -v __km_j 'builtin cd -- %q' "$PWD"
+    # below the workspace: relative to it, so that a fork or an imported
+    # session (another workspace path) comes back to the same directory
+    if [[ $PWD == "$__km_ws" ]]; then
+        __km_j='builtin cd -- "$__km_ws"'
+    elif [[ $PWD == "$__km_ws"/* ]]; then
+        builtin printf -v __km_j 'builtin cd -- "$__km_ws"/%q' "${PWD#"$__km_ws"/}"
+    else
+        builtin printf -v __km_j 'builtin cd -- %q' "$PWD"
+    fi
     __km_s+="$__km_j"$'\n'
     local __km_jobs
     __km_jobs=$(builtin jobs -l 2>/dev/null)

@@ -49,7 +49,7 @@ def daemon():
         assert c.ok("exec", {"session": "src", "lang": "python",
                              "code": "x = 41\nopen('notes.txt', 'w').write('kept')"})
         assert c.ok("exec", {"session": "src", "lang": "bash",
-                             "code": "word=moved; mkdir -p sub && echo deep > sub/f"})
+                             "code": "word=moved; mkdir -p sub && echo deep > sub/f; cd sub"})
         r = c.ok("session.export", {"session": "src"})
         data = base64.b64decode(r["data"])
         while not r["eof"]:
@@ -284,9 +284,13 @@ def test_sound_archive_still_imports_and_restores(daemon):
                         "code": "print(x + 1, open('notes.txt').read())"})["results"][0]
     assert out["stdout"] == "42 kept\n", out
     assert out["kernel"]["restored"]["tag"] == "imported", out["kernel"]
+    # Bash comes back in the same directory of its new workspace
     out = c.ok("exec", {"session": "moved", "lang": "bash",
-                        "code": "echo $word; cat sub/f"})["results"][0]
-    assert out["stdout"] == "moved\ndeep\n", out
+                        "code": "echo $word; cat f; echo ${PWD#$(dirname $PWD)/}"})["results"][0]
+    assert out["stdout"] == "moved\ndeep\nsub\n", out
+    assert out["kernel"]["state_preserved"] is True, out["kernel"]
+    assert "/moved/" in c.ok("exec", {"session": "moved", "lang": "bash",
+                                      "code": "pwd"})["results"][0]["stdout"]
     e = c.error("session.import", {"session": "moved", "offset": 0, "final": True,
                                    "data": base64.b64encode(good).decode()})
     assert "exists" in e["message"], e

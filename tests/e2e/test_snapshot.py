@@ -181,13 +181,16 @@ def test_fork_is_independent(make_mgr):
     mgr = make_mgr(STRICT)
     r = py(mgr, "src", "data = [1, 2]\nopen('shared.txt', 'w').write('src')")
     assert r["status"] == "ok", r
-    assert sh(mgr, "src", "b=src")["status"] == "ok"
+    assert sh(mgr, "src", "b=src; mkdir -p sub; cd sub")["status"] == "ok"
     p = mgr.run("fork", "src", "dst", "--json")
     assert p.returncode == 0, p.stderr
     fork = json.loads(p.stdout)
     r = py(mgr, "dst", "data.append(3)\nopen('shared.txt', 'w').write('dst')\nprint(data)")
     assert r["stdout"] == "[1, 2, 3]\n" and r["kernel"]["restored"]["from"] == "snapshot", r
-    assert sh(mgr, "dst", "b=dst; echo $b")["stdout"] == "dst\n"
+    # Bash is back in the same directory, of the fork's own workspace
+    r = sh(mgr, "dst", "echo $b; b=dst; echo $b; pwd")
+    assert r["kernel"]["state_preserved"] is True, r["kernel"]
+    assert r["stdout"] == f"src\ndst\n{fork['workspace']}/sub\n", r
     r = py(mgr, "src", "print(data, open('shared.txt').read())")
     assert r["stdout"] == "[1, 2] src\n", r
     assert sh(mgr, "src", "echo $b")["stdout"] == "src\n"
