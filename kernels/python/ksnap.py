@@ -137,11 +137,17 @@ def save(path, max_bytes, ns, in_hist, out_hist, count, base_modules):
                 f.flush()
                 os.fsync(f.fileno())
             os.rename(tmp, os.path.join(path, "ns.pkl"))
-        cwd = None
+        cwd = cwd_rel = None
         try:
             cwd = os.getcwd()
         except OSError:
             pass
+        # the staging directory is made in the workspace: below it, the cwd
+        # is kept relative too, so that a fork or an imported session (another
+        # workspace path) comes back to the same directory of its own
+        ws = os.path.dirname(os.path.abspath(path))
+        if cwd and (cwd == ws or cwd.startswith(ws + os.sep)):
+            cwd_rel = os.path.relpath(cwd, ws)
         modules = [m for m in list(sys.modules) if m not in base_modules and m != "__main__"
                    and sys.modules.get(m) is not None]
         state = {
@@ -151,6 +157,7 @@ def save(path, max_bytes, ns, in_hist, out_hist, count, base_modules):
             "python": sys.version.split()[0],
             "execution_count": count,
             "cwd": cwd,
+            "cwd_rel": cwd_rel,
             "environ": dict(os.environ),
             "sys_path": list(sys.path),
             "modules": modules,
@@ -232,6 +239,9 @@ def load(path, ns, in_hist, out_hist, log):
                          "reason": "not saved: %s" % n.get("reason")})
     _restore_env(state.get("environ"))
     cwd = state.get("cwd")
+    rel = state.get("cwd_rel")
+    if isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split(os.sep):
+        cwd = os.path.join(os.path.dirname(os.path.abspath(path)), rel)
     if isinstance(cwd, str):
         try:
             os.chdir(cwd)

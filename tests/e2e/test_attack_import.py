@@ -47,7 +47,8 @@ def daemon():
     c = Conn(m)
     try:
         assert c.ok("exec", {"session": "src", "lang": "python",
-                             "code": "x = 41\nopen('notes.txt', 'w').write('kept')"})
+                             "code": "import os\nx = 41\nopen('notes.txt', 'w').write('kept')\n"
+                                     "os.makedirs('pdir')\nos.chdir('pdir')"})
         assert c.ok("exec", {"session": "src", "lang": "bash",
                              "code": "word=moved; mkdir -p sub && echo deep > sub/f; cd sub"})
         r = c.ok("session.export", {"session": "src"})
@@ -281,8 +282,9 @@ def test_sound_archive_still_imports_and_restores(daemon):
     r = rep["result"]
     assert r["from"]["session"] == "src" and set(r["kernels"]) == {"python", "bash"}, r
     out = c.ok("exec", {"session": "moved", "lang": "python",
-                        "code": "print(x + 1, open('notes.txt').read())"})["results"][0]
-    assert out["stdout"] == "42 kept\n", out
+                        "code": "print(x + 1, open('../notes.txt').read(), os.getcwd())"}
+               )["results"][0]
+    assert out["stdout"] == f"42 kept {r['workspace']}/pdir\n", out  # its own workspace
     assert out["kernel"]["restored"]["tag"] == "imported", out["kernel"]
     # Bash comes back in the same directory of its new workspace
     out = c.ok("exec", {"session": "moved", "lang": "bash",
