@@ -201,6 +201,12 @@ char *kcmd_python_resolved(const char *explicit_py, const char *workspace)
     return out;
 }
 
+const char *kcmd_net_text(const km_manager *m, const session *s)
+{
+    return s->network < 0 ? km_net_text(m->cfg.network, m->cfg.network_allow)
+                          : km_net_text(s->network, s->net_allow);
+}
+
 int kcmd_add_limits(km_manager *m, session *s, klaunch_cmd *cmd)
 {
     char num[64];
@@ -244,9 +250,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
           klaunch_cmd_add(cmd, "--workspace") | klaunch_cmd_add(cmd, s->workspace) |
           klaunch_cmd_add(cmd, "--sandbox") |
           klaunch_cmd_add(cmd, s->sandbox[0] ? s->sandbox : m->cfg.sandbox) |
-          klaunch_cmd_add(cmd, "--network") |
-          klaunch_cmd_add(cmd, s->network < 0 ? km_net_text(m->cfg.network, m->cfg.network_allow)
-                                              : km_net_text(s->network, s->net_allow));
+          klaunch_cmd_add(cmd, "--network") | klaunch_cmd_add(cmd, kcmd_net_text(m, s));
     rc |= kcmd_add_limits(m, s, cmd);
     double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
     if (cpu_time > 0) {

@@ -221,6 +221,10 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
  * configuration's; none when unset) to cmd, as kernels and the session
  * sandbox's holder both take them. 0, or -1 when cmd is full. */
 int kcmd_add_limits(km_manager *m, session *s, klaunch_cmd *cmd);
+/* borrowed: the session's effective network option in the kernels' text
+ * form ("on", "off", "allow:..."), its own else the configuration's, as
+ * kernels and the session sandbox's holder both take it (km_net_text). */
+const char *kcmd_net_text(const km_manager *m, const session *s);
 /* new (free()): the interpreter the manager resolved for sessions that
  * chose none (see kcmd.c), or NULL. */
 char *kcmd_python_resolved(const char *explicit_py, const char *workspace);

@@ -223,3 +223,115 @@ def test_memory_limit_is_the_sessions(mgr):
     assert "kept" in out, out
     out = mgr.ok("o", "print(6 * 7)", "python")
     assert "42" in out
+
+
+# ---- an egress allow-list: the session's one proxy, served by its holder ----
+
+class _Hello:
+    """An HTTP server on the host's 127.0.0.1 (the allowed host), counting
+    the requests it answered."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        outer = self
+        self.hits = 0
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.hits += 1
+                body = b"hello from the host"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def hello():
+    h = _Hello()
+    yield h
+    h.close()
+
+
+@pytest.fixture(scope="module", params=sbxutil.USERS)
+def allow_mgr(request, hello):
+    m = MachineMgr(request.param, {"network": {"allow": [f"127.0.0.1:{hello.port}"]}})
+    yield m
+    m.close()
+
+
+def _ppid(pid):
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+# Through the environment's proxy (urllib reads HTTP_PROXY), or straight to
+# the sandbox's own loopback (no proxy handler).
+PY_GET = r'''
+import urllib.request, urllib.error
+def get(url, direct=False):
+    op = urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if direct else []))
+    try:
+        return op.open(url, timeout=30).read().decode().strip()
+    except urllib.error.HTTPError as e:
+        return f"{e.code} {e.read().decode()}"
+'''
+
+
+def test_an_allow_list_session_is_one_machine_with_one_proxy(allow_mgr, hello):
+    m, port = allow_mgr, free_port()
+    m.ok("a", f"echo MARK-file > /tmp/shared.txt; mkdir -p /tmp/www; echo MARK-bash > /tmp/www/b; "
+              f"(cd /tmp/www && exec python3 -m http.server {port} --bind 127.0.0.1 "
+              f">/dev/null 2>&1 &)", "bash")
+    # the session's one holder serves the list; no kernel runs a sandbox of its own
+    ws = str(m.home / "sessions" / "a" / "workspace")
+    sbx = [p for p in procs_with(ws) if "kernelmgr-sandbox" in
+           Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    # (its monitor and the sandbox's init are its forks: same command line)
+    holders = [p for p in sbx if _ppid(p) not in sbx]
+    assert len(holders) == 1, sbx
+    assert f"allow:127.0.0.1:{hello.port}" in Path(f"/proc/{holders[0]}/cmdline").read_text()
+    # Python reaches Bash's server on the shared loopback, reads Bash's /tmp
+    deadline_fetch = PY_GET + (
+        "import time\nd = time.monotonic() + 30\n"
+        "while True:\n"
+        "    try:\n"
+        f"        print('GOT', get('http://127.0.0.1:{port}/b', direct=True)); break\n"
+        "    except OSError:\n"
+        "        if time.monotonic() > d: raise\n"
+        "        time.sleep(0.05)\n"
+        "print(open('/tmp/shared.txt').read())\n")
+    out = m.ok("a", deadline_fetch, "python")
+    assert "GOT MARK-bash" in out and "MARK-file" in out, out
+    out = m.ok("a", "ps -e -o pid=,args=", "bash")
+    assert out.split()[0] == "1" and "driver.py" in out and f"http.server {port}" in out, out
+    # the allowed host, through the one proxy, from both kernels
+    before = hello.hits
+    out = m.ok("a", PY_GET + f"print('PY', get('http://127.0.0.1:{hello.port}/'))", "python")
+    assert "PY hello from the host" in out, out
+    out = m.ok("a", f"echo SH $(curl -sS http://127.0.0.1:{hello.port}/)", "bash")
+    assert "SH hello from the host" in out, out
+    assert hello.hits == before + 2
+    # another host: the named 403, from both; a cell failing on it gets the note
+    out = m.ok("a", PY_GET + "print(get('http://example.com/'))", "python")
+    assert out.startswith("403 kernelmgr: network policy allow-list: host example.com:80 is not "
+                          f"allowed (allowed: 127.0.0.1:{hello.port})"), out
+    r = m.one("a", "curl -sSf http://example.org/", "bash")
+    assert r["exit_code"] != 0 and "403" in r["stderr"], r
+    assert "example.org:80 is not allowed" in " ".join(r.get("limits_hit") or []), r
+    # the refusals are logged once, by the holder, in the session's sandbox.log
+    log = (m.home / "sessions" / "a" / "sandbox.log").read_text(errors="replace")
+    assert "kernelmgr egress: refused GET http://example.com/" in log, log[-2000:]
+    assert "still" in m.ok("a", "echo still", "bash")
