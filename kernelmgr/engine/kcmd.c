@@ -201,6 +201,21 @@ char *kcmd_python_resolved(const char *explicit_py, const char *workspace)
     return out;
 }
 
+int kcmd_pkg_root(const km_manager *m, const session *s, char *root)
+{
+    struct stat st;
+    char pool[PATH_MAX];
+    int have_pool = s->pool_dir[0] &&
+                    snprintf(pool, sizeof pool, "%.4000s/packages", s->pool_dir) < (int)sizeof pool;
+    /* handed out: the pool's path only while it leads to the session's
+     * root (the symlink pkgdirs_adopt made) */
+    if (have_pool && (s->pool_entry || (lstat(pool, &st) == 0 && S_ISLNK(st.st_mode)))) {
+        memcpy(root, pool, strlen(pool) + 1);
+        return 0;
+    }
+    return s->pool_entry ? -1 : pkgdirs_session_root(m->home, s->name, root);
+}
+
 const char *kcmd_net_text(const km_manager *m, const session *s)
 {
     return s->network < 0 ? km_net_text(m->cfg.network, m->cfg.network_allow)
@@ -276,9 +291,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
      * sandbox, on PYTHONPATH / NODE_PATH and PATH. A warm-pool entry has no
      * name yet: its directory moves to the session's at hand-out. */
     char root[PATH_MAX], ro[PATH_MAX];
-    int have_root = s->pool_entry
-                        ? snprintf(root, sizeof root, "%.4000s/packages", s->pool_dir) < PATH_MAX
-                        : pkgdirs_session_root(m->home, s->name, root) == 0;
+    int have_root = kcmd_pkg_root(m, s, root) == 0;
     char **penv = have_root ? pkgdirs_kernel_env(root,
                                                  lg->packages == KM_LANG_PKG_PIP   ? "pip"
                                                  : lg->packages == KM_LANG_PKG_NPM ? "npm"

@@ -31,15 +31,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* 1 when s's kernels share one sandbox. Warm-pool sessions do not: their
- * package directory is renamed at hand-out, and a sandbox's mounts are
- * made once. An egress allow-list is the holder's to serve (one proxy on
- * the session's 127.0.0.1:3128, kernels/sandbox/main.c). */
+/* 1 when s's kernels share one sandbox. A warm-pool entry has one too:
+ * its package directory is renamed at hand-out, but its kernels name it by
+ * the pool's path before and after (kcmd_pkg_root), which the sandbox bound
+ * once. An egress allow-list is the holder's to serve (one proxy on the
+ * session's 127.0.0.1:3128, kernels/sandbox/main.c). */
 static int ksbx_wanted(const km_manager *m, const session *s)
 {
     const char *level = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
-    return m->cfg.session_sandbox && !strcmp(level, "strict") && !s->pool_entry && !s->from_pool &&
-           !s->pool_dir[0];
+    return m->cfg.session_sandbox && !strcmp(level, "strict");
 }
 
 const char *ksbx_socket(const session *s)
@@ -143,7 +143,7 @@ static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, si
     /* the session's package directories (made here if missing) */
     char root[PATH_MAX], ro[PATH_MAX];
     const char *kinds[] = {"pip", "npm"};
-    if (pkgdirs_session_root(m->home, s->name, root) == 0)
+    if (kcmd_pkg_root(m, s, root) == 0)
         for (size_t i = 0; i < 2; i++) {
             char **penv = pkgdirs_kernel_env(root, kinds[i], ro);
             if (penv && ro[0])

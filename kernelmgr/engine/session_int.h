@@ -225,6 +225,12 @@ int kcmd_add_limits(km_manager *m, session *s, klaunch_cmd *cmd);
  * form ("on", "off", "allow:..."), its own else the configuration's, as
  * kernels and the session sandbox's holder both take it (km_net_text). */
 const char *kcmd_net_text(const km_manager *m, const session *s);
+/* Writes the package root s's kernels see (PATH_MAX): a warm-pool entry's
+ * pool_dir/packages, and after the hand-out still that path (pkgdirs_adopt
+ * left a symlink there to the session's root), so a kernel started later
+ * names the very path the session sandbox bound when it was a pool entry;
+ * else home/packages/NAME. 0, or -1. */
+int kcmd_pkg_root(const km_manager *m, const session *s, char *root);
 /* new (free()): the interpreter the manager resolved for sessions that
  * chose none (see kcmd.c), or NULL. */
 char *kcmd_python_resolved(const char *explicit_py, const char *workspace);

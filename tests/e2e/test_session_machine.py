@@ -7,6 +7,7 @@ Bash is reachable from Python and the reverse), one /tmp, one process list,
 one cgroup whose memory limit is the session's; another session sees none
 of it; killing one kernel's worker leaves the other kernel and its
 background processes running; closing the session leaves no process."""
+import json
 import os
 import shutil
 import subprocess
@@ -335,3 +336,65 @@ def test_an_allow_list_session_is_one_machine_with_one_proxy(allow_mgr, hello):
     log = (m.home / "sessions" / "a" / "sandbox.log").read_text(errors="replace")
     assert "kernelmgr egress: refused GET http://example.com/" in log, log[-2000:]
     assert "still" in m.ok("a", "echo still", "bash")
+
+
+# ---- a warm-pool session: its pre-started kernels share one sandbox ----
+
+PING = r'''
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect(sys.argv[1])
+f = s.makefile("rw")
+f.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}) + "\n")
+f.flush()
+while True:
+    m = json.loads(f.readline())
+    if "method" not in m:
+        print(json.dumps(m["result"]["pool"]))
+        break
+'''
+
+
+@pytest.fixture(params=sbxutil.USERS)
+def pool_mgr(request):
+    m = MachineMgr(request.param, {"pool": 1})
+    m.serve = None
+    yield m
+    m.close()
+    if m.serve:
+        m.serve.wait(timeout=60)
+
+
+def test_a_warm_pool_session_is_one_machine(pool_mgr):
+    m = pool_mgr
+    # the daemon fills the pool once it runs (stopped by m.close())
+    m.serve = subprocess.Popen([*m.prefix, m.km, "serve"], env=m.env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sock = str(m.home / "kernelmgr.sock")
+
+    def pool():
+        p = subprocess.run([*m.prefix, sbxutil.PY, "-c", PING, sock], capture_output=True,
+                           text=True, timeout=60)
+        return json.loads(p.stdout) if p.returncode == 0 else {}
+    deadline = time.monotonic() + 60
+    while not (pool().get("ready") == 1):
+        assert time.monotonic() < deadline, pool()
+        time.sleep(0.1)
+    port = free_port()
+    m.ok("w", f"echo MARK-pool > /tmp/p.txt; mkdir -p /tmp/www; echo MARK-bash > /tmp/www/b; "
+              f"(cd /tmp/www && exec python3 -m http.server {port} --bind 127.0.0.1 "
+              f">/dev/null 2>&1 &)", "bash")
+    out = m.ok("w", PY_FETCH % (port, "b") + "\nprint(open('/tmp/p.txt').read())", "python")
+    assert "GOT MARK-bash" in out and "MARK-pool" in out, out
+    r = subprocess.run([*m.prefix, m.km, "sessions", "--json"], capture_output=True, text=True,
+                       env=m.env, timeout=60)
+    (s,) = [x for x in json.loads(r.stdout) if x["name"] == "w"]
+    assert s["from_pool"] is True, s
+    # a kernel started after the hand-out joins the same sandbox: it names
+    # the package directory by the path the sandbox bound as a pool entry
+    r = m.one("w", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "python")
+    assert r["status"] != "ok", r
+    out = m.ok("w", PY_FETCH % (port, "b") + "\nimport sys\n"
+                    "print([p for p in sys.path if p.endswith('/python')][:1])", "python")
+    assert "GOT MARK-bash" in out and "/pool/" in out, out
