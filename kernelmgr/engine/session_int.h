@@ -238,7 +238,7 @@ char *kcmd_python_resolved(const char *explicit_py, const char *workspace);
 /* --------------------------------------------------------------- ksbx.c */
 
 /* One sandbox per session: when the session's kernels share one sandbox
- * (strict, "session_sandbox", not a warm-pool session) and its holder
+ * (strict, "session_sandbox") and its holder
  * (kernelmgr-sandbox) is not running, starts it. Caller holds s->lock.
  * 0 (also when the session has no such sandbox), or -1 with err. */
 int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen);
