@@ -208,7 +208,9 @@ static int names_host_only(const char *host)
  * policy — the very sockaddr checked, so no second lookup can change it.
  * The socket; -2 when every address was host-only and the operator did not
  * name one (EGPROXY_HOST_ONLY); -1 when unreachable. */
-static int dial(const char *host, const char *port)
+static int connect_bounded(const egproxy *px, int fd, const struct sockaddr *a, socklen_t len);
+
+static int dial(const egproxy *px, const char *host, const char *port)
 {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
@@ -228,7 +230,7 @@ static int dial(const char *host, const char *port)
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0)
             continue;
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+        if (connect_bounded(px, fd, a->ai_addr, a->ai_addrlen) == 0)
             break;
         close(fd);
         fd = -1;
@@ -313,7 +315,7 @@ static int open_upstream(egproxy *px, int fd, const char *target, const char *ho
         http_error(fd, 403, "Forbidden", "only the configured package index is reachable");
         return -1;
     }
-    int up = dial(host, port);
+    int up = dial(px, host, port);
     if (up == -2) {
         refuse_log(px, target, EGPROXY_HOST_ONLY);
         http_error(fd, 403, "Forbidden", EGPROXY_HOST_ONLY);
