@@ -268,9 +268,44 @@ def hello():
 
 @pytest.fixture(scope="module", params=sbxutil.USERS)
 def allow_mgr(request, hello):
-    m = MachineMgr(request.param, {"network": {"allow": [f"127.0.0.1:{hello.port}"]}})
+    """One daemon for the allow-list and the warm-pool tests: its pool's
+    entries get the configured list too."""
+    m = MachineMgr(request.param, {"network": {"allow": [f"127.0.0.1:{hello.port}"]},
+                                   "pool": 1})
+    # the daemon fills the pool once it runs (stopped by m.close())
+    m.serve = subprocess.Popen([*m.prefix, m.km, "serve"], env=m.env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     yield m
     m.close()
+    m.serve.wait(timeout=60)
+
+
+PING = r'''
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect(sys.argv[1])
+f = s.makefile("rw")
+f.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}) + "\n")
+f.flush()
+while True:
+    m = json.loads(f.readline())
+    if "method" not in m:
+        print(json.dumps(m["result"]["pool"]))
+        break
+'''
+
+
+def pool_ready(m):
+    """Waits until the daemon's warm pool has its entry (asked as the
+    daemon's own user: it answers only that uid)."""
+    sock = str(m.home / "kernelmgr.sock")
+
+    def ready():
+        p = subprocess.run([*m.prefix, sbxutil.PY, "-c", PING, sock], capture_output=True,
+                           text=True, timeout=60)
+        return p.returncode == 0 and json.loads(p.stdout).get("ready") == 1
+    wait_until(ready, timeout=60, what="the warm pool's entry")
 
 
 def _ppid(pid):
@@ -291,13 +326,27 @@ def get(url, direct=False):
 '''
 
 
+def direct_fetch(port, path):
+    """PY_FETCH without the proxy (the list names 127.0.0.1, so no_proxy
+    does not cover it): the sandbox's own loopback, straight."""
+    return PY_GET + (
+        "import time\nd = time.monotonic() + 30\n"
+        "while True:\n"
+        "    try:\n"
+        f"        print('GOT', get('http://127.0.0.1:{port}/{path}', direct=True)); break\n"
+        "    except OSError:\n"
+        "        if time.monotonic() > d: raise\n"
+        "        time.sleep(0.05)\n")
+
+
 def test_an_allow_list_session_is_one_machine_with_one_proxy(allow_mgr, hello):
     m, port = allow_mgr, free_port()
+    pool_ready(m)  # (the session may be the pool's entry: the same either way)
     m.ok("a", f"echo MARK-file > /tmp/shared.txt; mkdir -p /tmp/www; echo MARK-bash > /tmp/www/b; "
               f"(cd /tmp/www && exec python3 -m http.server {port} --bind 127.0.0.1 "
               f">/dev/null 2>&1 &)", "bash")
     # the session's one holder serves the list; no kernel runs a sandbox of its own
-    ws = str(m.home / "sessions" / "a" / "workspace")
+    ws = os.path.realpath(m.home / "sessions" / "a" / "workspace")
     sbx = [p for p in procs_with(ws) if "kernelmgr-sandbox" in
            Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
     # (its monitor and the sandbox's init are its forks: same command line)
@@ -305,16 +354,8 @@ def test_an_allow_list_session_is_one_machine_with_one_proxy(allow_mgr, hello):
     assert len(holders) == 1, sbx
     assert f"allow:127.0.0.1:{hello.port}" in Path(f"/proc/{holders[0]}/cmdline").read_text()
     # Python reaches Bash's server on the shared loopback, reads Bash's /tmp
-    deadline_fetch = PY_GET + (
-        "import time\nd = time.monotonic() + 30\n"
-        "while True:\n"
-        "    try:\n"
-        f"        print('GOT', get('http://127.0.0.1:{port}/b', direct=True)); break\n"
-        "    except OSError:\n"
-        "        if time.monotonic() > d: raise\n"
-        "        time.sleep(0.05)\n"
-        "print(open('/tmp/shared.txt').read())\n")
-    out = m.ok("a", deadline_fetch, "python")
+    out = m.ok("a", direct_fetch(port, "b") + "print(open('/tmp/shared.txt').read())\n",
+               "python")
     assert "GOT MARK-bash" in out and "MARK-file" in out, out
     out = m.ok("a", "ps -e -o pid=,args=", "bash")
     assert out.split()[0] == "1" and "driver.py" in out and f"http.server {port}" in out, out
@@ -333,59 +374,21 @@ def test_an_allow_list_session_is_one_machine_with_one_proxy(allow_mgr, hello):
     assert r["exit_code"] != 0 and "403" in r["stderr"], r
     assert "example.org:80 is not allowed" in " ".join(r.get("limits_hit") or []), r
     # the refusals are logged once, by the holder, in the session's sandbox.log
-    log = (m.home / "sessions" / "a" / "sandbox.log").read_text(errors="replace")
+    log = "".join(p.read_text(errors="replace") for p in m.home.rglob("sandbox.log"))
     assert "kernelmgr egress: refused GET http://example.com/" in log, log[-2000:]
     assert "still" in m.ok("a", "echo still", "bash")
 
 
 # ---- a warm-pool session: its pre-started kernels share one sandbox ----
 
-PING = r'''
-import json, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(30)
-s.connect(sys.argv[1])
-f = s.makefile("rw")
-f.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}) + "\n")
-f.flush()
-while True:
-    m = json.loads(f.readline())
-    if "method" not in m:
-        print(json.dumps(m["result"]["pool"]))
-        break
-'''
-
-
-@pytest.fixture(params=sbxutil.USERS)
-def pool_mgr(request):
-    m = MachineMgr(request.param, {"pool": 1})
-    m.serve = None
-    yield m
-    m.close()
-    if m.serve:
-        m.serve.wait(timeout=60)
-
-
-def test_a_warm_pool_session_is_one_machine(pool_mgr):
-    m = pool_mgr
-    # the daemon fills the pool once it runs (stopped by m.close())
-    m.serve = subprocess.Popen([*m.prefix, m.km, "serve"], env=m.env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    sock = str(m.home / "kernelmgr.sock")
-
-    def pool():
-        p = subprocess.run([*m.prefix, sbxutil.PY, "-c", PING, sock], capture_output=True,
-                           text=True, timeout=60)
-        return json.loads(p.stdout) if p.returncode == 0 else {}
-    deadline = time.monotonic() + 60
-    while not (pool().get("ready") == 1):
-        assert time.monotonic() < deadline, pool()
-        time.sleep(0.1)
+def test_a_warm_pool_session_is_one_machine(allow_mgr):
+    m = allow_mgr
+    pool_ready(m)
     port = free_port()
     m.ok("w", f"echo MARK-pool > /tmp/p.txt; mkdir -p /tmp/www; echo MARK-bash > /tmp/www/b; "
               f"(cd /tmp/www && exec python3 -m http.server {port} --bind 127.0.0.1 "
               f">/dev/null 2>&1 &)", "bash")
-    out = m.ok("w", PY_FETCH % (port, "b") + "\nprint(open('/tmp/p.txt').read())", "python")
+    out = m.ok("w", direct_fetch(port, "b") + "print(open('/tmp/p.txt').read())\n", "python")
     assert "GOT MARK-bash" in out and "MARK-pool" in out, out
     r = subprocess.run([*m.prefix, m.km, "sessions", "--json"], capture_output=True, text=True,
                        env=m.env, timeout=60)
@@ -395,6 +398,6 @@ def test_a_warm_pool_session_is_one_machine(pool_mgr):
     # the package directory by the path the sandbox bound as a pool entry
     r = m.one("w", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "python")
     assert r["status"] != "ok", r
-    out = m.ok("w", PY_FETCH % (port, "b") + "\nimport sys\n"
-                    "print([p for p in sys.path if p.endswith('/python')][:1])", "python")
+    out = m.ok("w", direct_fetch(port, "b") + "import sys\n"
+                    "print([p for p in sys.path if p.endswith('/python')][:1])\n", "python")
     assert "GOT MARK-bash" in out and "/pool/" in out, out
