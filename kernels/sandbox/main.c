@@ -128,6 +128,8 @@ int main(int argc, char **argv)
                 }
             } else if (strcmp(v, "on") && strcmp(v, "off")) {
                 return usage("--network: on, off or allow:HOST[,HOST...]");
+            } else {
+                egpolicy_init(&eg.policy); /* the last --network is the one */
             }
             cfg.network = !strcmp(v, "on");
             cfg.loopback_listen_port = eg.policy.n ? KWORKER_EGRESS_PORT : 0;
