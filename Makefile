@@ -119,7 +119,7 @@ $(BUILD)/kernel-python: $(BUILD)/obj/kernels/python/main.o $(KERNEL_LIBS)
 	$(LINK) -o $@ $^ $(LDLIBS)
 $(BUILD)/kernel-bash: $(BUILD)/obj/kernels/bash/main.o $(KERNEL_LIBS)
 	$(LINK) -o $@ $^ $(LDLIBS)
-$(BUILD)/kernelmgr-sandbox: $(BUILD)/obj/kernels/sandbox/main.o $(LIB_SBX) $(LIB_COMMON)
+$(BUILD)/kernelmgr-sandbox: $(BUILD)/obj/kernels/sandbox/main.o $(KERNEL_LIBS)
 	$(LINK) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/share/kernelmgr/%: kernels/%

@@ -839,8 +839,8 @@ sandbox *sandbox_spawn(const sandbox_config *cfg, char *const argv[], char *cons
 
 sandbox *sandbox_session_start(const sandbox_config *cfg, char *err, size_t errlen)
 {
-    if (!cfg || cfg->level != SANDBOX_STRICT || cfg->loopback_listen_port || cfg->session_socket) {
-        snprintf(err, errlen, "sandbox_session_start: a strict config without a listener");
+    if (!cfg || cfg->level != SANDBOX_STRICT || cfg->session_socket) {
+        snprintf(err, errlen, "sandbox_session_start: a strict config of its own");
         return NULL;
     }
     return spawn_strict(cfg, NULL, NULL, NULL, 0, err, errlen);

@@ -220,6 +220,32 @@ sandbox *sandbox_session_start(const sandbox_config *cfg, char *err, size_t errl
 int sandbox_session_serve(const sandbox_config *cfg, int listen_fd, int owner_fd, char *err,
                           size_t errlen);
 
+/* What a holder adds to sandbox_session_serve() (members may be NULL). */
+typedef struct sandbox_session_hooks {
+    /* Called once, as soon as the sandbox is made (before its first worker
+     * starts): the holder takes what it serves from outside, e.g. the
+     * loopback listener of cfg.loopback_listen_port (sandbox_take_listen_fd)
+     * for the session's egress proxy. 0, or -1 with a reason: the sandbox is
+     * destroyed and the request refused with that reason. */
+    int (*ready)(void *arg, sandbox *sb, char *err, size_t errlen);
+    /* The answer to sandbox_session_egress_refusals(): how many requests
+     * the session's egress proxy refused so far, the last reason in last;
+     * -1 when there is none. */
+    long long (*refusals)(void *arg, char *last, size_t lastlen);
+    void *arg;
+} sandbox_session_hooks;
+
+/* sandbox_session_serve() with hooks (NULL: none). */
+int sandbox_session_serve_with(const sandbox_config *cfg, int listen_fd, int owner_fd,
+                               const sandbox_session_hooks *hooks, char *err, size_t errlen);
+
+/* A kernel server of the session whose holder listens on socket_path asks
+ * it (a connection of its own, answered at once) how many requests the
+ * session's egress proxy refused so far, for every kernel of the session;
+ * the last reason (printable, cut) in last. -1 when the holder has no
+ * proxy or does not answer within 5 s. */
+long long sandbox_session_egress_refusals(const char *socket_path, char *last, size_t lastlen);
+
 /* Kills every process of the sandbox (SIGKILL), reaps the direct child if the
  * caller has not, releases cgroups and scratch directories. NULL-safe. */
 void sandbox_destroy(sandbox **sb);

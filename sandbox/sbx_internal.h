@@ -289,7 +289,8 @@ int sbx_find_child(pid_t init_pid, pid_t ns_pid, pid_t *pid, int *pidfd);
 
 typedef struct sbx_sess_hdr {
     uint32_t magic;
-    uint32_t type; /* 'S' spawn, 'O' started, 'E' failed, 'X' exited, 'K' signal */
+    uint32_t type; /* 'S' spawn, 'O' started, 'E' failed, 'X' exited, 'K' signal,
+                      'R' egress refusals (query; answer: a the count, the last reason) */
     uint32_t id;   /* the worker, chosen by the holder (a client's is 0) */
     int32_t a;     /* 'O': pid (init: inside; holder: host), 'X': wait status, 'K': signal */
     uint32_t argc, envc, roc; /* 'S': how many strings of each follow */

@@ -53,6 +53,8 @@
 #define SBX_SESS_JOIN_MS 60000
 #define SBX_SESS_CONNECT_MS 10000
 #define SBX_SESS_MAX_CLIENTS 64
+/* How long a kernel server waits for the answer to a query ('R'). */
+#define SBX_SESS_QUERY_MS 5000
 
 /* ---- wire --------------------------------------------------------------- */
 
@@ -502,6 +504,7 @@ typedef struct sess_state {
     int nro, nowned;
     sandbox *sb;
     uint32_t next_id;
+    sandbox_session_hooks hooks; /* the holder's (zeroed: none) */
 } sess_state;
 
 /* Every read-only path a request names must already be in the sandbox
@@ -523,12 +526,60 @@ static const char *ro_missing(const sess_state *st, char *const *ro, uint32_t n)
     return NULL;
 }
 
+/* A query ('R'): the count the holder's refusals hook gives, the last
+ * reason as the payload; 'E' when there is no such hook or count. */
+static void client_query(const sess_state *st, sess_client *c)
+{
+    char last[SBX_SESS_MAX_REASON + 1] = "";
+    long long n = st->hooks.refusals ? st->hooks.refusals(st->hooks.arg, last, sizeof last) : -1;
+    if (n < 0) {
+        send_error(c->fd, 0, "this session's sandbox has no egress proxy");
+        return;
+    }
+    for (size_t i = 0; last[i]; i++)
+        if (last[i] < 0x20 || last[i] >= 0x7f)
+            last[i] = '?';
+    sbx_sess_hdr r = {
+        .magic = SBX_SESS_MAGIC, .type = 'R', .a = n > INT32_MAX ? INT32_MAX : (int)n};
+    sbx_sess_send(c->fd, &r, last, strlen(last) + 1, NULL, 0);
+}
+
+/* The sandbox, made at the first request with the read-only paths it
+ * names too, and handed to the ready hook. 0, or -1 with a reason. */
+static int session_make(sess_state *st, char *const *ro, uint32_t roc, char *err, size_t errlen)
+{
+    for (uint32_t i = 0; i < roc && st->nowned < SBX_SESS_MAX_ROC; i++) {
+        if (ro_missing(st, &ro[i], 1) == NULL)
+            continue;
+        char *d = strdup(ro[i]);
+        if (!d)
+            break;
+        st->ro_owned[st->nowned++] = d;
+        st->ro[st->nro++] = d;
+    }
+    st->ro[st->nro] = NULL;
+    st->cfg.ro_paths = st->ro;
+    st->sb = sandbox_session_start(&st->cfg, err, errlen);
+    if (!st->sb)
+        return -1;
+    if (st->hooks.ready && st->hooks.ready(st->hooks.arg, st->sb, err, errlen) < 0) {
+        sandbox_destroy(&st->sb);
+        return -1;
+    }
+    return 0;
+}
+
 /* One spawn request of client c. */
 static void client_request(sess_state *st, sess_client *c, sbx_sess_hdr *h, char *buf, size_t len,
                            int *fds, int nfds)
 {
     char err[768];
     char *strs[SBX_SESS_MAX_ARGC + SBX_SESS_MAX_ENVC + SBX_SESS_MAX_ROC + 1];
+    if (h->type == 'R' && !c->id) {
+        close_all(fds, nfds);
+        client_query(st, c);
+        return;
+    }
     if (h->type != 'S' || c->id) {
         send_error(c->fd, 0, h->type != 'S' ? "unknown request" : "one worker per connection");
         close_all(fds, nfds);
@@ -554,25 +605,11 @@ static void client_request(sess_state *st, sess_client *c, sbx_sess_hdr *h, char
             close_all(fds, nfds);
             return;
         }
-    if (!st->sb) {
-        /* The first worker: the sandbox, with its read-only paths too. */
-        for (uint32_t i = 0; i < h->roc && st->nowned < SBX_SESS_MAX_ROC; i++) {
-            if (ro_missing(st, &ro[i], 1) == NULL)
-                continue;
-            char *d = strdup(ro[i]);
-            if (!d)
-                break;
-            st->ro_owned[st->nowned++] = d;
-            st->ro[st->nro++] = d;
-        }
-        st->ro[st->nro] = NULL;
-        st->cfg.ro_paths = st->ro;
-        st->sb = sandbox_session_start(&st->cfg, err, sizeof err);
-        if (!st->sb) {
-            send_error(c->fd, 0, err);
-            close_all(fds, nfds);
-            return;
-        }
+    if (!st->sb && session_make(st, ro, h->roc, err, sizeof err) < 0) {
+        /* the first worker's request makes the sandbox */
+        send_error(c->fd, 0, err);
+        close_all(fds, nfds);
+        return;
     }
     const char *miss = ro_missing(st, ro, h->roc);
     if (miss) {
@@ -623,9 +660,17 @@ static void deliver_exit(sess_client *cl, int n, uint32_t id, int status)
 int sandbox_session_serve(const sandbox_config *cfg, int listen_fd, int owner_fd, char *err,
                           size_t errlen)
 {
+    return sandbox_session_serve_with(cfg, listen_fd, owner_fd, NULL, err, errlen);
+}
+
+int sandbox_session_serve_with(const sandbox_config *cfg, int listen_fd, int owner_fd,
+                               const sandbox_session_hooks *hooks, char *err, size_t errlen)
+{
     static char buf[SBX_SESS_MAX_MSG];
     static sess_state st;
     memset(&st, 0, sizeof st);
+    if (hooks)
+        st.hooks = *hooks;
     st.cfg = *cfg;
     st.cfg.session_socket = NULL;
     for (const char *const *r = cfg->ro_paths; r && *r && st.nro < 64; r++)
@@ -943,4 +988,37 @@ int sbx_session_reap(sandbox *sb, int *status)
         *status = sb->join_status;
         return 1;
     }
+}
+
+long long sandbox_session_egress_refusals(const char *socket_path, char *last, size_t lastlen)
+{
+    char err[256];
+    if (last && lastlen)
+        last[0] = 0;
+    int fd = socket_path ? connect_holder(socket_path, err, sizeof err) : -1;
+    if (fd < 0)
+        return -1;
+    sbx_sess_hdr h = {.magic = SBX_SESS_MAGIC, .type = 'R'};
+    long long n = -1;
+    if (sbx_sess_send(fd, &h, NULL, 0, NULL, 0) == 0) {
+        char buf[SBX_SESS_MAX_REASON + 2];
+        uint64_t deadline = now_ms() + SBX_SESS_QUERY_MS;
+        for (;;) {
+            if (wait_readable(fd, deadline) <= 0)
+                break;
+            sbx_sess_hdr r;
+            int f[1], nf = 0;
+            ssize_t k = sbx_sess_recv(fd, &r, buf, sizeof buf - 1, f, &nf, 0);
+            if (k < 0 && errno == EAGAIN)
+                continue;
+            if (k > 0 && r.type == 'R' && r.a >= 0) {
+                n = r.a;
+                if (last && lastlen)
+                    take_reason(buf, k, last, lastlen);
+            }
+            break;
+        }
+    }
+    close(fd);
+    return n;
 }

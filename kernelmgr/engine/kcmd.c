@@ -201,6 +201,27 @@ char *kcmd_python_resolved(const char *explicit_py, const char *workspace)
     return out;
 }
 
+int kcmd_pkg_root(const km_manager *m, const session *s, char *root)
+{
+    struct stat st;
+    char pool[PATH_MAX];
+    int have_pool = s->pool_dir[0] &&
+                    snprintf(pool, sizeof pool, "%.4000s/packages", s->pool_dir) < (int)sizeof pool;
+    /* handed out: the pool's path only while it leads to the session's
+     * root (the symlink pkgdirs_adopt made) */
+    if (have_pool && (s->pool_entry || (lstat(pool, &st) == 0 && S_ISLNK(st.st_mode)))) {
+        memcpy(root, pool, strlen(pool) + 1);
+        return 0;
+    }
+    return s->pool_entry ? -1 : pkgdirs_session_root(m->home, s->name, root);
+}
+
+const char *kcmd_net_text(const km_manager *m, const session *s)
+{
+    return s->network < 0 ? km_net_text(m->cfg.network, m->cfg.network_allow)
+                          : km_net_text(s->network, s->net_allow);
+}
+
 int kcmd_add_limits(km_manager *m, session *s, klaunch_cmd *cmd)
 {
     char num[64];
@@ -244,9 +265,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
           klaunch_cmd_add(cmd, "--workspace") | klaunch_cmd_add(cmd, s->workspace) |
           klaunch_cmd_add(cmd, "--sandbox") |
           klaunch_cmd_add(cmd, s->sandbox[0] ? s->sandbox : m->cfg.sandbox) |
-          klaunch_cmd_add(cmd, "--network") |
-          klaunch_cmd_add(cmd, s->network < 0 ? km_net_text(m->cfg.network, m->cfg.network_allow)
-                                              : km_net_text(s->network, s->net_allow));
+          klaunch_cmd_add(cmd, "--network") | klaunch_cmd_add(cmd, kcmd_net_text(m, s));
     rc |= kcmd_add_limits(m, s, cmd);
     double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
     if (cpu_time > 0) {
@@ -272,9 +291,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
      * sandbox, on PYTHONPATH / NODE_PATH and PATH. A warm-pool entry has no
      * name yet: its directory moves to the session's at hand-out. */
     char root[PATH_MAX], ro[PATH_MAX];
-    int have_root = s->pool_entry
-                        ? snprintf(root, sizeof root, "%.4000s/packages", s->pool_dir) < PATH_MAX
-                        : pkgdirs_session_root(m->home, s->name, root) == 0;
+    int have_root = kcmd_pkg_root(m, s, root) == 0;
     char **penv = have_root ? pkgdirs_kernel_env(root,
                                                  lg->packages == KM_LANG_PKG_PIP   ? "pip"
                                                  : lg->packages == KM_LANG_PKG_NPM ? "npm"

@@ -20,7 +20,6 @@
 #include "kernelmgr/engine/session_int.h"
 #include "common/cm_install.h"
 #include "common/cm_path.h"
-#include "kernelmgr/engine/netopt.h"
 #include "kernelmgr/engine/pkgdirs.h"
 
 #include <errno.h>
@@ -32,18 +31,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* 1 when s's kernels share one sandbox. Warm-pool sessions do not: their
- * package directory is renamed at hand-out, and a sandbox's mounts are
- * made once. */
+/* 1 when s's kernels share one sandbox. A warm-pool entry has one too:
+ * its package directory is renamed at hand-out, but its kernels name it by
+ * the pool's path before and after (kcmd_pkg_root), which the sandbox bound
+ * once. An egress allow-list is the holder's to serve (one proxy on the
+ * session's 127.0.0.1:3128, kernels/sandbox/main.c). */
 static int ksbx_wanted(const km_manager *m, const session *s)
 {
     const char *level = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
-    /* An egress allow-list is served by each kernel server's own proxy on
-     * its worker's sandbox loopback listener (kworker.c, egproxy): such a
-     * session keeps a sandbox per kernel until the holder serves it. */
-    int net = s->network >= 0 ? s->network : m->cfg.network;
-    return m->cfg.session_sandbox && !strcmp(level, "strict") && !s->pool_entry && !s->from_pool &&
-           !s->pool_dir[0] && net != KM_NET_ALLOW;
+    return m->cfg.session_sandbox && !strcmp(level, "strict");
 }
 
 const char *ksbx_socket(const session *s)
@@ -121,8 +117,9 @@ static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, si
     rc |= klaunch_cmd_add(cmd, "-f") | klaunch_cmd_add(cmd, "{connection_file}") |
           klaunch_cmd_add(cmd, "--listen") | klaunch_cmd_add(cmd, s->sbx_sock) |
           klaunch_cmd_add(cmd, "--workspace") | klaunch_cmd_add(cmd, s->workspace) |
-          klaunch_cmd_add(cmd, "--network") |
-          klaunch_cmd_add(cmd, (s->network < 0 ? m->cfg.network : s->network) ? "on" : "off");
+          klaunch_cmd_add(cmd, "--network") | klaunch_cmd_add(cmd, kcmd_net_text(m, s));
+    snprintf(num, sizeof num, "%llu", (unsigned long long)m->cfg.kernel_log_max);
+    rc |= klaunch_cmd_add(cmd, "--log-max") | klaunch_cmd_add(cmd, num);
     rc |= kcmd_add_limits(m, s, cmd);
     char share[PATH_MAX];
     if (share_dir(share, sizeof share) == 0)
@@ -146,7 +143,7 @@ static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, si
     /* the session's package directories (made here if missing) */
     char root[PATH_MAX], ro[PATH_MAX];
     const char *kinds[] = {"pip", "npm"};
-    if (pkgdirs_session_root(m->home, s->name, root) == 0)
+    if (kcmd_pkg_root(m, s, root) == 0)
         for (size_t i = 0; i < 2; i++) {
             char **penv = pkgdirs_kernel_env(root, kinds[i], ro);
             if (penv && ro[0])

@@ -224,6 +224,16 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
  * configuration's; none when unset) to cmd, as kernels and the session
  * sandbox's holder both take them. 0, or -1 when cmd is full. */
 int kcmd_add_limits(km_manager *m, session *s, klaunch_cmd *cmd);
+/* borrowed: the session's effective network option in the kernels' text
+ * form ("on", "off", "allow:..."), its own else the configuration's, as
+ * kernels and the session sandbox's holder both take it (km_net_text). */
+const char *kcmd_net_text(const km_manager *m, const session *s);
+/* Writes the package root s's kernels see (PATH_MAX): a warm-pool entry's
+ * pool_dir/packages, and after the hand-out still that path (pkgdirs_adopt
+ * left a symlink there to the session's root), so a kernel started later
+ * names the very path the session sandbox bound when it was a pool entry;
+ * else home/packages/NAME. 0, or -1. */
+int kcmd_pkg_root(const km_manager *m, const session *s, char *root);
 /* new (free()): the interpreter the manager resolved for sessions that
  * chose none (see kcmd.c), or NULL. */
 char *kcmd_python_resolved(const char *explicit_py, const char *workspace);
@@ -231,7 +241,7 @@ char *kcmd_python_resolved(const char *explicit_py, const char *workspace);
 /* --------------------------------------------------------------- ksbx.c */
 
 /* One sandbox per session: when the session's kernels share one sandbox
- * (strict, "session_sandbox", not a warm-pool session) and its holder
+ * (strict, "session_sandbox") and its holder
  * (kernelmgr-sandbox) is not running, starts it. Caller holds s->lock.
  * 0 (also when the session has no such sandbox), or -1 with err. */
 int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen);

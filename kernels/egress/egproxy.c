@@ -4,6 +4,7 @@
  * connection relays. Bounded: head size, connection count, idle time.
  */
 #include "kernels/egress/egproxy.h"
+#include "kernels/egress/egdns.h"
 #include "kernels/egress/egpolicy.h"
 #include "kernels/egress/egtls.h"
 
@@ -29,6 +30,7 @@
 #define PROXY_HEAD_MAX 16384
 #define PROXY_MAX_CONN 64
 #define PROXY_IDLE_MS 120000
+#define PROXY_CONNECT_MS 15000
 #define PROXY_ALLOWED_MAX 16
 
 struct egproxy {
@@ -50,6 +52,8 @@ struct egproxy {
     long long n_refused;        /* every refusal (policy mode) */
     char last_refused[600];     /* the last one's reason */
     unsigned long log_lines, log_suppressed;
+    int use_dns;            /* policy mode: names resolved by dns (egdns.h), not the host */
+    struct sockaddr_in dns; /* the operator's EGDNS_ENV server */
 };
 
 typedef struct proxy_conn {
@@ -204,7 +208,9 @@ static int names_host_only(const char *host)
  * policy — the very sockaddr checked, so no second lookup can change it.
  * The socket; -2 when every address was host-only and the operator did not
  * name one (EGPROXY_HOST_ONLY); -1 when unreachable. */
-static int dial(const char *host, const char *port)
+static int connect_bounded(const egproxy *px, int fd, const struct sockaddr *a, socklen_t len);
+
+static int dial(const egproxy *px, const char *host, const char *port)
 {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
@@ -224,7 +230,7 @@ static int dial(const char *host, const char *port)
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0)
             continue;
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+        if (connect_bounded(px, fd, a->ai_addr, a->ai_addrlen) == 0)
             break;
         close(fd);
         fd = -1;
@@ -309,7 +315,7 @@ static int open_upstream(egproxy *px, int fd, const char *target, const char *ho
         http_error(fd, 403, "Forbidden", "only the configured package index is reachable");
         return -1;
     }
-    int up = dial(host, port);
+    int up = dial(px, host, port);
     if (up == -2) {
         refuse_log(px, target, EGPROXY_HOST_ONLY);
         http_error(fd, 403, "Forbidden", EGPROXY_HOST_ONLY);
@@ -535,8 +541,43 @@ static void norm_host(const char *h, char *out, size_t outlen);
  * the first, as text); -1 when the name does not resolve. The proxy then
  * connects to exactly these (connect_pinned): nothing can rebind the name
  * between the check and the connect. */
-static int resolve_policy(const char *name, const char *port, int literal, egaddrs *out, char *bad,
-                          size_t badlen)
+/* The operator's test resolver (egdns.h) as getaddrinfo would answer:
+ * *res (free with free_dns_answer), 0, or -1. */
+static int dns_answer(const struct sockaddr_in *dns, const char *host, const char *port,
+                      struct addrinfo **res)
+{
+    struct in_addr a[EGDNS_MAX_ADDRS];
+    int n = egdns_resolve(dns, host, a, EGDNS_MAX_ADDRS);
+    *res = NULL;
+    for (int i = n - 1; i >= 0; i--) {
+        struct addrinfo *ai = calloc(1, sizeof *ai + sizeof(struct sockaddr_in));
+        if (!ai)
+            break;
+        struct sockaddr_in *sin = (struct sockaddr_in *)(ai + 1);
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons((unsigned short)atoi(port));
+        sin->sin_addr = a[i];
+        ai->ai_family = AF_INET;
+        ai->ai_socktype = SOCK_STREAM;
+        ai->ai_addr = (struct sockaddr *)sin;
+        ai->ai_addrlen = sizeof *sin;
+        ai->ai_next = *res;
+        *res = ai;
+    }
+    return *res ? 0 : -1;
+}
+
+static void free_dns_answer(struct addrinfo *res)
+{
+    while (res) {
+        struct addrinfo *next = res->ai_next;
+        free(res);
+        res = next;
+    }
+}
+
+static int resolve_policy(const egproxy *px, const char *name, const char *port, int literal,
+                          egaddrs *out, char *bad, size_t badlen)
 {
     char host[EGPOLICY_HOST_MAX + 2];
     norm_host(name, host, sizeof host); /* what the list matched */
@@ -545,7 +586,9 @@ static int resolve_policy(const char *name, const char *port, int literal, egadd
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV | (literal ? AI_NUMERICHOST : 0);
     out->n = 0;
-    if (getaddrinfo(host, port, &hints, &res) != 0)
+    int own = px->use_dns && !literal;
+    if (own ? dns_answer(&px->dns, host, port, &res) != 0
+            : getaddrinfo(host, port, &hints, &res) != 0)
         return -1;
     int refused = 0;
     for (struct addrinfo *a = res; a && out->n < EGPROXY_ADDRS_MAX; a = a->ai_next) {
@@ -565,29 +608,57 @@ static int resolve_policy(const char *name, const char *port, int literal, egadd
         memcpy(&out->a[out->n], a->ai_addr, a->ai_addrlen);
         out->len[out->n++] = a->ai_addrlen;
     }
-    freeaddrinfo(res);
+    if (own)
+        free_dns_answer(res);
+    else
+        freeaddrinfo(res);
     return out->n ? out->n : refused ? -2 : -1;
 }
 
+/* connect() that gives up after PROXY_CONNECT_MS or when the proxy stops
+ * (an address that never answers must not hold egproxy_stop). 0 or -1. */
+static int connect_bounded(const egproxy *px, int fd, const struct sockaddr *a, socklen_t len)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -1;
+    if (connect(fd, a, len) < 0) {
+        if (errno != EINPROGRESS)
+            return -1;
+        struct pollfd p[2] = {{fd, POLLOUT, 0}, {px->stop_pipe[0], POLLIN, 0}};
+        int r;
+        do {
+            r = poll(p, 2, PROXY_CONNECT_MS);
+        } while (r < 0 && errno == EINTR);
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (r <= 0 || p[1].revents || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 ||
+            soerr)
+            return -1;
+    }
+    return fcntl(fd, F_SETFL, fl);
+}
+
 /* A connected socket to the first of addrs that answers, or -1. */
-static int connect_pinned(const egaddrs *addrs)
+static int connect_pinned(const egproxy *px, const egaddrs *addrs)
 {
     for (int i = 0; i < addrs->n; i++) {
         int fd = socket(addrs->a[i].ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             continue;
-        if (connect(fd, (const struct sockaddr *)&addrs->a[i], addrs->len[i]) == 0)
+        if (connect_bounded(px, fd, (const struct sockaddr *)&addrs->a[i], addrs->len[i]) == 0)
             return fd;
         close(fd);
     }
     return -1;
 }
 
-static int dial_policy(const char *name, const char *port, int literal, char *bad, size_t badlen)
+static int dial_policy(const egproxy *px, const char *name, const char *port, int literal,
+                       char *bad, size_t badlen)
 {
     egaddrs addrs;
-    int n = resolve_policy(name, port, literal, &addrs, bad, badlen);
-    return n < 0 ? n : connect_pinned(&addrs);
+    int n = resolve_policy(px, name, port, literal, &addrs, bad, badlen);
+    return n < 0 ? n : connect_pinned(px, &addrs);
 }
 
 /* The upstream for host:port under the policy, or -1 after answering the
@@ -601,7 +672,7 @@ static int open_policy(egproxy *px, int fd, const char *method, const char *targ
         return -1;
     }
     char bad[INET6_ADDRSTRLEN] = "?", why[700];
-    int up = dial_policy(host, port, egpolicy_is_literal(px->policy, e), bad, sizeof bad);
+    int up = dial_policy(px, host, port, egpolicy_is_literal(px->policy, e), bad, sizeof bad);
     if (up == -2) {
         snprintf(why, sizeof why,
                  "host %.260s resolves to %s, an address of this host or of a private network, "
@@ -660,7 +731,7 @@ static void connect_policy(egproxy *px, int fd, const char *target, char *host, 
     if (!addrs)
         return;
     int nres =
-        resolve_policy(host, port, egpolicy_is_literal(px->policy, e), addrs, bad, sizeof bad);
+        resolve_policy(px, host, port, egpolicy_is_literal(px->policy, e), addrs, bad, sizeof bad);
     if (nres < 0) {
         if (nres == -2) {
             snprintf(why, sizeof why,
@@ -737,7 +808,7 @@ static void connect_policy(egproxy *px, int fd, const char *target, char *host, 
         free(addrs);
         return;
     }
-    int up = connect_pinned(addrs);
+    int up = connect_pinned(px, addrs);
     free(addrs);
     if (up < 0) {
         snprintf(why, sizeof why, "cannot connect to %.260s", target);
@@ -1033,6 +1104,15 @@ static egproxy *start(int listen_fd, const char *const *allowed, egpolicy *polic
     px->log_tokens = EGPROXY_LOG_BURST;
     pthread_mutex_init(&px->lock, NULL);
     pthread_cond_init(&px->done, NULL);
+    /* the operator's test resolver (egdns.h) */
+    const char *dns = policy ? getenv(EGDNS_ENV) : NULL;
+    px->use_dns = dns && *dns;
+    if (px->use_dns && egdns_parse_server(dns, &px->dns) < 0) {
+        snprintf(err, errlen, "egproxy: %s=\"%.80s\" is not an IPv4 address and port", EGDNS_ENV,
+                 dns);
+        egproxy_stop(&px);
+        return NULL;
+    }
     /* the proxy's threads (the acceptor and every connection's, which
      * inherit its mask) take no signal: the host process's handlers and
      * its event loop keep them all */

@@ -29,6 +29,12 @@
  * itself, through the proxy, so a redirect is one more request checked the
  * same way. Unix sockets and other schemes are never reachable: the proxy
  * speaks TCP to host:port only.
+ *
+ * Both modes: an upstream connect gives up after 15 s, and egproxy_stop
+ * wakes every connect under way (an address that never answers holds
+ * nothing). Policy mode only: with the operator's test resolver
+ * (egdns.h, $KERNELMGR_EGRESS_RESOLVER) names are resolved by that DNS
+ * server instead of the host's resolver, checked the same way.
  */
 #ifndef KERNELS_EGRESS_EGPROXY_H
 #define KERNELS_EGRESS_EGPROXY_H

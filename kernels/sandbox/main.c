@@ -10,11 +10,23 @@
  * end-of-file (the manager is gone), on SIGTERM (the session closed), or
  * when the sandbox's init ends.
  *
- * Usage: kernelmgr-sandbox --listen PATH --workspace DIR [--network on|off]
+ * With an egress allow-list (--network allow:HOST,...) the sandbox's
+ * network is off but for a listener on 127.0.0.1:KWORKER_EGRESS_PORT in its
+ * namespace, which this process serves from outside, once for every kernel
+ * of the session, with the filtering proxy (egproxy_start_policy: the list,
+ * SNI, DNS resolved here only, the decision log on our stderr, bounded by
+ * --log-max); kernel servers ask for its refusal count
+ * (sandbox_session_egress_refusals) for their cells' network notes.
+ *
+ * Usage: kernelmgr-sandbox --listen PATH --workspace DIR
+ *        [--network on|off|allow:HOST[,HOST...]] [--log-max BYTES]
  *        [--memory BYTES] [--cpus N] [--tmp-size BYTES] [--ro-path DIR]...
  *        [--owner-fd N] [-f FILE (ignored: the launcher's connection file)]
  */
 #include "sandbox/sandbox.h"
+#include "kernels/egress/egpolicy.h"
+#include "kernels/egress/egproxy.h"
+#include "kernels/server/kworker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,11 +44,41 @@ static int usage(const char *why)
 {
     fprintf(stderr,
             "kernelmgr-sandbox: %s\n"
-            "usage: kernelmgr-sandbox --listen PATH --workspace DIR [--network on|off]\n"
+            "usage: kernelmgr-sandbox --listen PATH --workspace DIR\n"
+            "       [--network on|off|allow:HOST[,HOST...]] [--log-max BYTES]\n"
             "       [--memory BYTES] [--cpus N] [--tmp-size BYTES] [--ro-path DIR]...\n"
             "       [--owner-fd N] [-f FILE]\n",
             why);
     return 2;
+}
+
+/* The session's egress proxy: its list, the proxy once the sandbox is
+ * made, the decision log's cap. */
+typedef struct holder_egress {
+    egpolicy policy;
+    egproxy *proxy;
+    unsigned long long log_max;
+} holder_egress;
+
+static int egress_ready(void *arg, sandbox *sb, char *err, size_t errlen)
+{
+    holder_egress *e = arg;
+    char why[400];
+    int lfd = sandbox_take_listen_fd(sb);
+    e->proxy = lfd >= 0 ? egproxy_start_policy(lfd, &e->policy, why, sizeof why) : NULL;
+    if (!e->proxy) {
+        snprintf(err, errlen, "the egress proxy cannot start: %s",
+                 lfd < 0 ? "no listening socket from the sandbox" : why);
+        return -1;
+    }
+    egproxy_log_limit(e->proxy, e->log_max);
+    return 0;
+}
+
+static long long egress_refusals(void *arg, char *last, size_t lastlen)
+{
+    holder_egress *e = arg;
+    return e->proxy ? egproxy_refusals(e->proxy, last, lastlen) : -1;
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -56,6 +98,8 @@ int main(int argc, char **argv)
     sandbox_config_defaults(&cfg);
     const char *listen_path = NULL, *ro[HOLDER_MAX_RO + 1] = {0};
     int nro = 0, owner_fd = -1;
+    static holder_egress eg;
+    egpolicy_init(&eg.policy);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "--help")) {
@@ -76,9 +120,23 @@ int main(int argc, char **argv)
             if (strcmp(v, "strict"))
                 return usage("--sandbox: only strict has a session sandbox");
         } else if (!strcmp(o, "--network")) {
-            if (strcmp(v, "on") && strcmp(v, "off"))
-                return usage("--network: on or off");
+            char why[400];
+            if (egpolicy_is_text(v)) {
+                if (egpolicy_parse_text(&eg.policy, v, why, sizeof why) < 0) {
+                    fprintf(stderr, "kernelmgr-sandbox: --network %s\n", why);
+                    return 2;
+                }
+            } else if (strcmp(v, "on") && strcmp(v, "off")) {
+                return usage("--network: on, off or allow:HOST[,HOST...]");
+            } else {
+                egpolicy_init(&eg.policy); /* the last --network is the one */
+            }
             cfg.network = !strcmp(v, "on");
+            cfg.loopback_listen_port = eg.policy.n ? KWORKER_EGRESS_PORT : 0;
+        } else if (!strcmp(o, "--log-max")) {
+            if (parse_u64(v, &n) < 0)
+                return usage("--log-max: a number of bytes");
+            eg.log_max = n;
         } else if (!strcmp(o, "--memory")) {
             if (parse_u64(v, &n) < 0)
                 return usage("--memory: a number of bytes");
@@ -129,7 +187,10 @@ int main(int argc, char **argv)
         return 1;
     }
     char err[1024];
-    int rc = sandbox_session_serve(&cfg, fd, owner_fd, err, sizeof err);
+    sandbox_session_hooks hooks = {egress_ready, egress_refusals, &eg};
+    int rc = sandbox_session_serve_with(&cfg, fd, owner_fd, eg.policy.n ? &hooks : NULL, err,
+                                        sizeof err);
+    egproxy_stop(&eg.proxy);
     unlink(listen_path);
     close(fd);
     if (rc < 0 && err[0])

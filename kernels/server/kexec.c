@@ -5,7 +5,6 @@
  */
 #include "kernels/server/kserver.h"
 #include "common/cm_utf8.h"
-#include "kernels/egress/egproxy.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -198,9 +197,9 @@ static int network_note_due(kserver *ks, int failed)
             knetnote_scan(&ks->netnote, t, strlen(t));
     }
     long long now = ks->worker ? sandbox_net_no_routes(kworker_sandbox(ks->worker)) : -1;
-    egproxy *px = ks->worker ? kworker_egress(ks->worker) : NULL;
-    if (px)
-        return knetnote_due_allow(&ks->netnote, failed, now, egproxy_refusals(px, NULL, 0));
+    if (ks->worker && ks->opts.egress.n)
+        return knetnote_due_allow(&ks->netnote, failed, now,
+                                  failed ? kworker_egress_refusals(ks->worker, NULL, 0) : -1);
     return knetnote_due(&ks->netnote, failed, now);
 }
 
@@ -230,11 +229,10 @@ static void report_limits(kserver *ks, json_t *md, int failed)
     if (ks->cpu_hit)
         json_array_append_new(hits, json_string(cpu_limit_text(ks, what, sizeof what)));
     if (network_note_due(ks, failed)) {
-        egproxy *px = ks->worker ? kworker_egress(ks->worker) : NULL;
-        if (px) {
+        if (ks->worker && ks->opts.egress.n) {
             char list[600], last[600], note[1600];
             egpolicy_describe(&ks->opts.egress, list, sizeof list);
-            long long n = egproxy_refusals(px, last, sizeof last);
+            long long n = kworker_egress_refusals(ks->worker, last, sizeof last);
             snprintf(note, sizeof note, "%s (allowed: %s)%s%s", KNETNOTE_ALLOW_TEXT, list,
                      n > ks->netnote.refused && last[0] ? "; the proxy refused: " : "",
                      n > ks->netnote.refused ? last : "");
@@ -295,9 +293,9 @@ static void check_cpu_budget(kserver *ks, uint64_t now)
 void kexec_cell_starts(kserver *ks)
 {
     ks->cur_oom_kills = ks->worker ? sandbox_oom_kills(kworker_sandbox(ks->worker)) : -1;
-    if (ks->worker && kworker_egress(ks->worker))
+    if (ks->worker && ks->opts.egress.n)
         knetnote_start_allow(&ks->netnote, sandbox_net_no_routes(kworker_sandbox(ks->worker)),
-                             egproxy_refusals(kworker_egress(ks->worker), NULL, 0));
+                             kworker_egress_refusals(ks->worker, NULL, 0));
     else
         knetnote_start(&ks->netnote,
                        ks->worker && ks->opts.sandbox.level == SANDBOX_STRICT &&

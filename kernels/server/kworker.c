@@ -49,7 +49,9 @@ struct kworker {
     int exited;
     int wait_status;
     uint64_t started_ns;
-    egproxy *egress; /* the egress proxy serving the sandbox's listener, or NULL */
+    egproxy *egress;     /* the egress proxy serving the sandbox's listener, or NULL */
+    char *egress_holder; /* in a session sandbox with an allow-list: the holder's
+                            socket, whose proxy serves every kernel (owned) */
 };
 
 uint64_t kworker_now_ns(void)
@@ -204,7 +206,8 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, cons
     c.ro_paths = (const char *const *)spec->ro_paths;
     if (use_egress) {
         c.network = 0;
-        c.loopback_listen_port = KWORKER_EGRESS_PORT;
+        /* in a session sandbox, its holder serves the session's listener */
+        c.loopback_listen_port = cfg->session_socket ? 0 : KWORKER_EGRESS_PORT;
     }
     int child_fds[KSPEC_DEBUG_EVT_FD + 1] = {in[0], out[1], errp[1], req[0], evt[1], errp[1]};
     int nfds = 5;
@@ -228,7 +231,12 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, cons
         goto fail;
     w->pid = sandbox_pid(w->sb);
     w->started_ns = kworker_now_ns();
-    if (use_egress) {
+    if (use_egress && cfg->session_socket && !(w->egress_holder = strdup(cfg->session_socket))) {
+        snprintf(err, errlen, "out of memory");
+        sandbox_destroy(&w->sb);
+        goto fail;
+    }
+    if (use_egress && !cfg->session_socket) {
         char why[400];
         int lfd = sandbox_take_listen_fd(w->sb);
         w->egress = lfd >= 0 ? egproxy_start_policy(lfd, egress, why, sizeof why) : NULL;
@@ -278,6 +286,7 @@ void kworker_destroy(kworker **pw)
         close_fd(&w->fds[i]);
     sandbox_destroy(&w->sb);
     egproxy_stop(&w->egress);
+    free(w->egress_holder);
     free(w->req.buf);
     free(w->dbg.buf);
     free(w->evt.buf);
@@ -294,6 +303,13 @@ pid_t kworker_pid(const kworker *w)
 egproxy *kworker_egress(kworker *w)
 {
     return w->egress;
+}
+
+long long kworker_egress_refusals(kworker *w, char *last, size_t lastlen)
+{
+    if (w->egress)
+        return egproxy_refusals(w->egress, last, lastlen);
+    return w->egress_holder ? sandbox_session_egress_refusals(w->egress_holder, last, lastlen) : -1;
 }
 
 sandbox *kworker_sandbox(kworker *w)

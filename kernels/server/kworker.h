@@ -43,7 +43,10 @@ typedef struct kworker kworker;
  * process serves from outside with the egress proxy for the worker's
  * lifetime (egproxy_start_policy: the list, SNI, DNS here only); the worker
  * gets http_proxy, https_proxy, HTTP_PROXY, HTTPS_PROXY pointing at it and
- * no_proxy / NO_PROXY "localhost,127.0.0.1,::1". NULL with a reason in err. */
+ * no_proxy / NO_PROXY "localhost,127.0.0.1,::1". In a session sandbox
+ * (cfg->session_socket) the listener and its proxy are the session's, served
+ * by its holder (kernelmgr-sandbox) for every kernel at that same address:
+ * this process starts none. NULL with a reason in err. */
 kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, const egpolicy *egress,
                        char *err, size_t errlen);
 
@@ -56,6 +59,13 @@ pid_t kworker_pid(const kworker *w);
 /* borrowed: the egress proxy of a worker started with an allow-list, else
  * NULL. */
 struct egproxy *kworker_egress(kworker *w);
+
+/* How many requests the worker's egress proxy refused so far, the last
+ * reason in last (may be NULL): its own proxy's, or, in a session sandbox,
+ * the session's one proxy's, which its holder serves for every kernel of
+ * the session (asked over the holder's socket). -1: no allow-list, or the
+ * holder did not answer. */
+long long kworker_egress_refusals(kworker *w, char *last, size_t lastlen);
 
 /* borrowed: the sandbox, for limit and CPU queries. */
 sandbox *kworker_sandbox(kworker *w);

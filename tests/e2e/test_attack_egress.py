@@ -232,3 +232,120 @@ def test_a_flood_of_refusals_is_logged_bounded_and_the_proxy_keeps_serving(env):
     assert 0 < len(lines) < 200, len(lines)  # rate-limited: a burst, then counted
     assert "earlier decisions not logged" in logs or len(lines) <= 60
     assert json.dumps(out)  # every answer was complete text
+
+
+# ---- DNS rebinding against a real (test) resolver --------------------------
+
+class RebindingDNS:
+    """A DNS server on the host's loopback (UDP) that answers A queries for
+    NAME with PUBLIC first and 127.0.0.1 next, alternating, and NXDOMAIN for
+    anything else; it counts the queries it answered."""
+
+    NAME = "rebind.test"
+    PUBLIC = "198.51.100.7"  # TEST-NET-2: public-looking, never routed
+
+    def __init__(self):
+        import threading
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.queries = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                q, peer = self.sock.recvfrom(512)
+            except OSError:
+                return
+            try:
+                self.sock.sendto(self._answer(q), peer)
+            except (OSError, IndexError, ValueError):
+                pass
+
+    def _answer(self, q):
+        i, labels = 12, []
+        while q[i]:
+            labels.append(q[i + 1:i + 1 + q[i]].decode("ascii").lower())
+            i += 1 + q[i]
+        question = q[12:i + 5]
+        if ".".join(labels) != self.NAME:
+            return q[:2] + b"\x81\x83\x00\x01\x00\x00\x00\x00\x00\x00" + question
+        self.queries += 1
+        addr = self.PUBLIC if self.queries % 2 else "127.0.0.1"
+        return (q[:2] + b"\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00" + question +
+                b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x00\x00\x04" + socket.inet_aton(addr))
+
+    def close(self):
+        self.sock.close()
+
+
+def _syn_sent_to(ip, port):
+    """A connection attempt from this host's network namespace to ip:port
+    (/proc/net/tcp, state SYN_SENT) is under way."""
+    want = "%08X:%04X" % (int.from_bytes(socket.inet_aton(ip), "little"), port)
+    try:
+        rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    return any(r.split()[2] == want and r.split()[3] == "02" for r in rows)
+
+
+@pytest.fixture(scope="module")
+def rebind(tmp_path_factory):
+    servers = Servers(tmp_path_factory.mktemp("egress-rebind"))
+    dns, lo = RebindingDNS(), sbxutil.Listener("127.0.0.1")
+    m = mgrutil.Mgr({"sandbox": "strict", "network": {"allow": [
+        f"127.0.0.1:{servers.hp}", f"{RebindingDNS.NAME}:{lo.port}"]}})
+    # the operator's test hook: the proxy resolves with this server only
+    m.env["KERNELMGR_EGRESS_RESOLVER"] = f"127.0.0.1:{dns.port}"
+    yield servers, dns, lo, m
+    m.close()
+    lo.close()
+    dns.close()
+    servers.close()
+
+
+def test_dns_rebinding_the_proxy_connects_only_to_the_address_it_checked(rebind):
+    import time
+    servers, dns, lo, m = rebind
+    name, port = RebindingDNS.NAME, lo.port
+    # A tunnel: the name is checked at CONNECT (answer: the public address),
+    # the upstream dialled after the ClientHello. A second lookup there would
+    # get 127.0.0.1 (the rebinding answer) and reach lo.
+    code = f"""
+import socket, ssl
+t = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+t.sendall(b"CONNECT {name}:{port} HTTP/1.1\\r\\nHost: {name}:{port}\\r\\n\\r\\n")
+head = b""
+while b"\\r\\n\\r\\n" not in head:
+    head += t.recv(4096)
+print("HEAD", head.split(b"\\r\\n")[0].decode())
+ctx = ssl.create_default_context()
+tls = ctx.wrap_socket(t, server_hostname="{name}", do_handshake_on_connect=False)
+tls.setblocking(False)
+try:
+    tls.do_handshake()  # sends the ClientHello; the answer never comes
+except ssl.SSLWantReadError:
+    pass
+"""
+    r = m.exec("rb", code, "--lang", "python", timeout=120)[1][-1]
+    assert r["status"] == "ok" and "HEAD HTTP/1.1 200" in r["stdout"], r
+    # the proxy dials the address it checked: a SYN to the public address
+    # (or, on a host without a route there, its failure is logged at once)
+    log = m.home / "sessions" / "rb" / "sandbox.log"
+    deadline = time.monotonic() + 30
+    while not (_syn_sent_to(RebindingDNS.PUBLIC, port) or
+               (log.exists() and f"failed CONNECT {name}:{port}" in log.read_text())):
+        assert time.monotonic() < deadline, "the proxy never dialled the checked address"
+        time.sleep(0.05)
+    assert dns.queries == 1, dns.queries  # resolved once, for the check and the connect
+    # the next lookup rebinds to 127.0.0.1: refused by policy, naming it
+    out = attack(m, [("GET", f"GET http://{name}:{port}/ HTTP/1.1\r\n"
+                             f"Host: {name}:{port}\r\n\r\n".encode())])
+    assert_refused(out, "GET", words=f"host {name} resolves to 127.0.0.1")
+    assert dns.queries == 2, dns.queries
+    assert lo.accepted == [], "the rebinding answer was dialled"
+    got = result(m.exec("rb", fetch_code(f"http://127.0.0.1:{servers.hp}/", servers.pem),
+                        "--lang", "python")[1][-1])
+    assert got == {"status": 200, "body": "hello over http"}, got

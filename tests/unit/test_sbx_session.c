@@ -2,7 +2,9 @@
  * test_sbx_session.c — the wire format between a kernel server, a session
  * sandbox's holder and its init (sbx_session.c): messages survive a round
  * trip with their fds; a short, garbled, truncated or fd-stuffed message is
- * refused and its fds closed; string lists must fill the payload exactly.
+ * refused and its fds closed; string lists must fill the payload exactly;
+ * a holder answers a kernel server's egress-refusals query from its hook
+ * (the reason made printable), and one without the hook says it has none.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +20,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 
+#include "sandbox/sandbox.h"
 #include "sandbox/sbx_internal.h"
 
 static void pair(int sv[2])
@@ -135,6 +140,66 @@ static void test_oversized_send_refused(void **state)
     close(sv[1]);
 }
 
+static long long three_refusals(void *arg, char *last, size_t lastlen)
+{
+    (void)arg;
+    snprintf(last, lastlen, "host x.example:443 is not allowed\x01");
+    return 3;
+}
+
+/* A holder (sandbox_session_serve_with, hooks or NULL) in a child on a
+ * socket at path, ended by closing *owner_w. Its pid. */
+static pid_t holder(const char *path, const sandbox_session_hooks *hooks, int *owner_w)
+{
+    int life[2];
+    assert_int_equal(pipe(life), 0);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    unlink(path);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 8), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(life[1]);
+        sandbox_config cfg;
+        sandbox_config_defaults(&cfg);
+        char err[256];
+        _exit(sandbox_session_serve_with(&cfg, fd, life[0], hooks, err, sizeof err) < 0);
+    }
+    close(fd);
+    close(life[0]);
+    *owner_w = life[1];
+    return pid;
+}
+
+static void test_egress_refusals_query(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/km-sbxq-XXXXXX", path[64], last[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/h.sbx", dir);
+    sandbox_session_hooks hooks = {NULL, three_refusals, NULL};
+    int owner, st;
+    pid_t pid = holder(path, &hooks, &owner);
+    assert_int_equal(sandbox_session_egress_refusals(path, last, sizeof last), 3);
+    assert_string_equal(last, "host x.example:443 is not allowed?");
+    /* asked again on a connection of its own: the same answer */
+    assert_int_equal(sandbox_session_egress_refusals(path, NULL, 0), 3);
+    close(owner);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* a holder without a proxy: none */
+    pid = holder(path, NULL, &owner);
+    assert_int_equal(sandbox_session_egress_refusals(path, last, sizeof last), -1);
+    assert_string_equal(last, "");
+    close(owner);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -142,6 +207,7 @@ int main(void)
         cmocka_unit_test(test_bad_messages_refused_fds_closed),
         cmocka_unit_test(test_split_must_fill_exactly),
         cmocka_unit_test(test_oversized_send_refused),
+        cmocka_unit_test(test_egress_refusals_query),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
