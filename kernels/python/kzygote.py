@@ -128,10 +128,31 @@ def _reseed():
             pass
 
 
+def _retitle(ctypes):
+    """The worker's command line says driver.py, as a cold start's does
+    (ps, /proc/PID/cmdline), not this file: the last argument is rewritten
+    in place (it is never longer)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            st = f.read()
+        fields = st[st.rindex(b")") + 2:].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end
+        old = ctypes.string_at(start, end - start)
+        mine = os.path.abspath(__file__).encode() + b"\0"
+        new = _DRIVER.encode() + b"\0"
+        i = old.rfind(mine)
+        if i >= 0 and i + len(mine) == len(old) and len(new) <= len(mine):
+            ctypes.memmove(start + i, new + b"\0" * (len(mine) - len(new)), len(mine))
+    except Exception:
+        pass
+
+
 def _worker(driver, env, fds, serial):
     """In the forked worker: becomes what a cold start is, then runs the
     driver's main(); returns when it does."""
     os.setsid()
+    if _ctypes is not None:
+        _retitle(_ctypes)
     tmp = [os.dup(f) for f in fds]  # above every target number
     for i, f in enumerate(tmp):
         os.dup2(f, i, inheritable=True)
@@ -157,6 +178,7 @@ def _worker(driver, env, fds, serial):
 
 _ZPID = os.getpid()
 _in_worker = [False]
+_ctypes = None
 
 
 def _fork(sock, driver, env, fds, serial):
@@ -200,6 +222,11 @@ def main():
                 __import__(name)
             except Exception:
                 pass  # the workers import it themselves, and see why
+    global _ctypes
+    try:
+        import ctypes as _ctypes
+    except Exception:  # no libffi: the workers' command line names this file
+        _ctypes = None
     compile("x = 1\n", "<zygote>", "exec")
     gc.collect()
     gc.freeze()
