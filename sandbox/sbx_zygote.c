@@ -127,19 +127,19 @@ void sbx_zygote_reaped(sbx_zygote *z, pid_t pid)
 }
 
 /* Waits for one message from the zygote until deadline: its payload
- * length + 1 (sbx_sess_recv), 0 on timeout or end-of-file, -1 on error. */
+ * length + 1 (sbx_sess_recv), 0 at end-of-file, -1 on error or timeout. */
 static ssize_t zyg_recv(int fd, sbx_sess_hdr *h, char *buf, size_t cap, uint64_t deadline)
 {
     for (;;) {
         uint64_t now = zyg_now_ms();
         if (now >= deadline)
-            return 0;
+            return -1;
         struct pollfd p = {fd, POLLIN, 0};
         int rc = poll(&p, 1, (int)(deadline - now));
         if (rc < 0 && errno == EINTR)
             continue;
         if (rc <= 0)
-            return rc;
+            return -1;
         int f[1], nf = 0;
         ssize_t n = sbx_sess_recv(fd, h, buf, cap, f, &nf, 0);
         if (n < 0 && errno == EAGAIN)
@@ -206,7 +206,10 @@ static int zyg_start(sbx_zygote *z, const sandbox_config *cfg, const sbx_limits 
                 rep[i] = '?';
         snprintf(err, errlen, "zygote: %s", rep + 1);
     } else {
-        snprintf(err, errlen, "zygote: %s", n > 0 ? "no ready message" : "not ready in time");
+        snprintf(err, errlen, "zygote: %s",
+                 n > 0    ? "no ready message"
+                 : n == 0 ? "it exited before it was ready"
+                          : "not ready in time");
     }
     z->key = NULL; /* the caller's, freed by it */
     zyg_stop(z);
@@ -223,8 +226,9 @@ fail:
     return -1;
 }
 
-/* One fork by a running zygote: 1 with *pid, 0 when it asks to be
- * replaced ('Z'), -1 with a reason (it is then stopped). */
+/* One fork by a running zygote: 1 with *pid, 0 when it must be replaced
+ * (it asked, 'Z', or it is gone: killed by the session's code, say), -1
+ * with a reason (it is then stopped). */
 static int zyg_fork(sbx_zygote *z, char *const envp[], const int *fds, int nfds, pid_t *pid,
                     char *err, size_t errlen)
 {
@@ -241,16 +245,14 @@ static int zyg_fork(sbx_zygote *z, char *const envp[], const int *fds, int nfds,
         len += l;
     }
     sbx_sess_hdr h = {.magic = SBX_SESS_MAGIC, .type = 'F', .envc = envc, .a = nfds};
-    if (sbx_sess_send(z->fd, &h, payload, len, fds, nfds) < 0) {
-        sbx_util_fail(err, errlen, "zygote: send the request");
-        zyg_stop(z);
-        return -1;
-    }
+    int sent = sbx_sess_send(z->fd, &h, payload, len, fds, nfds);
     explicit_bzero(payload, len);
+    if (sent < 0)
+        return 0;
     sbx_sess_hdr r;
     char buf[SBX_SESS_MAX_REASON + 8];
     ssize_t n = zyg_recv(z->fd, &r, buf, sizeof buf, zyg_now_ms() + SBX_ZYG_FORK_MS);
-    if (n > 0 && r.type == 'Z')
+    if (n == 0 || (n > 0 && r.type == 'Z'))
         return 0;
     if (n > 0 && r.type == 'O' && r.a > 1 && r.a != z->pid) {
         /* Believed only for a child of init (alive, or a zombie not yet
@@ -306,7 +308,8 @@ int sbx_zygote_spawn(sbx_zygote *z, const sandbox_config *cfg, const sbx_limits 
             free(key);
             return r > 0 ? 0 : -1;
         }
-        /* 'Z': its files changed since it started; a fresh one, once */
+        /* its files changed since it started, or it is gone: a fresh
+         * one, once */
         if (!key) {
             key = z->key;
             z->key = NULL;
@@ -314,6 +317,6 @@ int sbx_zygote_spawn(sbx_zygote *z, const sandbox_config *cfg, const sbx_limits 
         zyg_stop(z);
     }
     free(key);
-    snprintf(err, errlen, "zygote: a fresh one asked to be replaced too");
+    snprintf(err, errlen, "zygote: a fresh one failed too");
     return -1;
 }

@@ -8,7 +8,10 @@ running it, calls the driver's `preload()` when it has one (IPython and
 what it needs), imports the modules named in KERNELMGR_ZYGOTE_PRELOAD
 (comma-separated, e.g. "numpy"), freezes the heap for the garbage
 collector, says ready and waits. It never runs code of the session's: the
-workspace is off sys.path while it imports, and it only forks.
+workspace is off sys.path while it imports, and it only forks. It makes
+itself non-dumpable first, so the session's code (same uid) cannot reach
+into it through /proc (memory, fds, environment); it can only signal it,
+after which init starts a fresh one.
 
 For each request ('F': the worker's environment and its fds) it forks a
 child that forks the worker and exits, so that the worker's parent is init
@@ -147,11 +150,22 @@ def _retitle(ctypes):
         pass
 
 
+def _dumpable(on):
+    """prctl(PR_SET_DUMPABLE): the zygote is not, so the session's code
+    (same uid, no capabilities) can neither read nor write its memory, fds
+    or environment through /proc, nor attach to it; its workers are."""
+    try:
+        _ctypes.CDLL(None, use_errno=True).prctl(4, int(on), 0, 0, 0)
+    except Exception:
+        pass
+
+
 def _worker(driver, env, fds, serial):
     """In the forked worker: becomes what a cold start is, then runs the
     driver's main(); returns when it does."""
     os.setsid()
     if _ctypes is not None:
+        _dumpable(1)  # as a cold start: its own code may read its /proc files
         _retitle(_ctypes)
     tmp = [os.dup(f) for f in fds]  # above every target number
     for i, f in enumerate(tmp):
@@ -210,6 +224,13 @@ def _fork(sock, driver, env, fds, serial):
 
 
 def main():
+    global _ctypes
+    try:
+        import ctypes as _ctypes
+    except Exception:  # no libffi: the workers' command line names this file
+        _ctypes = None
+    if _ctypes is not None:
+        _dumpable(0)
     sock = _socket.socket(fileno=_SOCK_FD)
     driver = _load_driver()
     pre = getattr(driver, "preload", None)
@@ -222,11 +243,6 @@ def main():
                 __import__(name)
             except Exception:
                 pass  # the workers import it themselves, and see why
-    global _ctypes
-    try:
-        import ctypes as _ctypes
-    except Exception:  # no libffi: the workers' command line names this file
-        _ctypes = None
     compile("x = 1\n", "<zygote>", "exec")
     gc.collect()
     gc.freeze()
