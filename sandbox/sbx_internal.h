@@ -341,16 +341,20 @@ typedef struct sbx_zygote {
     unsigned forks; /* workers it forked */
     char *key;      /* its command and start-up environment, NUL-separated */
     size_t keylen;
+    unsigned asked; /* requests for a zygote's worker so far */
 } sbx_zygote;
 
 #define SBX_ZYGOTE_NONE                                                                            \
     {                                                                                              \
-        0, -1, 0, NULL, 0                                                                          \
+        0, -1, 0, NULL, 0, 0                                                                       \
     }
 
 /* In the session's init: a worker for zargv/envp forked by the zygote
  * (started, or replaced after zmax forks or when its command, start-up
- * environment or files changed), with fds as fds 0..nfds-1. 0 with *pid,
+ * environment or files changed), with fds as fds 0..nfds-1. The first
+ * such request of a session is refused (it starts cold: most sessions
+ * start one Python kernel, and a zygote would only cost them), so the
+ * zygote starts with the second. 0 with *pid,
  * a child of init inside the sandbox; -1 with a reason (the caller then
  * starts the worker cold; fds stay the caller's either way). ctl and sfd
  * are init's own fds, closed in the zygote. */

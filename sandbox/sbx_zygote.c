@@ -287,6 +287,12 @@ int sbx_zygote_spawn(sbx_zygote *z, const sandbox_config *cfg, const sbx_limits 
         snprintf(err, errlen, "zygote: malformed request");
         return -1;
     }
+    /* The first: cold, no zygote (it would make that start slower and
+     * cost the session its memory); one is started for the next. */
+    if (z->asked++ == 0) {
+        snprintf(err, errlen, "zygote: the session's first such worker starts cold");
+        return -1;
+    }
     size_t keylen = 0;
     char *key = make_key(zargv, envp, &keylen);
     if (!key) {

@@ -433,10 +433,11 @@ const kmcfg_opt kmcfg_opts[] = {
              "network namespace, `/tmp`, process list and cgroup, whose limits are the "
              "session's); `false`: a sandbox per kernel"),
     OPT_BOOL("zygote", zygote, 1,
-             "`true`: a Python kernel of a session sandbox is forked by the session's zygote, a "
-             "Python started once in that sandbox with the driver loaded (it runs no code of "
-             "the session's); `false`: every kernel starts cold. A workspace venv's interpreter "
-             "always starts cold"),
+             "`true`: a session sandbox's first Python kernel starts cold, every later one (a "
+             "restart, another Python kernel) is forked by the session's zygote, a Python "
+             "started in that sandbox with the second and kept, the driver loaded (it runs no "
+             "code of the session's); `false`: every kernel starts cold. A workspace venv's "
+             "interpreter always starts cold"),
     OPT_UINT("zygote_forks", zygote_forks, 1, 100000, 64, 0, NULL,
              "kernels one zygote forks before a fresh one replaces it (a count; the forks share "
              "its memory layout)"),

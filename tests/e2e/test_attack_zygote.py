@@ -12,7 +12,7 @@ import pytest
 
 import sbxutil
 from test_session_machine import MachineMgr, wait_until
-from test_zygote import ZINFO, FIND_ZYGOTES
+from test_zygote import FIND_ZYGOTES, ZINFO, forked
 
 
 @pytest.fixture(scope="module", params=sbxutil.USERS)
@@ -71,7 +71,7 @@ print("\n".join(out))
 
 
 def test_session_cannot_reach_into_its_zygote(mgr):
-    z = zinfo(mgr, "reach")["zygote_pid"]
+    z = forked(mgr, "reach")["zygote_pid"]
     out = mgr.ok("reach", REACH % z, "python")
     assert "PWNED" not in out, out
     assert out.count("SAFE") == 9, out
@@ -82,7 +82,7 @@ def test_session_cannot_reach_into_its_zygote(mgr):
 
 
 def test_killed_zygote_is_replaced(mgr):
-    first = zinfo(mgr, "kill")
+    first = forked(mgr, "kill")
     # signals: the session may end its zygote (same uid); nothing breaks
     mgr.ok("kill", f"kill -STOP {first['zygote_pid']}; kill -9 {first['zygote_pid']}", "bash")
     wait_until(lambda: json.loads(mgr.ok("kill", FIND_ZYGOTES, "python")) == [],
@@ -125,13 +125,14 @@ print("FOUND" if found else "CLEAN", found, [f for f in fds if f > 6])
 
 
 def test_fork_inherits_no_secret(mgr):
+    forked(mgr, "sec-a")
     out = mgr.ok("sec-a", SECRET, "python")
     assert out.startswith("set"), out
     # the same session's next kernel, forked after those cells
     new_worker(mgr, "sec-a")
     out = mgr.ok("sec-a", LOOK, "python")
     assert out.startswith("CLEAN"), out
-    # another session's kernels, first and later forks
+    # another session's kernels, its first (cold) and later (forked) ones
     out = mgr.ok("sec-b", LOOK, "python")
     assert out.startswith("CLEAN"), out
     new_worker(mgr, "sec-b")
@@ -147,6 +148,7 @@ PRNG = ("import random, os, json\n"
 
 
 def test_forks_share_no_prng_state(mgr):
+    forked(mgr, "rng-a")
     seen = [json.loads(mgr.ok("rng-a", PRNG, "python"))]
     for _ in range(2):
         new_worker(mgr, "rng-a")

@@ -1,5 +1,7 @@
 """Python kernels of a session sandbox forked by the session's zygote
-(sandbox/sbx_zygote.c, kernels/python/kzygote.py).
+(sandbox/sbx_zygote.c, kernels/python/kzygote.py): the session's first
+Python kernel starts cold, every later one (a restart, another Python
+kernel) is forked.
 
 The real daemon, real kernels, the strict sandbox. A forked kernel is in the
 session's one sandbox exactly as a cold one (the same namespaces, cgroup,
@@ -74,8 +76,20 @@ def zygotes(mgr, session):
     return json.loads(mgr.ok(session, FIND_ZYGOTES, "python"))
 
 
+def forked(mgr, session):
+    """The session's Python kernel, forked: the first starts cold (no
+    zygote yet), the next is forked."""
+    z = zinfo(mgr, session)
+    if z is None:
+        assert zygotes(mgr, session) == []
+        z = new_worker(mgr, session)
+    assert z and z["fork"] >= 1, z
+    return z
+
+
 def test_forked_kernel_is_in_the_session_sandbox(mgr):
-    z = zinfo(mgr, "place")
+    assert zinfo(mgr, "place") is None  # the first: cold
+    z = new_worker(mgr, "place")
     assert z and z["fork"] == 1, z
     py = json.loads(mgr.ok("place", PY_PLACE, "python"))
     sh = json.loads(mgr.ok("place", SH_PLACE, "bash"))
@@ -91,7 +105,7 @@ def test_forked_kernel_is_in_the_session_sandbox(mgr):
 
 
 def test_replaced_after_n_forks(mgr):
-    first = zinfo(mgr, "nforks")
+    first = forked(mgr, "nforks")
     second = new_worker(mgr, "nforks")
     assert second["zygote_pid"] == first["zygote_pid"] and second["fork"] == 2, (first, second)
     third = new_worker(mgr, "nforks")  # zygote_forks is 2: a fresh zygote
@@ -114,7 +128,7 @@ def test_replaced_when_its_files_change(tmp_path):
             shutil.copy2(kutil.BUILD / b, bindir / b)
         shutil.copytree(kutil.BUILD / "share", bindir / "share")
         m.km = str(bindir / "kernelmgr")
-        first = zinfo(m, "files")
+        first = forked(m, "files")
         driver = bindir / "share" / "kernelmgr" / "python" / "driver.py"
         st = driver.stat()
         os.utime(driver, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
