@@ -334,6 +334,11 @@ sbx_limits *sbx_limits_view(pid_t pid, const sandbox_config *cfg);
 /* ---- sbx_zygote.c: a session's pre-initialized worker that forks workers -- */
 
 #define SBX_ZYG_MAX_FORKS 100000u
+/* How long init waits for a zygote to be ready, and for one fork: a spawn
+ * that asks for a zygote may take this much longer (the cold start after
+ * a failed zygote has its own SBX_SESS_SPAWN_MS). */
+#define SBX_ZYG_START_MS 8000
+#define SBX_ZYG_FORK_MS 4000
 
 typedef struct sbx_zygote {
     pid_t pid;      /* inside the sandbox (init's child); 0: none */

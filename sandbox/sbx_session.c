@@ -441,7 +441,8 @@ static int holder_spawn(sandbox *sb, uint32_t id, const char *payload, size_t le
         sbx_util_fail(err, errlen, "session sandbox: send the request to its init");
         return -1;
     }
-    uint64_t deadline = now_ms() + SBX_SESS_SPAWN_MS + 1000;
+    uint64_t deadline = now_ms() + SBX_SESS_SPAWN_MS + 1000 +
+                        (h.zargc ? 2 * SBX_ZYG_START_MS + 2 * SBX_ZYG_FORK_MS : 0);
     for (;;) {
         int r = wait_readable(sb->ctl_fd, deadline);
         if (r <= 0) {

@@ -45,9 +45,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SBX_ZYG_START_MS 20000
-#define SBX_ZYG_FORK_MS 10000
-
 static uint64_t zyg_now_ms(void)
 {
     struct timespec ts;

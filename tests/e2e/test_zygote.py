@@ -139,6 +139,18 @@ def test_replaced_when_its_files_change(tmp_path):
         m.close()
 
 
+def test_session_option_zygote_off(mgr):
+    """The session option (`--zygote off`, the API's "zygote": false) wins
+    over the configuration's true, and is kept by the session."""
+    r = mgr.one("sess-off", ZINFO, "python", "--zygote", "off")
+    assert r["status"] == "ok" and r["stdout"] == "null\n", r
+    assert new_worker(mgr, "sess-off") is None
+    assert new_worker(mgr, "sess-off") is None
+    assert zygotes(mgr, "sess-off") == []
+    p = mgr.run("exec", "--session", "sess-bad", "--zygote", "maybe", "-c", "1")
+    assert p.returncode == 2 and "--zygote must be on or off" in p.stderr, p.stderr
+
+
 def test_zygote_false_starts_cold():
     m = MachineMgr("invoker", {"zygote": False})
     try:
