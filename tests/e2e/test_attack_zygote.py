@@ -158,3 +158,29 @@ def test_forks_share_no_prng_state(mgr):
         vals = [s[i] for s in seen]
         assert len(set(vals)) == len(vals), seen
     assert_works(mgr, "rng-a")
+
+
+NP_PRNG = ("import sys\n"
+           "pre = sorted(m for m in ('random', 'numpy') if m in sys.modules)\n"
+           "import json, random, numpy\n"
+           "print(json.dumps([pre, random.random(), float(numpy.random.random())]))")
+
+
+def test_preloaded_prngs_are_reseeded(mgr):
+    """random and numpy imported by the zygote itself (the session's env
+    names them to preload): every fork has its own state nonetheless."""
+    r = mgr.one("rng-np", "import numpy", "python", "--env",
+                "KERNELMGR_ZYGOTE_PRELOAD=random,numpy")
+    if r["status"] != "ok":
+        pytest.skip("numpy is not importable by the kernels' interpreter")
+    seen = []
+    for _ in range(3):
+        z = new_worker(mgr, "rng-np")
+        assert z, z
+        seen.append(json.loads(mgr.ok("rng-np", NP_PRNG, "python")))
+    assert all(s[0] == ["numpy", "random"] for s in seen), seen
+    for i in (1, 2):
+        vals = [s[i] for s in seen]
+        assert len(set(vals)) == len(vals), seen
+    assert_works(mgr, "rng-np")
+
