@@ -94,6 +94,18 @@ typedef struct sandbox_config {
      * limits are the holder's: this config's limits and workspace are not
      * applied; its ro_paths must be ones the session's sandbox has). */
     const char *session_socket;
+    /* With session_socket only. NULL (default): the session's init execs
+     * the worker (a cold start). A command (argv, NULL-terminated; argv[0]
+     * absolute): the worker may instead be forked by a zygote the session's
+     * init starts with this command and keeps, one at a time, for workers
+     * asking with the same command and start-up environment (sbx_zygote.c;
+     * DESIGN.md "Python kernels forked by the session's zygote"); the
+     * session's first such worker starts cold, and any failure of the
+     * zygote falls back to the cold start. */
+    char *const *zygote_argv;
+    /* Forks after which that zygote is replaced by a fresh one (it bounds
+     * how many workers share one memory layout). 0: no zygote. */
+    unsigned zygote_forks;
 } sandbox_config;
 
 /* This sandbox implements the per-user quota ceilings above. */

@@ -294,6 +294,9 @@ typedef struct sbx_sess_hdr {
     uint32_t id;   /* the worker, chosen by the holder (a client's is 0) */
     int32_t a;     /* 'O': pid (init: inside; holder: host), 'X': wait status, 'K': signal */
     uint32_t argc, envc, roc; /* 'S': how many strings of each follow */
+    uint32_t zargc;           /* 'S': strings of the zygote's command, after the
+                                 environment (0: a cold start) */
+    uint32_t zmax;            /* 'S': its forks before it is replaced */
 } sbx_sess_hdr;
 
 /* Sends one message (payload may be NULL when len is 0). 0 or -1 + errno. */
@@ -328,6 +331,44 @@ sandbox *sbx_sandbox_alloc(const sandbox_config *cfg, char *err, size_t errlen);
  * process pid is in, when they are a sandbox's (below the caller's own):
  * for a worker that joined a session sandbox. NULL when there are none. */
 sbx_limits *sbx_limits_view(pid_t pid, const sandbox_config *cfg);
+
+/* ---- sbx_zygote.c: a session's pre-initialized worker that forks workers -- */
+
+#define SBX_ZYG_MAX_FORKS 100000u
+/* How long init waits for a zygote to be ready, and for one fork: a spawn
+ * that asks for a zygote may take this much longer (the cold start after
+ * a failed zygote has its own SBX_SESS_SPAWN_MS). */
+#define SBX_ZYG_START_MS 8000
+#define SBX_ZYG_FORK_MS 4000
+
+typedef struct sbx_zygote {
+    pid_t pid;      /* inside the sandbox (init's child); 0: none */
+    int fd;         /* init's end of the socketpair to it; -1: none */
+    unsigned forks; /* workers it forked */
+    char *key;      /* its command and start-up environment, NUL-separated */
+    size_t keylen;
+    unsigned asked; /* requests for a zygote's worker so far */
+} sbx_zygote;
+
+#define SBX_ZYGOTE_NONE                                                                            \
+    {                                                                                              \
+        0, -1, 0, NULL, 0, 0                                                                       \
+    }
+
+/* In the session's init: a worker for zargv/envp forked by the zygote
+ * (started, or replaced after zmax forks or when its command, start-up
+ * environment or files changed), with fds as fds 0..nfds-1. The first
+ * such request of a session is refused (it starts cold: most sessions
+ * start one Python kernel, and a zygote would only cost them), so the
+ * zygote starts with the second. 0 with *pid,
+ * a child of init inside the sandbox; -1 with a reason (the caller then
+ * starts the worker cold; fds stay the caller's either way). ctl and sfd
+ * are init's own fds, closed in the zygote. */
+int sbx_zygote_spawn(sbx_zygote *z, const sandbox_config *cfg, const sbx_limits *lim, int ctl,
+                     int sfd, char *const zargv[], char *const envp[], const int *fds, int nfds,
+                     unsigned zmax, pid_t *pid, char *err, size_t errlen);
+/* Init reaped pid: forgets the zygote when it was that. */
+void sbx_zygote_reaped(sbx_zygote *z, pid_t pid);
 
 /* ---- sbx_init.c --------------------------------------------------------- */
 

@@ -227,11 +227,12 @@ typedef struct sess_worker {
  * 'O' (its pid) or 'E'. fds are the worker's, closed here either way. */
 static void init_spawn(const sandbox_config *cfg, const sbx_limits *lim, int ctl, int sfd,
                        const sbx_sess_hdr *h, char *buf, size_t len, int *fds, int nfds,
-                       sess_worker *w, int *nw)
+                       sess_worker *w, int *nw, sbx_zygote *zyg)
 {
-    char *strs[SBX_SESS_MAX_ARGC + SBX_SESS_MAX_ENVC + 2];
+    char *strs[2 * SBX_SESS_MAX_ARGC + SBX_SESS_MAX_ENVC + 3];
     if (h->argc < 1 || h->argc > SBX_SESS_MAX_ARGC || h->envc > SBX_SESS_MAX_ENVC || h->roc ||
-        sbx_sess_split(buf, len, h->argc + h->envc, strs) < 0 || strs[0][0] != '/') {
+        h->zargc > SBX_SESS_MAX_ARGC ||
+        sbx_sess_split(buf, len, h->argc + h->envc + h->zargc, strs) < 0 || strs[0][0] != '/') {
         send_error(ctl, h->id, "malformed spawn request");
         close_all(fds, nfds);
         return;
@@ -251,6 +252,24 @@ static void init_spawn(const sandbox_config *cfg, const sbx_limits *lim, int ctl
     for (uint32_t i = 0; i < h->envc; i++)
         envp[i] = strs[h->argc + i];
     envp[h->envc] = NULL;
+    if (h->zargc && h->zmax) {
+        /* Forked by the session's zygote when it can; else cold, below. */
+        char *zargv[SBX_SESS_MAX_ARGC + 1], why[SBX_SESS_MAX_REASON];
+        for (uint32_t i = 0; i < h->zargc; i++)
+            zargv[i] = strs[h->argc + h->envc + i];
+        zargv[h->zargc] = NULL;
+        pid_t zp = 0;
+        if (sbx_zygote_spawn(zyg, cfg, lim, ctl, sfd, zargv, envp, fds, nfds, h->zmax, &zp, why,
+                             sizeof why) == 0) {
+            close_all(fds, nfds);
+            w[*nw].id = h->id;
+            w[*nw].pid = zp;
+            (*nw)++;
+            sbx_sess_hdr o = {.magic = SBX_SESS_MAGIC, .type = 'O', .id = h->id, .a = zp};
+            sbx_sess_send(ctl, &o, NULL, 0, NULL, 0);
+            return;
+        }
+    }
     int ep[2];
     if (pipe2(ep, O_CLOEXEC) < 0) {
         send_error(ctl, h->id, "init: pipe failed");
@@ -322,6 +341,7 @@ int sbx_session_init_run(const sandbox_config *cfg, const sbx_limits *lim, int c
         return 127;
     sess_worker w[SBX_SESS_MAX_WORKERS];
     int nw = 0;
+    sbx_zygote zyg = SBX_ZYGOTE_NONE;
     for (;;) {
         struct pollfd p[2] = {{ctl, POLLIN, 0}, {sfd, POLLIN, 0}};
         if (poll(p, 2, -1) < 0) {
@@ -336,6 +356,7 @@ int sbx_session_init_run(const sandbox_config *cfg, const sbx_limits *lim, int c
             int st;
             pid_t pid;
             while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+                sbx_zygote_reaped(&zyg, pid);
                 for (int i = 0; i < nw; i++) {
                     if (w[i].pid != pid)
                         continue;
@@ -360,7 +381,7 @@ int sbx_session_init_run(const sandbox_config *cfg, const sbx_limits *lim, int c
         }
         size_t len = (size_t)n - 1;
         if (h.type == 'S') {
-            init_spawn(cfg, lim, ctl, sfd, &h, buf, len, fds, nfds, w, &nw);
+            init_spawn(cfg, lim, ctl, sfd, &h, buf, len, fds, nfds, w, &nw, &zyg);
             continue;
         }
         close_all(fds, nfds);
@@ -406,17 +427,24 @@ static void queue_exit(sandbox *sb, uint32_t id, int status)
 
 /* Starts a worker in the session sandbox: 0 with its host pid and a pidfd,
  * or -1 with a reason. Exit reports that arrive meanwhile are queued. */
-static int holder_spawn(sandbox *sb, uint32_t id, const char *payload, size_t len, uint32_t argc,
-                        uint32_t envc, const int *fds, int nfds, pid_t *pid, int *pidfd, char *err,
-                        size_t errlen)
+static int holder_spawn(sandbox *sb, uint32_t id, const char *payload, size_t len,
+                        const sbx_sess_hdr *req, const int *fds, int nfds, pid_t *pid, int *pidfd,
+                        char *err, size_t errlen)
 {
     static char buf[4096];
-    sbx_sess_hdr h = {.magic = SBX_SESS_MAGIC, .type = 'S', .id = id, .argc = argc, .envc = envc};
+    sbx_sess_hdr h = {.magic = SBX_SESS_MAGIC,
+                      .type = 'S',
+                      .id = id,
+                      .argc = req->argc,
+                      .envc = req->envc,
+                      .zargc = req->zargc,
+                      .zmax = req->zargc ? req->zmax : 0};
     if (sbx_sess_send(sb->ctl_fd, &h, payload, len, fds, nfds) < 0) {
         sbx_util_fail(err, errlen, "session sandbox: send the request to its init");
         return -1;
     }
-    uint64_t deadline = now_ms() + SBX_SESS_SPAWN_MS + 1000;
+    uint64_t deadline = now_ms() + SBX_SESS_SPAWN_MS + 1000 +
+                        (h.zargc ? 2 * SBX_ZYG_START_MS + 2 * SBX_ZYG_FORK_MS : 0);
     for (;;) {
         int r = wait_readable(sb->ctl_fd, deadline);
         if (r <= 0) {
@@ -574,7 +602,7 @@ static void client_request(sess_state *st, sess_client *c, sbx_sess_hdr *h, char
                            int *fds, int nfds)
 {
     char err[768];
-    char *strs[SBX_SESS_MAX_ARGC + SBX_SESS_MAX_ENVC + SBX_SESS_MAX_ROC + 1];
+    char *strs[2 * SBX_SESS_MAX_ARGC + SBX_SESS_MAX_ENVC + SBX_SESS_MAX_ROC + 1];
     if (h->type == 'R' && !c->id) {
         close_all(fds, nfds);
         client_query(st, c);
@@ -586,8 +614,10 @@ static void client_request(sess_state *st, sess_client *c, sbx_sess_hdr *h, char
         return;
     }
     if (h->argc < 1 || h->argc > SBX_SESS_MAX_ARGC || h->envc > SBX_SESS_MAX_ENVC ||
-        h->roc > SBX_SESS_MAX_ROC || sbx_sess_split(buf, len, h->argc + h->envc + h->roc, strs) ||
-        strs[0][0] != '/') {
+        h->roc > SBX_SESS_MAX_ROC || h->zargc > SBX_SESS_MAX_ARGC ||
+        (h->zargc && (h->zmax < 1 || h->zmax > SBX_ZYG_MAX_FORKS)) ||
+        sbx_sess_split(buf, len, h->argc + h->envc + h->zargc + h->roc, strs) ||
+        strs[0][0] != '/' || (h->zargc && strs[h->argc + h->envc][0] != '/')) {
         send_error(c->fd, 0, "malformed spawn request");
         close_all(fds, nfds);
         return;
@@ -598,7 +628,7 @@ static void client_request(sess_state *st, sess_client *c, sbx_sess_hdr *h, char
             close_all(fds, nfds);
             return;
         }
-    char **ro = strs + h->argc + h->envc;
+    char **ro = strs + h->argc + h->envc + h->zargc;
     for (uint32_t i = 0; i < h->roc; i++)
         if (ro[i][0] != '/') {
             send_error(c->fd, 0, "malformed spawn request: a read-only path is not absolute");
@@ -625,12 +655,11 @@ static void client_request(sess_state *st, sess_client *c, sbx_sess_hdr *h, char
     if (id == 0)
         id = ++st->next_id;
     size_t sent_len = 0;
-    for (uint32_t i = 0; i < h->argc + h->envc; i++)
+    for (uint32_t i = 0; i < h->argc + h->envc + h->zargc; i++)
         sent_len += strlen(strs[i]) + 1;
     pid_t pid = 0;
     int pidfd = -1;
-    int rc = holder_spawn(st->sb, id, buf, sent_len, h->argc, h->envc, fds, nfds, &pid, &pidfd, err,
-                          sizeof err);
+    int rc = holder_spawn(st->sb, id, buf, sent_len, h, fds, nfds, &pid, &pidfd, err, sizeof err);
     close_all(fds, nfds);
     if (rc < 0) {
         send_error(c->fd, 0, err);
@@ -854,16 +883,18 @@ static pid_t pidfd_pid(int fd)
 sandbox *sbx_session_join(const sandbox_config *cfg, char *const argv[], char *const envp[],
                           const int *fds, int nfds, char *err, size_t errlen)
 {
-    uint32_t argc = 0, envc = 0, roc = 0;
+    uint32_t argc = 0, envc = 0, roc = 0, zargc = 0;
     size_t len = 0;
     while (argv[argc])
         len += strlen(argv[argc++]) + 1;
     while (envp && envp[envc])
         len += strlen(envp[envc++]) + 1;
+    while (cfg->zygote_forks && cfg->zygote_argv && cfg->zygote_argv[zargc])
+        len += strlen(cfg->zygote_argv[zargc++]) + 1;
     while (cfg->ro_paths && cfg->ro_paths[roc])
         len += strlen(cfg->ro_paths[roc++]) + 1;
     if (argc > SBX_SESS_MAX_ARGC || envc > SBX_SESS_MAX_ENVC || roc > SBX_SESS_MAX_ROC ||
-        len + sizeof(sbx_sess_hdr) > SBX_SESS_MAX_MSG) {
+        zargc > SBX_SESS_MAX_ARGC || len + sizeof(sbx_sess_hdr) > SBX_SESS_MAX_MSG) {
         snprintf(err, errlen,
                  "the worker's command and environment are too large for a session sandbox "
                  "(limit %u KiB, %d arguments, %d variables)",
@@ -884,6 +915,10 @@ sandbox *sbx_session_join(const sandbox_config *cfg, char *const argv[], char *c
         memcpy(payload + off, envp[i], strlen(envp[i]) + 1);
         off += strlen(envp[i]) + 1;
     }
+    for (uint32_t i = 0; i < zargc; i++) {
+        memcpy(payload + off, cfg->zygote_argv[i], strlen(cfg->zygote_argv[i]) + 1);
+        off += strlen(cfg->zygote_argv[i]) + 1;
+    }
     for (uint32_t i = 0; i < roc; i++) {
         memcpy(payload + off, cfg->ro_paths[i], strlen(cfg->ro_paths[i]) + 1);
         off += strlen(cfg->ro_paths[i]) + 1;
@@ -895,8 +930,15 @@ sandbox *sbx_session_join(const sandbox_config *cfg, char *const argv[], char *c
     }
     int big = (int)SBX_SESS_MAX_MSG + 4096;
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
-    sbx_sess_hdr h = {
-        .magic = SBX_SESS_MAGIC, .type = 'S', .argc = argc, .envc = envc, .roc = roc, .a = nfds};
+    unsigned zmax = cfg->zygote_forks < SBX_ZYG_MAX_FORKS ? cfg->zygote_forks : SBX_ZYG_MAX_FORKS;
+    sbx_sess_hdr h = {.magic = SBX_SESS_MAGIC,
+                      .type = 'S',
+                      .argc = argc,
+                      .envc = envc,
+                      .roc = roc,
+                      .a = nfds,
+                      .zargc = zargc,
+                      .zmax = zargc ? zmax : 0};
     int sent = sbx_sess_send(fd, &h, payload, len, fds, nfds);
     explicit_bzero(payload, len);
     free(payload);
@@ -943,6 +985,7 @@ sandbox *sbx_session_join(const sandbox_config *cfg, char *const argv[], char *c
     }
     sb->cfg.session_socket = NULL; /* the caller's string: not kept */
     sb->cfg.ro_paths = NULL;
+    sb->cfg.zygote_argv = NULL;
     sb->joined = 1;
     sb->join_fd = fd;
     sb->pid = sb->worker_pid = r.a;

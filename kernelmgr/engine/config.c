@@ -432,6 +432,15 @@ const kmcfg_opt kmcfg_opts[] = {
              "`true`: every kernel of a strict session runs in the session's one sandbox (one "
              "network namespace, `/tmp`, process list and cgroup, whose limits are the "
              "session's); `false`: a sandbox per kernel"),
+    OPT_BOOL("zygote", zygote, 1,
+             "`true`: a session sandbox's first Python kernel starts cold, every later one (a "
+             "restart, another Python kernel) is forked by the session's zygote, a Python "
+             "started in that sandbox with the second and kept, the driver loaded (it runs no "
+             "code of the session's); `false`: every kernel starts cold. A workspace venv's "
+             "interpreter always starts cold"),
+    OPT_UINT("zygote_forks", zygote_forks, 1, 100000, 64, 0, NULL,
+             "kernels one zygote forks before a fresh one replaces it (a count; the forks share "
+             "its memory layout)"),
     OPT_ENUM(
         "transport", transport, "ipc", "tcp",
         "the kernels' ZeroMQ transport; `tcp` is refused unless `transport_tcp_exposed` is set"),

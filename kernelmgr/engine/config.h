@@ -33,6 +33,9 @@ typedef struct kmcfg {
     char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
     int session_sandbox;        /* "session_sandbox": a strict session's kernels share one
                                    sandbox (ksbx.c); 0: one sandbox per kernel */
+    int zygote;                 /* "zygote": Python kernels of a session sandbox are forked
+                                   by the session's zygote (sbx_zygote.c); 0: cold starts */
+    unsigned zygote_forks;      /* "zygote_forks": forks before a zygote is replaced */
     char transport[8];          /* "transport": "ipc" (default) | "tcp" */
     int transport_tcp_exposed;  /* "transport_tcp_exposed": the operator accepts that with
                                    "tcp" any local user can read every kernel's IOPub

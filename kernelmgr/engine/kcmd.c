@@ -345,6 +345,11 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     const char *sock = ksbx_socket(s);
     if (sock)
         rc |= klaunch_cmd_add(cmd, "--session-sandbox") | klaunch_cmd_add(cmd, sock);
+    if (sock && (s->zygote >= 0 ? s->zygote : m->cfg.zygote)) {
+        char zn[16];
+        snprintf(zn, sizeof zn, "%u", m->cfg.zygote_forks);
+        rc |= klaunch_cmd_add(cmd, "--zygote") | klaunch_cmd_add(cmd, zn);
+    }
     cmd->interrupt_signal = 0;
     if (rc) {
         klaunch_cmd_clear(cmd);

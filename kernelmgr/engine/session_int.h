@@ -92,6 +92,7 @@ typedef struct session {
     unsigned long long snapshot_max; /* bytes of one snapshot; 0 = the configuration's */
     char python[1024];
     char sandbox[16];
+    int zygote;  /* its own "zygote" option: -1 the configuration's, 0, 1 */
     json_t *env; /* owned: the session's own {NAME: "value"} (on top of the
                     configuration's), NULL when none; persisted in session.json */
     pthread_mutex_t lock;

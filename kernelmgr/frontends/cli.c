@@ -86,6 +86,7 @@ typedef struct cli {
     char net_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list */
     uint64_t memory;
     uint64_t snapshot_max; /* --snapshot-max; 0 unset */
+    int zygote;            /* --zygote on|off: 1, 0; -1 unset */
     int json, continue_on_error, keep, user, stop, pool;
     const char *repair; /* sessions --repair NAME */
     size_t code_len;    /* bytes of the code read from FILE or stdin */
@@ -457,6 +458,7 @@ static void fill_session_opts(cli *c, km_session_opts *so)
     so->network_allow = c->network == KM_NET_ALLOW ? c->net_allow : NULL;
     so->memory = c->memory;
     so->snapshot_max = c->snapshot_max;
+    so->zygote = c->zygote;
     so->cpus = c->cpus;
     so->cpu_time = c->cpu_time;
     so->python = c->python;
@@ -624,6 +626,8 @@ static void add_session_opts(const cli *c, json_t *req, const char *ws)
         json_object_set_new(req, "memory", json_string(c->memory_s));
     if (c->snapshot_max)
         json_object_set_new(req, "snapshot_max", json_integer((json_int_t)c->snapshot_max));
+    if (c->zygote >= 0)
+        json_object_set_new(req, "zygote", json_boolean(c->zygote));
     if (c->cpus > 0)
         json_object_set_new(req, "cpus", json_real(c->cpus));
     if (c->cpu_time > 0)
@@ -2173,6 +2177,14 @@ static int opt_snapshot_max(cli *c, const cli_opt *o, const char *arg)
     return 0;
 }
 
+static int opt_zygote(cli *c, const cli_opt *o, const char *arg)
+{
+    if (strcmp(arg, "on") && strcmp(arg, "off"))
+        return usage_error("--zygote must be on or off (got \"%s\")", arg);
+    c->zygote = !strcmp(arg, "on");
+    return 0;
+}
+
 /* A number in the range of the session option of the same name ("cpu-time":
  * cpu_time). */
 static int opt_sessnum(cli *c, const cli_opt *o, const char *arg)
@@ -2260,6 +2272,9 @@ static const cli_opt cli_opts[] = {
      "memory limit of the session's sandbox, which its\nkernels share, e.g. 1G (new sessions)"},
     {"snapshot-max", 0, "SIZE", opt_snapshot_max, 0,
      "largest snapshot of the session, e.g. 64M (new\nsessions; default the configuration's)"},
+    {"zygote", 0, "on|off", opt_zygote, 0,
+     "off: every Python kernel of the session starts cold\n(new sessions; default the "
+     "configuration's zygote)"},
     {"cpus", 0, "N", opt_sessnum, OFF(cpus),
      "CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)"},
     {"cpu-time", 0, "SECONDS", opt_sessnum, OFF(cpu_time),
@@ -2377,6 +2392,7 @@ static int cli_dispatch(int argc, char **argv)
     cli c;
     memset(&c, 0, sizeof c);
     c.network = -1;
+    c.zygote = -1;
     c.pool = -1;
     if (argc < 2)
         return usage_error("no command given");

@@ -830,6 +830,9 @@ static json_t *sessopt_schema(const dtier_sessopt *o)
     case DT_SO_PATH:
         p = json_pack("{s:s}", "type", "string");
         break;
+    case DT_SO_BOOL:
+        p = json_pack("{s:s}", "type", "boolean");
+        break;
     }
     char d[600];
     snprintf(d, sizeof d, "%s%s%s%s Applied when this call creates the session.", o->help,

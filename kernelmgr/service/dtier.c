@@ -126,6 +126,15 @@ const dtier_sessopt dtier_sessopts[] = {
      "Environment variables for the code, {NAME: value} (a session keeps the variables it was "
      "created with; the code sees no other variable of the server's but LANG, LC_*, TERM and "
      "TZ)."},
+    {{"zygote", DT_ALL, 0, NULL},
+     DT_SO_BOOL,
+     0,
+     0,
+     {NULL},
+     NULL,
+     DT_CEIL_NONE,
+     "false: every Python kernel of the session starts cold; true: its later ones are forked by "
+     "the session's zygote (default the configuration's)."},
     {{NULL, 0, 0, NULL}, 0, 0, 0, {NULL}, NULL, DT_CEIL_NONE, NULL},
 };
 
@@ -319,6 +328,14 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
             so->workspace = s;
         return 0;
     }
+    case DT_SO_BOOL:
+        if (!json_is_boolean(v)) {
+            snprintf(why, n, "field \"%s\": expected true or false, got %s", name,
+                     rpc_type_name(v));
+            return -1;
+        }
+        so->zygote = json_is_true(v);
+        return 0;
     case DT_SO_ENV: {
         char what[40];
         snprintf(what, sizeof what, "field \"%s\"", name);

@@ -66,6 +66,7 @@ typedef enum dtier_sotype {
     DT_SO_NUMBER,  /* a number in [min, max] */
     DT_SO_PATH,    /* an absolute host path */
     DT_SO_ENV,     /* {NAME: "value"} (kenv.h rules) */
+    DT_SO_BOOL,    /* true or false */
     DT_SO_NETWORK, /* one of values[], or an egress allow-list {"allow": [...]} (netopt.h) */
 } dtier_sotype;
 

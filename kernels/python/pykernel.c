@@ -150,6 +150,23 @@ int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const c
         kspec_add_arg(spec, PYKERNEL_BOOT) < 0 || kspec_add_arg(spec, driver_real) < 0)
         goto oom;
 
+    /* The zygote (kzygote.py beside the driver) is the same interpreter
+     * and boot, pre-initialized; a workspace venv's interpreter (files the
+     * sandbox writes) always starts cold. */
+    if (!info->workspace_venv) {
+        char zyg[PATH_MAX], *zyg_real = NULL;
+        snprintf(zyg, sizeof zyg, "%s/python/kzygote.py", share_dir);
+        zyg_real = realpath(zyg, NULL);
+        if (zyg_real &&
+            (kspec_add_zygote_arg(spec, exe) < 0 || kspec_add_zygote_arg(spec, "-c") < 0 ||
+             kspec_add_zygote_arg(spec, PYKERNEL_BOOT) < 0 ||
+             kspec_add_zygote_arg(spec, zyg_real) < 0)) {
+            free(zyg_real);
+            goto oom;
+        }
+        free(zyg_real);
+    }
+
     /* User code that runs `python3`, `pip` or a console script of the venv
      * in a subprocess gets the kernel's own interpreter, as `source
      * .venv/bin/activate` (or pyenv's exec) would arrange. */

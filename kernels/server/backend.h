@@ -19,21 +19,26 @@
 /* Filled by a backend's prepare(); every string is owned by the spec and
  * released by kspec_clear(). */
 typedef struct kworker_spec {
-    char *argv[KSPEC_MAX_ARGS + 1];   /* NULL-terminated; argv[0] an absolute path */
-    char *env[KSPEC_MAX_ENV + 1];     /* extra "NAME=value" entries, NULL-terminated */
-    char *ro_paths[KSPEC_MAX_RO + 1]; /* host paths the sandbox must bind read-only
-                                         (e.g. the interpreter's prefix), NULL-terminated */
-    json_t *kernel_info;              /* owned: object merged into kernel_info_reply
-                                         content: language_info, implementation,
-                                         implementation_version, banner, help_links */
-    int quiet_start;                  /* 1: the worker starts with fd 2 on /dev/null
-                                         and its stderr pipe on fd KSPEC_STDERR_FD,
-                                         and moves it back itself once its start-up
-                                         chatter is over (bash -i); 0: fd 2 */
-    int debug_pipes;                  /* 1: the worker also gets the debug pipes
-                                         (fds KSPEC_DEBUG_REQ_FD and
-                                         KSPEC_DEBUG_EVT_FD, WORKER_PROTOCOL.md
-                                         "Debug pipes"); not with quiet_start */
+    char *argv[KSPEC_MAX_ARGS + 1];        /* NULL-terminated; argv[0] an absolute path */
+    char *env[KSPEC_MAX_ENV + 1];          /* extra "NAME=value" entries, NULL-terminated */
+    char *ro_paths[KSPEC_MAX_RO + 1];      /* host paths the sandbox must bind read-only
+                                              (e.g. the interpreter's prefix), NULL-terminated */
+    json_t *kernel_info;                   /* owned: object merged into kernel_info_reply
+                                              content: language_info, implementation,
+                                              implementation_version, banner, help_links */
+    int quiet_start;                       /* 1: the worker starts with fd 2 on /dev/null
+                                              and its stderr pipe on fd KSPEC_STDERR_FD,
+                                              and moves it back itself once its start-up
+                                              chatter is over (bash -i); 0: fd 2 */
+    char *zygote_argv[KSPEC_MAX_ARGS + 1]; /* NULL-terminated, may be empty: the
+                                         command of a zygote that can fork this
+                                         worker in a session sandbox instead of a
+                                         cold start (sandbox.h zygote_argv);
+                                         only the backend knows one */
+    int debug_pipes;                       /* 1: the worker also gets the debug pipes
+                                              (fds KSPEC_DEBUG_REQ_FD and
+                                              KSPEC_DEBUG_EVT_FD, WORKER_PROTOCOL.md
+                                              "Debug pipes"); not with quiet_start */
 } kworker_spec;
 
 /* Where a quiet_start worker finds its stderr pipe. */
@@ -48,6 +53,7 @@ void kspec_clear(kworker_spec *spec);
 int kspec_add_arg(kworker_spec *spec, const char *arg);
 int kspec_add_env(kworker_spec *spec, const char *name, const char *value);
 int kspec_add_ro_path(kworker_spec *spec, const char *path);
+int kspec_add_zygote_arg(kworker_spec *spec, const char *arg);
 
 typedef struct kbackend {
     const char *name;        /* "bash" | "python": binary name kernel-NAME */

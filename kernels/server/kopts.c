@@ -404,6 +404,13 @@ static int set_session_sandbox(kopts *o, const char *name, const char *val, char
     return 0;
 }
 
+static int set_zygote(kopts *o, const char *name, const char *val, char *err, size_t errlen)
+{
+    unsigned *v = &o->sandbox.zygote_forks;
+    return parse_uint(val, v) < 0 || *v > KOPTS_ZYGOTE_FORKS_MAX ? bad_value(name, val, err, errlen)
+                                                                 : 0;
+}
+
 static int set_ro_path(kopts *o, const char *name, const char *val, char *err, size_t errlen)
 {
     if (val[0] != '/') {
@@ -497,6 +504,10 @@ static const kopt kopt_table[] = {
     {"--session-sandbox", NULL, "SOCK", set_session_sandbox,
      "strict: start the worker inside the session's one\nsandbox, served by kernelmgr-sandbox on "
      "the unix\nsocket SOCK (its limits are the session's)"},
+    {"--zygote", NULL, "N", set_zygote,
+     "with --session-sandbox: the worker may be forked by\nthe session's zygote (a pre-started "
+     "worker that\nruns no code of the session's), which is replaced\nafter N forks; 0: always "
+     "a cold start (default 0).\nOnly backends that have a zygote (python) use it"},
     {"--owner-fd", NULL, "N", set_owner,
      "inherited fd N is the read end of a pipe whose\nwrite end the owner keeps: when it "
      "closes (the\nowner died) the kernel shuts down as on SIGTERM"},

@@ -25,6 +25,7 @@
 /* --env-file: the largest file read (every entry plus its NUL). */
 #define KOPTS_MAX_ENV_FILE (KOPTS_MAX_ENV_BYTES + KOPTS_MAX_ENV)
 #define KOPTS_MAX_RO 8                       /* --ro-path, repeatable */
+#define KOPTS_ZYGOTE_FORKS_MAX 100000u       /* --zygote (the sandbox's own bound) */
 #define KOPTS_LOG_MAX_DEFAULT (1u << 20)     /* --log-max */
 #define KOPTS_HISTORY_MAX_DEFAULT (8u << 20) /* --history-max */
 #define KOPTS_CPUS_MIN 0.01                  /* --cpus: 1 ms per 100 ms period */

@@ -23,6 +23,7 @@ void kspec_clear(kworker_spec *spec)
     free_list(spec->argv, KSPEC_MAX_ARGS);
     free_list(spec->env, KSPEC_MAX_ENV);
     free_list(spec->ro_paths, KSPEC_MAX_RO);
+    free_list(spec->zygote_argv, KSPEC_MAX_ARGS);
     json_decref(spec->kernel_info);
     memset(spec, 0, sizeof *spec);
 }
@@ -75,4 +76,9 @@ int kspec_add_env(kworker_spec *spec, const char *name, const char *value)
 int kspec_add_ro_path(kworker_spec *spec, const char *path)
 {
     return append(spec->ro_paths, KSPEC_MAX_RO, path);
+}
+
+int kspec_add_zygote_arg(kworker_spec *spec, const char *arg)
+{
+    return append(spec->zygote_argv, KSPEC_MAX_ARGS, arg);
 }

@@ -204,6 +204,10 @@ kworker *kworker_start(const kworker_spec *spec, const sandbox_config *cfg, cons
     }
     sandbox_config c = *cfg;
     c.ro_paths = (const char *const *)spec->ro_paths;
+    /* A zygote only in a session sandbox, only when the backend has one. */
+    c.zygote_argv = spec->zygote_argv[0] ? spec->zygote_argv : NULL;
+    if (!c.session_socket || !c.zygote_argv)
+        c.zygote_forks = 0;
     if (use_egress) {
         c.network = 0;
         /* in a session sandbox, its holder serves the session's listener */

@@ -23,7 +23,9 @@ Environment:
                        exec vs a cold start, a session moved between
                        two daemons; 18: the egress proxy's cost
                        per request; 19: a kernel start inside a session's
-                       sandbox vs a new sandbox, idle memory)
+                       sandbox vs a new sandbox, idle memory; 20: a Python
+                       kernel forked by its session's zygote vs cold: first
+                       and later kernel, CPU per start, the zygote's memory)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -39,6 +41,7 @@ import math
 import os
 import platform
 import random
+import resource
 import selectors
 import shutil
 import signal
@@ -78,6 +81,7 @@ N = {
     "conc_sessions": (20, 100),
     "conc_seconds": (4, 20),
     "sbx_cold": (3, 15),
+    "zygote": (4, 20),
     "sbx_cells": (2, 4),
     "pool": (3, 15),
     "jc_start": (3, 15),
@@ -2565,6 +2569,137 @@ def bench_session_sandbox(num):
     DATA["session_sandbox"] = res
 
 
+
+# ---------------------------------------------------------------- 20. zygote
+
+
+def _tree_cpu_s(root):
+    """CPU seconds of root's live tree, with what each reaped (cutime)."""
+    tck = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in tree_pids(root):
+        try:
+            st = open(f"/proc/{p}/stat").read()
+        except OSError:
+            continue
+        f = st[st.rindex(")") + 2:].split()
+        total += sum(int(x) for x in f[11:15])  # utime stime cutime cstime
+    return total / tck
+
+
+def _children_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _zygote_pids(root):
+    out = []
+    for p in tree_pids(root):
+        try:
+            if b"kzygote.py" in open(f"/proc/{p}/cmdline", "rb").read():
+                out.append(p)
+        except OSError:
+            pass
+    return out
+
+
+def bench_zygote(num):
+    """A Python kernel forked by its session's zygote vs a cold one, both in
+    a session sandbox, from the spawn of the kernel server to the first
+    execute_reply (stock jupyter_client, no wait_for_ready): the first
+    Python kernel of a new session (its zygote starts then), and a later one
+    (a restart, another Python kernel: the zygote exists); the CPU of a
+    start, the sandbox's and the kernel server's; the zygote's memory."""
+    if not binary("kernelmgr-sandbox"):
+        row(num, "zygote", "skipped: build/kernelmgr-sandbox not built")
+        return
+    n = n_of("zygote")
+    res = {}
+
+    def spec(sock, zyg, name):
+        base = joined("python", sock, name)
+        inner = base._argv
+        return KernelSpec(name, lambda cf, ws: [*inner(cf, ws), "--zygote", str(zyg)],
+                          "ipc", base.need)
+
+    ref = ipykernel()
+    # a later kernel: holders whose sandbox (and zygote) exist
+    hz, hc = [_holder(str(workdir("zws"))) for _ in range(2)]
+    try:
+        # the first starts cold, the second starts the zygote
+        for sock, zyg in ((hz[1], 64), (hz[1], 64), (hc[1], 0)):
+            started(spec(sock, zyg, "warm-up"), "zw").close()
+        specs = [spec(hz[1], 64, "python forked by the zygote"),
+                 spec(hc[1], 0, "python cold, same session sandbox"), ref]
+        samples, bad = cold_samples(specs, n)
+        st = {k: stats(ms_list(v)) if v else None for k, v in samples.items()}
+        res["later_kernel_ms"] = {"stats": st, "failed": bad}
+        z, c, r = (st.get(s.name) for s in specs)
+        row(num, "later Python kernel of a session: forked (spawn -> first execute_reply)",
+            fmt_ms(z) if z else bad.get(specs[0].name, "n/a")[:80],
+            f"ipykernel {fmt_ms(r)}" if r else "", fx(r["median"] / z["median"]) if z and r else "",
+            "(info)")
+        row(num, "later Python kernel of a session: cold, for comparison",
+            fmt_ms(c) if c else bad.get(specs[1].name, "n/a")[:80],
+            f"ipykernel {fmt_ms(r)}" if r else "", fx(r["median"] / c["median"]) if c and r else "",
+            "(info)")
+        if z and c:
+            row(num, "later Python kernel: cold / forked", "", "", fx(c["median"] / z["median"]),
+                "(info)")
+        # CPU of one start (sequential, one mode at a time)
+        cpu = {}
+        for label, (proc, sock), zyg in (("forked", hz, 64), ("cold", hc, 0)):
+            s0, k0 = _tree_cpu_s(proc.pid), _children_cpu_s()
+            for _ in range(n):
+                k = Kernel(spec(sock, zyg, f"cpu {label}"), "zc")
+                try:
+                    k.start()
+                finally:
+                    k.close()
+            cpu[label] = {"sandbox_s": (_tree_cpu_s(proc.pid) - s0) / n,
+                          "kernel_server_s": (_children_cpu_s() - k0) / n}
+        res["cpu_per_start_s"] = cpu
+        f, c2 = cpu["forked"], cpu["cold"]
+        row(num, "CPU of a later Python kernel start: sandbox side (init, zygote, worker)",
+            f"{f['sandbox_s'] * 1000:.1f} ms", f"cold {c2['sandbox_s'] * 1000:.1f} ms",
+            fx(c2["sandbox_s"] / f["sandbox_s"]) if f["sandbox_s"] > 0 else "", "(info)")
+        row(num, "CPU of a later Python kernel start: the kernel server (host)",
+            f"{f['kernel_server_s'] * 1000:.1f} ms", f"cold {c2['kernel_server_s'] * 1000:.1f} ms",
+            "", "(info)")
+        zp = _zygote_pids(hz[0].pid)
+        zkb = sum(pss_kb(p) for p in zp)
+        zrss = sum(rss_kb(p) for p in zp)
+        res["zygote_pss_kb"], res["zygote_rss_kb"] = zkb, zrss
+        row(num, "the zygote's memory (PSS; RSS), charged to its session", f"{zkb / 1024:.1f} MiB",
+            f"RSS {zrss / 1024:.1f} MiB", "", "(info)")
+    finally:
+        stop_tree(hz[0])
+        stop_tree(hc[0])
+    # the 1st, 2nd and 3rd Python kernel of a new session sandbox: the first
+    # starts cold either way, the zygote starts with the second
+    seq = {m: [[], [], []] for m in ("forked", "cold")}
+    for _ in range(n):
+        for label, zyg in random.sample([("forked", 64), ("cold", 0)], 2):
+            proc, sock = _holder(str(workdir("zws1")))
+            try:
+                for pos in range(3):
+                    k = Kernel(spec(sock, zyg, f"{pos + 1}. {label}"), "z1")
+                    try:
+                        seq[label][pos].append(k.start())
+                    finally:
+                        k.close()
+            finally:
+                stop_tree(proc)
+    res["nth_kernel_ms"] = {}
+    for pos, what in enumerate(("1st (cold either way)", "2nd (the zygote starts)",
+                                "3rd (forked)")):
+        fz, fc = stats(ms_list(seq["forked"][pos])), stats(ms_list(seq["cold"][pos]))
+        res["nth_kernel_ms"][pos + 1] = {"forked": fz, "cold": fc}
+        row(num, f"{what} Python kernel of a new session sandbox, zygote on",
+            fmt_ms(fz), f"zygote off {fmt_ms(fc)}", fx(fc["median"] / fz["median"]), "(info)")
+    DATA["zygote"] = res
+
+
 def print_table():
     head = ("#", "benchmark", "kernelmgr", "ipykernel / baseline", "ratio", "target", "result")
     rows = [head] + [tuple(str(c) for c in r) for r in ROWS]
@@ -2698,6 +2833,8 @@ def main():
     section(18, "egress allow-list: the filtering proxy's cost per request", bench_egress)
     section(19, "session sandbox: a kernel start inside it vs a new sandbox; idle memory",
             bench_session_sandbox)
+    section(20, "zygote: a Python kernel forked in its session sandbox vs a cold start",
+            bench_zygote)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

@@ -16,7 +16,7 @@ import sbxutil
 from test_session_machine import MachineMgr, free_port
 
 MAGIC = 0x6B6D7362
-HDR = "<IIIiIII"  # magic, type, id, a, argc, envc, roc (sbx_sess_hdr)
+HDR = "<IIIiIIIII"  # magic, type, id, a, argc, envc, roc, zargc, zmax (sbx_sess_hdr)
 
 
 @pytest.fixture(params=sbxutil.USERS)
@@ -118,11 +118,11 @@ def test_holder_socket_is_not_in_the_sandbox(mgr):
     assert_session_works(mgr)
 
 
-def _msg(mtype, strings=(), a=0, argc=None, envc=0, roc=0, magic=MAGIC):
+def _msg(mtype, strings=(), a=0, argc=None, envc=0, roc=0, magic=MAGIC, zargc=0, zmax=0):
     payload = b"".join(s.encode() + b"\0" for s in strings)
     if argc is None:
-        argc = len(strings) - envc - roc
-    return struct.pack(HDR, magic, ord(mtype), 0, a, argc, envc, roc) + payload
+        argc = len(strings) - envc - roc - zargc
+    return struct.pack(HDR, magic, ord(mtype), 0, a, argc, envc, roc, zargc, zmax) + payload
 
 
 ATTACKER = r'''
@@ -141,12 +141,12 @@ for m in msgs:
             if typ == socket.SCM_RIGHTS and len(raw) >= 4:
                 replies.append("FD")
         replies.append(chr(struct.unpack("<I", data[4:8])[0]) if len(data) >= 8 else "EOF")
-        replies.append(data[28:].split(b"\0")[0].decode(errors="replace"))
+        replies.append(data[HDR_SIZE:].split(b"\0")[0].decode(errors="replace"))
     except (OSError, socket.timeout) as e:
         replies.append("ERR " + str(e))
     s.close()
 print("|".join(replies))
-'''
+'''.replace("HDR_SIZE", str(struct.calcsize(HDR)))
 
 
 def test_garbage_to_the_holder(mgr):
@@ -156,7 +156,7 @@ def test_garbage_to_the_holder(mgr):
     path = holder_socket(mgr)
     bad = [
         b"\x00" * 3,                                             # short
-        struct.pack(HDR, 0x11111111, ord("S"), 0, 0, 1, 0, 0) + b"/bin/true\0",  # magic
+        struct.pack(HDR, 0x11111111, ord("S"), 0, 0, 1, 0, 0, 0, 0) + b"/bin/true\0",  # magic
         _msg("S", ["relative/true"]),                            # argv[0] not absolute
         _msg("S", ["/bin/true"], argc=0),                       # no argv
         _msg("S", ["/bin/true", "NOEQUALS"], envc=1),            # env without '='
@@ -164,6 +164,8 @@ def test_garbage_to_the_holder(mgr):
         _msg("S", ["/bin/true"], argc=5),                        # counts lie
         _msg("S", ["/bin/true" + "x" * 10], argc=1)[:-1],        # unterminated
         _msg("K", [], a=9),                                      # not a request
+        _msg("S", ["/bin/true", "rel/zygote"], zargc=1, zmax=2),  # zygote not absolute
+        _msg("S", ["/bin/true", "/bin/true"], zargc=1, zmax=0),  # zygote of no forks
     ]
     r = subprocess.run([*mgr.prefix, "/usr/bin/python3", "-c", ATTACKER, path,
                         *(m.hex() for m in bad)], capture_output=True, text=True, timeout=120)
