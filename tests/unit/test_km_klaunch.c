@@ -162,6 +162,57 @@ static void start_spawns_with_only_its_fds_and_default_signals(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* The run directory goes to a tmpfs of the user's own ($XDG_RUNTIME_DIR
+ * first), in a 0700 directory named after the home's device and inode; a
+ * base that is not tmpfs, or a directory another user made there first, is
+ * passed over, never adopted. */
+static void run_dir_prefers_a_private_tmpfs(void **state)
+{
+    (void)state;
+    char home[] = "/tmp/km-home-XXXXXX", xdg[] = "/dev/shm/km-xdg-XXXXXX";
+    assert_non_null(mkdtemp(home));
+    assert_non_null(mkdtemp(xdg));
+    struct stat hs, st;
+    assert_int_equal(stat(home, &hs), 0);
+    char *old = getenv("XDG_RUNTIME_DIR") ? strdup(getenv("XDG_RUNTIME_DIR")) : NULL;
+    char out[4096], want[4096], err[512];
+    snprintf(want, sizeof want, "%s/kernelmgr-%u-%llx-%llx", xdg, (unsigned)geteuid(),
+             (unsigned long long)hs.st_dev, (unsigned long long)hs.st_ino);
+    setenv("XDG_RUNTIME_DIR", xdg, 1);
+    assert_int_equal(klaunch_run_dir(home, out, sizeof out, err, sizeof err), 0);
+    assert_string_equal(out, want);
+    assert_int_equal(lstat(out, &st), 0);
+    assert_true(S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700 && st.st_uid == geteuid());
+    assert_int_equal(rmdir(out), 0);
+    if (geteuid() == 0) {
+        /* squatted by another user: not adopted */
+        assert_int_equal(mkdir(want, 0700), 0);
+        assert_int_equal(chown(want, 65534, 65534), 0);
+        assert_int_equal(klaunch_run_dir(home, out, sizeof out, err, sizeof err), 0);
+        assert_string_not_equal(out, want);
+        assert_int_equal(lstat(want, &st), 0);
+        assert_int_equal((int)st.st_uid, 65534);
+        rmdir(out);
+        assert_int_equal(rmdir(want), 0);
+    }
+    /* a base on disk is not a runtime directory */
+    setenv("XDG_RUNTIME_DIR", home, 1);
+    snprintf(want, sizeof want, "%s/kernelmgr-%u-%llx-%llx", home, (unsigned)geteuid(),
+             (unsigned long long)hs.st_dev, (unsigned long long)hs.st_ino);
+    assert_int_equal(klaunch_run_dir(home, out, sizeof out, err, sizeof err), 0);
+    assert_string_not_equal(out, want);
+    assert_int_equal(access(want, F_OK), -1);
+    rmdir(out);
+    if (old) {
+        setenv("XDG_RUNTIME_DIR", old, 1);
+        free(old);
+    } else {
+        unsetenv("XDG_RUNTIME_DIR");
+    }
+    assert_int_equal(rmdir(xdg), 0);
+    assert_int_equal(rmdir(home), 0);
+}
+
 static void null_safe(void **state)
 {
     (void)state;
@@ -178,6 +229,7 @@ int main(void)
         cmocka_unit_test(stop_begin_then_stop_terminates_once),
         cmocka_unit_test(stop_kills_what_ignores_sigterm),
         cmocka_unit_test(start_spawns_with_only_its_fds_and_default_signals),
+        cmocka_unit_test(run_dir_prefers_a_private_tmpfs),
         cmocka_unit_test(null_safe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
