@@ -1,5 +1,5 @@
 /*
- * klaunch.c — kernel processes: connection files, fork/exec, stop.
+ * klaunch.c — kernel processes: connection files, posix_spawn, stop.
  */
 #include "kernelmgr/engine/klaunch.h"
 #include "common/cm_install.h"
@@ -17,12 +17,15 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -169,12 +172,76 @@ int klaunch_cmd_from_kernelspec(klaunch_cmd *cmd, const char *name, char *err, s
     return rc;
 }
 
+/* 1 when path is a directory on tmpfs (or ramfs): files and sockets made
+ * there cost no disk inode allocation or journal. */
+static int on_tmpfs(const char *path)
+{
+    struct statfs fs;
+    return statfs(path, &fs) == 0 &&
+           ((unsigned long)fs.f_type == TMPFS_MAGIC || (unsigned long)fs.f_type == RAMFS_MAGIC);
+}
+
+/* A directory to hold a private run directory of ours: on tmpfs, not a
+ * symbolic link, and either our own (XDG_RUNTIME_DIR, /run/user/UID: the
+ * home's rules, kmhome.h) or root's shared sticky one (/dev/shm), where
+ * only a directory of our own below it is used. */
+static int runtime_base_ok(const char *base, int shared)
+{
+    struct stat st;
+    const char *why;
+    if (!base || base[0] != '/' || lstat(base, &st) != 0 || !S_ISDIR(st.st_mode) || !on_tmpfs(base))
+        return 0;
+    if (shared)
+        return st.st_uid == 0 && (st.st_mode & S_ISVTX);
+    return kmhome_stat_ok(&st, geteuid(), &why) == 0;
+}
+
+/* base/kernelmgr-UID-DEV-INO, named after the home's device and inode (two
+ * homes never share one, however they are spelled), made 0700 and checked
+ * as the home's directories are. 0, or -1 when it does not fit or is not
+ * fit (another user's, a link): the next candidate is tried. */
+static int runtime_dir(const char *base, const struct stat *home_st, char *out, size_t size,
+                       size_t room)
+{
+    int n = snprintf(out, size, "%s/kernelmgr-%u-%llx-%llx", base, (unsigned)geteuid(),
+                     (unsigned long long)home_st->st_dev, (unsigned long long)home_st->st_ino);
+    char why[512];
+    if (n < 0 || (size_t)n >= size || (size_t)n + room >= sizeof((struct sockaddr_un *)0)->sun_path)
+        return -1;
+    if (kmhome_mkdir(out, 0700, why, sizeof why))
+        return -1;
+    struct stat st; /* ours: nobody else even lists it */
+    return lstat(out, &st) == 0 && (!(st.st_mode & 077) || chmod(out, 0700) == 0) ? 0 : -1;
+}
+
 int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t errlen)
 {
     /* ipc endpoints are "STEM-N" with STEM = DIR/<32 hex>-<lang>: keep room */
+    const size_t room = 48;
     struct sockaddr_un sun;
-    size_t need = strlen(home) + strlen("/run/") + 48;
-    if (need < sizeof sun.sun_path) {
+    struct stat home_st;
+    int fits = strlen(home) + strlen("/run/") + room < sizeof sun.sun_path;
+    /* Runtime files (connection files, ipc sockets, pid files, kernel
+     * histories) on tmpfs: a burst of starts then allocates no disk inodes
+     * (on ext4, ~60 % of the daemon's CPU). In order: $XDG_RUNTIME_DIR
+     * when it is a tmpfs of our own; the home's run/ when the home is on
+     * tmpfs; /run/user/UID; /dev/shm; else the home's run/ on disk. */
+    if (stat(home, &home_st) == 0) {
+        const char *xdg = getenv("XDG_RUNTIME_DIR");
+        char user_run[64];
+        snprintf(user_run, sizeof user_run, "/run/user/%u", (unsigned)geteuid());
+        if (runtime_base_ok(xdg, 0) && runtime_dir(xdg, &home_st, out, size, room) == 0)
+            return 0;
+        if (!(fits && on_tmpfs(home))) {
+            if (runtime_base_ok(user_run, 0) &&
+                runtime_dir(user_run, &home_st, out, size, room) == 0)
+                return 0;
+            if (runtime_base_ok("/dev/shm", 1) &&
+                runtime_dir("/dev/shm", &home_st, out, size, room) == 0)
+                return 0;
+        }
+    }
+    if (fits) {
         snprintf(out, size, "%s/run", home);
     } else {
         /* a private directory named after the home, so two homes never share it */
@@ -282,6 +349,10 @@ int klaunch_owner_hold(const char *run_dir, char *err, size_t errlen)
      * is the one at the path. */
     for (int tries = 0;; tries++) {
         o->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        /* the last owner removed the (empty) run directory meanwhile (see
+         * klaunch_owner_release): made again, with the home's check */
+        if (o->fd < 0 && errno == ENOENT && tries < 20 && !kmhome_mkdir(run_dir, 0700, err, errlen))
+            continue;
         if (o->fd < 0) {
             snprintf(err, errlen, "owner lock %s: %s", path, strerror(errno));
             goto fail;
@@ -328,6 +399,9 @@ void klaunch_owner_release(const char *run_dir)
             if (path)
                 unlink(path);
             free(path);
+            /* the last owner leaves no empty directory behind (one per home
+             * would pile up in /dev/shm); one that still holds a file stays */
+            rmdir(o->dir);
             close(o->fd);
             free(o->dir);
             free(o);
@@ -635,6 +709,93 @@ static int write_pid_file(const kproc *kp, char *err, size_t errlen)
     return rc;
 }
 
+/* The program to exec: argv0 itself when it names a path, else the first
+ * executable argv0 in the PATH of envp (execvp's search; its default when
+ * there is none). new (free()), or NULL (errno ENOENT or ENOMEM). */
+static char *spawn_path(const char *argv0, char *const envp[])
+{
+    if (strchr(argv0, '/'))
+        return strdup(argv0);
+    const char *path = "/usr/local/bin:/usr/bin:/bin";
+    for (size_t i = 0; envp[i]; i++)
+        if (!strncmp(envp[i], "PATH=", 5))
+            path = envp[i] + 5;
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        char *cand = NULL;
+        if (n && asprintf(&cand, "%.*s/%s", (int)n, p, argv0) < 0)
+            return NULL;
+        if (cand && access(cand, X_OK) == 0)
+            return cand;
+        free(cand);
+        p += n;
+        if (*p == ':')
+            p++;
+    }
+    errno = ENOENT;
+    return NULL;
+}
+
+/* Starts exe with posix_spawn (glibc: clone with CLONE_VM|CLONE_VFORK, so
+ * a manager with a big heap and many threads copies no page tables): its
+ * own process group, every signal at its default and none blocked, stdin
+ * /dev/null, stdout and stderr the log, the lifeline (when > 2) as
+ * KLAUNCH_OWNER_FD, nothing else open, cwd dir. 0 with *pid, or -1 with
+ * err (an exec that fails is reported here, not by the child). */
+static int spawn_kernel(int lifeline_fd, int nullfd, int logfd, const char *dir, const char *exe,
+                        char *const argv[], char *const envp[], pid_t *pid, char *err,
+                        size_t errlen)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    int rc = posix_spawn_file_actions_init(&fa);
+    if (rc) {
+        snprintf(err, errlen, "cannot start kernel %s: %s", exe, strerror(rc));
+        return -1;
+    }
+    if ((rc = posix_spawnattr_init(&at))) {
+        posix_spawn_file_actions_destroy(&fa);
+        snprintf(err, errlen, "cannot start kernel %s: %s", exe, strerror(rc));
+        return -1;
+    }
+    /* 0-2 first (their sources are still intact), then the lifeline: a
+     * dup2 onto its own number clears close-on-exec (glibc, POSIX 2024) */
+    int lifeline = lifeline_fd > 2;
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, nullfd, 0);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, logfd, 1);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, logfd, 2);
+    if (!rc && lifeline)
+        rc = posix_spawn_file_actions_adddup2(&fa, lifeline_fd, KLAUNCH_OWNER_FD);
+    if (!rc)
+        rc = posix_spawn_file_actions_addclosefrom_np(&fa, lifeline ? KLAUNCH_OWNER_FD + 1 : 3);
+    if (!rc)
+        rc = posix_spawn_file_actions_addchdir_np(&fa, dir);
+    if (!rc)
+        rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                               POSIX_SPAWN_SETSIGDEF);
+    if (!rc)
+        rc = posix_spawnattr_setpgroup(&at, 0);
+    if (!rc)
+        rc = posix_spawnattr_setsigmask(&at, &none);
+    if (!rc)
+        rc = posix_spawnattr_setsigdefault(&at, &all);
+    if (!rc)
+        rc = posix_spawn(pid, exe, &fa, &at, argv, envp);
+    posix_spawnattr_destroy(&at);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc) {
+        snprintf(err, errlen, "cannot start kernel %s: %s", exe, strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
 kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id,
                      const char *transport, const char *log_path, const char *kernel_name,
                      char *err, size_t errlen)
@@ -689,12 +850,11 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     }
     free(stem);
 
-    /* everything the child needs is prepared before fork: after fork in a
-     * threaded process only async-signal-safe calls are allowed. The
-     * environment loses empty/relative PATH and LD_LIBRARY_PATH entries
+    /* The environment loses empty/relative PATH and LD_LIBRARY_PATH entries
      * (kenvpath.h): they would mean the cwd. */
     char *argv[KLAUNCH_MAX_ARGS + 1] = {0};
     char **envp = kenvpath_clean_environ(environ);
+    char *exe = NULL;
     int ok = envp != NULL;
     for (int i = 0; i < KLAUNCH_MAX_ARGS && cmd->argv[i]; i++)
         if (!(argv[i] = subst(cmd->argv[i], kp->cf_path, cmd->resource_dir)))
@@ -709,47 +869,18 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
                  strerror(errno));
         goto fail;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(err, errlen, "fork: %s", strerror(errno));
+    /* execvp semantics for kernelspecs that name a program on PATH, the
+     * cleaned PATH (posix_spawnp would search the manager's own) */
+    if (!(exe = spawn_path(argv[0], envp))) {
+        snprintf(err, errlen, "cannot start kernel %s: %s", argv[0],
+                 errno == ENOMEM ? "out of memory" : "not found on PATH");
         goto fail;
     }
-    if (pid == 0) {
-        setpgid(0, 0);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        /* the lifeline first goes out of the way of 0-2 (a copy without
-         * O_CLOEXEC), then to its fixed number; nothing else survives */
-        int lf = -1;
-        if (cmd->lifeline_fd > 2 && (lf = fcntl(cmd->lifeline_fd, F_DUPFD, 10)) < 0)
-            _exit(127);
-        if (dup2(nullfd, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
-            _exit(127);
-        if (lf >= 0 && dup2(lf, KLAUNCH_OWNER_FD) < 0)
-            _exit(127);
-        unsigned first = lf >= 0 ? KLAUNCH_OWNER_FD + 1 : 3;
-        if (syscall(SYS_close_range, first, ~0U, 0U) != 0)
-            for (int fd = (int)first; fd < 65536; fd++)
-                close(fd);
-        if (chdir(run_abs))
-            _exit(126);
-        execve(argv[0], argv, envp);
-        /* execvp semantics for kernelspecs that name a program on PATH
-         * (the cleaned PATH: environ is the cleaned copy from here on) */
-        if (!strchr(argv[0], '/')) {
-            environ = envp;
-            execvp(argv[0], argv);
-        }
-        static const char msg[] = "kernelmgr: exec of kernel failed\n";
-        if (write(2, msg, sizeof msg - 1) < 0) {
-        }
-        _exit(127);
-    }
-    setpgid(pid, pid); /* both sides: no race with an early kill */
+    pid_t pid;
+    if (spawn_kernel(cmd->lifeline_fd, nullfd, logfd, run_abs, exe, argv, envp, &pid, err, errlen))
+        goto fail;
+    /* its process group exists already: posix_spawn returns after the
+     * child's setpgid, so an early kill(-pid) cannot miss it */
     kp->pid = pid;
     close(logfd);
     close(nullfd);
@@ -764,6 +895,7 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     for (int i = 0; argv[i]; i++)
         free(argv[i]);
     kenvpath_free_environ(envp);
+    free(exe);
     free(run_abs);
     return kp;
 fail:
@@ -774,6 +906,7 @@ fail:
     for (int i = 0; i < KLAUNCH_MAX_ARGS; i++)
         free(argv[i]);
     kenvpath_free_environ(envp);
+    free(exe);
     free(run_abs);
     unlink(kp->cf_path);
     unlink(kp->pid_path);

@@ -761,34 +761,15 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
         kopts_clear(&ks->opts);
         return 1;
     }
-    const char *ws = ks->opts.workspace_arg ? ks->opts.workspace_arg : ".";
-    struct stat st;
-    if (!realpath(ws, ks->workspace) || stat(ks->workspace, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "%s: workspace %s: %s\n", prefix, ws,
-                errno ? strerror(errno) : "not a directory");
-        kopts_clear(&ks->opts);
-        return 1;
-    }
-    ks->opts.sandbox.workspace = ks->workspace;
-    if (sandbox_check(&ks->opts.sandbox, err, sizeof err) < 0) {
-        fprintf(stderr,
-                "%s: the %s sandbox is not available on this host: %s\n"
-                "(--sandbox none runs the code without isolation)\n",
-                prefix, ks->opts.sandbox.level == SANDBOX_STRICT ? "strict" : "requested", err);
-        kopts_clear(&ks->opts);
-        return 1;
-    }
+    /* Every socket is bound first, before the workspace and sandbox checks
+     * and the backend's preparation (finding an interpreter takes
+     * milliseconds, more on a cold cache): a client that connects right
+     * after the spawn (jupyter_client does) is accepted at once instead of
+     * being refused and retrying only after ZeroMQ's reconnect interval
+     * (100 ms by default). Requests sent meanwhile wait in the sockets'
+     * queues until the loop runs; a check that fails still exits 1. */
     find_share_dir(ks);
     if (open_heartbeat(ks, err, sizeof err) < 0) {
-        fprintf(stderr, "%s: %s\n", prefix, err);
-        goto out;
-    }
-    if (kstream_init(&ks->out, "stdout") < 0 || kstream_init(&ks->err, "stderr") < 0) {
-        fprintf(stderr, "%s: out of memory\n", prefix);
-        goto out;
-    }
-    if (backend->prepare(ks->share_dir, ks->workspace, &ks->spec, err, sizeof err) < 0 ||
-        kopts_apply_spec(&ks->opts, &ks->spec, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", prefix, err);
         goto out;
     }
@@ -800,12 +781,37 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
         goto out;
     }
     jp_uuid4(ks->session_id);
-    if (install_signals(ks) < 0) {
-        fprintf(stderr, "%s: signals: %s\n", prefix, strerror(errno));
-        goto out;
-    }
     if (open_sockets(ks, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", prefix, err);
+        goto out;
+    }
+    const char *ws = ks->opts.workspace_arg ? ks->opts.workspace_arg : ".";
+    struct stat st;
+    errno = 0; /* "not a directory" when nothing failed */
+    if (!realpath(ws, ks->workspace) || stat(ks->workspace, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: workspace %s: %s\n", prefix, ws,
+                errno ? strerror(errno) : "not a directory");
+        goto out;
+    }
+    ks->opts.sandbox.workspace = ks->workspace;
+    if (sandbox_check(&ks->opts.sandbox, err, sizeof err) < 0) {
+        fprintf(stderr,
+                "%s: the %s sandbox is not available on this host: %s\n"
+                "(--sandbox none runs the code without isolation)\n",
+                prefix, ks->opts.sandbox.level == SANDBOX_STRICT ? "strict" : "requested", err);
+        goto out;
+    }
+    if (kstream_init(&ks->out, "stdout") < 0 || kstream_init(&ks->err, "stderr") < 0) {
+        fprintf(stderr, "%s: out of memory\n", prefix);
+        goto out;
+    }
+    if (backend->prepare(ks->share_dir, ks->workspace, &ks->spec, err, sizeof err) < 0 ||
+        kopts_apply_spec(&ks->opts, &ks->spec, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", prefix, err);
+        goto out;
+    }
+    if (install_signals(ks) < 0) {
+        fprintf(stderr, "%s: signals: %s\n", prefix, strerror(errno));
         goto out;
     }
     snprintf(ks->history_path, sizeof ks->history_path, "%s.history.jsonl",

@@ -25,7 +25,9 @@ Environment:
                        per request; 19: a kernel start inside a session's
                        sandbox vs a new sandbox, idle memory; 20: a Python
                        kernel forked by its session's zygote vs cold: first
-                       and later kernel, CPU per start, the zygote's memory)
+                       and later kernel, CPU per start, the zygote's memory; 21: start_kernel
+                       -> first execute_reply through the stock
+                       jupyter_client, no wait_for_ready, and CPU per start)
   BUILD=DIR            build directory (default ./build)
   BENCH_PYTHON=PATH    interpreter our python kernel runs code with
                        (default /usr/bin/python3, the one ipykernel uses)
@@ -85,6 +87,7 @@ N = {
     "sbx_cells": (2, 4),
     "pool": (3, 15),
     "jc_start": (3, 15),
+    "jc_exec": (3, 20),
     "run": (3, 20),
     "entry": (30, 300),
     "entry_out": (1, 3),
@@ -758,6 +761,116 @@ def bench_jc_start(num):
         row(num, f"start -> ready split (medians) {n}: the kernel's own share against the "
             f"<= 60 ms target", split(o), split(ref) if ref else "-", "",
             "kernel <= 60 ms", verdict(o["parts"]["kernel"]["median"] <= 60))
+
+
+def jc_exec_once(name, rt):
+    """KernelManager.start_kernel, then the first execute as a script does it
+    (no wait_for_ready): execute() right after start_channels(), with
+    jupyter_client's own context (ZeroMQ's default 100 ms reconnect
+    interval: a kernel that binds late is paid for here). Returns (seconds
+    from start_kernel to the execute_reply, CPU seconds of the kernel's
+    process tree from its spawn to its exit after shutdown)."""
+    from jupyter_client import KernelManager
+    km = KernelManager(kernel_name=name)
+    kc = None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        t0 = time.perf_counter()
+        km.start_kernel(cwd=str(rt), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        kc = km.client()
+        kc.start_channels()
+        mid = kc.execute("true" if "bash" in name else "1")
+        deadline = t0 + 60
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not km.is_alive():
+                raise RuntimeError(f"{name}: no first execute_reply")
+            try:
+                m = kc.get_shell_msg(timeout=min(left, 0.5))
+            except Exception:  # noqa: BLE001
+                continue
+            if m["parent_header"].get("msg_id") == mid:
+                break
+        t1 = time.perf_counter()
+        if m["content"].get("status") != "ok":
+            raise RuntimeError(f"{name}: first cell failed: {m['content']}")
+    finally:
+        if kc is not None:
+            kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # the kernel is this process's only child, reaped by shutdown_kernel;
+    # its descendants' CPU is in its own children's times (getrusage, not
+    # os.times: microseconds, not clock ticks)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return t1 - t0, cpu
+
+
+# the target for a strict bash kernel through the stock client (ms)
+JC_EXEC_TARGET_MS = {"kernelmgr-bash": 12}
+
+
+def bench_jc_exec(num):
+    d, share = jc_kernelspecs()
+    old = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR",
+                                          "PYDEVD_DISABLE_FILE_VALIDATION")}
+    os.environ.update(JUPYTER_PATH=str(share), JUPYTER_RUNTIME_DIR=str(d / "rt"),
+                      PYDEVD_DISABLE_FILE_VALIDATION="1")
+    names = ["kernelmgr-python", "kernelmgr-bash"]
+    if (share / "kernels" / "python3").exists():
+        names.append("python3")
+    res = {n: {"ms": [], "cpu_ms": []} for n in names}
+    bad = {}
+    try:
+        for n in names:  # untimed warm-up: caches, page cache, jupyter_client's imports
+            try:
+                jc_exec_once(n, d)
+            except Exception as e:  # noqa: BLE001
+                bad[n] = f"error: {str(e)[:200]}"
+        for _ in range(n_of("jc_exec")):
+            order = [n for n in names if n not in bad]
+            random.shuffle(order)
+            for n in order:
+                try:
+                    t, cpu = jc_exec_once(n, d)
+                except Exception as e:  # noqa: BLE001
+                    bad[n] = f"error: {str(e)[:200]}"
+                    continue
+                res[n]["ms"].append(t * 1000)
+                res[n]["cpu_ms"].append(cpu * 1000)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    st = {n: {"first_reply": stats(r["ms"]), "cpu": stats(r["cpu_ms"])} for n, r in res.items()}
+    DATA["jc_exec_ms"] = {"stats": st, "failed": bad,
+                          "measures": "KernelManager.start_kernel -> execute_reply of a first "
+                                      "cell sent right after start_channels (no "
+                                      "wait_for_ready, jupyter_client's default context); cpu: "
+                                      "the kernel's process tree, spawn to exit"}
+    ref = st.get("python3") if "python3" not in bad else None
+    for n in ("kernelmgr-python", "kernelmgr-bash"):
+        lab = f"start_kernel -> first execute_reply, stock jupyter_client, {n} (strict)"
+        if n in bad:
+            row(num, lab, bad[n])
+            continue
+        o = st[n]["first_reply"]
+        tgt = JC_EXEC_TARGET_MS.get(n)
+        target, result = (f"<= {tgt} ms", verdict(o["median"] <= tgt)) if tgt else ("(info)", "")
+        if ref:
+            row(num, lab, fmt_ms(o), fmt_ms(ref["first_reply"]),
+                fx(ref["first_reply"]["median"] / o["median"]), target, result)
+        else:
+            row(num, lab, fmt_ms(o), bad.get("python3", "-"), "", target, result)
+        lab = f"CPU per start (kernel process tree, spawn to exit), {n}"
+        c = st[n]["cpu"]
+        if ref:
+            row(num, lab, fmt_ms(c), fmt_ms(ref["cpu"]), fx(ref["cpu"]["median"] / c["median"])
+                if c["median"] else "", "(info)")
+        else:
+            row(num, lab, fmt_ms(c), "-", "", "(info)")
 
 
 # ---------------------------------------------------------------- 2. round trip
@@ -2835,6 +2948,8 @@ def main():
             bench_session_sandbox)
     section(20, "zygote: a Python kernel forked in its session sandbox vs a cold start",
             bench_zygote)
+    section(21, "start_kernel -> first execute_reply through the stock jupyter_client, "
+            "CPU per start", bench_jc_exec)
     DATA["rows"] = [dict(zip(("section", "benchmark", "ours", "reference", "ratio", "target",
                               "result"), r)) for r in ROWS]
     DATA["seconds"] = round(time.perf_counter() - t0, 1)

@@ -3,6 +3,7 @@ them with the real jupyter_client (Debian's python3-jupyter-client)."""
 import os
 import queue
 import signal
+import stat as stat_mod
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +20,48 @@ if not BUILD.is_absolute():
 def binary(name):
     """Absolute path of build/<name>."""
     return str(BUILD / name)
+
+
+def _on_tmpfs(path):
+    p = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True)
+    return p.returncode == 0 and p.stdout.strip() in ("tmpfs", "ramfs")
+
+
+def run_dir(home, uid=None, env=None):
+    """The run directory of a kernelmgr home (connection files, ipc sockets,
+    pid files, owner locks), as klaunch_run_dir chooses it: a private
+    kernelmgr-UID-DEV-INO directory in $XDG_RUNTIME_DIR (a tmpfs of the
+    user's own), HOME/run when the home is on tmpfs, else one in
+    /run/user/UID or /dev/shm, else HOME/run. It may not exist (yet, or any
+    more: the last owner removes it when empty)."""
+    home = Path(home)
+    uid = os.geteuid() if uid is None else uid
+    env = os.environ if env is None else env
+    st = home.stat()
+    name = f"kernelmgr-{uid}-{st.st_dev:x}-{st.st_ino:x}"
+
+    def own_tmpfs(base):
+        try:
+            b = os.lstat(base)
+        except OSError:
+            return False
+        return (stat_mod.S_ISDIR(b.st_mode) and b.st_uid == uid and not b.st_mode & 0o022
+                and _on_tmpfs(base))
+
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg and xdg.startswith("/") and own_tmpfs(xdg):
+        return Path(xdg) / name
+    if _on_tmpfs(home):
+        return home / "run"
+    if own_tmpfs(f"/run/user/{uid}"):
+        return Path(f"/run/user/{uid}") / name
+    try:
+        shm = os.lstat("/dev/shm")
+        if shm.st_uid == 0 and shm.st_mode & 0o1000 and _on_tmpfs("/dev/shm"):
+            return Path("/dev/shm") / name
+    except OSError:
+        pass
+    return home / "run"
 
 
 class Kernel:

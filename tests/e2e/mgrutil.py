@@ -30,6 +30,13 @@ class Mgr:
         cfg.update(config or {})
         (self.home / "config.json").write_text(json.dumps(cfg))
 
+    @property
+    def run_dir(self):
+        """Where the manager keeps its runtime files (kutil.run_dir)."""
+        import pwd
+        uid = pwd.getpwnam("nobody").pw_uid if getattr(self, "user", None) == "nobody" else None
+        return kutil.run_dir(self.home, uid=uid, env=self.env)
+
     def run(self, *args, input=None, timeout=120, check_json=True):
         p = subprocess.run([KM, *args], input=input, capture_output=True, text=True,
                            env=self.env, timeout=timeout)

@@ -213,7 +213,7 @@ def test_history_files_stay_under_history_max(make_mgr):
         assert r["status"] == "ok" and r["stdout"].strip() == str(i)
     sess_hist = mgr.home / "sessions" / "s" / "history.jsonl"
     assert sess_hist.stat().st_size <= hmax
-    kernel_hist = glob.glob(str(mgr.home / "run" / "*.history.jsonl"))
+    kernel_hist = glob.glob(str(mgr.run_dir / "*.history.jsonl"))
     assert kernel_hist
     for h in kernel_hist:
         assert os.path.getsize(h) <= hmax
@@ -245,7 +245,7 @@ def test_finished_run_leaves_no_history_or_packages(make_mgr):
     mgr = make_mgr()
     rc, res, p = mgr.results("run", "--lang", "python", "-c", "print('hi')")
     assert rc == 0 and res[0]["stdout"].strip() == "hi", p.stderr
-    assert not glob.glob(str(mgr.home / "run" / "*.history.jsonl"))
+    assert not glob.glob(str(mgr.run_dir / "*.history.jsonl"))
     assert not [d for d in glob.glob(str(mgr.home / "packages" / "*"))], \
         "a finished run left its package directory"
     assert not glob.glob(str(mgr.home / "sessions" / "run-*"))
@@ -255,7 +255,7 @@ def test_finished_run_leaves_no_history_or_packages(make_mgr):
     assert not (mgr.home / "sessions" / "s").exists()
     assert not (mgr.home / "packages" / "s").exists()
     assert not (mgr.home / "outputs" / "s").exists()
-    assert not glob.glob(str(mgr.home / "run" / "*.history.jsonl"))
+    assert not glob.glob(str(mgr.run_dir / "*.history.jsonl"))
 
 
 # ------------------------------------------------------------------ full state filesystem

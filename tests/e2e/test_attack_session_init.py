@@ -32,7 +32,7 @@ def assert_session_works(mgr, name="a"):
 
 
 def holder_socket(mgr):
-    socks = sorted((mgr.home / "run").glob("*.sbx"))
+    socks = sorted(mgr.run_dir.glob("*.sbx"))
     assert len(socks) == 1, socks
     return str(socks[0])
 

@@ -146,7 +146,7 @@ def test_tcp_without_opt_in_is_refused_naming_the_key(make_mgr, cfg):
         assert EXPOSURE in p.stderr, p.stderr
     # nothing was started: no daemon, no kernel
     assert not (mgr.home / "kernelmgr.sock").exists()
-    assert not (mgr.home / "run").exists()
+    assert not mgr.run_dir.exists()
     # the operator goes back to ipc: the service works
     (mgr.home / "config.json").write_text(json.dumps(
         {"sandbox": mgrutil.SANDBOX, "python": PY}))

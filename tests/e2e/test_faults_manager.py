@@ -73,7 +73,7 @@ def procs_of(home):
 
 
 def no_run_left(mgr):
-    poll(lambda: not procs_of(mgr.home / "run") and not procs_of(mgr.home / "sessions"),
+    poll(lambda: not procs_of(mgr.run_dir) and not procs_of(mgr.home / "sessions"),
          what="the run's kernels to exit")
     assert not list((mgr.home / "sessions").glob("run-*"))
 

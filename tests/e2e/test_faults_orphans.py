@@ -45,6 +45,11 @@ print(json.dumps(json.loads(f.readline())["result"]))
 """
 
 
+# home -> its run directory (kutil.run_dir: outside the home when that is
+# not on tmpfs), for the process and file checks below
+RUN_DIRS = {}
+
+
 class KM:
     """A KERNELMGR_HOME owned by user; the CLI and daemon run as user."""
 
@@ -61,6 +66,9 @@ class KM:
             for p in (self.home, self.home / "config.json"):
                 os.chown(p, sbxutil.NOBODY, sbxutil.NOBODY)
         self.env = dict(os.environ, KERNELMGR_HOME=str(self.home), HOME=str(self.home))
+        self.run_dir = kutil.run_dir(self.home, uid=sbxutil.NOBODY if user == "nobody" else None,
+                                     env=self.env)
+        RUN_DIRS[str(self.home)] = str(self.run_dir)
         self.daemons = []
 
     def argv(self, *args):
@@ -180,7 +188,7 @@ def home_processes(home, exclude=()):
     """Live processes that belong to kernelmgr in home: a command line that
     names a path in it (kernel servers: their connection file) or a cwd in
     it (kernel servers: the run directory; workers: the workspace)."""
-    home = str(home)
+    roots = [str(home)] + ([RUN_DIRS[str(home)]] if str(home) in RUN_DIRS else [])
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) in exclude or int(d.name) == os.getpid():
@@ -190,7 +198,8 @@ def home_processes(home, exclude=()):
             cwd = os.readlink(d / "cwd")
         except OSError:
             cwd = ""
-        if (home in _cmdline(pid) or cwd.startswith(home)) and kutil.alive(pid):
+        cmd = _cmdline(pid)
+        if any(r in cmd or cwd.startswith(r) for r in roots) and kutil.alive(pid):
             out.append(pid)
     return out
 
@@ -241,7 +250,7 @@ def assert_all_gone(pids, what, deadline=30):
 def run_files(home):
     """What is left in the run directory (connection files, sockets, pid
     files, owner locks): nothing once every manager has ended."""
-    d = home / "run"
+    d = Path(RUN_DIRS.get(str(home), home / "run"))
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
@@ -401,7 +410,7 @@ def test_orphan_kernel_without_lifeline_is_reaped_by_next_start(km):
 def test_reused_owner_pid_is_not_alive(km):
     """A pid file whose owner pid now belongs to another process (a pid
     reused) is an orphan all the same: the owner's start time differs."""
-    run = km.home / "run"
+    run = km.run_dir
     run.mkdir(mode=0o700, exist_ok=True)
     # the owner: this test process (alive) with a start time that is not its own
     (run / "deadbeef0000-bash.pid").write_text(f"0 0 {os.getpid()} 1\n")

@@ -4,12 +4,16 @@ Jupyter's kernel-subscription proposal (JEP 65), and the cached pyenv shim
 probe. Behaviour only: nothing here asserts on a time."""
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import zmq
-from jupyter_client import KernelManager
+from jupyter_client import BlockingKernelClient, KernelManager
+from jupyter_client.connect import write_connection_file
 from jupyter_client.session import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -241,3 +245,81 @@ def test_pyenv_shim_probe_is_cached(kernel_factory, tmp_path):
         f.write_text(text.replace(SYS_PY, "/bin/sh"))
     start()
     assert runs(count) == 5
+
+
+GATED_PYTHON = """#!/bin/sh
+# an interpreter whose probe waits at a gate the test opens
+echo probing >> '%(mark)s'
+read line < '%(gate)s'
+exec %(python)s "$@"
+"""
+
+
+def test_sockets_accept_connects_before_the_interpreter_is_found(tmp_path):
+    """Every socket of the connection file is bound before the backend looks
+    for its interpreter: a client that connects right after the spawn (as
+    jupyter_client does) is accepted, not refused and left to retry after
+    ZeroMQ's reconnect interval. Order of events, no timing: the probe is
+    held at a gate while the test connects to every port and sends a
+    kernel_info_request, which is answered once the gate opens."""
+    gate, mark = tmp_path / "gate", tmp_path / "probing"
+    os.mkfifo(gate)
+    py = tmp_path / "bin" / "python3"
+    py.parent.mkdir()
+    py.write_text(GATED_PYTHON % {"mark": mark, "gate": gate, "python": SYS_PY})
+    py.chmod(0o755)
+    cache = tmp_path / "cache"  # a cached probe would not reach the gate
+    cache.mkdir(mode=0o700)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cf = str(tmp_path / "kernel.json")
+    write_connection_file(cf, transport="tcp", key=os.urandom(32).hex().encode())
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "KERNELMGR_PYTHON")}
+    env["XDG_CACHE_HOME"] = str(cache)
+    log = open(tmp_path / "kernel.log", "wb")
+    proc = subprocess.Popen([kutil.binary("kernel-python"), "-f", cf, "--workspace", str(ws),
+                             "--sandbox", SANDBOX, "--python", str(py)],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env)
+    kc = None
+    opened = False
+    try:
+        deadline = time.monotonic() + 60
+        while not mark.exists():
+            assert proc.poll() is None, (tmp_path / "kernel.log").read_text()
+            assert time.monotonic() < deadline, "the interpreter probe never ran"
+            time.sleep(0.01)
+        # the kernel is inside its interpreter probe: no worker yet
+        info = json.loads(Path(cf).read_text())
+        for ch in ("shell", "iopub", "stdin", "control", "hb"):
+            with socket.create_connection((info["ip"], info[f"{ch}_port"]), timeout=10):
+                pass
+        kc = BlockingKernelClient(connection_file=cf)
+        kc.load_connection_file()
+        kc.start_channels()
+        msg_id = kc.kernel_info()
+        with open(gate, "w") as g:
+            g.write("go\n")
+        opened = True
+        while True:
+            m = kc.get_shell_msg(timeout=60)
+            if m["parent_header"].get("msg_id") == msg_id:
+                break
+        assert m["msg_type"] == "kernel_info_reply"
+        assert m["content"]["language_info"]["name"] == "python"
+        reply = kc.execute_interactive("print(6 * 7)", timeout=60, output_hook=lambda m: None)
+        assert reply["content"]["status"] == "ok"
+    finally:
+        if not opened:  # let a kernel stuck at the gate go
+            fd = os.open(gate, os.O_RDWR | os.O_NONBLOCK)
+            os.write(fd, b"go\n")
+            os.close(fd)
+        if kc is not None:
+            kc.stop_channels()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kutil  # noqa: E402
 import mgrutil  # noqa: E402
 from mgrutil import Mgr  # noqa: E402
 
@@ -40,7 +41,7 @@ def _alive(pid):
 def home_processes(home):
     """Live processes of kernelmgr in home: a command line naming a path in
     it (kernel servers: their connection file) or a cwd in it."""
-    home = str(home)
+    roots = [str(home), str(kutil.run_dir(home))]
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
@@ -49,7 +50,8 @@ def home_processes(home):
             cwd = os.readlink(d / "cwd")
         except OSError:
             cwd = ""
-        if (home in _cmdline(int(d.name)) or cwd.startswith(home)) and _alive(int(d.name)):
+        cmd = _cmdline(int(d.name))
+        if any(r in cmd or cwd.startswith(r) for r in roots) and _alive(int(d.name)):
             out.append(int(d.name))
     return out
 
@@ -61,11 +63,10 @@ def kernel_servers(home):
 
 
 def leftovers(home):
-    """Files a finished run must not leave: run/ (connection files, sockets,
-    pid files, owner locks) and sessions/."""
+    """Files a finished run must not leave: the run directory (connection
+    files, sockets, pid files, owner locks; kutil.run_dir) and sessions/."""
     out = []
-    for sub in ("run", "sessions"):
-        d = Path(home) / sub
+    for sub, d in (("run", kutil.run_dir(home)), ("sessions", Path(home) / "sessions")):
         if d.is_dir():
             out += [f"{sub}/{p.name}" for p in d.iterdir()]
     return sorted(out)
