@@ -1113,6 +1113,7 @@ class _KIP:
     shell_class = None
     shell = None  # the KShell, once made (from then on every cell goes to it)
     inline = False  # matplotlib_inline is the backend: it sends the figures
+    failed = None  # why IPython could not be used (logged after "ready")
 
 
 def _findable(name):
@@ -1140,8 +1141,9 @@ def _kipython_preload():
         _KIP.shell_class = mod.preload(_SELF)
         _KIP.mod = mod
     except Exception as e:
+        # said in the log once the worker is ready (nothing comes before "ready")
         _IP.error = _IP.error or "%s: %s" % (type(e).__name__, e)
-        _log("driver: IPython not usable, cells run without it: %s" % (_IP.error,))
+        _KIP.failed = "driver: IPython not usable, cells run without it: %s" % (_IP.error,)
 
 
 def _kipython_start():
@@ -1154,8 +1156,8 @@ def _kipython_start():
         shell = _KIP.mod.make_shell(_SELF, _KIP.shell_class, sys.modules["__main__"])
     except Exception as e:
         _IP.error = "%s: %s" % (type(e).__name__, e)
-        _log("driver: the IPython shell could not be made, cells run without it: %s"
-             % (_IP.error,))
+        _KIP.failed = ("driver: the IPython shell could not be made, cells run without it: %s"
+                       % (_IP.error,))
         _KIP.mod = None
         return
     _KIP.shell = _IP.shell = shell
@@ -2563,6 +2565,12 @@ def post_fork():
 def main():
     preload()
     post_fork()
+    _serve()
+
+
+def _serve():
+    """Says "ready" (with the features) and answers requests until the
+    request pipe closes."""
     features = list(_FEATURES)
     if _DBG_REQ_FD >= 0 and _DBG_EVT_FD >= 0 and _debugpy_findable():
         features.append("debugger")
@@ -2570,6 +2578,8 @@ def main():
 
         _thread.start_new_thread(_debug_reader, ())
     _os_write(_EVT_FD, ('{"type":"ready","features":%s}\n' % _j().dumps(features)).encode())
+    if _KIP.failed:
+        _log(_KIP.failed)
     while True:
         try:
             kind, fields = _requests.request()

@@ -353,11 +353,15 @@ def _classes():
             # sys.exit(0) / sys.exit() ends a cell successfully and silently
             # in this kernel (its exit status is the cell's exit_code).
             try:
-                etype, value, _ = self._get_exc_info(exc_tuple)
+                etype, value, tb = self._get_exc_info(exc_tuple)
             except ValueError:
-                etype = value = None
+                etype = value = tb = None
             if etype is SystemExit and value.code in (None, 0):
                 return
+            if tb is not None:
+                tb = _without_kernel_frames(tb)
+                value.__traceback__ = sys.last_traceback = tb
+                exc_tuple = (etype, value, tb)
             return super().showtraceback(exc_tuple, filename, tb_offset, exception_only,
                                          running_compiled_code)
 
@@ -393,6 +397,26 @@ def _classes():
         cls.__module__ = "kernelmgr"
         cls.__qualname__ = cls.__name__
     return KShell
+
+
+def _without_kernel_frames(tb):
+    """tb without the frames of the kernel's own files (the driver's SIGINT
+    handler that raised KeyboardInterrupt, kernelmgr's debugger glue): none
+    of them shows in a traceback, as in ipykernel, whose handler is C."""
+    own = {os.path.abspath(_drv._DRIVER_FILE), os.path.abspath(__file__)}
+    kept = []
+    t = tb
+    while t is not None:
+        f = t.tb_frame.f_code.co_filename
+        dbg = _drv._DBG.mod
+        if f not in own and not (dbg is not None and dbg.is_debugger_file(f)):
+            kept.append(t)
+        t = t.tb_next
+    if not kept:
+        return tb
+    for a, b in zip(kept, kept[1:] + [None]):
+        a.tb_next = b
+    return kept[0]
 
 
 _PTY = []
