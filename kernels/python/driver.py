@@ -1170,11 +1170,9 @@ def _kipython_start():
             delattr(builtins, name)
     # IPython displays (and its display module needs no rerouting);
     # matplotlib_inline, when it is the backend, sends the figures.
-    for name in ("IPython.core.display_functions", "IPython.core.display", "IPython.display"):
-        _POST_IMPORT.pop(name, None)
     _KIP.inline = os.environ.get("MPLBACKEND", "").endswith("matplotlib_inline.backend_inline")
-    if _KIP.inline:
-        _POST_IMPORT.pop("matplotlib.pyplot", None)
+    if not _KIP.inline:
+        _POST_IMPORT["matplotlib.pyplot"] = _patch_pyplot
 
 
 def _execute_ipython(code, count, opts):
@@ -2556,6 +2554,13 @@ def post_fork():
                 mod.seed()
             except Exception:
                 pass
+    if _KIP.mod is not None:
+        # IPython displays (its display module needs no rerouting) and
+        # matplotlib_inline, when it becomes the backend, sends the figures
+        # (_kipython_start puts the pyplot patch back otherwise).
+        for name in ("IPython.core.display_functions", "IPython.core.display", "IPython.display",
+                     "matplotlib.pyplot"):
+            _POST_IMPORT.pop(name, None)
     _setup()
     _S.main_pid = os.getpid()
     _S.main_tid = _thread_ident()
