@@ -1165,9 +1165,14 @@ def _kipython_start():
     hm = shell.history_manager
     _H.In, _H.Out = hm.input_hist_parsed, hm.output_hist
     builtins.get_ipython = shell.get_ipython
-    for name in ("clear_output", "update_display"):  # not builtins in ipykernel
-        if getattr(builtins, name, None) is globals()[name]:
-            delattr(builtins, name)
+    # clear_output and update_display stay builtins (ipykernel has none: a
+    # superset), now IPython's own.
+    try:
+        ipd = _ipython_import("IPython.display")
+        builtins.clear_output = ipd.clear_output
+        builtins.update_display = ipd.update_display
+    except ImportError:
+        pass
     # IPython displays (and its display module needs no rerouting);
     # matplotlib_inline, when it is the backend, sends the figures.
     _KIP.inline = os.environ.get("MPLBACKEND", "").endswith("matplotlib_inline.backend_inline")

@@ -366,6 +366,8 @@ def _classes():
                                          running_compiled_code)
 
         def _showtraceback(self, etype, evalue, stb):
+            if os.getpid() != _drv._S.main_pid:
+                return  # a child the cell forked (no exec) never reports for it
             try:
                 evalue_s = str(evalue)
             except Exception:
@@ -504,7 +506,9 @@ def execute(code, silent, store_history, count, exprs):
         else:
             exit_code = c if isinstance(c, int) else 1
     elif err is not None:
-        exit_code = getattr(err, "__kernelmgr_exit_code__", 1)
+        rc = getattr(err, "returncode", None)  # %%bash's CalledProcessError: the script's
+        if type(err).__name__ == "CalledProcessError" and isinstance(rc, int) and rc:
+            exit_code = rc if rc > 0 else 128 - rc
         if _drv._DBG.mod is not None and isinstance(err, KeyboardInterrupt):
             _drv._DBG.mod.after_interrupt()
     ue = None
