@@ -485,6 +485,8 @@ def execute(code, silent, store_history, count, exprs):
             del hist[count:]
     res = None
     err = None
+    if _drv._DBG.mod is not None:
+        _drv._DBG.mod.cell_starts()  # traced while a debugger client is attached
     try:
         _drv._S.user = True
         try:
