@@ -35,6 +35,7 @@ import sys
 
 HASH_SEED = 0xC70F6907  # ipykernel's get_tmp_hash_seed(), the frontend's hashSeed
 
+_EXIT_WARNING = r"To exit: use 'exit', 'quit', or Ctrl-D\."
 _drv = None  # the driver module
 _shell = None  # the one KShell
 
@@ -293,6 +294,7 @@ def _classes():
         exiter = Instance(ZMQExitAutocall)
         keepkernel_on_exit = None
         _last_traceback = None
+        _exit_filter = None  # the warnings filter a sys.exit(0) of this cell added
 
         @default("exiter")
         def _default_exiter(self):
@@ -357,6 +359,12 @@ def _classes():
             except ValueError:
                 etype = value = tb = None
             if etype is SystemExit and value.code in (None, 0):
+                # and without IPython's "To exit: use 'exit'..." warning, which
+                # run_code gives next (the filter goes when the cell ends)
+                import warnings
+
+                warnings.filterwarnings("ignore", message=_EXIT_WARNING, category=UserWarning)
+                self._exit_filter = warnings.filters[0]
                 return
             if tb is not None:
                 tb = _without_kernel_frames(tb)
@@ -459,8 +467,6 @@ def make_shell(drv, shell_class, main):
     _drv = drv
     import warnings
 
-    warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.",
-                            category=UserWarning)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         shell = shell_class.instance(user_module=main)
@@ -498,6 +504,16 @@ def execute(code, silent, store_history, count, exprs):
         if isinstance(e, SystemExit):
             raise
         shell.showtraceback()
+    finally:
+        f, shell._exit_filter = shell._exit_filter, None
+        if f is not None:
+            import warnings
+
+            try:
+                warnings.filters.remove(f)
+                warnings._filters_mutated()
+            except (ValueError, AttributeError):
+                pass
     if res is not None:
         err = res.error_before_exec if res.error_before_exec is not None else res.error_in_exec
     status, exit_code = ("ok", 0) if err is None else ("error", 1)
