@@ -448,11 +448,56 @@ def _have_pty():
     return _PTY[0]
 
 
+_EMBED = "IPython.terminal.embed"
+
+
+class _LazyEmbed(type(sys)):
+    """IPython.terminal.embed until something other than IPython's own
+    __init__ uses it: that import (IPython.embed, the terminal shell and
+    prompt_toolkit) is a third of IPython's import time and no kernel needs
+    it (ipykernel loads it all the same). The first attribute asked of it
+    loads the real module, which replaces this one."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # the import system's probes (__path__, ...)
+            raise AttributeError(name)
+        return getattr(_real_embed(), name)
+
+
+def _real_embed():
+    mod = sys.modules.get(_EMBED)
+    if isinstance(mod, _LazyEmbed):
+        del sys.modules[_EMBED]
+        import importlib
+
+        mod = importlib.import_module(_EMBED)
+        term = sys.modules.get("IPython.terminal")
+        if term is not None:
+            term.embed = mod
+    return mod
+
+
+def _embed(*args, **kwargs):
+    return _real_embed().embed(*args, **kwargs)
+
+
+def _defer_terminal():
+    if "IPython" in sys.modules or _EMBED in sys.modules:
+        return
+    stub = _LazyEmbed(_EMBED)
+    stub.embed = _embed
+    _embed.__name__ = _embed.__qualname__ = "embed"
+    _embed.__module__ = _EMBED
+    _embed.__doc__ = "Call this to embed IPython at the current point in your program."
+    sys.modules[_EMBED] = stub
+
+
 def preload(drv):
     """Imports IPython and what a cell needs first (nothing that depends on
     the kernel: safe before a fork). Raises ImportError without IPython."""
     global _drv
     _drv = drv
+    _defer_terminal()
     for name in ("IPython.core.interactiveshell", "IPython.core.payloadpage",
                  "IPython.core.autocall", "IPython.core.magics", "IPython.utils.process",
                  "IPython.core.completer", "IPython.core.debugger", "traitlets"):

@@ -80,6 +80,13 @@ def test_every_cell_runs_through_ipython(ipy):
     assert ipy.event()["status"] == "incomplete"
     ipy.send("complete", "pri", "3")
     assert "print" in ipy.event()["matches"]
+    # the terminal shell (IPython.embed, prompt_toolkit) loads only when used
+    assert result(ok(ipy, "'prompt_toolkit' in sys.modules", count=8)) == "False"
+    assert result(ok(ipy, "from IPython.terminal.embed import InteractiveShellEmbed\n"
+                          "import IPython.terminal.embed as e, IPython\n"
+                          "(e.InteractiveShellEmbed.__name__, IPython.embed.__name__, "
+                          "'prompt_toolkit' in sys.modules)", count=9)) == (
+        "('InteractiveShellEmbed', 'embed', True)")
     # interactive-prompt text pasted into a cell is stripped, as IPython does
     assert result(ok(ipy, ">>> 1 + 2", count=6)) == "3"
     assert result(ok(ipy, "In [7]: 2 * 3", count=7)) == "6"
@@ -327,3 +334,37 @@ def test_ipython_features_in_the_sandboxed_kernel(kernel_factory):
             break
     assert c["status"] == "ok", c
     assert of_type(io, "execute_result")[0]["content"]["data"]["text/plain"] == "False"
+
+
+def test_ipykernel_seams(ipy, tmp_path):
+    """What an imitation of IPython missed, now IPython's own: automagic,
+    for_type() printers over an object's own __repr__ (SymPy's
+    init_printing), _ipython_display_, %%capture of inline figures,
+    ipykernel's magics."""
+    assert result(ok(ipy, "pwd")) == repr(str(tmp_path))  # automagic
+    evs = ok(ipy, "class V:\n    def __repr__(self): return 'own'\n"
+                  "get_ipython().display_formatter.formatters['text/plain'].for_type(\n"
+                  "    V, lambda o, p, cycle: p.text('printer'))\nV()")
+    assert result(evs) == "printer"
+    evs = ok(ipy, "class D:\n    def _ipython_display_(self):\n"
+                  "        display({'text/plain': 'custom'}, raw=True)\nD()")
+    assert types_of(evs) == ["display_data", "done"] and evs[0]["data"] == {
+        "text/plain": "custom"}
+    evs = ok(ipy, "%%capture cap\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()",
+             timeout=90)
+    assert types_of(evs) == ["done"], evs
+    evs = ok(ipy, "[o.data.keys() for o in cap.outputs]")
+    assert "image/png" in result(evs)
+    evs = ok(ipy, "%autosave 0")
+    assert types_of(evs) == ["display_data", "done"]
+    assert evs[0]["data"]["application/javascript"] == (
+        "IPython.notebook.set_autosave_interval(0)")
+    assert ipy.out["stdout"] == b"Autosave disabled\n"
+    (tmp_path / "notes.txt").write_text("some notes\n")
+    evs = ok(ipy, "%less notes.txt")
+    assert evs[-1]["payload"][0]["data"]["text/plain"] == "some notes\n"
+    ok(ipy, "%connect_info")
+    assert b"no connection file" in ipy.out["stdout"]
+    # no GUI event loop in a sandbox: said (IPython's %gui logs the error)
+    ok(ipy, "%gui qt")
+    assert b"GUI event loop 'qt' is not available" in ipy.out["stderr"]
