@@ -17,6 +17,15 @@
 
 #include "kernelmgr/engine/klaunch.h"
 
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
 /* new: a kproc for a child in its own process group that runs `behaviour`:
  * 0 sleeps (default SIGTERM), 1 ignores SIGTERM and sleeps. */
 static kproc *child(int behaviour)
@@ -141,7 +150,11 @@ static void start_spawns_with_only_its_fds_and_default_signals(void **state)
     assert_non_null(ign);
     assert_int_equal(sscanf(ign, "SigIgn:\t%llx", &ignored), 1);
     assert_int_equal(ignored & 0x7fffffffULL, 0);
-    assert_non_null(strstr(text, "SigBlk:\t0000000000000000\n"));
+    /* Valgrind emulates the spawn's clone with its own signal mask still
+     * in force, so the real mask the program inherits is valgrind's; the
+     * ASan tier runs this natively and checks it there. */
+    if (!RUNNING_ON_VALGRIND)
+        assert_non_null(strstr(text, "SigBlk:\t0000000000000000\n"));
     snprintf(want, sizeof want, "cwd=%s\n", dir);
     assert_non_null(strstr(text, want));
     assert_non_null(strstr(text, cf_expect));
