@@ -26,6 +26,7 @@ EXPECTED = {
     "usr/share/kernelmgr/python/driver.py",
     "usr/share/kernelmgr/python/kdebug.py",
     "usr/share/kernelmgr/python/ksnap.py",
+    "usr/share/kernelmgr/python/kzygote.py",
     "usr/share/kernelmgr/bash/bootstrap.sh",
     "usr/share/kernelmgr/bash/cell.sh",
     "usr/share/man/man1/kernelmgr.1",
