@@ -30,8 +30,7 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static int kerr(km_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int kerr(km_err *e, int code, const char *fmt, ...)
+int km_errf(km_err *e, int code, const char *fmt, ...)
 {
     if (e) {
         va_list ap;
@@ -85,13 +84,13 @@ static void manager_free(km_manager *m)
 km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_err *err)
 {
     if (strlen(home) > KM_HOME_MAX) {
-        kerr(err, KM_EUSAGE, "the kernelmgr home (KERNELMGR_HOME) is %zu bytes long: at most %d",
-             strlen(home), KM_HOME_MAX);
+        km_errf(err, KM_EUSAGE, "the kernelmgr home (KERNELMGR_HOME) is %zu bytes long: at most %d",
+                strlen(home), KM_HOME_MAX);
         return NULL;
     }
     km_manager *m = calloc(1, sizeof *m);
     if (!m) {
-        kerr(err, KM_EINTERNAL, "out of memory");
+        km_errf(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     m->cfg = *cfg;
@@ -111,13 +110,13 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     char why[1024];
     /* the home is trusted state (kmhome.h): refused unless it is ours alone */
     if (kmhome_prepare(home, 1, why, sizeof why)) {
-        kerr(err, KM_EUSAGE, "%s", why);
+        km_errf(err, KM_EUSAGE, "%s", why);
         goto fail;
     }
     if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, why, sizeof why) ||
         klaunch_lifeline_open(m->lifeline, why, sizeof why) ||
         klaunch_owner_hold(m->run_dir, why, sizeof why)) {
-        kerr(err, KM_EINTERNAL, "%s", why);
+        km_errf(err, KM_EINTERNAL, "%s", why);
         goto fail;
     }
     m->owner_held = 1;
@@ -279,34 +278,34 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     }
     if (why[0]) {
         /* damaged (or its directory refused): said, never recreated silently */
-        kerr(err, KM_EINTERNAL, "%s", why);
+        km_errf(err, KM_EINTERNAL, "%s", why);
         return NULL;
     }
     if (o && o->no_create) {
-        kerr(err, KM_ENOSESSION,
-             "no session named \"%s\"%s%s%s (create: false: a missing session is never made; "
-             "create it with session.create)",
-             name, m->cfg.node_id[0] ? " on node \"" : "", m->cfg.node_id,
-             m->cfg.node_id[0] ? "\"" : "");
+        km_errf(err, KM_ENOSESSION,
+                "no session named \"%s\"%s%s%s (create: false: a missing session is never made; "
+                "create it with session.create)",
+                name, m->cfg.node_id[0] ? " on node \"" : "", m->cfg.node_id,
+                m->cfg.node_id[0] ? "\"" : "");
         return NULL;
     }
     if (atomic_load(&m->draining)) {
-        kerr(err, KM_EDAEMON,
-             "%s%s%s is draining: it makes no new sessions (session \"%s\" does not exist "
-             "here); its existing sessions keep working",
-             m->cfg.node_id[0] ? "node \"" : "this daemon", m->cfg.node_id,
-             m->cfg.node_id[0] ? "\"" : "", name);
+        km_errf(err, KM_EDAEMON,
+                "%s%s%s is draining: it makes no new sessions (session \"%s\" does not exist "
+                "here); its existing sessions keep working",
+                m->cfg.node_id[0] ? "node \"" : "this daemon", m->cfg.node_id,
+                m->cfg.node_id[0] ? "\"" : "", name);
         return NULL;
     }
     if (o && o->env && session_env_check(m, o->env, why, sizeof why)) {
-        kerr(err, KM_EUSAGE, "%s", why);
+        km_errf(err, KM_EUSAGE, "%s", why);
         return NULL;
     }
     if (o && o->workspace) {
         struct stat st;
         if (o->workspace[0] != '/' || stat(o->workspace, &st) || !S_ISDIR(st.st_mode)) {
-            kerr(err, KM_EUSAGE, "--workspace %s: must be an existing directory (absolute path)",
-                 o->workspace);
+            km_errf(err, KM_EUSAGE, "--workspace %s: must be an existing directory (absolute path)",
+                    o->workspace);
             return NULL;
         }
     }
@@ -316,10 +315,10 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         struct stat st;
         if (o->python[0] != '/' || stat(o->python, &st) || !S_ISREG(st.st_mode) ||
             access(o->python, X_OK)) {
-            kerr(err, KM_EUSAGE, "--python %s: %s", o->python,
-                 o->python[0] != '/' ? "must be an absolute path"
-                 : errno == ENOENT   ? "no such file"
-                                     : "not an executable file");
+            km_errf(err, KM_EUSAGE, "--python %s: %s", o->python,
+                    o->python[0] != '/' ? "must be an absolute path"
+                    : errno == ENOENT   ? "no such file"
+                                        : "not an executable file");
             return NULL;
         }
     }
@@ -338,7 +337,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     }
     s = pooled ? pooled : session_alloc(name);
     if (!s) {
-        kerr(err, KM_EINTERNAL, "out of memory");
+        km_errf(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     snprintf(s->name, sizeof s->name, "%s", name);
@@ -349,7 +348,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     int made_dir = lstat(s->dir, &dst) != 0, made_ws = 0, made_link = 0;
     char save_err[PATH_MAX + 200];
     if (kmhome_mkdir(s->dir, 0700, why, sizeof why)) {
-        kerr(err, KM_EINTERNAL, "%s", why);
+        km_errf(err, KM_EINTERNAL, "%s", why);
         goto fail;
     }
     if (pooled) {
@@ -383,14 +382,14 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
                  o && o->sandbox ? o->sandbox : m->cfg.sandbox);
         if (s->network == KM_NET_ALLOW && !strcmp(s->sandbox, "none")) {
             /* nothing but the sandbox keeps the code to the proxy */
-            kerr(err, KM_EUSAGE,
-                 "network allow-list (%.200s) needs the strict sandbox: with sandbox \"none\" "
-                 "the code has the host's network",
-                 s->net_allow);
+            km_errf(err, KM_EUSAGE,
+                    "network allow-list (%.200s) needs the strict sandbox: with sandbox \"none\" "
+                    "the code has the host's network",
+                    s->net_allow);
             goto fail;
         }
         if (o && json_object_size(o->env) && !(s->env = json_deep_copy(o->env))) {
-            kerr(err, KM_EINTERNAL, "out of memory");
+            km_errf(err, KM_EINTERNAL, "out of memory");
             goto fail;
         }
         if (o && o->workspace) {
@@ -404,14 +403,14 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
             made_ws = session_make_workspace(s, why, sizeof why);
             if (made_ws < 0) {
                 made_ws = 0;
-                kerr(err, KM_EINTERNAL, "%s", why);
+                km_errf(err, KM_EINTERNAL, "%s", why);
                 goto fail;
             }
         }
     }
     /* a session that cannot be saved would vanish with its manager: refuse it */
     if (session_save_err(m, s, save_err, sizeof save_err)) {
-        kerr(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err);
+        km_errf(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err);
         goto fail;
     }
     s->next = m->list;
@@ -731,10 +730,10 @@ static int check_name(const char *name, km_err *err)
 {
     if (km_name_valid(name))
         return 0;
-    return kerr(err, KM_EUSAGE,
-                "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
-                "at most %d, not starting with '.')",
-                name ? name : "", KM_NAME_MAX);
+    return km_errf(err, KM_EUSAGE,
+                   "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
+                   "at most %d, not starting with '.')",
+                   name ? name : "", KM_NAME_MAX);
 }
 
 /* The session named name with a reference taken (session_put), created with
@@ -801,8 +800,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         lang = kmcfg_lang_index(&m->cfg, opts->lang);
         if (lang < 0) {
             char known[400];
-            kerr(err, KM_EUSAGE, "unknown language \"%s\" (%s or auto)", opts->lang,
-                 km_langs_names(&m->cfg.langs, known, sizeof known));
+            km_errf(err, KM_EUSAGE, "unknown language \"%s\" (%s or auto)", opts->lang,
+                    km_langs_names(&m->cfg.langs, known, sizeof known));
             return NULL;
         }
     }
@@ -811,12 +810,12 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     char codebad[256];
     if (cblocks_check_code(code, code ? strlen(code) : 0, m->cfg.code_max, codebad,
                            sizeof codebad)) {
-        kerr(err, KM_EUSAGE, "%s", codebad);
+        km_errf(err, KM_EUSAGE, "%s", codebad);
         return NULL;
     }
     cblock_list blocks;
     if (cblocks_split(code ? code : "", &m->cfg.langs, lang, &blocks)) {
-        kerr(err, KM_EINTERNAL, "out of memory");
+        km_errf(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     int existed = 1;
@@ -1059,7 +1058,7 @@ int km_interrupt(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s)
-        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
     /* Not running an exec of ours: a cell of another client (a frontend)
      * may run, so the kernels are told directly, under the session's lock.
      * A short operation holding the lock (a status, a snapshot) is waited
@@ -1090,7 +1089,7 @@ int km_restart(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s)
-        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
     atomic_store(&s->interrupt_flag, 1);
     pthread_mutex_lock(&s->lock);
     int rc = 0;
@@ -1101,7 +1100,7 @@ int km_restart(km_manager *m, const char *name, km_err *err)
         s->k[l].pending[0] = 0;
         char why[1024];
         if (slot_start(m, s, l, why, sizeof why))
-            rc = kerr(err, KM_EKERNEL, "%s", why);
+            rc = km_errf(err, KM_EKERNEL, "%s", why);
     }
     session_save(m, s);
     pthread_mutex_unlock(&s->lock);
@@ -1133,7 +1132,7 @@ int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, 
             session_rmtree(dir);
             return 0;
         }
-        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
     }
     atomic_store(&s->interrupt_flag, 1);
     pthread_mutex_lock(&s->lock);
@@ -1186,7 +1185,7 @@ static json_t *repair_result(const char *name, const char *action, const char *m
 json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
 {
     if (!km_name_valid(name)) {
-        kerr(err, KM_EUSAGE, "invalid session name");
+        km_errf(err, KM_EUSAGE, "invalid session name");
         return NULL;
     }
     char dir[PATH_MAX - 64], path[PATH_MAX], why[PATH_MAX + 600], aside[PATH_MAX + 64] = "";
@@ -1206,9 +1205,9 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
         } else {
             char saved[PATH_MAX + 64] = "";
             if (errno != ENOENT && session_json_set_aside(path, saved, sizeof saved)) {
-                kerr(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
+                km_errf(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
             } else if (session_save_err(m, s, why, sizeof why)) {
-                kerr(err, KM_EINTERNAL, "%s", why);
+                km_errf(err, KM_EINTERNAL, "%s", why);
             } else {
                 snprintf(msg, sizeof msg,
                          "session.json rewritten from the running session's options (its "
@@ -1226,16 +1225,16 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     json_t *res = NULL;
     session *t = NULL;
     if (find_locked(m, name)) {
-        kerr(err, KM_EINTERNAL, "session \"%s\" was created meanwhile: try again", name);
+        km_errf(err, KM_EINTERNAL, "session \"%s\" was created meanwhile: try again", name);
         goto out;
     }
     int dc = kmhome_check_dir(dir, 0, why, sizeof why);
     if (dc > 0) {
-        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
         goto out;
     }
     if (dc < 0) {
-        kerr(err, KM_EUSAGE, "%s", why);
+        km_errf(err, KM_EUSAGE, "%s", why);
         goto out;
     }
     json_t *o = session_json_read(path, why, sizeof why);
@@ -1247,20 +1246,20 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     }
     if (errno != ENOENT) {
         if (session_json_set_aside(path, aside, sizeof aside)) {
-            kerr(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
+            km_errf(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
             goto out;
         }
     } else if (!session_set_aside_find(dir, aside, sizeof aside)) {
-        kerr(err, KM_EUSAGE,
-             "session \"%s\" has no session.json and none was set aside: nothing to repair "
-             "(close it to remove %s)",
-             name, dir);
+        km_errf(err, KM_EUSAGE,
+                "session \"%s\" has no session.json and none was set aside: nothing to repair "
+                "(close it to remove %s)",
+                name, dir);
         goto out;
     }
     /* the options were in the damaged file: the configuration's defaults;
      * the session's own workspace directory, when there is one, is kept */
     if (!(t = session_alloc(name))) {
-        kerr(err, KM_EINTERNAL, "out of memory");
+        km_errf(err, KM_EINTERNAL, "out of memory");
         goto out;
     }
     snprintf(t->dir, sizeof t->dir, "%s", dir);
@@ -1272,7 +1271,7 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     t->own_workspace = 1;
     int made = session_make_workspace(t, why, sizeof why);
     if (made < 0 || session_save_err(m, t, why, sizeof why)) {
-        kerr(err, KM_EINTERNAL, "cannot repair session \"%s\": %s", name, why);
+        km_errf(err, KM_EINTERNAL, "cannot repair session \"%s\": %s", name, why);
         goto out;
     }
     snprintf(msg, sizeof msg,
@@ -1293,7 +1292,7 @@ json_t *km_files(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s) {
-        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     fsdiff_snap *snap =
@@ -1326,7 +1325,7 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
     } else {
         snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
         if (!km_name_valid(name) || access(dir, F_OK)) {
-            kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+            km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
             return NULL;
         }
     }
@@ -1334,7 +1333,7 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
     int bad = 0;
     json_t *nb = export_notebook(dir, name, &m->cfg.langs, kernel_name, &bad, why, sizeof why);
     if (!nb)
-        kerr(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+        km_errf(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
     return nb;
 }
 
@@ -1345,21 +1344,21 @@ int km_connection_file(km_manager *m, const char *name, const char *lang, char *
     int l = lang ? kmcfg_lang_index(&m->cfg, lang) : 0;
     if (l < 0) {
         char known[400];
-        return kerr(err, KM_EUSAGE, "unknown language \"%s\" (%s)", lang,
-                    km_langs_names(&m->cfg.langs, known, sizeof known));
+        return km_errf(err, KM_EUSAGE, "unknown language \"%s\" (%s)", lang,
+                       km_langs_names(&m->cfg.langs, known, sizeof known));
     }
     if (!m->cfg.allow[l])
-        return kerr(err, KM_EUSAGE, "language \"%s\" is not allowed by the configuration",
-                    kmcfg_lang_name(&m->cfg, l));
+        return km_errf(err, KM_EUSAGE, "language \"%s\" is not allowed by the configuration",
+                       kmcfg_lang_name(&m->cfg, l));
     session *s = session_get(m, name);
     if (!s)
-        return kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
     pthread_mutex_lock(&s->lock);
     int restarted;
     char reason[512], why[1024];
     int rc = 0;
     if (slot_ensure(m, s, l, &restarted, reason, sizeof reason, why, sizeof why))
-        rc = kerr(err, KM_EKERNEL, "%s", why);
+        rc = km_errf(err, KM_EKERNEL, "%s", why);
     else {
         /* the next result of the agent still has to say so */
         if (restarted)
@@ -1396,7 +1395,7 @@ json_t *km_session_create(km_manager *m, const char *name, const km_session_opts
     json_decref(warnings);
     session_put(m, s);
     if (!o)
-        kerr(err, KM_EINTERNAL, "out of memory");
+        km_errf(err, KM_EINTERNAL, "out of memory");
     return o;
 }
 
@@ -1405,7 +1404,7 @@ json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t 
 {
     session *s = session_get(m, name);
     if (!s) {
-        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     /* reading needs no lock: like km_files, a snapshot of what is there */
@@ -1415,7 +1414,7 @@ json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t 
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        kerr(err, KM_EUSAGE, "%s", why);
+        km_errf(err, KM_EUSAGE, "%s", why);
     session_put(m, s);
     return r;
 }
@@ -1427,14 +1426,14 @@ static session *session_lock_op(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s) {
-        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
     if (s->gone) {
         pthread_mutex_unlock(&s->lock);
         session_put(m, s);
-        kerr(err, KM_ENOSESSION, "session \"%s\" was closed", name);
+        km_errf(err, KM_ENOSESSION, "session \"%s\" was closed", name);
         return NULL;
     }
     return s;
@@ -1457,7 +1456,7 @@ json_t *km_file_write(km_manager *m, const char *name, const char *rel, const vo
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        kerr(err, KM_EUSAGE, "%s", why);
+        km_errf(err, KM_EUSAGE, "%s", why);
     session_unlock_op(m, s);
     return r;
 }
@@ -1472,7 +1471,7 @@ json_t *km_file_remove(km_manager *m, const char *name, const char *rel, km_err 
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        kerr(err, KM_EUSAGE, "%s", why);
+        km_errf(err, KM_EUSAGE, "%s", why);
     session_unlock_op(m, s);
     return r;
 }
@@ -1481,7 +1480,7 @@ json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn
                                 km_err *err)
 {
     if (!km_name_valid(name)) {
-        kerr(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
+        km_errf(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
         return NULL;
     }
     /* A live session: under its lock, so close (which removes the package
@@ -1509,12 +1508,12 @@ json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *er
 {
     char why[1400];
     if (tag && snap_tag_check(tag, why, sizeof why)) {
-        kerr(err, KM_EUSAGE, "%s", why);
+        km_errf(err, KM_EUSAGE, "%s", why);
         return NULL;
     }
     session *s = session_get(m, name);
     if (!s) {
-        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
@@ -1522,8 +1521,8 @@ json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *er
     pthread_mutex_unlock(&s->lock);
     session_put(m, s);
     if (!man)
-        kerr(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
-             why[0] ? why : "the session was closed");
+        km_errf(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
+                why[0] ? why : "the session was closed");
     return man;
 }
 
@@ -1531,7 +1530,7 @@ json_t *km_snapshots(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s) {
-        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
@@ -1546,19 +1545,19 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
 {
     char why[1400], tagbuf[SNAP_TAG_MAX + 1];
     if (tag && snap_tag_check(tag, why, sizeof why)) {
-        kerr(err, KM_EUSAGE, "%s", why);
+        km_errf(err, KM_EUSAGE, "%s", why);
         return NULL;
     }
     session *s = session_get(m, name);
     if (!s) {
-        kerr(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
     json_t *o = NULL;
     if (!tag) {
         if (snap_newest(m, s, tagbuf, sizeof tagbuf)) {
-            kerr(err, KM_EUSAGE, "session \"%s\" has no snapshot", name);
+            km_errf(err, KM_EUSAGE, "session \"%s\" has no snapshot", name);
             goto out;
         }
         tag = tagbuf;
@@ -1577,7 +1576,7 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
             found = 1;
             const char *e = json_string_value(json_object_get(v, "error"));
             if (e) {
-                kerr(err, KM_EUSAGE, "%s (nothing was changed)", e);
+                km_errf(err, KM_EUSAGE, "%s (nothing was changed)", e);
                 json_decref(list);
                 goto out;
             }
@@ -1585,11 +1584,11 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
     }
     json_decref(list);
     if (!found) {
-        kerr(err, KM_EUSAGE, "session \"%s\" has no snapshot \"%s\"", name, tag);
+        km_errf(err, KM_EUSAGE, "session \"%s\" has no snapshot \"%s\"", name, tag);
         goto out;
     }
     if (snap_restore_workspace(m, s, tag, why, sizeof why)) {
-        kerr(err, KM_EINTERNAL, "%s", why);
+        km_errf(err, KM_EINTERNAL, "%s", why);
         goto out;
     }
     json_t *kernels = json_object();
@@ -1622,18 +1621,18 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
     if (check_name(dst, err))
         return NULL;
     if (tag && snap_tag_check(tag, why, sizeof why)) {
-        kerr(err, KM_EUSAGE, "%s", why);
+        km_errf(err, KM_EUSAGE, "%s", why);
         return NULL;
     }
     session *d = session_get(m, dst);
     if (d) {
         session_put(m, d);
-        kerr(err, KM_EUSAGE, "session \"%s\" exists: a fork makes a new session", dst);
+        km_errf(err, KM_EUSAGE, "session \"%s\" exists: a fork makes a new session", dst);
         return NULL;
     }
     session *s = session_get(m, src);
     if (!s) {
-        kerr(err, KM_ENOSESSION, "no session named \"%s\"", src);
+        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", src);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
@@ -1642,7 +1641,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
         if (!man) {
             pthread_mutex_unlock(&s->lock);
             session_put(m, s);
-            kerr(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+            km_errf(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
             return NULL;
         }
         snprintf(tagbuf, sizeof tagbuf, "%s", json_string_value(json_object_get(man, "tag")));
@@ -1673,7 +1672,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
     d = session_get(m, dst);
     json_t *ret = NULL;
     if (!d) {
-        kerr(err, KM_EINTERNAL, "the new session \"%s\" went away", dst);
+        km_errf(err, KM_EINTERNAL, "the new session \"%s\" went away", dst);
         session_put(m, s);
         return NULL;
     }
@@ -1695,7 +1694,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
         ret = json_pack("{s:s s:s s:s s:s}", "session", d->name, "from", src, "tag", tag,
                         "workspace", d->workspace);
     } else {
-        kerr(err, KM_EINTERNAL, "fork of \"%s\" into \"%s\": %s", src, dst, why);
+        km_errf(err, KM_EINTERNAL, "fork of \"%s\" into \"%s\": %s", src, dst, why);
     }
     pthread_mutex_unlock(&d->lock);
     session_put(m, d);
