@@ -328,6 +328,8 @@ try:
     tls.do_handshake()  # sends the ClientHello; the answer never comes
 except ssl.SSLWantReadError:
     pass
+except ssl.SSLError as e:  # the proxy could not dial and said so at once
+    print("ALERT", e.reason)
 """
     r = m.exec("rb", code, "--lang", "python", timeout=120)[1][-1]
     assert r["status"] == "ok" and "HEAD HTTP/1.1 200" in r["stdout"], r
@@ -339,6 +341,12 @@ except ssl.SSLWantReadError:
                (log.exists() and f"failed CONNECT {name}:{port}" in log.read_text())):
         assert time.monotonic() < deadline, "the proxy never dialled the checked address"
         time.sleep(0.05)
+    if "ALERT" in r["stdout"]:
+        # an alert answers only a failed dial of the checked address (a
+        # host without a route there), never a refusal by policy
+        assert "ALERT TLSV1_ALERT_ACCESS_DENIED" in r["stdout"], r
+        assert f"failed CONNECT {name}:{port}" in log.read_text(), log.read_text()
+        assert "refused CONNECT" not in log.read_text(), log.read_text()
     assert dns.queries == 1, dns.queries  # resolved once, for the check and the connect
     # the next lookup rebinds to 127.0.0.1: refused by policy, naming it
     out = attack(m, [("GET", f"GET http://{name}:{port}/ HTTP/1.1\r\n"
