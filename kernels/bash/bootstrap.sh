@@ -460,15 +460,37 @@ __km_field() {
 # Everything the driver owns (__km_*, read, display) and bash's own special
 # variables are left out. Background jobs cannot be saved: they are listed.
 __km_snap_special=' BASH BASHOPTS BASHPID BASH_ALIASES BASH_ARGC BASH_ARGV BASH_ARGV0 BASH_CMDS BASH_COMMAND BASH_EXECUTION_STRING BASH_LINENO BASH_LOADABLES_PATH BASH_REMATCH BASH_SOURCE BASH_SUBSHELL BASH_VERSINFO BASH_VERSION BASH_COMPAT COLUMNS COMP_CWORD COMP_KEY COMP_LINE COMP_POINT COMP_TYPE COMP_WORDBREAKS COMP_WORDS COPROC DIRSTACK EPOCHREALTIME EPOCHSECONDS EUID FUNCNAME GROUPS HISTCMD HOSTNAME HOSTTYPE LINENO LINES MACHTYPE OLDPWD OPTARG OPTERR OPTIND OSTYPE PIPESTATUS PPID PS1 PS2 PS4 PWD RANDOM READLINE_LINE READLINE_POINT REPLY SECONDS SHELLOPTS SHLVL SRANDOM UID _ IFS '
+# What this start was given (PATH and NODE_PATH naming the session's package
+# directories, HOME, ...), recorded before the first cell (__km_snap_base):
+# a snapshot keeps of it only what a cell changed or unset, so that a restore
+# elsewhere (a move, another layout) keeps what that start was given.
+declare -A __km_base_v=() __km_base_a=()
+__km_snap_base() {
+    local __km_n
+    # every variable's name without a subshell (compgen -v would fork one)
+    for __km_n in ${!A*} ${!B*} ${!C*} ${!D*} ${!E*} ${!F*} ${!G*} ${!H*} ${!I*} ${!J*} ${!K*} ${!L*} ${!M*} ${!N*} ${!O*} ${!P*} ${!Q*} ${!R*} ${!S*} ${!T*} ${!U*} ${!V*} ${!W*} ${!X*} ${!Y*} ${!Z*} ${!a*} ${!b*} ${!c*} ${!d*} ${!e*} ${!f*} ${!g*} ${!h*} ${!i*} ${!j*} ${!k*} ${!l*} ${!m*} ${!n*} ${!o*} ${!p*} ${!q*} ${!r*} ${!s*} ${!t*} ${!u*} ${!v*} ${!w*} ${!x*} ${!y*} ${!z*} ${!_*}; do
+        [[ $__km_n == __km_* || $__km_snap_special == *" $__km_n "* ]] && continue
+        __km_base_a[$__km_n]=${!__km_n@a}
+        [[ ${!__km_n@a} == *[aA]* ]] || __km_base_v[$__km_n]=${!__km_n}
+    done
+}
 __km_snap_save() { # dir max_bytes
     local __km_d=$1 __km_max=$2 __km_n __km_s __km_names=() __km_fns=() __km_lost='' __km_j LC_ALL=C REPLY
     for __km_n in $(builtin compgen -v); do
-        [[ $__km_n == __km_* || $__km_snap_special == *" $__km_n "* ]] || __km_names+=("$__km_n")
+        [[ $__km_n == __km_* || $__km_snap_special == *" $__km_n "* ]] && continue
+        if [[ -v __km_base_a[$__km_n] && ${!__km_n@a} == "${__km_base_a[$__km_n]}" &&
+            ${!__km_n@a} != *[aA]* && ${!__km_n} == "${__km_base_v[$__km_n]}" ]]; then
+            continue # as the start gave it
+        fi
+        __km_names+=("$__km_n")
     done
     for __km_n in $(builtin compgen -A function); do
         [[ $__km_n == __km_* || $__km_n == read || $__km_n == display ]] || __km_fns+=("$__km_n")
     done
     __km_s="# kernelmgr bash snapshot 1"$'\n'
+    for __km_n in "${!__km_base_a[@]}"; do # given by the start, unset by a cell
+        builtin declare -p "$__km_n" >&"$__km_null" 2>&1 || __km_s+="builtin unset -v $__km_n"$'\n'
+    done
     ((${#__km_names[@]} == 0)) || __km_s+="$(builtin declare -p "${__km_names[@]}" 2>/dev/null)"$'\n'
     ((${#__km_fns[@]} == 0)) || __km_s+="$(builtin declare -f "${__km_fns[@]}")"$'\n'
     __km_s+="$(builtin alias -p)"$'\n'
@@ -529,6 +551,7 @@ __km_snap_loaded() { # dir status
 # ------------------------------------------------------------------ main loop
 
 builtin trap '__km_onint' INT
+__km_snap_base
 __km_emit '{"type":"ready","features":["interrupt","snapshot"]}'
 
 # The loop is at top level (not in a function), so that the cell's

@@ -178,6 +178,12 @@ class _State:
 
 _S = _State()
 _BASE_MODULES = set()  # sys.modules when user code could first run (ksnap.py)
+# os.environ and sys.path at that moment: what this start was given (the
+# session's package directories, its home...). A snapshot keeps only the
+# cells' changes to them, so that a restore (after a move, another layout)
+# keeps what the new start was given.
+_BASE_ENV = {}
+_BASE_PATH = []
 _json = None
 _lock = None
 
@@ -2302,6 +2308,8 @@ def _setup():
             hook(sys.modules[name])
     signal.signal(signal.SIGINT, _on_sigint)
     _BASE_MODULES.update(sys.modules)  # a snapshot re-imports the others
+    _BASE_ENV.update(os.environ)
+    _BASE_PATH.extend(sys.path)
     try:
         import faulthandler
 
@@ -2379,7 +2387,8 @@ def _snapshot(action, path, max_bytes):
         spec.loader.exec_module(mod)
         _driver_private["ksnap"] = mod
     if action == "save":
-        ev = mod.save(path, max_bytes, _ns, _H.In, _H.Out, _S.count, _BASE_MODULES)
+        ev = mod.save(path, max_bytes, _ns, _H.In, _H.Out, _S.count, _BASE_MODULES,
+                      base_env=_BASE_ENV, base_path=_BASE_PATH)
     else:
         ev = mod.load(path, _ns, _H.In, _H.Out, _log)
         _S.count = ev.get("execution_count", 0) or _S.count

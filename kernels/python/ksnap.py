@@ -6,7 +6,8 @@ thread that reads requests, between cells. The host never reads what is
 written here beyond copying the files (it never unpickles them).
 
 A snapshot is a directory the host made empty for it:
-  state.json  what was saved: modules, cwd, environment, sys.path, In,
+  state.json  what was saved: modules, cwd, the cells' changes to the
+              environment and sys.path (not what the start was given), In,
               execution count, the serializer, the names lost and why
   ns.pkl      the namespace: records of (name, pickled bytes), each pickled
               on its own by one Pickler whose memo is shared (objects shared
@@ -86,7 +87,8 @@ def _records(ns, out):
             yield 2, str(k), v
 
 
-def save(path, max_bytes, ns, in_hist, out_hist, count, base_modules):
+def save(path, max_bytes, ns, in_hist, out_hist, count, base_modules, base_env=None,
+         base_path=None):
     """Writes the snapshot into the directory path. Returns the reply event."""
     import io
     import json
@@ -158,8 +160,13 @@ def save(path, max_bytes, ns, in_hist, out_hist, count, base_modules):
             "execution_count": count,
             "cwd": cwd,
             "cwd_rel": cwd_rel,
-            "environ": dict(os.environ),
+            # the cells' changes to the environment and sys.path, not what
+            # the start was given (package directories name the session)
+            "environ_set": {k: v for k, v in os.environ.items()
+                            if (base_env or {}).get(k) != v},
+            "environ_unset": [k for k in (base_env or {}) if k not in os.environ],
             "sys_path": list(sys.path),
+            "sys_path_base": list(base_path or []),
             "modules": modules,
             "in": list(in_hist) if in_hist is not None else [],
             "names": saved,
@@ -195,7 +202,24 @@ def _clean(path):
             pass
 
 
-def _restore_env(env):
+def _restore_env(state):
+    """The cells' changes to the environment, applied to this start's."""
+    env_set, env_unset = state.get("environ_set"), state.get("environ_unset")
+    if isinstance(env_set, dict) and isinstance(env_unset, list):
+        for k in env_unset:
+            if isinstance(k, str) and k in os.environ:
+                try:
+                    del os.environ[k]
+                except Exception:
+                    pass
+        for k, v in env_set.items():
+            if isinstance(k, str) and isinstance(v, str) and os.environ.get(k) != v:
+                try:
+                    os.environ[k] = v
+                except Exception:
+                    pass
+        return
+    env = state.get("environ")  # a snapshot of an earlier version: all of it
     if not isinstance(env, dict):
         return
     for k in list(os.environ):
@@ -237,7 +261,7 @@ def load(path, ns, in_hist, out_hist, log):
         if isinstance(n, dict):
             lost.append({"name": str(n.get("name")), "type": str(n.get("type")),
                          "reason": "not saved: %s" % n.get("reason")})
-    _restore_env(state.get("environ"))
+    _restore_env(state)
     cwd = state.get("cwd")
     rel = state.get("cwd_rel")
     if isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split(os.sep):
@@ -248,9 +272,11 @@ def load(path, ns, in_hist, out_hist, log):
         except OSError as e:
             log("snapshot: cwd %s not restored: %s" % (cwd, e))
     sp = state.get("sys_path")
+    base = state.get("sys_path_base")
+    base = set(x for x in base if isinstance(x, str)) if isinstance(base, list) else set()
     if isinstance(sp, list):
         for i, p in enumerate(x for x in sp if isinstance(x, str)):
-            if p not in sys.path:
+            if p not in sys.path and p not in base:  # added by a cell
                 sys.path.insert(min(i, len(sys.path)), p)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -48,9 +48,12 @@ def daemon():
     try:
         assert c.ok("exec", {"session": "src", "lang": "python",
                              "code": "import os\nx = 41\nopen('notes.txt', 'w').write('kept')\n"
-                                     "os.makedirs('pdir')\nos.chdir('pdir')"})
+                                     "os.makedirs('pdir')\nos.chdir('pdir')\n"
+                                     "os.environ['MOVED_ENV'] = 'kept'\n"
+                                     "del os.environ['MPLBACKEND']"})
         assert c.ok("exec", {"session": "src", "lang": "bash",
-                             "code": "word=moved; mkdir -p sub && echo deep > sub/f; cd sub"})
+                             "code": "word=moved; mkdir -p sub && echo deep > sub/f; cd sub; "
+                                     "export WORD_ENV=yes; unset PAGER"})
         r = c.ok("session.export", {"session": "src"})
         data = base64.b64decode(r["data"])
         while not r["eof"]:
@@ -286,11 +289,28 @@ def test_sound_archive_still_imports_and_restores(daemon):
                )["results"][0]
     assert out["stdout"] == f"42 kept {r['workspace']}/pdir\n", out  # its own workspace
     assert out["kernel"]["restored"]["tag"] == "imported", out["kernel"]
+    # the cells' changes to the environment come back; what the start was
+    # given (the package directories, which name the session) is the new one
+    out = c.ok("exec", {"session": "moved", "lang": "python", "code":
+                        "import sys\nprint(os.environ['MOVED_ENV'], 'MPLBACKEND' in os.environ)\n"
+                        "print(os.environ['PYTHONPATH'])\nprint([p for p in sys.path "
+                        "if '/packages/' in p])"})["results"][0]
+    kept, pypath, pkgs = out["stdout"].splitlines()
+    assert kept == "kept False", out
+    assert "/packages/moved/" in pypath and "/packages/src/" not in pypath, out
+    assert "/packages/src/" not in pkgs and "/packages/moved/" in pkgs, out
     # Bash comes back in the same directory of its new workspace
     out = c.ok("exec", {"session": "moved", "lang": "bash",
                         "code": "echo $word; cat f; echo ${PWD#$(dirname $PWD)/}"})["results"][0]
     assert out["stdout"] == "moved\ndeep\nsub\n", out
     assert out["kernel"]["state_preserved"] is True, out["kernel"]
+    out = c.ok("exec", {"session": "moved", "lang": "bash", "code":
+                        "echo $WORD_ENV ${PAGER-unset}; echo $NODE_PATH; echo $PATH"}
+               )["results"][0]
+    kept, node_path, path = out["stdout"].splitlines()
+    assert kept == "yes unset", out
+    for p in (node_path, path):
+        assert "/packages/moved/" in p and "/packages/src/" not in p, out
     assert "/moved/" in c.ok("exec", {"session": "moved", "lang": "bash",
                                       "code": "pwd"})["results"][0]["stdout"]
     e = c.error("session.import", {"session": "moved", "offset": 0, "final": True,
