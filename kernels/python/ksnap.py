@@ -205,30 +205,18 @@ def _clean(path):
 def _restore_env(state):
     """The cells' changes to the environment, applied to this start's."""
     env_set, env_unset = state.get("environ_set"), state.get("environ_unset")
-    if isinstance(env_set, dict) and isinstance(env_unset, list):
-        for k in env_unset:
-            if isinstance(k, str) and k in os.environ:
-                try:
-                    del os.environ[k]
-                except Exception:
-                    pass
-        for k, v in env_set.items():
-            if isinstance(k, str) and isinstance(v, str) and os.environ.get(k) != v:
-                try:
-                    os.environ[k] = v
-                except Exception:
-                    pass
-        return
-    env = state.get("environ")  # a snapshot of an earlier version: all of it
-    if not isinstance(env, dict):
-        return
-    for k in list(os.environ):
-        if k not in env:
+    if not (isinstance(env_set, dict) and isinstance(env_unset, list)):
+        env_set = state.get("environ")  # a snapshot of an earlier version: all of it
+        if not isinstance(env_set, dict):
+            return
+        env_unset = [k for k in os.environ if k not in env_set]
+    for k in env_unset:
+        if isinstance(k, str) and k in os.environ:
             try:
                 del os.environ[k]
             except Exception:
                 pass
-    for k, v in env.items():
+    for k, v in env_set.items():
         if isinstance(k, str) and isinstance(v, str) and os.environ.get(k) != v:
             try:
                 os.environ[k] = v
