@@ -259,9 +259,9 @@ class KernelSpec:
         return self._argv(cf, ws)
 
 
-def ours(lang, sandbox="strict", transport="tcp", wrap=None, name=None):
+def ours(lang, sandbox="strict", transport="tcp", wrap=None, name=None, python=None):
     exe = binary("kernel-" + lang)
-    extra = ["--python", CODE_PYTHON] if lang == "python" else []
+    extra = ["--python", python or CODE_PYTHON] if lang == "python" else []
     need = None if exe else f"build/kernel-{lang} not built"
     if wrap == "bwrap" and not shutil.which("bwrap"):
         need = "bwrap not installed (Debian bubblewrap)"
@@ -572,9 +572,26 @@ def cold_samples(specs, n):
 COLD_TARGET_MS = {"python": 25, "bash": 12}
 
 
+def bare_python():
+    """A venv without system site packages (no IPython: the driver's stdlib
+    path), made once per bench run; None when venv cannot make one."""
+    venv = workdir("noipy") / "venv"
+    try:
+        subprocess.run([CODE_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True,
+                       timeout=120, capture_output=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return str(venv / "bin" / "python")
+
+
 def bench_cold(num):
     ref = ipykernel()
     specs = [ours("python"), ours("python", "none"), ours("bash"), ours("bash", "none"), ref]
+    bare = bare_python()
+    noipy = ours("python", python=bare, name="kernel-python, Python without IPython")
+    if bare is None:
+        noipy.need = "python3 -m venv failed"
+    specs.append(noipy)
     samples, bad = cold_samples(specs, n_of("cold"))
     st = {k: stats(ms_list(v)) for k, v in samples.items()}
     DATA["cold_start_ms"] = {"stats": st, "failed": bad,
@@ -603,6 +620,15 @@ def bench_cold(num):
         row(num, lab, fmt_ms(o), fmt_ms(ref_st), fx(r),
             f">= {target}x" if strict else "(info)",
             verdict(r >= target) if strict else "")
+    # With IPython importable every cell runs through its shell, which the
+    # worker imports and makes at start; without it, the stdlib-only path.
+    lab = f"cold start {noipy.name} (stdlib path; spawn -> first execute_reply)"
+    if noipy.name in bad:
+        row(num, lab, bad[noipy.name])
+    else:
+        o = st[noipy.name]
+        row(num, lab, fmt_ms(o), fmt_ms(ref_st) if ref_st else "-",
+            fx(ref_st["median"] / o["median"]) if ref_st else "", "(info)", "")
 
 
 # ---------------------------------------------------------------- 9. start via jupyter_client

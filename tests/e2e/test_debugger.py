@@ -302,6 +302,35 @@ def test_breakpoint_step_inspect_continue(kernel):
     d.ok("disconnect", {"restart": False, "terminateDebuggee": False})
 
 
+CELL_EARLY = "def triple(x):\n    z = x * 3\n    return z\n"
+
+
+def test_breakpoint_in_a_cell_run_before_the_debugger(kernel):
+    """Every cell is compiled under the frontend's file name, also those run
+    before any debug_request (ipykernel's XCachingCompiler): a breakpoint
+    set later in a function such a cell defined binds when another cell
+    calls it."""
+    d = Dap(kernel)
+    r, _ = d.finish(d.execute(CELL_EARLY))
+    assert r["status"] == "ok", r
+    info = d.start()
+    path = "%s%d%s" % (info["tmpFilePrefix"], murmur2(CELL_EARLY, info["hashSeed"]),
+                       info["tmpFileSuffix"])
+    assert d.dump(CELL_EARLY) == path
+    bps = d.ok("setBreakpoints", {"source": {"path": path}, "breakpoints": [{"line": 2}],
+                                  "sourceModified": False})["breakpoints"]
+    assert bps and bps[0]["verified"], bps
+    cell = d.execute("w = triple(5)\nprint('w is', w)\n")
+    thread = d.stopped("breakpoint")
+    top = d.stack(thread)[0]
+    assert (top["name"], top["source"]["path"], top["line"]) == ("triple", path, 2), top
+    assert d.local_vars(top["id"])["x"]["value"] == "5"
+    d.ok("continue", {"threadId": thread})
+    r, out = d.finish(cell)
+    assert r["status"] == "ok" and out == "w is 15\n", (r, out)
+    d.ok("disconnect", {"restart": False, "terminateDebuggee": False})
+
+
 def test_exception_breakpoint(kernel):
     d = Dap(kernel)
     d.start()

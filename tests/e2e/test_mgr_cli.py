@@ -60,6 +60,17 @@ def test_structured_error_and_exit_status(mgr):
     assert p.returncode == 1 and "ZeroDivisionError" in p.stdout
 
 
+@needs_python
+def test_help_page_is_a_display(mgr):
+    # `obj?`: IPython's help comes as the reply's "page" payload (as from
+    # ipykernel); the result shows it as a display, without colours
+    rc, res, p = mgr.results("run", "--lang", "python", "-c", "len?")
+    assert rc == 0, p.stderr
+    (r,) = res
+    [d] = r["displays"]
+    assert "Return the number of items" in d["text/plain"] and "\x1b[" not in d["text/plain"], d
+
+
 def test_bad_cli_usage(mgr):
     for args in (["frobnicate"], ["run"], ["run", "--lang", "cobol", "-c", "1"],
                  ["run", "--timeout", "-3", "-c", "1"], ["exec", "-c", "1"],

@@ -4,6 +4,7 @@ IPython importable (Debian's python3) and without it (a venv without system
 site packages); IPython is loaded lazily, never for plain-Python cells."""
 import base64
 import os
+import re
 import struct
 import subprocess
 import time
@@ -12,7 +13,7 @@ import pytest
 
 import kutil
 from kutil import of_type, stream_text
-from test_python_driver import Driver
+from test_python_driver import Driver, plain
 
 SYS_PY = "/usr/bin/python3"
 KM_TEST_SANDBOX = os.environ.get("KM_TEST_SANDBOX", "none")
@@ -63,19 +64,32 @@ def ipython_loaded(d):
     return result(ok(d, "import sys as _s\n'IPython' in _s.modules")) == "True"
 
 
-def test_plain_cells_do_not_import_ipython(ipy):
-    ok(ipy, "x = [1, 2, {'a': (3, 'b')}]\nx")
-    ok(ipy, "class R:\n    def __repr__(self): return 'R!'\nR()")
-    ok(ipy, "print('hi')\n1.5")
-    ipy.execute("x = = 1")  # a SyntaxError without IPython syntax
+def test_every_cell_runs_through_ipython(ipy):
+    # IPython importable: loaded at start, and plain Python cells run
+    # through its shell as in ipykernel (history, display hook, _i)
+    assert ipython_loaded(ipy)
+    ok(ipy, "x = [1, 2, {'a': (3, 'b')}]\nx", count=2)
+    assert result(ok(ipy, "class R:\n    def __repr__(self): return 'R!'\nR()", count=3)) == "R!"
+    assert result(ok(ipy, "_i == In[3] and _ii == In[2] and _i.endswith('R()'), _3",
+                     count=4)) == "(True, R!)"
+    assert result(ok(ipy, "import sys\nsys.displayhook.__class__.__name__, "
+                          "get_ipython().__class__.__name__", count=5)) == (
+        "('KDisplayHook', 'KShell')")
+    ipy.execute("x = = 1")
     ipy.send("is_complete", "for i in range(3):")
     assert ipy.event()["status"] == "incomplete"
     ipy.send("complete", "pri", "3")
     assert "print" in ipy.event()["matches"]
-    assert not ipython_loaded(ipy)
-    # the first value IPython's printer decides loads it, once
-    assert result(ok(ipy, "type(1)")) == "int"
-    assert ipython_loaded(ipy)
+    # the terminal shell (IPython.embed, prompt_toolkit) loads only when used
+    assert result(ok(ipy, "'prompt_toolkit' in sys.modules", count=8)) == "False"
+    assert result(ok(ipy, "from IPython.terminal.embed import InteractiveShellEmbed\n"
+                          "import IPython.terminal.embed as e, IPython\n"
+                          "(e.InteractiveShellEmbed.__name__, IPython.embed.__name__, "
+                          "'prompt_toolkit' in sys.modules)", count=9)) == (
+        "('InteractiveShellEmbed', 'embed', True)")
+    # interactive-prompt text pasted into a cell is stripped, as IPython does
+    assert result(ok(ipy, ">>> 1 + 2", count=6)) == "3"
+    assert result(ok(ipy, "In [7]: 2 * 3", count=7)) == "6"
 
 
 def test_pretty_printer_is_ipythons(ipy, tmp_path):
@@ -161,18 +175,23 @@ def test_autoreload(ipy, tmp_path):
 
 def test_shell_escapes_help_and_history(ipy):
     ok(ipy, "x = 5\nname = 'km'\n!echo {x} $name {x * 2}")
-    assert ipy.out["stdout"] == b"5 km 10\n"
+    assert ipy.out["stdout"] == b"5 km 10\r\n"  # on a pty, as ipykernel
     evs = ok(ipy, "files = !printf 'a\\nb\\n'\nfiles, files.n")
     assert result(evs) == "(['a', 'b'], 'a\\nb')"
     ok(ipy, "!exit 4")
     assert result(ok(ipy, "_exit_code")) == "4"
+    # help is a "page" payload of the reply, as in ipykernel
     for code in ("len?", "?len", "len??"):
         evs = ok(ipy, code)
-        assert types_of(evs) == ["display_data", "done"], code
-        assert "Return the number of items" in evs[0]["data"]["text/plain"]
+        assert types_of(evs) == ["done"], code
+        page = evs[-1]["payload"][0]
+        assert page["source"] == "page" and page["start"] == 0
+        assert "Return the number of items" in plain(page["data"]["text/plain"])
     evs = ok(ipy, "def g():\n    'doc of g'\n    return 1\ng??")
-    assert "return 1" in evs[0]["data"]["text/plain"]
-    assert result(ok(ipy, "get_ipython().__class__.__name__")) == "'InteractiveShell'"
+    assert "return 1" in plain(evs[-1]["payload"][0]["data"]["text/plain"])
+    assert result(ok(ipy, "get_ipython().__class__.__name__")) == "'KShell'"
+    evs = ok(ipy, "get_ipython().set_next_input('next')")
+    assert evs[-1]["payload"] == [{"source": "set_next_input", "text": "next", "replace": False}]
     ipy.execute("6 * 7", count=10)
     evs = ok(ipy, "In[10], Out[10], _10, _i10", count=11)
     assert result(evs) == "('6 * 7', 42, 42, '6 * 7')"
@@ -264,7 +283,9 @@ def test_no_deprecation_warnings_from_the_driver(ipy):
     ok(ipy, "from IPython.display import Image, HTML, display, clear_output")
     assert ipy.out["stderr"] == b""
     ok(ipy, "import warnings\nwarnings.warn('careful')", count=3)
-    assert ipy.out["stderr"].startswith(b"<cell-3>:2: UserWarning: careful\n")
+    # the cell's file name, as ipykernel's: Murmur2 of the code
+    assert re.match(rb"/\S+/kernelmgr-cells-\d+/2608338407\.py:2: UserWarning: careful\n",
+                    ipy.out["stderr"]), ipy.out["stderr"]
 
 
 def test_completion_and_is_complete(ipy):
@@ -297,10 +318,10 @@ def test_ipython_features_in_the_sandboxed_kernel(kernel_factory):
     c, io = run("x = 3\n!echo {x}\n%timeit -n1 -r1 1")
     assert c["status"] == "ok", c
     out = stream_text(io)
-    assert out.startswith("3\n") and "per loop" in out, out
+    assert out.startswith("3\r\n") and "per loop" in out, out
     c, io = run("len?")
-    assert c["status"] == "ok"
-    assert "Return the number" in of_type(io, "display_data")[0]["content"]["data"]["text/plain"]
+    assert c["status"] == "ok" and c["payload"][0]["source"] == "page", c
+    assert "Return the number" in c["payload"][0]["data"]["text/plain"]
     c, io = run("%%capture\nprint('x')")
     assert c["status"] == "ok" and stream_text(io) == ""
     c, io = run("kept = 1\nexit()")
@@ -313,3 +334,37 @@ def test_ipython_features_in_the_sandboxed_kernel(kernel_factory):
             break
     assert c["status"] == "ok", c
     assert of_type(io, "execute_result")[0]["content"]["data"]["text/plain"] == "False"
+
+
+def test_ipykernel_seams(ipy, tmp_path):
+    """What an imitation of IPython missed, now IPython's own: automagic,
+    for_type() printers over an object's own __repr__ (SymPy's
+    init_printing), _ipython_display_, %%capture of inline figures,
+    ipykernel's magics."""
+    assert result(ok(ipy, "pwd")) == repr(str(tmp_path))  # automagic
+    evs = ok(ipy, "class V:\n    def __repr__(self): return 'own'\n"
+                  "get_ipython().display_formatter.formatters['text/plain'].for_type(\n"
+                  "    V, lambda o, p, cycle: p.text('printer'))\nV()")
+    assert result(evs) == "printer"
+    evs = ok(ipy, "class D:\n    def _ipython_display_(self):\n"
+                  "        display({'text/plain': 'custom'}, raw=True)\nD()")
+    assert types_of(evs) == ["display_data", "done"] and evs[0]["data"] == {
+        "text/plain": "custom"}
+    evs = ok(ipy, "%%capture cap\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()",
+             timeout=90)
+    assert types_of(evs) == ["done"], evs
+    evs = ok(ipy, "[o.data.keys() for o in cap.outputs]")
+    assert "image/png" in result(evs)
+    evs = ok(ipy, "%autosave 0")
+    assert types_of(evs) == ["display_data", "done"]
+    assert evs[0]["data"]["application/javascript"] == (
+        "IPython.notebook.set_autosave_interval(0)")
+    assert ipy.out["stdout"] == b"Autosave disabled\n"
+    (tmp_path / "notes.txt").write_text("some notes\n")
+    evs = ok(ipy, "%less notes.txt")
+    assert evs[-1]["payload"][0]["data"]["text/plain"] == "some notes\n"
+    ok(ipy, "%connect_info")
+    assert b"no connection file" in ipy.out["stdout"]
+    # no GUI event loop in a sandbox: said (IPython's %gui logs the error)
+    ok(ipy, "%gui qt")
+    assert b"GUI event loop 'qt' is not available" in ipy.out["stderr"]
