@@ -11,7 +11,8 @@ Constraints that shape this file:
     interpreter itself does plus the driver's own standard-library modules
     (about 10 ms; asyncio and jedi load on first use), and matplotlib/pandas
     are never imported unless user code did; IPython (when importable) only
-    on the first cell that needs it (see "IPython (lazy)" below);
+    on the first cell that needs it (see "IPython (lazy)" below), or at
+    start with the `ipython` option on (see "IPython path");
   * the workspace is sandbox-written: a json.py, re.py or types.py there
     shadows the standard library for user code (as in any Python started in
     that directory) but never for the driver, which imports its modules
@@ -1100,12 +1101,15 @@ class _PostImportFinder:
 
 # ---------------------------------------------------------------- IPython path
 #
-# When IPython is importable in the kernel's interpreter every cell runs
-# through IPython's own InteractiveShell, as ipykernel runs it (kipython.py,
-# beside this file, loaded by path). preload() imports it and defines the
-# shell's classes (nothing there depends on the kernel: a zygote may call it
-# before fork); post_fork() makes the shell in the worker. Without IPython
-# the rest of this file runs cells itself ("IPython (lazy)" below).
+# With the `ipython` option on (KERNELMGR_IPYTHON=1, set by kernel-python's
+# --ipython on) and IPython importable in the kernel's interpreter, every
+# cell runs through IPython's own InteractiveShell, as ipykernel runs it
+# (kipython.py, beside this file, loaded by path). preload() imports it and
+# defines the shell's classes (nothing there depends on the kernel: a zygote
+# may call it before fork); post_fork() makes the shell in the worker. With
+# the option off (the default: a cold start does not pay IPython's import),
+# or without IPython, the rest of this file runs cells itself ("IPython
+# (lazy)" below); on without IPython, the first cell says so on stderr.
 
 
 class _KIP:
@@ -1114,6 +1118,17 @@ class _KIP:
     shell = None  # the KShell, once made (from then on every cell goes to it)
     inline = False  # matplotlib_inline is the backend: it sends the figures
     failed = None  # why IPython could not be used (logged after "ready")
+    note = None  # the same for the first cell's stderr, when the option asked for it
+
+
+def _ipython_wanted():
+    return os.environ.get("KERNELMGR_IPYTHON") == "1"
+
+
+def _kipython_unusable(why):
+    _KIP.failed = "driver: ipython is on, but IPython is not usable: %s" % (why,)
+    _KIP.note = ("[python] ipython is on, but IPython is not usable by %s (%s): cells run on "
+                 "the stdlib path.\n" % (sys.executable, why))
 
 
 def _findable(name):
@@ -1129,7 +1144,10 @@ def _findable(name):
 
 
 def _kipython_preload():
-    if _KIP.mod is not None or not _findable("IPython"):
+    if _KIP.mod is not None or _KIP.failed or not _ipython_wanted():
+        return
+    if not _findable("IPython"):
+        _kipython_unusable("it is not importable")
         return
     try:
         import importlib.util
@@ -1143,7 +1161,7 @@ def _kipython_preload():
     except Exception as e:
         # said in the log once the worker is ready (nothing comes before "ready")
         _IP.error = _IP.error or "%s: %s" % (type(e).__name__, e)
-        _KIP.failed = "driver: IPython not usable, cells run without it: %s" % (_IP.error,)
+        _kipython_unusable("importing it failed: %s" % (_IP.error,))
 
 
 def _kipython_start():
@@ -1156,8 +1174,7 @@ def _kipython_start():
         shell = _KIP.mod.make_shell(_SELF, _KIP.shell_class, sys.modules["__main__"])
     except Exception as e:
         _IP.error = "%s: %s" % (type(e).__name__, e)
-        _KIP.failed = ("driver: the IPython shell could not be made, cells run without it: %s"
-                       % (_IP.error,))
+        _kipython_unusable("its shell could not be made: %s" % (_IP.error,))
         _KIP.mod = None
         return
     _KIP.shell = _IP.shell = shell
@@ -1960,6 +1977,9 @@ def _execute(code, silent, store_history, allow_stdin, count, options=""):
     try:
         try:
             _output_running(True)
+            if _KIP.note and not _S.silent:  # once: ipython on, IPython not usable
+                note, _KIP.note = _KIP.note, None
+                sys.stderr.write(note)
             _run_code(code, count)
         finally:
             _S.user = False
@@ -2566,6 +2586,7 @@ def post_fork():
         for name in ("IPython.core.display_functions", "IPython.core.display", "IPython.display",
                      "matplotlib.pyplot"):
             _POST_IMPORT.pop(name, None)
+    os.environ.pop("KERNELMGR_IPYTHON", None)  # the kernel's, not the code's
     _setup()
     _S.main_pid = os.getpid()
     _S.main_tid = _thread_ident()

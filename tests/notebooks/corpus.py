@@ -7,7 +7,11 @@ Used by tests/e2e/test_nb_corpus.py and tests/bench/bench.py; also runs on its
 own (/usr/bin/python3, which has nbclient and ipykernel):
 
     BUILD=build KM_TEST_SANDBOX=strict /usr/bin/python3 tests/notebooks/corpus.py \
-        [--report FILE] [NOTEBOOK-NAME ...]
+        [--report FILE] [--ipython on|off] [NOTEBOOK-NAME ...]
+
+Our kernel runs with `--ipython on` (every cell through IPython's shell, the
+path meant to match ipykernel) unless --ipython off or KM_CORPUS_IPYTHON=off
+(the stdlib path, the kernel's default).
 
 What is normalised, and why (everything else must be identical):
   * memory addresses `0x7f...` -> `0x…` (differ between any two runs);
@@ -86,9 +90,14 @@ def kernel_binary():
     return str(build_dir() / "kernel-python")
 
 
+def ipython_default():
+    return os.environ.get("KM_CORPUS_IPYTHON", "on")
+
+
 class Kernelspecs:
     """A JUPYTER_PATH with our kernel (the sandbox level of
-    KM_TEST_SANDBOX, default strict) and ipykernel, both on /usr/bin/python3.
+    KM_TEST_SANDBOX, default strict; --ipython on unless ipython is "off")
+    and ipykernel, both on /usr/bin/python3.
 
     ipykernel gets a clean environment like ours gets (HOME a fresh
     directory, the host's LANG and TERM, a system PATH) so that neither the
@@ -96,9 +105,10 @@ class Kernelspecs:
     the test runner change the reference; its matplotlib cache is built once
     beforehand so that "building the font cache" is not a cell output."""
 
-    def __init__(self, base, sandbox=None):
+    def __init__(self, base, sandbox=None, ipython=None):
         self.base = Path(base)
         self.sandbox = sandbox or os.environ.get("KM_TEST_SANDBOX", "strict")
+        self.ipython = ipython or ipython_default()
         self.jupyter_path = self.base / "jp"
         home = self.base / "ref-home"
         mplcfg = self.base / "ref-mpl"
@@ -115,7 +125,7 @@ class Kernelspecs:
                        env=self.ref_env, capture_output=True, timeout=300, check=False)
         specs = {
             OURS: [kernel_binary(), "-f", "{connection_file}", "--sandbox", self.sandbox,
-                   "--python", SYS_PY],
+                   "--python", SYS_PY, "--ipython", self.ipython],
             REF: ["/usr/bin/env", "-i", *("%s=%s" % kv for kv in self.ref_env.items()),
                   SYS_PY, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         }
@@ -373,8 +383,8 @@ class Corpus:
     """The whole corpus run on both kernels: runs[name] = (ours, ref),
     cells[name] = [CellResult]."""
 
-    def __init__(self, base, names=None, sandbox=None):
-        self.specs = Kernelspecs(base, sandbox)
+    def __init__(self, base, names=None, sandbox=None, ipython=None):
+        self.specs = Kernelspecs(base, sandbox, ipython)
         self.runs, self.cells = {}, {}
         for p in notebooks():
             if names and p.stem not in names:
@@ -416,8 +426,9 @@ class Corpus:
         then every divergent cell with its source, what differs and a diff of
         the normalised outputs."""
         out = ["# Notebook corpus: our kernel vs ipykernel", "",
-               "Sandbox %s; target >= %.0f %% of code cells identical; measured **%.1f %%**."
-               % (self.specs.sandbox, TARGET, self.percent()), "", self.summary(), ""]
+               "Sandbox %s, ipython %s; target >= %.0f %% of code cells identical; measured "
+               "**%.1f %%**." % (self.specs.sandbox, self.specs.ipython, TARGET, self.percent()),
+               "", self.summary(), ""]
         if base is not None:
             reg = self.regressions(base)
             out += ["**Regressions** (identical in baseline.json, divergent now): %s" % (
@@ -441,16 +452,19 @@ class Corpus:
 
 def main(argv):
     report = None
+    ipython = None
     names = []
     it = iter(argv)
     for a in it:
         if a == "--report":
             report = next(it)
+        elif a == "--ipython":
+            ipython = next(it)
         else:
             names.append(a[:-6] if a.endswith(".ipynb") else a)
     base = tempfile.mkdtemp(prefix="km-corpus-")
     try:
-        c = Corpus(base, names)
+        c = Corpus(base, names, ipython=ipython)
         print(c.summary())
         text = c.report(baseline())
         if report:
