@@ -128,7 +128,7 @@ $(BUILD)/share/kernelmgr/%: kernels/%
 
 # -I: no PYTHONPYCACHEPREFIX or other PYTHON* settings of the builder. Not
 # an error when an interpreter is missing: the driver then compiles at start.
-# kipython.py too: every worker with IPython loads it at start (checked-hash
+# kipython.py too: with the `ipython` option on a worker loads it at start (checked-hash
 # .pyc, validated against the source by the import system).
 $(PYC_STAMP): $(BUILD)/share/kernelmgr/python/driver.py $(BUILD)/share/kernelmgr/python/kipython.py
 	@mkdir -p $(dir $@)

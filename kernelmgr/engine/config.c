@@ -445,8 +445,9 @@ const kmcfg_opt kmcfg_opts[] = {
              "`true`: every Python cell runs through IPython's own shell, as in ipykernel "
              "(magics, `?` help, `_i`/`In`/`Out`, the pretty printer; IPython must be importable "
              "by the kernel's interpreter, else the stdlib path and the first cell says so); "
-             "it costs each cold start the import of IPython (about 160 ms), which the "
-             "session's zygote pays once; `false`: the driver's own stdlib path, IPython "
+             "it costs each cold start the import of IPython and its shell (160-230 ms in "
+             "`make bench`), which the session's zygote pays once; `false`: the driver's own "
+             "stdlib path, IPython "
              "imported only for a cell that needs it (KERNELS.md)"),
     OPT_ENUM(
         "transport", transport, "ipc", "tcp",
