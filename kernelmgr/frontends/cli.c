@@ -1836,7 +1836,7 @@ static int cmd_kernelspec(cli *c)
     if (c->npos != 1 || strcmp(c->pos[0], "install"))
         return usage_error("usage: kernelmgr kernelspec install [--user | --prefix DIR] "
                            "[--sandbox strict|none] [--python PATH] [--network on|off|allow:HOSTS] "
-                           "[--memory SIZE] [--cpus N] [--cpu-time S]");
+                           "[--memory SIZE] [--cpus N] [--cpu-time S] [--ipython on|off]");
     if (c->user && c->prefix)
         return usage_error("kernelspec install: give --user or --prefix DIR, not both");
     char self[4096];
@@ -1857,6 +1857,7 @@ static int cmd_kernelspec(cli *c)
         .network_allow = c->net_allow,
         .cpus = c->cpus,
         .cpu_time = c->cpu_time,
+        .ipython = c->ipython,
         .version = KM_VERSION,
     };
     char why[1024];
@@ -2006,8 +2007,9 @@ static const cli_command cli_commands[] = {
      "sandbox capabilities, Python, versions\n(exit 1: configured sandbox unavailable)"},
     {"kernelspec", cmd_kernelspec, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n      "
-     "[--network on|off|allow:HOST[,HOST...]] [--memory SIZE] [--cpus N] [--cpu-time S]",
-     "\ninstall kernelmgr-LANG kernelspecs (python,\nbash and each configured backend language)"},
+     "[--network on|off|allow:HOST[,HOST...]] [--memory SIZE] [--cpus N] [--cpu-time S]\n      "
+     "[--ipython on|off]",
+     "\n\ninstall kernelmgr-LANG kernelspecs (python,\nbash and each configured backend language)"},
     {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...",
      "install allowlisted packages for a session"},
