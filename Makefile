@@ -128,12 +128,15 @@ $(BUILD)/share/kernelmgr/%: kernels/%
 
 # -I: no PYTHONPYCACHEPREFIX or other PYTHON* settings of the builder. Not
 # an error when an interpreter is missing: the driver then compiles at start.
-$(PYC_STAMP): $(BUILD)/share/kernelmgr/python/driver.py
+# kipython.py too: with the `ipython` option on a worker loads it at start (checked-hash
+# .pyc, validated against the source by the import system).
+$(PYC_STAMP): $(BUILD)/share/kernelmgr/python/driver.py $(BUILD)/share/kernelmgr/python/kipython.py
 	@mkdir -p $(dir $@)
 	@for py in $(PYC_PYTHONS); do command -v $$py >/dev/null 2>&1 || continue; \
-	  $$py -I -c 'import py_compile as p, sys; [p.compile(sys.argv[1], optimize=o, doraise=True, \
-	    invalidation_mode=p.PycInvalidationMode.CHECKED_HASH) for o in (0, 1, 2)]' $< || \
-	  echo "note: $$py could not precompile $< (the driver compiles at start)"; done
+	  $$py -I -c 'import py_compile as p, sys; [p.compile(f, optimize=o, doraise=True, \
+	    invalidation_mode=p.PycInvalidationMode.CHECKED_HASH) for f in sys.argv[1:] \
+	    for o in (0, 1, 2)]' $^ || \
+	  echo "note: $$py could not precompile $^ (they compile at start)"; done
 	@touch $@
 
 # Unit tests that need a kernel but not Python or Bash link the fake one

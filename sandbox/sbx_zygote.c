@@ -56,8 +56,17 @@ static uint64_t zyg_now_ms(void)
  * (and so must be the same for every worker a zygote forks). */
 static int keep_env(const char *e)
 {
-    static const char *const exact[] = {
-        "PATH", "HOME", "LANG", "TZ", "TERM", "TMPDIR", "VIRTUAL_ENV", "LD_LIBRARY_PATH", NULL};
+    /* KERNELMGR_IPYTHON: with it the zygote's preload() imports IPython */
+    static const char *const exact[] = {"PATH",
+                                        "HOME",
+                                        "LANG",
+                                        "TZ",
+                                        "TERM",
+                                        "TMPDIR",
+                                        "VIRTUAL_ENV",
+                                        "LD_LIBRARY_PATH",
+                                        "KERNELMGR_IPYTHON",
+                                        NULL};
     static const char *const prefix[] = {"LC_", "PYTHON", "KERNELMGR_ZYGOTE_", NULL};
     const char *eq = strchr(e, '=');
     if (!eq)

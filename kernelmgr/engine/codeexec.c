@@ -308,6 +308,39 @@ static double msg_date(const jmsg *m)
     return t;
 }
 
+static void exec_on_display(exec_state *x, const json_t *c);
+
+/* A "page" payload of the execute_reply (`obj?` on an IPython kernel: ours
+ * and ipykernel send help that way, for a frontend's pager): shown like a
+ * display, its text without the inspector's colours, since an agent has no
+ * pager. */
+static void exec_on_page(exec_state *x, const json_t *payload)
+{
+    size_t i;
+    json_t *pl;
+    json_array_foreach(payload, i, pl)
+    {
+        const char *src = json_string_value(json_object_get(pl, "source"));
+        json_t *data = json_object_get(pl, "data");
+        if (!src || strcmp(src, "page") || !json_is_object(data))
+            continue;
+        json_t *d = json_deep_copy(data);
+        const char *txt = json_string_value(json_object_get(d, "text/plain"));
+        if (txt) {
+            char *plain = strdup(txt);
+            if (plain) {
+                codeexec_strip_ansi(plain);
+                json_object_set_new(d, "text/plain", json_string(plain));
+                free(plain);
+            }
+        }
+        json_t *c = json_pack("{s:o s:{}}", "data", d, "metadata");
+        if (c)
+            exec_on_display(x, c);
+        json_decref(c);
+    }
+}
+
 /* The execute_reply: exit code, lost state, limits hit, execution count. */
 static void exec_on_reply(exec_state *x, const jmsg *m)
 {
@@ -315,6 +348,7 @@ static void exec_on_reply(exec_state *x, const jmsg *m)
     json_t *c = m->content;
     json_decref(x->reply);
     x->reply = json_incref(c);
+    exec_on_page(x, json_object_get(c, "payload"));
     json_t *md = m->metadata;
     json_t *ec = json_object_get(md, "exit_code");
     if (json_is_integer(ec))

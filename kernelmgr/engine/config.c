@@ -441,6 +441,14 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_UINT("zygote_forks", zygote_forks, 1, 100000, 64, 0, NULL,
              "kernels one zygote forks before a fresh one replaces it (a count; the forks share "
              "its memory layout)"),
+    OPT_BOOL("ipython", ipython, 0,
+             "`true`: every Python cell runs through IPython's own shell, as in ipykernel "
+             "(magics, `?` help, `_i`/`In`/`Out`, the pretty printer; IPython must be importable "
+             "by the kernel's interpreter, else the stdlib path and the first cell says so); "
+             "it costs each cold start the import of IPython and its shell (160-230 ms in "
+             "`make bench`), which the session's zygote pays once; `false`: the driver's own "
+             "stdlib path, IPython "
+             "imported only for a cell that needs it (KERNELS.md)"),
     OPT_ENUM(
         "transport", transport, "ipc", "tcp",
         "the kernels' ZeroMQ transport; `tcp` is refused unless `transport_tcp_exposed` is set"),

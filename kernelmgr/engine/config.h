@@ -36,6 +36,8 @@ typedef struct kmcfg {
     int zygote;                 /* "zygote": Python kernels of a session sandbox are forked
                                    by the session's zygote (sbx_zygote.c); 0: cold starts */
     unsigned zygote_forks;      /* "zygote_forks": forks before a zygote is replaced */
+    int ipython;                /* "ipython": Python cells run through IPython's shell
+                                   (kipython.py); 0: the driver's own stdlib path */
     char transport[8];          /* "transport": "ipc" (default) | "tcp" */
     int transport_tcp_exposed;  /* "transport_tcp_exposed": the operator accepts that with
                                    "tcp" any local user can read every kernel's IOPub

@@ -281,6 +281,10 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     if (lg->takes_python && py[0])
         rc |= klaunch_cmd_add(cmd, "--python") | klaunch_cmd_add(cmd, py);
     free(shared_py);
+    /* cells through IPython's shell (kernel-python's --ipython; its
+     * zygote then preloads IPython) */
+    if (lg->takes_python && (s->ipython >= 0 ? s->ipython : m->cfg.ipython))
+        rc |= klaunch_cmd_add(cmd, "--ipython") | klaunch_cmd_add(cmd, "on");
     snprintf(num, sizeof num, "%g", m->cfg.interrupt_grace);
     rc |= klaunch_cmd_add(cmd, "--interrupt-grace") | klaunch_cmd_add(cmd, num);
     snprintf(num, sizeof num, "%llu", (unsigned long long)m->cfg.kernel_log_max);

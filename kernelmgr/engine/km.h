@@ -60,6 +60,8 @@ typedef struct km_session_opts {
     const char *workspace;           /* existing directory used instead of a fresh one */
     const char *sandbox;             /* "strict" | "none" */
     int zygote;                      /* -1 (config), 0 (Python kernels start cold), 1 */
+    int ipython;                     /* -1 (config), 0 (the stdlib path), 1 (cells through
+                                        IPython's shell) */
     const json_t *env;               /* borrowed: {NAME: "value"} for the code's environment,
                                         on top of the configuration's "env"; NULL = none */
     unsigned long long snapshot_max; /* bytes of one snapshot; 0 = config */

@@ -59,6 +59,7 @@ void km_session_opts_init(km_session_opts *o)
     o->network = -1;
     o->network_allow = NULL;
     o->zygote = -1;
+    o->ipython = -1;
 }
 
 /* ---------------------------------------------------------------- manager */
@@ -261,7 +262,8 @@ static int opts_default(const km_manager *m, const km_session_opts *o)
              km_net_equal(o->network, o->network_allow, m->cfg.network, m->cfg.network_allow)) &&
             !o->memory && !(o->cpus > 0) && !(o->cpu_time > 0) && !o->python && !o->workspace &&
             !o->snapshot_max && (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) &&
-            (o->zygote < 0 || o->zygote == m->cfg.zygote) && !json_object_size(o->env));
+            (o->zygote < 0 || o->zygote == m->cfg.zygote) &&
+            (o->ipython < 0 || o->ipython == m->cfg.ipython) && !json_object_size(o->env));
 }
 
 /* Creates (or reopens a kept) session. Caller holds m->lock. */
@@ -377,6 +379,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         s->cpu_time = o && o->cpu_time > 0 ? o->cpu_time : 0;
         s->snapshot_max = o && o->snapshot_max ? o->snapshot_max : 0;
         s->zygote = o && o->zygote >= 0 ? o->zygote : -1;
+        s->ipython = o && o->ipython >= 0 ? o->ipython : -1;
         snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
         snprintf(s->sandbox, sizeof s->sandbox, "%s",
                  o && o->sandbox ? o->sandbox : m->cfg.sandbox);
@@ -542,6 +545,10 @@ static json_t *ignored_options(km_manager *m, session *s, const km_session_opts 
     const char *sb = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
     if (o->sandbox && strcmp(o->sandbox, sb))
         warn_ignored(arr, s->name, "--sandbox", o->sandbox, "sandbox %s", sb);
+    int ipy = s->ipython >= 0 ? s->ipython : m->cfg.ipython;
+    if (o->ipython >= 0 && o->ipython != ipy)
+        warn_ignored(arr, s->name, "--ipython", o->ipython ? "on" : "off", "ipython %s",
+                     ipy ? "on" : "off");
     if (!json_array_size(arr)) {
         json_decref(arr);
         return NULL;
@@ -1657,6 +1664,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
     o.cpu_time = s->cpu_time;
     o.snapshot_max = s->snapshot_max;
     o.zygote = s->zygote;
+    o.ipython = s->ipython;
     o.python = s->python[0] ? s->python : NULL;
     o.sandbox = s->sandbox;
     json_t *env = s->env ? json_deep_copy(s->env) : NULL;

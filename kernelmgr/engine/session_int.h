@@ -93,6 +93,7 @@ typedef struct session {
     char python[1024];
     char sandbox[16];
     int zygote;  /* its own "zygote" option: -1 the configuration's, 0, 1 */
+    int ipython; /* its own "ipython" option: -1 the configuration's, 0, 1 */
     json_t *env; /* owned: the session's own {NAME: "value"} (on top of the
                     configuration's), NULL when none; persisted in session.json */
     pthread_mutex_t lock;

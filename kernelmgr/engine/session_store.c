@@ -349,6 +349,8 @@ static int save(km_manager *m, session *s, int sync_dir, char *err, size_t errle
                             json_integer((json_int_t)s->snapshot_max));
     if (o && s->zygote >= 0)
         json_object_set_new(json_object_get(o, "options"), "zygote", json_boolean(s->zygote));
+    if (o && s->ipython >= 0)
+        json_object_set_new(json_object_get(o, "options"), "ipython", json_boolean(s->ipython));
     json_t *restore = json_object();
     for (int l = 0; l < m->cfg.langs.n; l++)
         if (s->k[l].restore[0])
@@ -613,6 +615,8 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
                           : 0;
     json_t *zyg = json_object_get(opt, "zygote");
     s->zygote = json_is_boolean(zyg) ? json_is_true(zyg) : -1;
+    json_t *ipy = json_object_get(opt, "ipython");
+    s->ipython = json_is_boolean(ipy) ? json_is_true(ipy) : -1;
     const char *py = json_string_value(json_object_get(opt, "python"));
     snprintf(s->python, sizeof s->python, "%s", py ? py : "");
     const char *sb = json_string_value(json_object_get(opt, "sandbox"));

@@ -87,6 +87,7 @@ typedef struct cli {
     uint64_t memory;
     uint64_t snapshot_max; /* --snapshot-max; 0 unset */
     int zygote;            /* --zygote on|off: 1, 0; -1 unset */
+    int ipython;           /* --ipython on|off: 1, 0; -1 unset */
     int json, continue_on_error, keep, user, stop, pool;
     const char *repair; /* sessions --repair NAME */
     size_t code_len;    /* bytes of the code read from FILE or stdin */
@@ -459,6 +460,7 @@ static void fill_session_opts(cli *c, km_session_opts *so)
     so->memory = c->memory;
     so->snapshot_max = c->snapshot_max;
     so->zygote = c->zygote;
+    so->ipython = c->ipython;
     so->cpus = c->cpus;
     so->cpu_time = c->cpu_time;
     so->python = c->python;
@@ -628,6 +630,8 @@ static void add_session_opts(const cli *c, json_t *req, const char *ws)
         json_object_set_new(req, "snapshot_max", json_integer((json_int_t)c->snapshot_max));
     if (c->zygote >= 0)
         json_object_set_new(req, "zygote", json_boolean(c->zygote));
+    if (c->ipython >= 0)
+        json_object_set_new(req, "ipython", json_boolean(c->ipython));
     if (c->cpus > 0)
         json_object_set_new(req, "cpus", json_real(c->cpus));
     if (c->cpu_time > 0)
@@ -1832,7 +1836,7 @@ static int cmd_kernelspec(cli *c)
     if (c->npos != 1 || strcmp(c->pos[0], "install"))
         return usage_error("usage: kernelmgr kernelspec install [--user | --prefix DIR] "
                            "[--sandbox strict|none] [--python PATH] [--network on|off|allow:HOSTS] "
-                           "[--memory SIZE] [--cpus N] [--cpu-time S]");
+                           "[--memory SIZE] [--cpus N] [--cpu-time S] [--ipython on|off]");
     if (c->user && c->prefix)
         return usage_error("kernelspec install: give --user or --prefix DIR, not both");
     char self[4096];
@@ -1853,6 +1857,7 @@ static int cmd_kernelspec(cli *c)
         .network_allow = c->net_allow,
         .cpus = c->cpus,
         .cpu_time = c->cpu_time,
+        .ipython = c->ipython,
         .version = KM_VERSION,
     };
     char why[1024];
@@ -2002,8 +2007,9 @@ static const cli_command cli_commands[] = {
      "sandbox capabilities, Python, versions\n(exit 1: configured sandbox unavailable)"},
     {"kernelspec", cmd_kernelspec, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "kernelspec install [--user|--prefix DIR] [--sandbox strict|none] [--python PATH]\n      "
-     "[--network on|off|allow:HOST[,HOST...]] [--memory SIZE] [--cpus N] [--cpu-time S]",
-     "\ninstall kernelmgr-LANG kernelspecs (python,\nbash and each configured backend language)"},
+     "[--network on|off|allow:HOST[,HOST...]] [--memory SIZE] [--cpus N] [--cpu-time S]\n      "
+     "[--ipython on|off]",
+     "\n\ninstall kernelmgr-LANG kernelspecs (python,\nbash and each configured backend language)"},
     {"install", cmd_install, NULL, 0, NULL, NULL, NULL, NULL, 0,
      "install --session NAME [--manager pip|npm] [--allowlist FILE] PKG...",
      "install allowlisted packages for a session"},
@@ -2177,11 +2183,12 @@ static int opt_snapshot_max(cli *c, const cli_opt *o, const char *arg)
     return 0;
 }
 
-static int opt_zygote(cli *c, const cli_opt *o, const char *arg)
+/* on|off into the int field at o->off (--zygote, --ipython). */
+static int opt_onoff(cli *c, const cli_opt *o, const char *arg)
 {
     if (strcmp(arg, "on") && strcmp(arg, "off"))
-        return usage_error("--zygote must be on or off (got \"%s\")", arg);
-    c->zygote = !strcmp(arg, "on");
+        return usage_error("--%s must be on or off (got \"%s\")", o->name, arg);
+    *CLI_FIELD(int, c, o) = !strcmp(arg, "on");
     return 0;
 }
 
@@ -2272,9 +2279,12 @@ static const cli_opt cli_opts[] = {
      "memory limit of the session's sandbox, which its\nkernels share, e.g. 1G (new sessions)"},
     {"snapshot-max", 0, "SIZE", opt_snapshot_max, 0,
      "largest snapshot of the session, e.g. 64M (new\nsessions; default the configuration's)"},
-    {"zygote", 0, "on|off", opt_zygote, 0,
+    {"zygote", 0, "on|off", opt_onoff, OFF(zygote),
      "off: every Python kernel of the session starts cold\n(new sessions; default the "
      "configuration's zygote)"},
+    {"ipython", 0, "on|off", opt_onoff, OFF(ipython),
+     "on: every Python cell runs through IPython's shell,\nas in ipykernel (new sessions; "
+     "default the\nconfiguration's ipython, off)"},
     {"cpus", 0, "N", opt_sessnum, OFF(cpus),
      "CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)"},
     {"cpu-time", 0, "SECONDS", opt_sessnum, OFF(cpu_time),
@@ -2393,6 +2403,7 @@ static int cli_dispatch(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.network = -1;
     c.zygote = -1;
+    c.ipython = -1;
     c.pool = -1;
     if (argc < 2)
         return usage_error("no command given");

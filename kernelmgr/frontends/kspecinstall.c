@@ -123,6 +123,8 @@ static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, const km
     }
     if (o->python && lg->takes_python)
         kspecinst_opt(argv, "--python", o->python);
+    if (o->ipython == 1 && lg->takes_python)
+        kspecinst_opt(argv, "--ipython", "on");
     spec = json_pack("{s:o s:s s:s s:s s:{s:{s:s s:s}}}", "argv", argv, "display_name",
                      lg->display_name, "language", ln, "interrupt_mode", "message", "metadata",
                      "kernelmgr", "version", o->version ? o->version : "", "sandbox",

@@ -31,6 +31,7 @@ typedef struct kspecinst_opts {
     const char *network_allow; /* KM_NET_ALLOW: the "allow:..." text */
     double cpus;               /* --cpus, 0 = none */
     double cpu_time;           /* --cpu-time, 0 = none */
+    int ipython;               /* 1: --ipython on (languages that take --python) */
     const char *version;       /* kernelmgr version, recorded in the metadata */
 } kspecinst_opts;
 

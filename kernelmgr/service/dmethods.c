@@ -26,14 +26,14 @@
  * table dtier_sessopts says their types, ranges, ceilings and tiers
  * (dtier.h); rpc_unpack only has to know their names (JSON_STRICT). */
 typedef struct sopts_raw {
-    json_t *v[10];
+    json_t *v[11];
 } sopts_raw;
 
-#define SOPTS_FMT "s?o s?o s?o s?o s?o s?o s?o s?o s?o s?o"
+#define SOPTS_FMT "s?o s?o s?o s?o s?o s?o s?o s?o s?o s?o s?o"
 #define SOPTS_ARGS(s)                                                                              \
     "network", &(s).v[0], "memory", &(s).v[1], "cpus", &(s).v[2], "cpu_time", &(s).v[3], "python", \
         &(s).v[4], "workspace", &(s).v[5], "sandbox", &(s).v[6], "snapshot_max", &(s).v[7], "env", \
-        &(s).v[8], "zygote", &(s).v[9]
+        &(s).v[8], "zygote", &(s).v[9], "ipython", &(s).v[10]
 
 /* Checks the session options of params by the table and against the
  * operator's ceilings for r's tier, and fills so (borrowing from params).

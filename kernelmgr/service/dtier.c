@@ -135,6 +135,16 @@ const dtier_sessopt dtier_sessopts[] = {
      DT_CEIL_NONE,
      "false: every Python kernel of the session starts cold; true: its later ones are forked by "
      "the session's zygote (default the configuration's)."},
+    {{"ipython", DT_ALL, 0, NULL},
+     DT_SO_BOOL,
+     0,
+     0,
+     {NULL},
+     NULL,
+     DT_CEIL_NONE,
+     "true: every Python cell runs through IPython's shell, as in ipykernel (IPython must be "
+     "importable by the kernel's interpreter; each cold start pays its import, the session's "
+     "zygote once); false: the stdlib path (default the configuration's)."},
     {{NULL, 0, 0, NULL}, 0, 0, 0, {NULL}, NULL, DT_CEIL_NONE, NULL},
 };
 
@@ -334,7 +344,10 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
                      rpc_type_name(v));
             return -1;
         }
-        so->zygote = json_is_true(v);
+        if (!strcmp(name, "ipython"))
+            so->ipython = json_is_true(v);
+        else
+            so->zygote = json_is_true(v);
         return 0;
     case DT_SO_ENV: {
         char what[40];

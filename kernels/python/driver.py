@@ -11,7 +11,8 @@ Constraints that shape this file:
     interpreter itself does plus the driver's own standard-library modules
     (about 10 ms; asyncio and jedi load on first use), and matplotlib/pandas
     are never imported unless user code did; IPython (when importable) only
-    on the first cell that needs it (see "IPython (lazy)" below);
+    on the first cell that needs it (see "IPython (lazy)" below), or at
+    start with the `ipython` option on (see "IPython path");
   * the workspace is sandbox-written: a json.py, re.py or types.py there
     shadows the standard library for user code (as in any Python started in
     that directory) but never for the driver, which imports its modules
@@ -1104,6 +1105,139 @@ class _PostImportFinder:
         return spec
 
 
+# ---------------------------------------------------------------- IPython path
+#
+# With the `ipython` option on (KERNELMGR_IPYTHON=1, set by kernel-python's
+# --ipython on) and IPython importable in the kernel's interpreter, every
+# cell runs through IPython's own InteractiveShell, as ipykernel runs it
+# (kipython.py, beside this file, loaded by path). preload() imports it and
+# defines the shell's classes (nothing there depends on the kernel: a zygote
+# may call it before fork); post_fork() makes the shell in the worker. With
+# the option off (the default: a cold start does not pay IPython's import),
+# or without IPython, the rest of this file runs cells itself ("IPython
+# (lazy)" below); on without IPython, the first cell says so on stderr.
+
+
+class _KIP:
+    mod = None  # kipython, once preloaded
+    shell_class = None
+    shell = None  # the KShell, once made (from then on every cell goes to it)
+    inline = False  # matplotlib_inline is the backend: it sends the figures
+    failed = None  # why IPython could not be used (logged after "ready")
+    note = None  # the same for the first cell's stderr, when the option asked for it
+
+
+def _ipython_wanted():
+    return os.environ.get("KERNELMGR_IPYTHON") == "1"
+
+
+def _kipython_unusable(why):
+    _KIP.failed = "driver: ipython is on, but IPython is not usable: %s" % (why,)
+    _KIP.note = ("[python] ipython is on, but IPython is not usable by %s (%s): cells run on "
+                 "the stdlib path.\n" % (sys.executable, why))
+
+
+def _findable(name):
+    """Whether a top-level module can be imported (found, not imported),
+    never from the workspace."""
+    try:
+        import _frozen_importlib_external as fie
+
+        cwd = _cwd()
+        return fie.PathFinder.find_spec(name, _driver_path(list(sys.path), cwd)[0]) is not None
+    except Exception:
+        return False
+
+
+def _kipython_preload():
+    if _KIP.mod is not None or _KIP.failed or not _ipython_wanted():
+        return
+    if not _findable("IPython"):
+        _kipython_unusable("it is not importable")
+        return
+    try:
+        import importlib.util
+
+        f = os.path.join(os.path.dirname(os.path.abspath(_DRIVER_FILE)), "kipython.py")
+        spec = importlib.util.spec_from_file_location("_kernelmgr_kipython", f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _KIP.shell_class = mod.preload(_SELF)
+        _KIP.mod = mod
+    except Exception as e:
+        # said in the log once the worker is ready (nothing comes before "ready")
+        _IP.error = _IP.error or "%s: %s" % (type(e).__name__, e)
+        _kipython_unusable("importing it failed: %s" % (_IP.error,))
+
+
+def _kipython_start():
+    """Makes the IPython shell (after _setup, in the worker)."""
+    if _KIP.mod is None:
+        return
+    import builtins
+
+    try:
+        shell = _KIP.mod.make_shell(_SELF, _KIP.shell_class, sys.modules["__main__"])
+    except Exception as e:
+        _IP.error = "%s: %s" % (type(e).__name__, e)
+        _kipython_unusable("its shell could not be made: %s" % (_IP.error,))
+        _KIP.mod = None
+        return
+    _KIP.shell = _IP.shell = shell
+    _IP.pub = shell.display_pub
+    hm = shell.history_manager
+    _H.In, _H.Out = hm.input_hist_parsed, hm.output_hist
+    builtins.get_ipython = shell.get_ipython
+    # clear_output and update_display stay builtins (ipykernel has none: a
+    # superset), now IPython's own.
+    try:
+        ipd = _ipython_import("IPython.display")
+        builtins.clear_output = ipd.clear_output
+        builtins.update_display = ipd.update_display
+    except ImportError:
+        pass
+    # IPython displays (and its display module needs no rerouting);
+    # matplotlib_inline, when it is the backend, sends the figures.
+    _KIP.inline = os.environ.get("MPLBACKEND", "").endswith("matplotlib_inline.backend_inline")
+    if not _KIP.inline:
+        _POST_IMPORT["matplotlib.pyplot"] = _patch_pyplot
+
+
+def _execute_ipython(code, count, opts):
+    exprs = opts.get("user_expressions")
+    exprs = exprs if isinstance(exprs, dict) and exprs else None
+    status, exit_code, ue, payload = "error", 1, None, []
+    try:
+        try:
+            _output_running(True)
+            status, exit_code, ue, payload = _KIP.mod.execute(code, _S.silent, _S.store_history,
+                                                              count, exprs)
+        finally:
+            _S.user = False
+            _output_running(False)
+            _flush_std()
+    except BaseException as e:
+        if os.getpid() == _S.main_pid:
+            _report_error(type(e), e, e.__traceback__)
+    if os.getpid() != _S.main_pid:
+        _flush_std()
+        os._exit(0 if status == "ok" else 1)
+    if not _KIP.inline:
+        try:
+            _flush_figures()
+        except BaseException as e:
+            _log("driver: flushing figures failed: %r" % (e,))
+    done = {"type": "done", "status": status, "exit_code": exit_code}
+    if ue is not None:
+        done["user_expressions"] = ue
+    if payload:
+        done["payload"] = payload
+    _emit(done)
+    if _KIP.mod.exit_requested():
+        _flush_std()
+        os._exit(0)
+
+
 # ---------------------------------------------------------------- IPython (lazy)
 #
 # IPython is never imported at start, nor for a cell that is valid Python.
@@ -1842,10 +1976,16 @@ def _execute(code, silent, store_history, allow_stdin, count, options=""):
     except ValueError:
         count = _S.count + 1
     _S.count = count
+    if _KIP.shell is not None:
+        _execute_ipython(code, count, opts)
+        return
     status, exit_code = "ok", 0
     try:
         try:
             _output_running(True)
+            if _KIP.note and not _S.silent:  # once: ipython on, IPython not usable
+                note, _KIP.note = _KIP.note, None
+                sys.stderr.write(note)
             _run_code(code, count)
         finally:
             _S.user = False
@@ -2164,8 +2304,16 @@ def _inspect(code, cursor, detail):
         detail = int(detail)
     except ValueError:
         detail = 0
-    name = _name_at(code, cursor)
     ev = {"type": "inspect_reply", "found": False, "data": {}, "metadata": {}}
+    if _KIP.shell is not None:  # as ipykernel's do_inspect
+        try:
+            found, data, md = _KIP.mod.inspect(code, cursor, detail)
+            ev.update(found=found, data=data, metadata=md)
+        except Exception as e:
+            _log("driver: inspect failed: %r" % (e,))
+        _emit(ev)
+        return
+    name = _name_at(code, cursor)
     if name:
         try:
             obj = _resolve(name)
@@ -2184,6 +2332,12 @@ def _inspect(code, cursor, detail):
 
 
 def _is_complete(code):
+    if _KIP.shell is not None:  # as ipykernel's do_is_complete
+        try:
+            _emit(_KIP.mod.is_complete(code))
+            return
+        except Exception as e:
+            _log("driver: check_complete failed: %r" % (e,))
     _emit(_is_complete_reply(code))
 
 
@@ -2406,10 +2560,57 @@ _FALLBACK = {
 }
 
 
-def main():
+def preload():
+    """What a worker needs that does not depend on its kernel: IPython
+    imported and the shell's classes defined (kipython.py), the tokenizer
+    warm. A zygote calls it once and forks workers from it; a cold start
+    calls it, then post_fork(). The IPython shell itself is made in
+    post_fork(): its profile directory and namespace are the worker's."""
+    _kipython_preload()
+    try:
+        import io
+        import tokenize
+
+        list(tokenize.generate_tokens(io.StringIO("x = 1  # warm\n").readline))
+    except Exception:
+        pass
+
+
+def post_fork():
+    """The worker's own start (after preload(), in the process that serves
+    the kernel): PRNGs reseeded (a zygote's children must not share a
+    sequence), the output, namespace and signal setup, the IPython shell.
+    The request/event fds are the ones this module read at import."""
+    for name in ("random", "numpy.random"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            try:
+                mod.seed()
+            except Exception:
+                pass
+    if _KIP.mod is not None:
+        # IPython displays (its display module needs no rerouting) and
+        # matplotlib_inline, when it becomes the backend, sends the figures
+        # (_kipython_start puts the pyplot patch back otherwise).
+        for name in ("IPython.core.display_functions", "IPython.core.display", "IPython.display",
+                     "matplotlib.pyplot"):
+            _POST_IMPORT.pop(name, None)
+    os.environ.pop("KERNELMGR_IPYTHON", None)  # the kernel's, not the code's
     _setup()
     _S.main_pid = os.getpid()
     _S.main_tid = _thread_ident()
+    _kipython_start()
+
+
+def main():
+    preload()
+    post_fork()
+    _serve()
+
+
+def _serve():
+    """Says "ready" (with the features) and answers requests until the
+    request pipe closes."""
     features = list(_FEATURES)
     if _DBG_REQ_FD >= 0 and _DBG_EVT_FD >= 0 and _debugpy_findable():
         features.append("debugger")
@@ -2417,6 +2618,8 @@ def main():
 
         _thread.start_new_thread(_debug_reader, ())
     _os_write(_EVT_FD, ('{"type":"ready","features":%s}\n' % _j().dumps(features)).encode())
+    if _KIP.failed:
+        _log(_KIP.failed)
     while True:
         try:
             kind, fields = _requests.request()

@@ -505,6 +505,12 @@ class Debugger:
         path = (args.get("source") or {}).get("path")
         if path in self.cells:
             return _response(request, body={"content": self.cells[path]})
+        if is_cell_file(path):  # a cell run before the debugger (IPython path: linecache)
+            import linecache
+
+            entry = linecache.cache.get(path)
+            if entry and isinstance(entry[2], list):
+                return _response(request, body={"content": "".join(entry[2])})
         if isinstance(path, str) and os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8", errors="replace") as f:

@@ -4,9 +4,10 @@ The session's init (sandbox/sbx_zygote.c) starts this file as it starts a
 worker (the same interpreter, boot and sandbox; fd 3 a SOCK_SEQPACKET
 socket to init, fds 0-2 /dev/null, only the start-up part of the worker's
 environment). It loads the driver (driver.py beside this file) without
-running it, calls the driver's `preload()` when it has one (IPython and
-what it needs), imports the modules named in KERNELMGR_ZYGOTE_PRELOAD
-(comma-separated, e.g. "numpy"), freezes the heap for the garbage
+running it, calls the driver's `preload()` when it has one (with the
+`ipython` option on, KERNELMGR_IPYTHON=1 in its environment: IPython and
+the shell's classes, kipython.py), imports the modules named in
+KERNELMGR_ZYGOTE_PRELOAD (comma-separated, e.g. "numpy"), freezes the heap for the garbage
 collector, says ready and waits. It never runs code of the session's: the
 workspace is off sys.path while it imports, and it only forks. It makes
 itself non-dumpable first, so the session's code (same uid) cannot reach
@@ -24,8 +25,8 @@ it has one. The hash secret (PYTHONHASHSEED, str/bytes hashes) is fixed at
 interpreter start and cannot change: the workers of one zygote share it,
 as they share its memory layout, until the zygote is replaced.
 
-Answers 'Z' instead of forking once the interpreter, the driver or this file
-changed on disk since it started (init then starts a fresh zygote). Messages
+Answers 'Z' instead of forking once the interpreter, the driver, kipython.py
+or this file changed on disk since it started (init then starts a fresh zygote). Messages
 are sbx_sess_hdr (sandbox/sbx_internal.h) followed by NUL-terminated
 strings; anything malformed ends the zygote (init then starts cold).
 """
@@ -53,6 +54,7 @@ _MAX_FDS = 16
 _SOCK_FD = 3
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DRIVER = os.path.join(_HERE, "driver.py")
+_KIPYTHON = os.path.join(_HERE, "kipython.py")  # the driver's preload() may load it
 
 
 def _stamp(path):
@@ -65,7 +67,8 @@ def _stamp(path):
 
 def _stamps():
     """What this zygote was made from, as it is on disk now."""
-    files = (sys.executable, os.path.realpath(sys.executable), _DRIVER, os.path.abspath(__file__))
+    files = (sys.executable, os.path.realpath(sys.executable), _DRIVER, _KIPYTHON,
+             os.path.abspath(__file__))
     return tuple(_stamp(f) for f in files)
 
 
@@ -183,7 +186,9 @@ def _worker(driver, env, fds, serial):
     driver._DBG_REQ_FD = int(os.environ.pop("KERNELMGR_DBG_REQ_FD", "-1"))
     driver._DBG_EVT_FD = int(os.environ.pop("KERNELMGR_DBG_EVT_FD", "-1"))
     driver._requests = driver._Requests(driver._REQ_FD)
-    driver._ZYGOTE = {"zygote_pid": _ZPID, "fork": serial}
+    # what the zygote had loaded (the driver's preload(): IPython with the
+    # `ipython` option on), as the worker starts
+    driver._ZYGOTE = {"zygote_pid": _ZPID, "fork": serial, "ipython": "IPython" in sys.modules}
     hook = getattr(driver, "after_zygote_fork", None)
     if hook is not None:
         hook()

@@ -25,7 +25,9 @@ Environment:
                        per request; 19: a kernel start inside a session's
                        sandbox vs a new sandbox, idle memory; 20: a Python
                        kernel forked by its session's zygote vs cold: first
-                       and later kernel, CPU per start, the zygote's memory; 21: start_kernel
+                       and later kernel, CPU per start, the zygote's memory,
+                       and the same with --ipython on (the zygote preloads
+                       IPython) vs ipykernel; 21: start_kernel
                        -> first execute_reply through the stock
                        jupyter_client, no wait_for_ready, and CPU per start)
   BUILD=DIR            build directory (default ./build)
@@ -259,9 +261,12 @@ class KernelSpec:
         return self._argv(cf, ws)
 
 
-def ours(lang, sandbox="strict", transport="tcp", wrap=None, name=None):
+def ours(lang, sandbox="strict", transport="tcp", wrap=None, name=None, python=None,
+         ipython=False):
     exe = binary("kernel-" + lang)
-    extra = ["--python", CODE_PYTHON] if lang == "python" else []
+    extra = ["--python", python or CODE_PYTHON] if lang == "python" else []
+    if ipython:
+        extra += ["--ipython", "on"]
     need = None if exe else f"build/kernel-{lang} not built"
     if wrap == "bwrap" and not shutil.which("bwrap"):
         need = "bwrap not installed (Debian bubblewrap)"
@@ -575,6 +580,8 @@ COLD_TARGET_MS = {"python": 25, "bash": 12}
 def bench_cold(num):
     ref = ipykernel()
     specs = [ours("python"), ours("python", "none"), ours("bash"), ours("bash", "none"), ref]
+    ipy = ours("python", name="kernel-python --ipython on", ipython=True)
+    specs.append(ipy)
     samples, bad = cold_samples(specs, n_of("cold"))
     st = {k: stats(ms_list(v)) for k, v in samples.items()}
     DATA["cold_start_ms"] = {"stats": st, "failed": bad,
@@ -603,6 +610,16 @@ def bench_cold(num):
         row(num, lab, fmt_ms(o), fmt_ms(ref_st), fx(r),
             f">= {target}x" if strict else "(info)",
             verdict(r >= target) if strict else "")
+    # The `ipython` option on: every cell through IPython's shell, which a
+    # cold worker imports and makes at start (the default, off: the stdlib
+    # path above). The zygote section measures it forked.
+    lab = f"cold start {ipy.name} (IPython path; spawn -> first execute_reply)"
+    if ipy.name in bad:
+        row(num, lab, bad[ipy.name])
+    else:
+        o = st[ipy.name]
+        row(num, lab, fmt_ms(o), fmt_ms(ref_st) if ref_st else "-",
+            fx(ref_st["median"] / o["median"]) if ref_st else "", "(info)", "")
 
 
 # ---------------------------------------------------------------- 9. start via jupyter_client
@@ -2610,8 +2627,8 @@ def _holder(ws, extra=()):
     return proc, sock
 
 
-def joined(lang, sock, name):
-    base = ours(lang, "strict", "ipc", name=name)
+def joined(lang, sock, name, ipython=False):
+    base = ours(lang, "strict", "ipc", name=name, ipython=ipython)
     inner = base._argv
     return KernelSpec(name, lambda cf, ws: [*inner(cf, ws), "--session-sandbox", sock],
                       "ipc", base.need)
@@ -2729,8 +2746,8 @@ def bench_zygote(num):
     n = n_of("zygote")
     res = {}
 
-    def spec(sock, zyg, name):
-        base = joined("python", sock, name)
+    def spec(sock, zyg, name, ipython=False):
+        base = joined("python", sock, name, ipython)
         inner = base._argv
         return KernelSpec(name, lambda cf, ws: [*inner(cf, ws), "--zygote", str(zyg)],
                           "ipc", base.need)
@@ -2788,6 +2805,7 @@ def bench_zygote(num):
     finally:
         stop_tree(hz[0])
         stop_tree(hc[0])
+    bench_zygote_ipython(num, spec, ref, n, res)
     # the 1st, 2nd and 3rd Python kernel of a new session sandbox: the first
     # starts cold either way, the zygote starts with the second
     seq = {m: [[], [], []] for m in ("forked", "cold")}
@@ -2811,6 +2829,40 @@ def bench_zygote(num):
         row(num, f"{what} Python kernel of a new session sandbox, zygote on",
             fmt_ms(fz), f"zygote off {fmt_ms(fc)}", fx(fc["median"] / fz["median"]), "(info)")
     DATA["zygote"] = res
+
+
+def bench_zygote_ipython(num, spec, ref, n, res):
+    """The `ipython` option on: a later Python kernel of a session whose
+    zygote preloaded IPython (forked: the shell is made, IPython is not
+    imported) vs the same kernel cold (IPython imported at start), and
+    ipykernel."""
+    hz, hc = [_holder(str(workdir("zwsi"))) for _ in range(2)]
+    try:
+        for sock, zyg in ((hz[1], 64), (hz[1], 64), (hc[1], 0)):
+            started(spec(sock, zyg, "warm-up ipython", True), "zwi").close()
+        specs = [spec(hz[1], 64, "python --ipython on forked by the zygote", True),
+                 spec(hc[1], 0, "python --ipython on cold, same session sandbox", True), ref]
+        samples, bad = cold_samples(specs, n)
+        st = {k: stats(ms_list(v)) if v else None for k, v in samples.items()}
+        res["ipython_later_kernel_ms"] = {"stats": st, "failed": bad}
+        z, c, r = (st.get(s.name) for s in specs)
+        for label, o, s in (("forked", z, specs[0]), ("cold", c, specs[1])):
+            row(num, f"later Python kernel of a session, ipython on: {label} "
+                     "(spawn -> first execute_reply)",
+                fmt_ms(o) if o else bad.get(s.name, "n/a")[:80],
+                f"ipykernel {fmt_ms(r)}" if r else "",
+                fx(r["median"] / o["median"]) if o and r else "", "(info)")
+        if z and c:
+            row(num, "later Python kernel, ipython on: cold / forked", "", "",
+                fx(c["median"] / z["median"]), "(info)")
+        zp = _zygote_pids(hz[0].pid)
+        zkb = sum(pss_kb(p) for p in zp)
+        res["ipython_zygote_pss_kb"] = zkb
+        row(num, "the zygote's memory with IPython preloaded (PSS)", f"{zkb / 1024:.1f} MiB",
+            "", "", "(info)")
+    finally:
+        stop_tree(hz[0])
+        stop_tree(hc[0])
 
 
 def print_table():

@@ -82,6 +82,20 @@ def kernel(request, kernel_factory, tmp_path):
         yield kernel_factory("python", args=PY_ARGS)
 
 
+@pytest.fixture(params=["kernelmgr-ipython", "ipykernel"])
+def kernel_ipy(request, kernel_factory, tmp_path):
+    """Ours with the `ipython` option on (every cell through IPython's
+    shell, compiled as ipykernel's XCachingCompiler does), and ipykernel."""
+    if request.param == "ipykernel":
+        if not HAVE_IPYKERNEL:
+            pytest.skip("python3-ipykernel is not installed")
+        k = IPyKernel(tmp_path / "ipk")
+        yield k
+        k.close()
+    else:
+        yield kernel_factory("python", args=[*PY_ARGS, "--ipython", "on"])
+
+
 class Dap:
     """A debugger frontend over jupyter_client: requests on control, events
     and every other IOPub message kept in order."""
@@ -299,6 +313,36 @@ def test_breakpoint_step_inspect_continue(kernel):
     mods = d.req("modules", {})
     mods = mods.get("body", mods)
     assert mods["totalModules"] > 0 and all("path" in m for m in mods["modules"])
+    d.ok("disconnect", {"restart": False, "terminateDebuggee": False})
+
+
+CELL_EARLY = "def triple(x):\n    z = x * 3\n    return z\n"
+
+
+def test_breakpoint_in_a_cell_run_before_the_debugger(kernel_ipy):
+    """Every cell is compiled under the frontend's file name, also those run
+    before any debug_request (ipykernel's XCachingCompiler): a breakpoint
+    set later in a function such a cell defined binds when another cell
+    calls it. (The IPython path; kdebug.py finds such a cell's source in
+    linecache.)"""
+    d = Dap(kernel_ipy)
+    r, _ = d.finish(d.execute(CELL_EARLY))
+    assert r["status"] == "ok", r
+    info = d.start()
+    path = "%s%d%s" % (info["tmpFilePrefix"], murmur2(CELL_EARLY, info["hashSeed"]),
+                       info["tmpFileSuffix"])
+    assert d.dump(CELL_EARLY) == path
+    bps = d.ok("setBreakpoints", {"source": {"path": path}, "breakpoints": [{"line": 2}],
+                                  "sourceModified": False})["breakpoints"]
+    assert bps and bps[0]["verified"], bps
+    cell = d.execute("w = triple(5)\nprint('w is', w)\n")
+    thread = d.stopped("breakpoint")
+    top = d.stack(thread)[0]
+    assert (top["name"], top["source"]["path"], top["line"]) == ("triple", path, 2), top
+    assert d.local_vars(top["id"])["x"]["value"] == "5"
+    d.ok("continue", {"threadId": thread})
+    r, out = d.finish(cell)
+    assert r["status"] == "ok" and out == "w is 15\n", (r, out)
     d.ok("disconnect", {"restart": False, "terminateDebuggee": False})
 
 

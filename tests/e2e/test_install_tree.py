@@ -25,6 +25,7 @@ EXPECTED = {
     "usr/libexec/kernelmgr/kernelmgr-sandbox",
     "usr/share/kernelmgr/python/driver.py",
     "usr/share/kernelmgr/python/kdebug.py",
+    "usr/share/kernelmgr/python/kipython.py",
     "usr/share/kernelmgr/python/ksnap.py",
     "usr/share/kernelmgr/python/kzygote.py",
     "usr/share/kernelmgr/bash/bootstrap.sh",
@@ -65,7 +66,9 @@ def test_install_layout_runs_moved_and_uninstalls(tmp_path):
     got = files_under(dest)
     assert EXPECTED <= got, sorted(EXPECTED - got)
     pyc = {f for f in got if "/__pycache__/" in f}
-    assert pyc and all(f.startswith("usr/share/kernelmgr/python/__pycache__/driver.")
+    # the driver's and kipython.py's (the IPython path, `ipython` on, loads it at start)
+    assert pyc and all(f.startswith(("usr/share/kernelmgr/python/__pycache__/driver.",
+                                     "usr/share/kernelmgr/python/__pycache__/kipython."))
                        for f in pyc), pyc
     # nothing but those (and files of other install fragments: libraries,
     # headers, pkg-config; none of ours elsewhere)

@@ -89,7 +89,7 @@ def test_initialize_and_list_tools(mgr):
     # host path (python, workspace): the model never names one
     assert set(ce["properties"]) == {"code", "language", "session", "timeout_s", "env",
                                      "network", "memory", "cpus", "cpu_time", "sandbox",
-                                     "snapshot_max", "zygote"}
+                                     "snapshot_max", "zygote", "ipython"}
     assert ce["properties"]["env"]["additionalProperties"] == {"type": "string"}
     assert tools["install_packages"]["inputSchema"]["properties"]["manager"]["enum"] == \
         ["pip", "npm"]

@@ -60,6 +60,61 @@ def test_structured_error_and_exit_status(mgr):
     assert p.returncode == 1 and "ZeroDivisionError" in p.stdout
 
 
+@needs_python
+def test_help_page_is_a_display(mgr):
+    # `obj?` with ipython on: IPython's help comes as the reply's "page"
+    # payload (as from ipykernel); the result shows it as a display, without
+    # colours. Off (the default), the stdlib path shows it as a display itself.
+    for opt in ("on", "off"):
+        rc, res, p = mgr.results("run", "--ipython", opt, "--lang", "python", "-c", "len?")
+        assert rc == 0, p.stderr
+        (r,) = res
+        [d] = r["displays"]
+        assert "Return the number of items" in d["text/plain"], (opt, d)
+        assert "\x1b[" not in d["text/plain"], (opt, d)
+
+
+@needs_python
+def test_ipython_option_session_and_config(mgr):
+    """The `ipython` option: off by default (IPython, importable here, is
+    not imported by plain cells); the session option `--ipython on` runs
+    every cell through IPython's shell (automagic, `_i` history, %timeit as
+    ipykernel); the configuration's `"ipython": true` does for every new
+    session; a session keeps its own."""
+    rc, res, p = mgr.exec("dflt", "import sys\n'IPython' in sys.modules", "--lang", "python")
+    assert rc == 0 and res[0]["result"]["text/plain"] == "False", (p.stderr, res)
+    rc, res, p = mgr.exec("ipy", "x = 6 * 7", "--lang", "python", "--ipython", "on")
+    assert rc == 0, p.stderr
+    rc, res, p = mgr.exec("ipy", "import sys\n('IPython' in sys.modules, "
+                                 "type(get_ipython()).__name__, _i)", "--lang", "python")
+    assert res[0]["result"]["text/plain"] == "(True, 'KShell', 'x = 6 * 7')", res
+    rc, res, p = mgr.exec("ipy", "pwd", "--lang", "python")  # automagic
+    assert rc == 0 and res[0]["result"]["text/plain"].startswith("'/"), res
+    rc, res, p = mgr.exec("ipy", "%timeit -n1 -r1 x", "--lang", "python")
+    assert rc == 0 and "per loop" in res[0]["stdout"], res
+    # an existing session keeps its own: the other value is reported, not applied
+    rc, res, p = mgr.exec("ipy", "1", "--lang", "python", "--ipython", "off")
+    assert any("--ipython" in w for w in res[0].get("warnings", [])), res
+    rc, res, p = mgr.exec("dflt", "import sys\n'IPython' in sys.modules", "--lang", "python")
+    assert res[0]["result"]["text/plain"] == "False", res
+    p = mgr.run("exec", "--session", "bad", "--ipython", "maybe", "-c", "1")
+    assert p.returncode == 2 and "--ipython must be on or off" in p.stderr, p.stderr
+
+
+@needs_python
+def test_ipython_config_key():
+    m = Mgr({"ipython": True})
+    try:
+        rc, res, p = m.results("run", "--lang", "python", "-c",
+                               "import sys\n'IPython' in sys.modules, _ih[-1]")
+        assert rc == 0 and res[0]["result"]["text/plain"].startswith("(True, "), (p.stderr, res)
+        rc, res, p = m.results("run", "--ipython", "off", "--lang", "python", "-c",
+                               "import sys\n'IPython' in sys.modules")
+        assert rc == 0 and res[0]["result"]["text/plain"] == "False", (p.stderr, res)
+    finally:
+        m.close()
+
+
 def test_bad_cli_usage(mgr):
     for args in (["frobnicate"], ["run"], ["run", "--lang", "cobol", "-c", "1"],
                  ["run", "--timeout", "-3", "-c", "1"], ["exec", "-c", "1"],

@@ -118,7 +118,8 @@ def test_kernelspec_install_cpu_options_and_configured_languages(tmp_path):
     env = dict(os.environ, KERNELMGR_HOME=str(home))
     prefix = tmp_path / "p"
     p = subprocess.run([mgrutil.KM, "kernelspec", "install", "--prefix", str(prefix),
-                        "--cpus", "1.5", "--cpu-time", "30", "--memory", "512M", "--json"],
+                        "--cpus", "1.5", "--cpu-time", "30", "--memory", "512M",
+                        "--ipython", "on", "--json"],
                        env=env, capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     names = [e["name"] for e in json.loads(p.stdout)["installed"]]
@@ -133,7 +134,10 @@ def test_kernelspec_install_cpu_options_and_configured_languages(tmp_path):
     sh = json.loads((kernels / "kernelmgr-sh" / "kernel.json").read_text())
     assert sh["argv"][0] == os.path.realpath(kutil.binary("kernel-bash"))
     assert sh["language"] == "sh" and sh["display_name"] == "POSIX sh (kernelmgr sandbox)"
-    assert "--python" not in sh["argv"]
+    assert "--python" not in sh["argv"] and "--ipython" not in sh["argv"]
+    # --ipython on: the Python kernelspec's kernel runs every cell through IPython
+    py = json.loads((kernels / "kernelmgr-python" / "kernel.json").read_text())["argv"]
+    assert py[py.index("--ipython") + 1] == "on", py
     assert not (kernels / "kernelmgr-ipy").exists()
 
 

@@ -1,9 +1,13 @@
 """The Python kernel's IPython compatibility (issue 15, items 2-7): magics,
-`!`/`?` syntax, the pretty printer, the inline backend and the requests, with
-IPython importable (Debian's python3) and without it (a venv without system
-site packages); IPython is loaded lazily, never for plain-Python cells."""
+`!`/`?` syntax, the pretty printer, the inline backend and the requests, on
+both paths with IPython importable (Debian's python3): the `ipython` option
+on (KERNELMGR_IPYTHON=1, kernel-python's --ipython on: every cell through
+IPython's shell, as ipykernel) and off (the default: the stdlib path, IPython
+loaded lazily, never for plain-Python cells); and without IPython (a venv
+without system site packages)."""
 import base64
 import os
+import re
 import struct
 import subprocess
 import time
@@ -12,7 +16,7 @@ import pytest
 
 import kutil
 from kutil import of_type, stream_text
-from test_python_driver import Driver
+from test_python_driver import Driver, plain
 
 SYS_PY = "/usr/bin/python3"
 KM_TEST_SANDBOX = os.environ.get("KM_TEST_SANDBOX", "none")
@@ -34,8 +38,30 @@ def ok(d, code, **kw):
     return evs
 
 
+IPYTHON_ON = {"KERNELMGR_IPYTHON": "1"}
+
+
+@pytest.fixture(params=["on", "off"])
+def ipy(request, tmp_path):
+    """IPython importable, the `ipython` option on and off: what both paths
+    do alike."""
+    d = Driver(tmp_path, python=SYS_PY, env=IPYTHON_ON if request.param == "on" else None)
+    d.path = request.param
+    yield d
+    d.close()
+
+
 @pytest.fixture
-def ipy(tmp_path):
+def ipy_on(tmp_path):
+    """The IPython path: every cell through IPython's shell."""
+    d = Driver(tmp_path, python=SYS_PY, env=IPYTHON_ON)
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def lazy(tmp_path):
+    """The stdlib path (the default) with IPython importable."""
     d = Driver(tmp_path, python=SYS_PY)
     yield d
     d.close()
@@ -63,7 +89,38 @@ def ipython_loaded(d):
     return result(ok(d, "import sys as _s\n'IPython' in _s.modules")) == "True"
 
 
-def test_plain_cells_do_not_import_ipython(ipy):
+def test_every_cell_runs_through_ipython(ipy_on):
+    ipy = ipy_on
+    # IPython importable: loaded at start, and plain Python cells run
+    # through its shell as in ipykernel (history, display hook, _i)
+    assert ipython_loaded(ipy)
+    ok(ipy, "x = [1, 2, {'a': (3, 'b')}]\nx", count=2)
+    assert result(ok(ipy, "class R:\n    def __repr__(self): return 'R!'\nR()", count=3)) == "R!"
+    assert result(ok(ipy, "_i == In[3] and _ii == In[2] and _i.endswith('R()'), _3",
+                     count=4)) == "(True, R!)"
+    assert result(ok(ipy, "import sys\nsys.displayhook.__class__.__name__, "
+                          "get_ipython().__class__.__name__", count=5)) == (
+        "('KDisplayHook', 'KShell')")
+    ipy.execute("x = = 1")
+    ipy.send("is_complete", "for i in range(3):")
+    assert ipy.event()["status"] == "incomplete"
+    ipy.send("complete", "pri", "3")
+    assert "print" in ipy.event()["matches"]
+    # the terminal shell (IPython.embed, prompt_toolkit) loads only when used
+    assert result(ok(ipy, "'prompt_toolkit' in sys.modules", count=8)) == "False"
+    assert result(ok(ipy, "from IPython.terminal.embed import InteractiveShellEmbed\n"
+                          "import IPython.terminal.embed as e, IPython\n"
+                          "(e.InteractiveShellEmbed.__name__, IPython.embed.__name__, "
+                          "'prompt_toolkit' in sys.modules)", count=9)) == (
+        "('InteractiveShellEmbed', 'embed', True)")
+    # interactive-prompt text pasted into a cell is stripped, as IPython does
+    assert result(ok(ipy, ">>> 1 + 2", count=6)) == "3"
+    assert result(ok(ipy, "In [7]: 2 * 3", count=7)) == "6"
+
+
+def test_plain_cells_do_not_import_ipython(lazy):
+    # the option off (the default): IPython loads only for a cell that needs it
+    ipy = lazy
     ok(ipy, "x = [1, 2, {'a': (3, 'b')}]\nx")
     ok(ipy, "class R:\n    def __repr__(self): return 'R!'\nR()")
     ok(ipy, "print('hi')\n1.5")
@@ -159,13 +216,15 @@ def test_autoreload(ipy, tmp_path):
     assert result(ok(ipy, "reloadme.value()")) == "2"
 
 
-def test_shell_escapes_help_and_history(ipy):
+def test_shell_escapes_help_and_history_stdlib_path(lazy):
+    ipy = lazy
     ok(ipy, "x = 5\nname = 'km'\n!echo {x} $name {x * 2}")
     assert ipy.out["stdout"] == b"5 km 10\n"
     evs = ok(ipy, "files = !printf 'a\\nb\\n'\nfiles, files.n")
     assert result(evs) == "(['a', 'b'], 'a\\nb')"
     ok(ipy, "!exit 4")
     assert result(ok(ipy, "_exit_code")) == "4"
+    # help is a display (the stdlib path has no page payload)
     for code in ("len?", "?len", "len??"):
         evs = ok(ipy, code)
         assert types_of(evs) == ["display_data", "done"], code
@@ -173,6 +232,31 @@ def test_shell_escapes_help_and_history(ipy):
     evs = ok(ipy, "def g():\n    'doc of g'\n    return 1\ng??")
     assert "return 1" in evs[0]["data"]["text/plain"]
     assert result(ok(ipy, "get_ipython().__class__.__name__")) == "'InteractiveShell'"
+    ipy.execute("6 * 7", count=10)
+    evs = ok(ipy, "In[10], Out[10], _10, _i10", count=11)
+    assert result(evs) == "('6 * 7', 42, 42, '6 * 7')"
+
+
+def test_shell_escapes_help_and_history(ipy_on):
+    ipy = ipy_on
+    ok(ipy, "x = 5\nname = 'km'\n!echo {x} $name {x * 2}")
+    assert ipy.out["stdout"] == b"5 km 10\r\n"  # on a pty, as ipykernel
+    evs = ok(ipy, "files = !printf 'a\\nb\\n'\nfiles, files.n")
+    assert result(evs) == "(['a', 'b'], 'a\\nb')"
+    ok(ipy, "!exit 4")
+    assert result(ok(ipy, "_exit_code")) == "4"
+    # help is a "page" payload of the reply, as in ipykernel
+    for code in ("len?", "?len", "len??"):
+        evs = ok(ipy, code)
+        assert types_of(evs) == ["done"], code
+        page = evs[-1]["payload"][0]
+        assert page["source"] == "page" and page["start"] == 0
+        assert "Return the number of items" in plain(page["data"]["text/plain"])
+    evs = ok(ipy, "def g():\n    'doc of g'\n    return 1\ng??")
+    assert "return 1" in plain(evs[-1]["payload"][0]["data"]["text/plain"])
+    assert result(ok(ipy, "get_ipython().__class__.__name__")) == "'KShell'"
+    evs = ok(ipy, "get_ipython().set_next_input('next')")
+    assert evs[-1]["payload"] == [{"source": "set_next_input", "text": "next", "replace": False}]
     ipy.execute("6 * 7", count=10)
     evs = ok(ipy, "In[10], Out[10], _10, _i10", count=11)
     assert result(evs) == "('6 * 7', 42, 42, '6 * 7')"
@@ -186,6 +270,26 @@ def test_exit_ends_the_worker(ipy):
     assert evs[-1]["payload"] == [{"source": "ask_exit", "keepkernel": False}]
     assert ipy.proc.wait(10) == 0
     assert ipy.out["stdout"] + ipy.proc.stdout.read() == b"cell finishes\n"
+
+
+def test_ipython_on_without_ipython_falls_back_and_says_so_once(tmp_path, bare_python):
+    """`ipython` on, IPython not importable: the stdlib path, and the first
+    cell's stderr says so (once); the kernel log too."""
+    d = Driver(tmp_path, python=bare_python, env=IPYTHON_ON)
+    try:
+        evs = ok(d, "1 + 1")
+        assert result(evs) == "2"
+        err = d.out["stderr"].decode()
+        assert err.count("[python] ipython is on, but IPython is not usable by ") == 1, err
+        assert "it is not importable): cells run on the stdlib path." in err, err
+        assert any(e["type"] == "log" and "ipython is on, but IPython is not usable" in
+                   e["message"] for e in evs), evs  # the kernel log's line
+        d.out["stderr"] = b""
+        assert result(ok(d, "import sys\n'IPython' in sys.modules, 'KERNELMGR_IPYTHON' in "
+                            "__import__('os').environ")) == "(False, False)"
+        assert d.out["stderr"] == b""
+    finally:
+        d.close()
 
 
 def test_no_ipython_named_errors(bare):
@@ -213,9 +317,9 @@ def test_no_ipython_named_errors(bare):
     assert bare.event()["status"] == "complete"
 
 
-@pytest.mark.parametrize("which", ["ipython", "bare"])
+@pytest.mark.parametrize("which", ["ipy_on", "lazy", "bare"])
 def test_rewrites_never_touch_strings(request, which):
-    d = request.getfixturevalue("ipy" if which == "ipython" else "bare")
+    d = request.getfixturevalue(which)
     code = 's = """\n!not a command\n%not_a_magic\n"""\nt = \'\'\'%x\n  !y\'\'\'\n%pwd\n(s, t)'
     evs = ok(d, code)
     assert result(evs) == "('\\n!not a command\\n%not_a_magic\\n', '%x\\n  !y')"
@@ -264,7 +368,12 @@ def test_no_deprecation_warnings_from_the_driver(ipy):
     ok(ipy, "from IPython.display import Image, HTML, display, clear_output")
     assert ipy.out["stderr"] == b""
     ok(ipy, "import warnings\nwarnings.warn('careful')", count=3)
-    assert ipy.out["stderr"].startswith(b"<cell-3>:2: UserWarning: careful\n")
+    if ipy.path == "on":
+        # the cell's file name, as ipykernel's: Murmur2 of the code
+        assert re.match(rb"/\S+/kernelmgr-cells-\d+/2608338407\.py:2: UserWarning: careful\n",
+                        ipy.out["stderr"]), ipy.out["stderr"]
+    else:
+        assert ipy.out["stderr"].startswith(b"<cell-3>:2: UserWarning: careful\n")
 
 
 def test_completion_and_is_complete(ipy):
@@ -285,10 +394,14 @@ def test_completion_and_is_complete(ipy):
 
 @pytest.mark.skipif(not os.path.exists(kutil.binary("kernel-python")),
                     reason="build/kernel-python not built")
-def test_ipython_features_in_the_sandboxed_kernel(kernel_factory):
+@pytest.mark.parametrize("path", ["on", "off"])
+def test_ipython_features_in_the_sandboxed_kernel(kernel_factory, path):
     """The same through the kernel server in the sandbox (unwritable home):
-    magics, `!` expansion, `?`, and exit() ending the worker."""
-    k = kernel_factory("python", args=["--sandbox", KM_TEST_SANDBOX, "--python", SYS_PY])
+    magics, `!` expansion, `?`, and exit() ending the worker; with
+    --ipython on, as ipykernel (a pty for `!`, help as a page payload)."""
+    k = kernel_factory("python", args=["--sandbox", KM_TEST_SANDBOX, "--python", SYS_PY,
+                                       "--ipython", path])
+    on = path == "on"
 
     def run(code):
         _, r = k.execute(code, timeout=60)
@@ -297,10 +410,15 @@ def test_ipython_features_in_the_sandboxed_kernel(kernel_factory):
     c, io = run("x = 3\n!echo {x}\n%timeit -n1 -r1 1")
     assert c["status"] == "ok", c
     out = stream_text(io)
-    assert out.startswith("3\n") and "per loop" in out, out
+    assert out.startswith("3\r\n" if on else "3\n") and "per loop" in out, out
     c, io = run("len?")
-    assert c["status"] == "ok"
-    assert "Return the number" in of_type(io, "display_data")[0]["content"]["data"]["text/plain"]
+    if on:
+        assert c["status"] == "ok" and c["payload"][0]["source"] == "page", c
+        assert "Return the number" in c["payload"][0]["data"]["text/plain"]
+    else:
+        assert c["status"] == "ok"
+        text = of_type(io, "display_data")[0]["content"]["data"]["text/plain"]
+        assert "Return the number" in text
     c, io = run("%%capture\nprint('x')")
     assert c["status"] == "ok" and stream_text(io) == ""
     c, io = run("kept = 1\nexit()")
@@ -313,3 +431,38 @@ def test_ipython_features_in_the_sandboxed_kernel(kernel_factory):
             break
     assert c["status"] == "ok", c
     assert of_type(io, "execute_result")[0]["content"]["data"]["text/plain"] == "False"
+
+
+def test_ipykernel_seams(ipy_on, tmp_path):
+    """What an imitation of IPython missed, now IPython's own: automagic,
+    for_type() printers over an object's own __repr__ (SymPy's
+    init_printing), _ipython_display_, %%capture of inline figures,
+    ipykernel's magics."""
+    ipy = ipy_on
+    assert result(ok(ipy, "pwd")) == repr(str(tmp_path))  # automagic
+    evs = ok(ipy, "class V:\n    def __repr__(self): return 'own'\n"
+                  "get_ipython().display_formatter.formatters['text/plain'].for_type(\n"
+                  "    V, lambda o, p, cycle: p.text('printer'))\nV()")
+    assert result(evs) == "printer"
+    evs = ok(ipy, "class D:\n    def _ipython_display_(self):\n"
+                  "        display({'text/plain': 'custom'}, raw=True)\nD()")
+    assert types_of(evs) == ["display_data", "done"] and evs[0]["data"] == {
+        "text/plain": "custom"}
+    evs = ok(ipy, "%%capture cap\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()",
+             timeout=90)
+    assert types_of(evs) == ["done"], evs
+    evs = ok(ipy, "[o.data.keys() for o in cap.outputs]")
+    assert "image/png" in result(evs)
+    evs = ok(ipy, "%autosave 0")
+    assert types_of(evs) == ["display_data", "done"]
+    assert evs[0]["data"]["application/javascript"] == (
+        "IPython.notebook.set_autosave_interval(0)")
+    assert ipy.out["stdout"] == b"Autosave disabled\n"
+    (tmp_path / "notes.txt").write_text("some notes\n")
+    evs = ok(ipy, "%less notes.txt")
+    assert evs[-1]["payload"][0]["data"]["text/plain"] == "some notes\n"
+    ok(ipy, "%connect_info")
+    assert b"no connection file" in ipy.out["stdout"]
+    # no GUI event loop in a sandbox: said (IPython's %gui logs the error)
+    ok(ipy, "%gui qt")
+    assert b"GUI event loop 'qt' is not available" in ipy.out["stderr"]

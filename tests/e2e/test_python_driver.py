@@ -3,6 +3,7 @@ kernels/WORKER_PROTOCOL.md spoken directly over pipes (no kernel server), so
 framing, ordering and interrupt robustness are checked at the source."""
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -102,15 +103,35 @@ class Driver:
         self.proc.stderr.close()
 
 
-@pytest.fixture
-def drv(tmp_path):
-    d = Driver(tmp_path)
+@pytest.fixture(params=["off", "on"])
+def drv(request, tmp_path):
+    """The driver with the `ipython` option off (the default: the stdlib
+    path) and on (KERNELMGR_IPYTHON=1: every cell through IPython's shell,
+    as ipykernel); .ipython says which. Where the two differ, the test says
+    what each does."""
+    on = request.param == "on"
+    d = Driver(tmp_path, env={"KERNELMGR_IPYTHON": "1"} if on else None)
+    d.ipython = on
     yield d
     d.close()
 
 
 def types_of(evs):
     return [e["type"] for e in evs]
+
+
+def plain(text):
+    """text without ANSI colours (IPython's tracebacks and inspector, as
+    ipykernel sends them, are coloured)."""
+    if isinstance(text, list):
+        text = "\n".join(text)
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def cell_in(n):
+    """IPython 8's name for cell n in tracebacks ("Cell In [7]" up to 8.5,
+    "Cell In[7]" later)."""
+    return r"Cell In ?\[%d\]" % n
 
 
 def test_last_expression_and_namespace(drv):
@@ -149,11 +170,20 @@ def test_error_traceback_user_frames_only(drv):
     assert err["type"] == "error"
     assert err["ename"] == "ZeroDivisionError"
     assert err["evalue"] == "division by zero"
-    tb = "\n".join(err["traceback"])
-    assert "driver.py" not in tb
-    assert '"<cell-7>", line 4' in tb and '"<cell-7>", line 2, in f' in tb
-    assert "return 1 / a" in tb
-    assert "\x1b[" not in tb
+    if drv.ipython:
+        tb = plain(err["traceback"])
+        assert "driver.py" not in tb and "kipython" not in tb
+        # IPython's traceback, as ipykernel sends it: cells named "Cell In[N]"
+        assert re.search(r"ZeroDivisionError +Traceback \(most recent call last\)", tb)
+        assert re.search(cell_in(7) + r", line 4\n", tb), tb
+        assert re.search(cell_in(7) + r", line 2, in f\(a\)", tb), tb
+        assert "----> 2     return 1 / a" in tb
+    else:
+        tb = "\n".join(err["traceback"])
+        assert "driver.py" not in tb
+        assert '"<cell-7>", line 4' in tb and '"<cell-7>", line 2, in f' in tb
+        assert "return 1 / a" in tb
+        assert "\x1b[" not in tb
     assert evs[-1] == {"type": "done", "status": "error", "exit_code": 1}
 
 
@@ -161,11 +191,12 @@ def test_syntax_error_points_at_line(drv):
     evs = drv.execute("x = 1\ny = (1 +\n", count=3)
     err = evs[0]
     assert err["ename"] == "SyntaxError"
-    tb = "\n".join(err["traceback"])
-    assert "<cell-3>" in tb and "driver.py" not in tb
+    tb = plain(err["traceback"])
+    name = cell_in(3) if drv.ipython else '"<cell-3>"'
+    assert re.search(name + ", line 2", tb) and "driver.py" not in tb, tb
     assert "^" in tb
     evs = drv.execute("x = = 2", count=4)
-    tb = "\n".join(evs[0]["traceback"])
+    tb = plain(evs[0]["traceback"])
     assert "x = = 2" in tb and "^" in tb and "line 1" in tb
 
 
@@ -206,14 +237,23 @@ R()
     assert evs[0]["data"] == {"text/plain": "M!", "application/x-custom": "c"}
     assert evs[0]["metadata"] == {"application/x-custom": {"k": 1}}
     evs = drv.execute("Broken()")
-    assert evs[0]["type"] == "execute_result"
-    assert evs[0]["data"]["text/plain"].startswith("<__main__.Broken")
-    assert b"ValueError: nope" in drv.out["stderr"]
+    if drv.ipython:
+        # as IPython's formatters do: the failing one's traceback, then the rest
+        assert types_of(evs) == ["error", "execute_result", "done"], evs
+        assert evs[0]["ename"] == "ValueError" and evs[0]["evalue"] == "nope"
+        assert evs[1]["data"]["text/plain"].startswith("<__main__.Broken")
+        assert evs[-1]["status"] == "ok"
+    else:
+        assert evs[0]["type"] == "execute_result"
+        assert evs[0]["data"]["text/plain"].startswith("<__main__.Broken")
+        assert b"ValueError: nope" in drv.out["stderr"]
     evs = drv.execute("R")  # a class shows as a class, not through its methods
     assert list(evs[0]["data"]) == ["text/plain"]
 
 
 def test_display_update_and_clear(drv):
+    if drv.ipython:  # IPython's own clear_output (the builtin is kept too)
+        drv.execute("from IPython.display import clear_output")
     evs = drv.execute("h = display(R() if False else 'one', display_id='d1')\n"
                       "h.update('two')\ndisplay(1, 2)\nclear_output(wait=True)\n"
                       "print(type(h).__name__)\n"
@@ -249,7 +289,9 @@ def test_pandas_and_matplotlib(drv):
     assert b"non-GUI" not in drv.out["stderr"]
     evs = drv.execute("import os\nprint(plt.get_fignums(), os.environ['MPLBACKEND'])")
     assert types_of(evs) == ["done"]
-    assert drv.out["stdout"] == b"[] Agg\n"
+    # with IPython, ipykernel's default backend
+    assert drv.out["stdout"] == (b"[] module://matplotlib_inline.backend_inline\n" if drv.ipython
+                                 else b"[] Agg\n")
     evs = drv.execute("fig, ax = plt.subplots(); fig")
     assert evs[0]["type"] == "execute_result" and "image/png" in evs[0]["data"]
     # the same figure is also flushed at cell end (as IPython's inline backend does)
@@ -257,11 +299,22 @@ def test_pandas_and_matplotlib(drv):
 
 
 def test_no_heavy_imports_at_start(tmp_path):
+    # the `ipython` option off (the default): not even IPython, importable here
     d = Driver(tmp_path)
     try:
-        evs = d.execute("import sys\nsorted(m for m in ('matplotlib', 'pandas', 'numpy', 'jedi')"
-                        " if m in sys.modules)")
+        evs = d.execute("import sys\nsorted(m for m in ('matplotlib', 'pandas', 'numpy', 'jedi',"
+                        " 'IPython') if m in sys.modules)")
         assert evs[0]["data"]["text/plain"] == "[]"
+    finally:
+        d.close()
+    # on: IPython loads at start with what it imports itself (jedi, asyncio),
+    # as ipykernel's start does; nothing else
+    d = Driver(tmp_path, env={"KERNELMGR_IPYTHON": "1"})
+    try:
+        evs = d.execute("import sys, os\n(sorted(m for m in ('matplotlib', 'pandas', 'numpy')"
+                        " if m in sys.modules), 'IPython' in sys.modules, "
+                        "'KERNELMGR_IPYTHON' in os.environ)")
+        assert evs[0]["data"]["text/plain"] == "([], True, False)"
     finally:
         d.close()
 
@@ -297,7 +350,10 @@ def test_interrupt_keeps_state(drv):
     os.killpg(drv.proc.pid, signal.SIGINT)
     evs = drv.until(("done",))
     assert evs[0]["type"] == "error" and evs[0]["ename"] == "KeyboardInterrupt"
-    assert "driver.py" not in "\n".join(evs[0]["traceback"])
+    tb = plain(evs[0]["traceback"])
+    assert "driver.py" not in tb and "kipython" not in tb, tb
+    if drv.ipython:
+        assert "time.sleep(30)" in tb, tb
     assert evs[-1]["status"] == "error"
     # interrupts between cells are ignored; the namespace survives
     for _ in range(5):
@@ -368,11 +424,11 @@ def test_inspect(drv):
     drv.send("inspect", "f", "1", "0")
     ev = drv.event()
     assert ev["found"] is True
-    t = ev["data"]["text/plain"]
+    t = plain(ev["data"]["text/plain"])
     assert "Signature: f(a, b=2)" in t and "Adds things." in t
     drv.send("inspect", "f(1, ", "5", "1")
     ev = drv.event()
-    assert ev["found"] is True and "return a + b" in ev["data"]["text/plain"]
+    assert ev["found"] is True and "return a + b" in plain(ev["data"]["text/plain"])
     drv.send("inspect", "nosuchname", "3", "0")
     assert drv.event() == {"type": "inspect_reply", "found": False, "data": {}, "metadata": {}}
     drv.send("inspect", "os.path.join", "8", "0")
@@ -424,7 +480,8 @@ def test_shell_and_magics(drv, tmp_path):
     evs = drv.execute("!echo from shell\n%matplotlib inline\nx = 1\n%pwd")
     assert types_of(evs) == ["execute_result", "done"], evs
     assert evs[0]["data"]["text/plain"] == repr(str(tmp_path))
-    assert drv.out["stdout"] == b"from shell\n"
+    # with IPython on a pty, as ipykernel runs it: CRLF
+    assert drv.out["stdout"] == (b"from shell\r\n" if drv.ipython else b"from shell\n")
     evs = drv.execute("if True:\n    !exit 3\n_exit_code")
     assert evs[0]["data"]["text/plain"] == "3"
     # IPython is importable here: its magics run (issue 15; without IPython

@@ -10,6 +10,7 @@ import pytest
 
 import kutil
 from kutil import of_type, stream_text
+from test_python_driver import plain
 
 # One switch for the sandbox level of every test here ("strict" once the
 # sandbox lands everywhere).
@@ -25,6 +26,17 @@ pytestmark = pytest.mark.skipif(not os.path.exists(kutil.binary("kernel-python")
 def py(kernel_factory):
     """A Python kernel on Debian's python3 (numpy, pandas, matplotlib, jedi)."""
     return kernel_factory("python", args=[*SANDBOX_ARGS, "--python", SYS_PY])
+
+
+@pytest.fixture(params=["off", "on"])
+def py2(request, kernel_factory):
+    """The same on both paths: --ipython off (the default, the stdlib path)
+    and on (every cell through IPython's shell, as ipykernel); .ipython
+    says which."""
+    k = kernel_factory("python", args=[*SANDBOX_ARGS, "--python", SYS_PY,
+                                       "--ipython", request.param])
+    k.ipython = request.param == "on"
+    return k
 
 
 def run(k, code, **kw):
@@ -78,15 +90,22 @@ def test_execute_result_streams_and_count(py):
     assert results(io)[0]["data"]["text/plain"] == "7"
 
 
-def test_error_message(py):
+def test_error_message(py2):
+    py = py2
     c, io = run(py, "def f():\n    raise ValueError('bad value')\nf()")
     assert c["status"] == "error"
     assert c["ename"] == "ValueError" and c["evalue"] == "bad value"
     [err] = [m["content"] for m in of_type(io, "error")]
     assert err["ename"] == "ValueError"
-    tb = "\n".join(err["traceback"])
-    assert "driver.py" not in tb and "raise ValueError('bad value')" in tb
-    assert "\x1b[" not in tb
+    if py.ipython:
+        # IPython's traceback, coloured, as ipykernel sends it
+        assert "\x1b[" in "\n".join(err["traceback"])
+        tb = plain(err["traceback"])
+        assert "driver.py" not in tb and "----> 2     raise ValueError('bad value')" in tb, tb
+    else:
+        tb = "\n".join(err["traceback"])
+        assert "driver.py" not in tb and "raise ValueError('bad value')" in tb
+        assert "\x1b[" not in tb
     c, io = run(py, "for i in range(3)\n    pass")
     assert c["status"] == "error" and c["ename"] == "SyntaxError"
     tb = "\n".join(c["traceback"])
@@ -185,7 +204,8 @@ def test_interrupt_keeps_state(py):
     assert results(io)[0]["data"]["text/plain"] == "123"
 
 
-def test_complete_inspect_is_complete(py):
+def test_complete_inspect_is_complete(py2):
+    py = py2
     run(py, "import os\nmy_long_name = 1")
     py.kc.complete("my_lo", 5)
     m = py.kc.get_shell_msg(timeout=30)
@@ -198,7 +218,14 @@ def test_complete_inspect_is_complete(py):
     py.kc.inspect("os.path.join", 8, detail_level=0)
     m = py.kc.get_shell_msg(timeout=30)
     assert m["msg_type"] == "inspect_reply" and m["content"]["found"] is True
-    assert "join" in m["content"]["data"]["text/plain"]
+    if py.ipython:
+        # the name at the cursor as IPython's token_at_cursor finds it (ipykernel)
+        assert "module 'posixpath'" in plain(m["content"]["data"]["text/plain"])
+        py.kc.inspect("os.path.join", 12, detail_level=0)
+        m = py.kc.get_shell_msg(timeout=30)
+        assert "Signature: os.path.join(a, *p)" in plain(m["content"]["data"]["text/plain"])
+    else:
+        assert "join" in m["content"]["data"]["text/plain"]
     py.kc.inspect("no_such_thing", 3)
     m = py.kc.get_shell_msg(timeout=30)
     assert m["content"]["found"] is False
@@ -481,7 +508,8 @@ def test_user_expressions(py):
     assert c["user_expressions"] == {}
 
 
-def test_bash_cell_magic(py):
+def test_bash_cell_magic(py2):
+    py = py2
     c, io = run(py, "%%bash\nx=from-bash\necho $x\necho err >&2\nprintf '%s\\n' \"$0\" > /dev/null")
     assert c["status"] == "ok", c
     assert stream_text(io) == "from-bash\n"
@@ -496,7 +524,12 @@ def test_bash_cell_magic(py):
     c, io = run(py, "%%sh --no-raise-error\necho via-sh; exit 1")
     assert c["status"] == "ok" and stream_text(io) == "via-sh\n"
     c, io = run(py, "%%bash --bogus\necho x")
-    assert c["status"] == "error" and "--bogus" in c["evalue"]
+    if py.ipython:
+        # IPython's script magic passes an unknown option to bash, which fails
+        assert c["status"] == "error" and c["ename"] == "CalledProcessError", c
+        assert "exit status 2" in c["evalue"] and "--bogus" in stream_text(io, "stderr")
+    else:
+        assert c["status"] == "error" and "--bogus" in c["evalue"]
     # other cell magics are IPython's (issue 15): an unknown one is IPython's
     # UsageError, shown on stderr as IPython does
     c, io = run(py, "%%nosuchmagic\n1")
@@ -508,7 +541,13 @@ def test_bash_cell_magic(py):
     wait_for_stream(py, "started")
     assert interrupt(py)["msg_type"] == "interrupt_reply"
     r = py.collect(msg_id, timeout=30)
-    assert r["reply"]["content"]["ename"] == "KeyboardInterrupt"
+    if py.ipython:
+        # IPython's script magic catches the interrupt, ends the script and
+        # says so (the cell succeeds), as in ipykernel
+        out = stream_text(r["iopub"])
+        assert "Process is interrupted." in out and "not-reached" not in out, r
+    else:
+        assert r["reply"]["content"]["ename"] == "KeyboardInterrupt"
     c, io = run(py, "kept")
     assert results(io)[0]["data"]["text/plain"] == "1"
 
@@ -554,7 +593,8 @@ def test_forked_child_does_not_answer_for_the_cell(py):
         assert not of_type(r["iopub"], "error")
 
 
-def test_workspace_modules_do_not_shadow_the_driver(kernel_factory, tmp_path):
+@pytest.mark.parametrize("path", ["off", "on"])
+def test_workspace_modules_do_not_shadow_the_driver(kernel_factory, tmp_path, path):
     # The workspace is the cwd of user code and "" on its sys.path, and
     # sandboxed code writes it: a json.py, re.py or types.py there used to be
     # imported by the driver itself (it set sys.path[0] = "" before importing
@@ -564,7 +604,7 @@ def test_workspace_modules_do_not_shadow_the_driver(kernel_factory, tmp_path):
     ws.mkdir(parents=True)
     for name in ("json", "re", "types"):
         (ws / (name + ".py")).write_text("raise RuntimeError('planted %s.py imported')\n" % name)
-    k = kernel_factory("python", args=[*SANDBOX_ARGS, "--python", SYS_PY])
+    k = kernel_factory("python", args=[*SANDBOX_ARGS, "--python", SYS_PY, "--ipython", path])
     assert k.workspace == ws
     c, io = run(k, "for n in ('asyncio', 'rlcompleter', 'jedi', 'pprint', 'uuid', 'inspect'):\n"
                    "    open(n + '.py', 'w').write('raise RuntimeError(%r)' % ('planted ' + n))\n"
@@ -584,7 +624,7 @@ def test_workspace_modules_do_not_shadow_the_driver(kernel_factory, tmp_path):
     c, io = run(k, "def f():\n    raise ValueError('bad value')\nf()")
     assert c["status"] == "error" and c["ename"] == "ValueError", c
     [err] = [m["content"] for m in of_type(io, "error")]
-    tb = "\n".join(err["traceback"])
+    tb = plain(err["traceback"])
     assert "raise ValueError('bad value')" in tb and "planted" not in tb
     # top-level await (asyncio, loaded on first use)
     c, io = run(k, "async def g():\n    return 5\nawait g()")

@@ -159,3 +159,21 @@ def test_zygote_false_starts_cold():
         assert new_worker(m, "cold") is None
     finally:
         m.close()
+
+
+IPY = "import sys\nprint('IPython' in sys.modules, type(get_ipython()).__name__)"
+
+
+def test_ipython_on_zygote_preloads_it(mgr):
+    """With the session option ipython on, the session's zygote preloads
+    IPython (the driver's preload()): a later kernel forks with it loaded
+    and runs every cell through IPython's shell; a session with it off has
+    a zygote without IPython."""
+    r = mgr.one("ipy-on", IPY, "python", "--ipython", "on")
+    assert r["status"] == "ok" and r["stdout"] == "True KShell\n", r  # cold, IPython at start
+    z = new_worker(mgr, "ipy-on")
+    assert z and z["fork"] >= 1 and z["ipython"] is True, z
+    assert mgr.ok("ipy-on", IPY, "python") == "True KShell\n"
+    z2 = forked(mgr, "ipy-off")
+    assert z2["ipython"] is False, z2
+    assert mgr.ok("ipy-off", "import sys\nprint('IPython' in sys.modules)", "python") == "False\n"
