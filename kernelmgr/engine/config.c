@@ -456,7 +456,7 @@ const kmcfg_opt kmcfg_opts[] = {
         "transport_tcp_exposed", transport_tcp_exposed, 0,
         "`true`: accept that with `tcp` any local user can read every kernel's output on IOPub "
         "(ZeroMQ PUB has no authentication); said at every start"),
-    OPT_UINT("pool", pool, 0, 64, 0, 0, NULL, "warm sessions the daemon keeps ready (a count)"),
+    OPT_UINT("pool", pool, 0, 128, 0, 0, NULL, "warm sessions the daemon keeps ready (a count)"),
     OPT_SECS("idle_timeout", idle_timeout, 0, DAY * 365, 3600, 0, "never", "seconds",
              "seconds before an idle kernel is stopped"),
     OPT_AUTO("max_kernels", max_kernels, 1, 4096, KMCFG_MAX_KERNELS_CAP, "from the fd limit",

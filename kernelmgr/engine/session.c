@@ -266,9 +266,36 @@ static int opts_default(const km_manager *m, const km_session_opts *o)
             (o->ipython < 0 || o->ipython == m->cfg.ipython) && !json_object_size(o->env));
 }
 
-/* Creates (or reopens a kept) session. Caller holds m->lock. */
+/* What creating a session made, to take back when its first save fails. */
+typedef struct create_undo {
+    int made_dir, made_ws, made_link, pooled;
+} create_undo;
+
+static void create_undo_run(km_manager *m, session *s, const create_undo *u)
+{
+    if (u->made_link) {
+        char link[PATH_MAX];
+        snprintf(link, sizeof link, "%.4000s/workspace", s->dir);
+        unlink(link);
+    }
+    if (u->made_ws)
+        rmdir(s->workspace);
+    if (u->made_dir)
+        session_rmtree(s->dir);
+    if (u->pooled) {
+        slots_stop_all(m, s); /* its kernels and its sandbox's holder */
+        session_rmtree(s->pool_dir);
+    }
+}
+
+/* Creates (or reopens a kept) session. Caller holds m->lock. A new session
+ * is listed with its lock held and *undo filled (*pending 1): the caller
+ * saves it after releasing m->lock (create_finish), so that the fsyncs of
+ * its session.json (~15 ms on ext4) do not hold every other session's
+ * creation; when its lock cannot be taken at once (never for a fresh one),
+ * it is saved here (*pending 0). */
 static session *create_locked(km_manager *m, const char *name, const km_session_opts *o,
-                              int *existed, km_err *err)
+                              int *existed, create_undo *undo, int *pending, km_err *err)
 {
     char why[PATH_MAX + 600];
     session *s = session_load(m, name, why, sizeof why);
@@ -411,8 +438,11 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
             }
         }
     }
-    /* a session that cannot be saved would vanish with its manager: refuse it */
-    if (session_save_err(m, s, save_err, sizeof save_err)) {
+    *undo = (create_undo){made_dir, made_ws, made_link, pooled != NULL};
+    if (pthread_mutex_trylock(&s->lock) == 0) {
+        *pending = 1;
+    } else if (session_save_err(m, s, save_err, sizeof save_err)) {
+        /* a session that cannot be saved would vanish with its manager: refuse it */
         km_errf(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err);
         goto fail;
     }
@@ -420,22 +450,39 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     m->list = s;
     return s;
 fail:
-    if (made_link) {
-        char link[PATH_MAX];
-        snprintf(link, sizeof link, "%.4000s/workspace", s->dir);
-        unlink(link);
-    }
-    if (made_ws)
-        rmdir(s->workspace);
-    if (made_dir)
-        session_rmtree(s->dir);
-    if (pooled) {
-        for (int l = 0; l < m->cfg.langs.n; l++)
-            slot_stop(m, &s->k[l]);
-        session_rmtree(s->pool_dir);
-    }
+    *undo = (create_undo){made_dir, made_ws, made_link, pooled != NULL};
+    create_undo_run(m, s, undo);
     session_free(s);
     return NULL;
+}
+
+/* The save create_locked left to the caller (s listed, its lock and a
+ * reference held, m->lock not): 0 and s unlocked; or -1 with err, s taken
+ * back as a close would (gone, unlisted, what its creation made removed;
+ * whoever found it meanwhile gets that error) and the
+ * reference dropped. */
+static int create_finish(km_manager *m, session *s, const create_undo *undo, km_err *err)
+{
+    char why[PATH_MAX + 200];
+    if (session_save_err(m, s, why, sizeof why) == 0) {
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+    }
+    /* a session that cannot be saved would vanish with its manager: refuse it */
+    km_errf(err, KM_EINTERNAL, "cannot create session \"%s\": %s", s->name, why);
+    snprintf(s->gone_why, sizeof s->gone_why, "%s", err->msg);
+    pthread_mutex_lock(&m->lock); /* lock order: the session's, then m->lock */
+    s->gone = 1;
+    for (session **pp = &m->list; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    pthread_mutex_unlock(&m->lock);
+    create_undo_run(m, s, undo);
+    pthread_mutex_unlock(&s->lock);
+    session_put(m, s);
+    return -1;
 }
 
 /* ---------------------------------------------------------------- code_exec */
@@ -750,12 +797,16 @@ static session *session_acquire(km_manager *m, const char *name, const km_sessio
 {
     pthread_mutex_lock(&m->lock);
     *existed = 1;
+    create_undo undo = {0};
+    int pending = 0;
     session *s = find_locked(m, name);
     if (!s)
-        s = create_locked(m, name, o, existed, err);
+        s = create_locked(m, name, o, existed, &undo, &pending, err);
     if (s)
         s->refs++;
     pthread_mutex_unlock(&m->lock);
+    if (s && pending && create_finish(m, s, &undo, err))
+        return NULL;
     return s;
 }
 
@@ -849,7 +900,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         json_t *bwaited = i == 0 && waited ? json_deep_copy(waited) : NULL;
         if (s->gone) {
             r = result_new(name, lname);
-            result_set_failure(r, RESULT_ERROR, "SessionClosed", "the session was closed");
+            result_set_failure(r, RESULT_ERROR, "SessionClosed",
+                               s->gone_why[0] ? s->gone_why : "the session was closed");
         } else if (!m->cfg.allow[b->lang]) {
             r = result_new(name, lname);
             char msg[256];

@@ -101,7 +101,10 @@ typedef struct session {
     atomic_int busy;
     atomic_int interrupt_flag;
     int refs;
-    int gone;      /* closed: no new work */
+    int gone; /* closed: no new work */
+    /* why it is gone when not by a close (its creation failed), for the
+     * requests that found it meanwhile; "" = closed */
+    char gone_why[PATH_MAX + 300];
     int from_pool; /* its kernels were pre-started by the warm pool */
     /* the session's one sandbox (ksbx.c): its holder, NULL while there is
      * none, and the holder's socket (stable for the session's life, so

@@ -9,6 +9,7 @@
 #include "kernelmgr/frontends/gwdaemon.h"
 #include "common/cm_text.h"
 #include "kernelmgr/engine/codeblocks.h"
+#include "kernelmgr/engine/config.h"
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/service/dtier.h"
 #include "kernelmgr/frontends/doctor.h"
@@ -2219,10 +2220,11 @@ static int opt_sandbox(cli *c, const cli_opt *o, const char *arg)
 
 static int opt_pool(cli *c, const cli_opt *o, const char *arg)
 {
+    const kmcfg_opt *row = kmcfg_opt_find("pool"); /* the range is the config key's */
     char *end;
     long v = strtol(arg, &end, 10);
-    if (*end || end == arg || v < 0 || v > 64)
-        return usage_error("--pool must be an integer 0..64");
+    if (*end || end == arg || v < (long)row->min || v > (long)row->max)
+        return usage_error("--pool must be an integer %.0f..%.0f", row->min, row->max);
     *CLI_FIELD(int, c, o) = (int)v;
     return 0;
 }

@@ -1535,6 +1535,55 @@ def daemon_rss_kb(pid):
     return 0
 
 
+def burst_sessions(num, d, n, langs, pool):
+    """n clients at once, each an exec of a trivial cell in a new session of
+    daemon d (whose warm pool holds `pool` sessions): its rows and DATA."""
+
+    def create(i):
+        lang = langs[i % len(langs)]
+        code = "x = 1" if lang == "python" else "x=1"
+        c = DaemonConn(d.sock)
+        try:
+            t0 = time.perf_counter()
+            r = c.call(rpc("exec", {"session": f"l{i}", "code": code, "lang": lang,
+                        "timeout": 600}), timeout=600)
+            return time.perf_counter() - t0, exec_ok(r)
+        finally:
+            c.close()
+
+    busy0, self0, mgr0 = machine_busy_s(), time.process_time(), proc_cpu_s(d.proc.pid)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=n) as ex:
+        made = list(ex.map(create, range(n)))
+    wall = time.perf_counter() - t0
+    # CPU of the burst: the whole machine's busy time, less this client's
+    # own; the daemon's part from its /proc stat; the rest is the kernels'
+    # process trees (servers, sandboxes, workers) and the kernel's work.
+    busy = machine_busy_s() - busy0
+    client = time.process_time() - self0
+    mgr = proc_cpu_s(d.proc.pid) - mgr0
+    errs = [e for _, e in made if e]
+    st = stats(ms_list([t for t, _ in made]))
+    cpu = {"machine_busy_s": busy, "bench_client_s": client, "daemon_s": mgr,
+           "kernels_and_rest_s": busy - client - mgr, "cpus": os.cpu_count()}
+    DATA["load_sessions_pool" if pool else "load_sessions"] = {
+        "sessions": n, "pool": pool, "languages": langs, "first_result_ms": st, "wall_s": wall,
+        "failed": len(errs), "errors": errs[:5], "cpu": cpu,
+        "measures": "n clients at once, each an exec of a trivial cell in a new session: "
+                    "request sent -> result received"}
+    how = f"--pool {pool}, full" if pool else "no pool, default cap"
+    row(num, f"{n} sessions created at once ({'+'.join(langs)}, {how}): "
+        f"exec request of a new session -> its result",
+        f"p50 {st['median'] / 1000:.2f} s, p99 {st['p99'] / 1000:.2f} s, "
+        f"{n - len(errs)}/{n} ok, wall {wall:.2f} s", "", "", "all ok, p99 <= 1 s",
+        verdict(not errs and st["p99"] <= 1000))
+    row(num, f"CPU per new session during that burst ({how}; user+sys, {os.cpu_count()} "
+        f"CPUs)",
+        f"{(busy - client) / n * 1000:.0f} ms: daemon {mgr / n * 1000:.1f} ms, kernels' "
+        f"trees and the OS {(busy - client - mgr) / n * 1000:.0f} ms "
+        f"(machine busy {busy:.2f} s, this client {client:.2f} s)", "", "", "(info)")
+
+
 def machine_busy_s():
     """Seconds of CPU time the whole machine spent busy (all CPUs, /proc/stat:
     everything but idle and iowait)."""
@@ -1558,58 +1607,22 @@ def bench_load(num):
         raise Skip("build/kernelmgr not built")
     langs = daemon_langs()
     # 100 sessions created at once with the defaults that matter: the
-    # derived max_kernels and the interpreter detected (not configured)
+    # derived max_kernels and the interpreter detected (not configured);
+    # then the same burst on a daemon whose warm pool holds 100 sessions
+    n = 100
     cfg = daemon_config()
     for k in ("max_kernels", "python"):
         cfg.pop(k, None)
-    d = Daemon(cfg)
-    try:
-        n = 100
-
-        def create(i):
-            lang = langs[i % len(langs)]
-            code = "x = 1" if lang == "python" else "x=1"
-            c = DaemonConn(d.sock)
-            try:
-                t0 = time.perf_counter()
-                r = c.call(rpc("exec", {"session": f"l{i}", "code": code, "lang": lang,
-                            "timeout": 600}), timeout=600)
-                return time.perf_counter() - t0, exec_ok(r)
-            finally:
-                c.close()
-
-        busy0, self0, mgr0 = machine_busy_s(), time.process_time(), proc_cpu_s(d.proc.pid)
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=n) as ex:
-            made = list(ex.map(create, range(n)))
-        wall = time.perf_counter() - t0
-        # CPU of the burst: the whole machine's busy time, less this client's
-        # own; the daemon's part from its /proc stat; the rest is the kernels'
-        # process trees (servers, sandboxes, workers) and the kernel's work.
-        busy = machine_busy_s() - busy0
-        client = time.process_time() - self0
-        mgr = proc_cpu_s(d.proc.pid) - mgr0
-        errs = [e for _, e in made if e]
-        st = stats(ms_list([t for t, _ in made]))
-        cpu = {"machine_busy_s": busy, "bench_client_s": client, "daemon_s": mgr,
-               "kernels_and_rest_s": busy - client - mgr, "cpus": os.cpu_count()}
-        DATA["load_sessions"] = {"sessions": n, "languages": langs, "first_result_ms": st,
-                                 "wall_s": wall, "failed": len(errs), "errors": errs[:5],
-                                 "cpu": cpu,
-                                 "measures": "n clients at once, each an exec of a trivial "
-                                             "cell in a new session (new kernel): request "
-                                             "sent -> result received"}
-        row(num, f"{n} sessions created at once ({'+'.join(langs)}, default cap): "
-            f"exec request of a new session -> its result",
-            f"p50 {st['median'] / 1000:.2f} s, p99 {st['p99'] / 1000:.2f} s, "
-            f"{n - len(errs)}/{n} ok, wall {wall:.2f} s", "", "", "all ok, p99 <= 1 s",
-            verdict(not errs and st["p99"] <= 1000))
-        row(num, f"CPU per new session during that burst (user+sys, {os.cpu_count()} CPUs)",
-            f"{(busy - client) / n * 1000:.0f} ms: daemon {mgr / n * 1000:.1f} ms, kernels' "
-            f"trees and the OS {(busy - client - mgr) / n * 1000:.0f} ms "
-            f"(machine busy {busy:.2f} s, this client {client:.2f} s)", "", "", "(info)")
-    finally:
-        d.close()
+    for pool in (0, n):
+        # a full pool holds a Python and a Bash kernel per entry: room for them
+        d = Daemon(dict(cfg, max_kernels=4 * n) if pool else cfg,
+                   ["--pool", str(pool)] if pool else [])
+        try:
+            if pool:
+                wait_pool(d, pool, timeout=900)
+            burst_sessions(num, d, n, langs, pool)
+        finally:
+            d.close()
     if not binary("kernel-bash"):
         raise Skip("build/kernel-bash not built")
     d = Daemon(daemon_config())

@@ -62,7 +62,7 @@ def test_every_option_is_named_in_help_and_docs(tmp_path):
     (["--memory", "1K"], "--memory must be a size of at least 16M"),
     (["--network", "maybe"], "--network must be"),
     (["--sandbox", "loose"], "--sandbox must be strict or none"),
-    (["--pool", "65"], "--pool must be an integer 0..64"),
+    (["--pool", "129"], "--pool must be an integer 0..128"),
     (["--python", "python3"], "--python must be an absolute path"),
     (["--tls-cert", "cert.pem"], "--tls-cert must be an absolute path"),
     (["--env", "=x"], "--env"),

@@ -113,6 +113,44 @@ def test_warm_pool_serves_first_execution_and_refills(make_mgr):
     assert sessions(mgr)["w3"]["from_pool"] is False
 
 
+@needs_kernels
+def test_pool_entry_whose_session_cannot_be_saved_is_taken_back(make_mgr):
+    """A session is listed before its session.json is written (the fsyncs run
+    outside the manager's lock); when that write fails, the session is taken
+    back as a close would: every concurrent request for the name gets an
+    error (none hangs, none runs a cell), the pool entry's kernels stop, its
+    directory goes, and the name works once the obstacle is gone."""
+    mgr = make_mgr()
+    start_daemon(mgr, "--pool", "1")
+    pool = poll(lambda: ask(mgr, "ping")["pool"], lambda p: p["ready"] == 1)
+    (entry,) = pool["entries"]
+    before = {p.name for p in (mgr.home / "pool").iterdir()}
+    (mgr.home / "sessions" / "qp" / "session.json").mkdir(parents=True)
+
+    def attempt(i):
+        return mgr.run("exec", "--session", "qp", "-c", f"print({i})", timeout=120)
+
+    with ThreadPoolExecutor(max_workers=6) as ex:
+        runs = list(ex.map(attempt, range(6)))
+    # the creator: the daemon's error (exit 6); those that found the session
+    # meanwhile: a block error naming the same reason (exit 1); no cell ran
+    for i, p in enumerate(runs):
+        assert f"{i}\n" not in p.stdout, (p.stdout, p.stderr)
+        if p.returncode == 6:
+            assert 'cannot create session "qp"' in p.stderr, p.stderr
+        else:
+            assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+            assert 'cannot create session "qp"' in p.stdout, p.stdout
+    assert any(p.returncode == 6 for p in runs)
+    assert "qp" not in sessions(mgr)
+    for pid in (entry["python"], entry["bash"]):
+        poll(lambda: Path(f"/proc/{pid}").exists(), lambda alive: not alive)
+    assert not before & {p.name for p in (mgr.home / "pool").iterdir()}
+    (mgr.home / "sessions" / "qp" / "session.json").rmdir()
+    rc, res, p = mgr.exec("qp", "print('made')")
+    assert rc == 0 and res[0]["stdout"] == "made\n", p.stderr
+
+
 # ------------------------------------------------------------------ idle culling
 
 @needs_kernels
