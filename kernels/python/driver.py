@@ -1534,8 +1534,9 @@ def _user_tb_exception(etype, value, tb):
             if f.filename in _CELL_NAMES:
                 f.line  # its source line, read under the file's name
                 f.filename = _CELL_NAMES[f.filename]
-        if getattr(t, "filename", None) in _CELL_NAMES:  # a SyntaxError
-            t.filename = _CELL_NAMES[t.filename]
+        shown = getattr(t, "filename", None)  # a SyntaxError's
+        if isinstance(shown, str) and shown in _CELL_NAMES:
+            t.filename = _CELL_NAMES[shown]
         if _DBG.mod is not None:  # an interrupt raised inside debugpy's trace function
             kept = []
             for f in t.stack:
@@ -1568,8 +1569,8 @@ def _report_error(etype, value, tb):
         chunks = ["%s: %s" % (etype.__name__, value)]
     traceback_lines = [c[:-1] if c.endswith("\n") else c for c in chunks]
     try:
-        shown = _CELL_NAMES.get(getattr(value, "filename", None)) if isinstance(
-            value, SyntaxError) else None
+        shown = getattr(value, "filename", None) if isinstance(value, SyntaxError) else None
+        shown = _CELL_NAMES.get(shown) if isinstance(shown, str) else None
         if shown is not None:  # "invalid syntax (<cell-N>, line L)", not the file's hash
             value.filename, shown = shown, value.filename
             try:
