@@ -173,8 +173,6 @@ class _State:
     silent = False
     store_history = True
     count = 0
-    cell_serial = 0
-    used_names = set()
 
 
 _S = _State()
@@ -1434,8 +1432,7 @@ def _get_ipython():
             caller = sys._getframe(1).f_code.co_filename
         except (AttributeError, ValueError):
             caller = ""
-        if not caller.startswith("<cell-") and not (
-                _DBG.mod is not None and _DBG.mod.is_cell_file(caller)):
+        if caller not in _CELL_NAMES:
             return _ShellProbe()
     try:
         return _shell_get("get_ipython()")
@@ -1673,6 +1670,13 @@ def _user_tb_exception(etype, value, tb):
             continue
         seen.add(id(t))
         t.stack[:] = [f for f in t.stack if f.filename != _DRIVER_FILE]
+        for f in t.stack:
+            if f.filename in _CELL_NAMES:
+                f.line  # its source line, read under the file's name
+                f.filename = _CELL_NAMES[f.filename]
+        shown = getattr(t, "filename", None)  # a SyntaxError's
+        if isinstance(shown, str) and shown in _CELL_NAMES:
+            t.filename = _CELL_NAMES[shown]
         if _DBG.mod is not None:  # an interrupt raised inside debugpy's trace function
             kept = []
             for f in t.stack:
@@ -1705,7 +1709,16 @@ def _report_error(etype, value, tb):
         chunks = ["%s: %s" % (etype.__name__, value)]
     traceback_lines = [c[:-1] if c.endswith("\n") else c for c in chunks]
     try:
-        evalue = str(value)
+        shown = getattr(value, "filename", None) if isinstance(value, SyntaxError) else None
+        shown = _CELL_NAMES.get(shown) if isinstance(shown, str) else None
+        if shown is not None:  # "invalid syntax (<cell-N>, line L)", not the file's hash
+            value.filename, shown = shown, value.filename
+            try:
+                evalue = str(value)
+            finally:
+                value.filename = shown
+        else:
+            evalue = str(value)
     except Exception:
         evalue = "<str() failed>"
     _emit(
@@ -1723,16 +1736,58 @@ def _report_error(etype, value, tb):
 _ns = None
 
 
+_CELL_HASH_SEED = 0xC70F6907  # debugInfo's hashSeed (kdebug answers with it)
+_CELL_DIR = []  # [the cell directory], fixed at the first cell
+_CELL_NAMES = {}  # cell file -> "<cell-N>" of the last cell of that code: what tracebacks show
+
+
+def _murmur2(data, seed):
+    """MurmurHash2 (32-bit, x86) of the UTF-8 bytes of data, as JupyterLab
+    and ipykernel compute a cell's file name."""
+    m = 0x5BD1E995
+    b = data.encode("utf-8", "surrogatepass")
+    n = len(b)
+    h = (seed ^ n) & 0xFFFFFFFF
+    r = n & ~3
+    if sys.byteorder == "little":
+        words = memoryview(b)[:r].cast("I")
+    else:
+        words = [int.from_bytes(b[i:i + 4], "little") for i in range(0, r, 4)]
+    for k in words:
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        h = ((h * m) & 0xFFFFFFFF) ^ ((k * m) & 0xFFFFFFFF)
+    if n & 3:
+        h ^= int.from_bytes(b[r:], "little")
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    return h ^ (h >> 15)
+
+
+def _cell_dir():
+    """debugInfo's tmpFilePrefix without its trailing separator."""
+    if not _CELL_DIR:
+        _CELL_DIR.append(os.path.join(os.environ.get("TMPDIR") or "/tmp",
+                                      "kernelmgr-cells-%d" % os.getuid()))
+    return _CELL_DIR[0]
+
+
+def _cell_path(code):
+    return "%s%s%d.py" % (_cell_dir(), os.sep, _murmur2(code, _CELL_HASH_SEED))
+
+
 def _cell_filename(count, code):
+    """The file a cell compiles under: the name a debugger frontend computes
+    for its code (Murmur2, as ipykernel names every cell), from the first
+    cell on, so that a breakpoint set later in a function this cell defined
+    binds. Tracebacks show it as <cell-N> (_user_tb_exception)."""
     if _DBG.mod is not None:
-        # a debugger was initialized: the name its frontend computes
-        return _DBG.mod.cell_file(code)
-    name = "<cell-%d>" % count
-    if name in _S.used_names:
-        _S.cell_serial += 1
-        name = "<cell-%d.%d>" % (count, _S.cell_serial)
-    _S.used_names.add(name)
-    return name
+        path = _DBG.mod.cell_file(code)  # also remembered for `source`
+    else:
+        path = _cell_path(code)
+    _CELL_NAMES[path] = "<cell-%d>" % count
+    return path
 
 
 def _register_source(filename, code):
@@ -2503,7 +2558,7 @@ def _debug_reader():
         spec = importlib.util.spec_from_file_location("__kernelmgr_kdebug__", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        mod.CELL_DIR = mod.cell_dir()
+        mod._drv, mod.CELL_DIR, mod.HASH_SEED = _SELF, _cell_dir(), _CELL_HASH_SEED
         _DBG.mod = mod
         mod.serve(_SELF, _DBG_REQ_FD, _DBG_EVT_FD, first)
     except BaseException as e:

@@ -17,8 +17,11 @@ modules, copyToGlobals, configurationDone; stackTrace and variables are
 filtered so that no frame or name of the kernel's own shows.
 
 Cells are compiled under the file name the frontend computes (Murmur2 of
-the code with HASH_SEED, CELL_DIR as prefix, ".py"): every cell run once a
-debugger was initialized, dumped or not (cell_file, called by the driver).
+the code with HASH_SEED, CELL_DIR as prefix, ".py"): every cell, from the
+first one on, dumped or not, and whether or not a debugger was initialized
+then (the driver's _cell_filename; cell_file once this module is loaded).
+`source` answers for a cell run before the debugger from linecache, where
+the driver registers every cell's code.
 """
 
 import json
@@ -28,7 +31,7 @@ import sys
 import threading
 import _thread
 
-HASH_SEED = 0xC70F6907
+HASH_SEED = None  # the driver's _CELL_HASH_SEED (set by serve)
 _drv = None  # the driver module (set by serve)
 _dbg = None  # the one Debugger
 _rich = {}  # token -> (data, metadata) of richInspectVariables while stopped
@@ -36,47 +39,13 @@ _MAX_CELLS = 10000  # cell sources remembered for `source`
 _ADAPTER_TIMEOUT = 60.0  # seconds a forwarded request may take
 
 
-def murmur2_x86(data, seed):
-    """MurmurHash2 (32-bit, x86) of the UTF-8 bytes of data, as JupyterLab
-    and ipykernel compute a cell's file name."""
-    m = 0x5BD1E995
-    b = data.encode("utf-8", "surrogatepass")
-    length = len(b)
-    h = (seed ^ length) & 0xFFFFFFFF
-    rounded = length & ~3
-    for i in range(0, rounded, 4):
-        k = b[i] | (b[i + 1] << 8) | (b[i + 2] << 16) | (b[i + 3] << 24)
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    rest = length & 3
-    if rest:
-        k = 0
-        if rest == 3:
-            k = b[rounded + 2] << 16
-        if rest >= 2:
-            k |= b[rounded + 1] << 8
-        k |= b[rounded]
-        h ^= k
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h
-
-
-def cell_dir():
-    return os.path.join(os.environ.get("TMPDIR") or "/tmp", "kernelmgr-cells-%d" % os.getuid())
-
-
-CELL_DIR = None
+CELL_DIR = None  # the driver's _cell_dir() (set by serve)
 
 
 def cell_file(code):
-    """The file name a cell of this code compiles under (and is remembered
-    for `source`)."""
-    path = "%s%s%d.py" % (CELL_DIR, os.sep, murmur2_x86(code, HASH_SEED))
+    """The file name a cell of this code compiles under (the driver's
+    _cell_path), remembered for `source`."""
+    path = _drv._cell_path(code)
     d = _dbg
     if d is not None:
         d.remember(path, code)
@@ -491,26 +460,38 @@ class Debugger:
         path = cell_file(code)
         self.remember(path, code)
         try:
-            os.makedirs(CELL_DIR, mode=0o700, exist_ok=True)
-            tmp = "%s.%d.tmp" % (path, os.getpid())
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(code)
-            os.replace(tmp, path)
+            self.write_cell(path, code)
         except OSError as e:
             return _response(request, False, message="dumpCell: %s" % e)
         return _response(request, body={"sourcePath": path})
 
+    @staticmethod
+    def write_cell(path, code):
+        os.makedirs(CELL_DIR, mode=0o700, exist_ok=True)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(code)
+        os.replace(tmp, path)
+
+    def cell_code(self, path):
+        """The code of a cell this kernel ran, by its file name, or None."""
+        if path in self.cells:
+            return self.cells[path]
+        if is_cell_file(path) and path in _drv._CELL_NAMES:
+            # a cell run before the debugger: the driver put it in linecache
+            import linecache
+
+            lines = linecache.getlines(path)
+            if lines:
+                return "".join(lines)
+        return None
+
     def req_source(self, request):
         args = request.get("arguments") or {}
         path = (args.get("source") or {}).get("path")
-        if path in self.cells:
-            return _response(request, body={"content": self.cells[path]})
-        if is_cell_file(path):  # a cell run before the debugger (IPython path: linecache)
-            import linecache
-
-            entry = linecache.cache.get(path)
-            if entry and isinstance(entry[2], list):
-                return _response(request, body={"content": "".join(entry[2])})
+        code = self.cell_code(path)
+        if code is not None:
+            return _response(request, body={"content": code})
         if isinstance(path, str) and os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8", errors="replace") as f:
@@ -528,6 +509,13 @@ class Debugger:
         path = (args.get("source") or {}).get("path")
         if isinstance(path, str):
             self.breakpoints[path] = args.get("breakpoints", [])
+            code = self.cell_code(path) if not os.path.exists(path) else None
+            if code is not None:
+                # a cell never dumped: debugpy binds breakpoints in files only
+                try:
+                    self.write_cell(path, code)
+                except OSError as e:
+                    self.log("setBreakpoints: writing %s: %s" % (path, e))
         return self.forward(request)
 
     def req_stackTrace(self, request):
@@ -641,10 +629,10 @@ def _fix_main_thread(main_tid):
 
 def serve(driver, req_fd, evt_fd, pending=b""):
     """The debug thread's loop: one request at a time, answered in order."""
-    global _drv, _dbg, CELL_DIR
+    global _drv, _dbg, CELL_DIR, HASH_SEED
     _drv = driver
     _fix_main_thread(driver._S.main_tid)
-    CELL_DIR = cell_dir()
+    CELL_DIR, HASH_SEED = driver._cell_dir(), driver._CELL_HASH_SEED
     me = threading.current_thread()
     me.pydev_do_not_trace = True
     me.is_pydev_daemon_thread = True

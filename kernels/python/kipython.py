@@ -33,50 +33,19 @@ request pipe or writes the event pipe except through it.
 import os
 import sys
 
-HASH_SEED = 0xC70F6907  # ipykernel's get_tmp_hash_seed(), the frontend's hashSeed
-
 _EXIT_WARNING = r"To exit: use 'exit', 'quit', or Ctrl-D\."
 _drv = None  # the driver module
 _shell = None  # the one KShell
 
 
-def murmur2_x86(data, seed):
-    """MurmurHash2 (32-bit, x86) of the UTF-8 bytes of data, as JupyterLab
-    and ipykernel compute a cell's file name."""
-    m = 0x5BD1E995
-    b = data.encode("utf-8", "surrogatepass")
-    length = len(b)
-    h = (seed ^ length) & 0xFFFFFFFF
-    rounded = length & ~3
-    for i in range(0, rounded, 4):
-        k = b[i] | (b[i + 1] << 8) | (b[i + 2] << 16) | (b[i + 3] << 24)
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    rest = length & 3
-    if rest:
-        k = 0
-        if rest == 3:
-            k = b[rounded + 2] << 16
-        if rest >= 2:
-            k |= b[rounded + 1] << 8
-        k |= b[rounded]
-        h ^= k
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h
-
-
-def cell_dir():
-    """The debugger's tmpFilePrefix without its separator (kdebug.py)."""
-    return os.path.join(os.environ.get("TMPDIR") or "/tmp", "kernelmgr-cells-%d" % os.getuid())
-
-
-def cell_file(code):
-    return "%s%s%d.py" % (cell_dir(), os.sep, murmur2_x86(code, HASH_SEED))
+def cell_file(code, number):
+    """The file a cell compiles under: the driver's name for it (the one a
+    Jupyter debugger computes, Murmur2 of the raw cell), noted as cell
+    `number` so that kdebug serves its `source` before a debugger attached."""
+    d = _drv._DBG.mod
+    path = d.cell_file(code) if d is not None else _drv._cell_path(code)
+    _drv._CELL_NAMES[path] = "<cell-%s>" % number
+    return path
 
 
 def _encode(data):
@@ -111,7 +80,7 @@ def _classes():
         Jupyter debugger computes from its raw code."""
 
         def get_code_name(self, raw_code, code, number):
-            return cell_file(raw_code)
+            return cell_file(raw_code, number)
 
     class KHistory(HistoryManager):
         """IPython's history in memory only: no database, no saving thread,

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from test_debugger import murmur2  # the frontend's hash, independent of the driver's
+
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "kernels" / "python" / "driver.py"
 PYTHON = os.environ.get("KM_TEST_DRIVER_PYTHON", "/usr/bin/python3")
@@ -185,6 +187,22 @@ def test_error_traceback_user_frames_only(drv):
         assert "return 1 / a" in tb
         assert "\x1b[" not in tb
     assert evs[-1] == {"type": "done", "status": "error", "exit_code": 1}
+
+
+def test_cells_compile_under_the_debugger_file_name_tracebacks_say_cell_n(drv):
+    # no debugger: still the name a debugger frontend computes (Murmur2 of
+    # the code), and the traceback shows each frame's own cell
+    code = "def f(a):\n    return 1 / a\n"
+    evs = drv.execute(code, count=2)
+    assert evs[-1]["status"] == "ok", evs
+    evs = drv.execute("print(f.__code__.co_filename)", count=3)
+    name = drv.out["stdout"].decode().strip()
+    assert re.fullmatch(r"/\S*/kernelmgr-cells-\d+/\d+\.py", name), name
+    assert name.endswith("/%d.py" % murmur2(code, 0xC70F6907)), name
+    evs = drv.execute("x = 1\nf(0)", count=4)
+    tb = "\n".join(evs[0]["traceback"])
+    assert '"<cell-4>", line 2' in tb and '"<cell-2>", line 2, in f' in tb, tb
+    assert "return 1 / a" in tb and "kernelmgr-cells" not in tb, tb
 
 
 def test_syntax_error_points_at_line(drv):

@@ -19,7 +19,8 @@ What is normalised, and why (everything else must be identical):
   * the notebook's working directory -> `<WS>` (a fresh temporary directory
     per run);
   * the name of the cell's code object in warnings and SyntaxError values:
-    ipykernel's `/tmp/ipykernel_PID/HASH.py` and our `<cell-N>` -> `<cell>`
+    ipykernel's `/tmp/ipykernel_PID/HASH.py`, our `/tmp/kernelmgr-cells-UID/HASH.py`
+    (warnings) and `<cell-N>` (SyntaxError values) -> `<cell>`
     (issue 15 item 6 lets the kernel keep its own, better name);
   * "\\r\\n" (and "\\r\\r\\n") -> "\\n" in streams: ipykernel runs `!cmd` on a
     pty, which turns every "\\n" of the command's output into "\\r\\n"; a
@@ -206,8 +207,8 @@ def run_notebook(path, kernel_name, specs):
 
 _ADDR = re.compile(r"0x[0-9a-fA-F]{4,}")
 _CRLF = re.compile(r"\r+\n")
-_CELLNAME = re.compile(r"/tmp/ipykernel_\d+/\d+\.py|/\S*?/kernelmgr-cells-\d+/\d+\.py|<cell-\d+>"
-                       r"|\b\d{6,}\.py\b")
+_CELLNAME = re.compile(r"/tmp/ipykernel_\d+/\d+\.py|[^\s'\"(]*/kernelmgr-cells-\d+/\d+\.py"
+                       r"|<cell-\d+>|\b\d{6,}\.py\b")
 _UNIT = r"[\d.]+ ?(?:ns|µs|us|ms|s|min|h)"
 _TIMES = [
     (re.compile(r"^CPU times: .*$", re.M), "CPU times: <T>"),
