@@ -70,33 +70,32 @@ class IPyKernel(kutil.Kernel):
             raise
 
 
-@pytest.fixture(params=["kernelmgr", "ipykernel"])
-def kernel(request, kernel_factory, tmp_path):
-    if request.param == "ipykernel":
+def kernel_of(param, kernel_factory, tmp_path):
+    """The kernel a fixture's param names (a generator for the fixture):
+    ours on the stdlib path, ours with the `ipython` option on (every cell
+    through IPython's shell, compiled as ipykernel's XCachingCompiler does),
+    or ipykernel from Debian."""
+    if param == "ipykernel":
         if not HAVE_IPYKERNEL:
             pytest.skip("python3-ipykernel is not installed")
         k = IPyKernel(tmp_path / "ipk")
         yield k
         k.close()
+    elif param == "kernelmgr-ipython":
+        yield kernel_factory("python", args=[*PY_ARGS, "--ipython", "on"])
     else:
         yield kernel_factory("python", args=PY_ARGS)
+
+
+@pytest.fixture(params=["kernelmgr", "ipykernel"])
+def kernel(request, kernel_factory, tmp_path):
+    yield from kernel_of(request.param, kernel_factory, tmp_path)
 
 
 @pytest.fixture(params=["kernelmgr", "kernelmgr-ipython", "ipykernel"])
 def kernel_both(request, kernel_factory, tmp_path):
-    """Ours on both paths (the stdlib one, and with the `ipython` option on:
-    every cell through IPython's shell, compiled as ipykernel's
-    XCachingCompiler does), and ipykernel."""
-    if request.param == "ipykernel":
-        if not HAVE_IPYKERNEL:
-            pytest.skip("python3-ipykernel is not installed")
-        k = IPyKernel(tmp_path / "ipk")
-        yield k
-        k.close()
-    elif request.param == "kernelmgr-ipython":
-        yield kernel_factory("python", args=[*PY_ARGS, "--ipython", "on"])
-    else:
-        yield kernel_factory("python", args=PY_ARGS)
+    """Ours on both paths, and ipykernel."""
+    yield from kernel_of(request.param, kernel_factory, tmp_path)
 
 
 class Dap:
