@@ -519,7 +519,7 @@ static void exec_on_iopub(exec_state *x, const char *type, const json_t *c, doub
  * long (a kernel that never says it started is interrupted anyway). */
 #define CODEEXEC_INTERRUPT_WAIT_S 2.0
 /* What a read of "everything that has arrived" takes at most: about the
- * depth of the manager's IOPub queue (kclient.c), and a second. */
+ * depth of the manager's IOPub queue (mkclient.c), and a second. */
 #define CODEEXEC_DRAIN_MAX 1024
 #define CODEEXEC_DRAIN_S 1.0
 

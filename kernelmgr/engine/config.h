@@ -32,7 +32,7 @@ typedef struct kmcfg {
     char python[4096];          /* "python": interpreter path, "" = detected */
     char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
     int session_sandbox;        /* "session_sandbox": a strict session's kernels share one
-                                   sandbox (ksbx.c); 0: one sandbox per kernel */
+                                   sandbox (mksbx.c); 0: one sandbox per kernel */
     int zygote;                 /* "zygote": Python kernels of a session sandbox are forked
                                    by the session's zygote (sbx_zygote.c); 0: cold starts */
     unsigned zygote_forks;      /* "zygote_forks": forks before a zygote is replaced */
@@ -45,7 +45,7 @@ typedef struct kmcfg {
     unsigned max_kernels;       /* "max_kernels": live kernels, a safety cap (default: from
                                    the fd limit, kmcfg_auto_max_kernels) */
     uint64_t memory_budget;     /* "memory_budget": bytes the live kernels may use together,
-                                   measured (kslots.c); 0 = auto (kmem_auto_budget) */
+                                   measured (mkslots.c); 0 = auto (kmem_auto_budget) */
     size_t output_cap;          /* "output_cap": bytes kept per stream (default 64 KiB) */
     unsigned files_max;         /* "files_max": changes reported per execution (100) */
     unsigned files_scan_max;    /* "files_scan_max": entries walked (default 50000) */
@@ -67,7 +67,7 @@ typedef struct kmcfg {
     unsigned import_max_entries;  /* "import_max_entries": entries of one (100000) */
     double snapshot_interval;     /* "snapshot_interval": cell seconds between automatic
                                      snapshots, 0 = off (default) */
-    /* The daemon under load (daemon.c, kslots.c admission) */
+    /* The daemon under load (daemon.c, mkslots.c admission) */
     unsigned daemon_workers;  /* "daemon_workers": request threads, 0 = 2 x cores + 32 */
     unsigned daemon_queue;    /* "daemon_queue": requests waiting for a worker (4096) */
     uint64_t client_buffer;   /* "client_buffer": unsent bytes per connection (8M) */

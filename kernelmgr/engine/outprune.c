@@ -170,7 +170,7 @@ void outputs_prune(km_manager *m, int orphans)
 int owned_by_live_manager(const km_manager *m, const char *name)
 {
     /* a one-shot run-PID-TIME belongs to process PID, started before TIME,
-     * holding its owner lock (klaunch.h): a reused pid is not its owner */
+     * holding its owner lock (mklaunch.h): a reused pid is not its owner */
     unsigned long rpid = 0;
     long long rtime = 0;
     if (sscanf(name, "run-%lu-%lld", &rpid, &rtime) == 2 && rpid > 1 && rpid <= INT_MAX &&

@@ -4,11 +4,11 @@
  *
  *   session.c        the km_* API: manager, session registry, exec, close...
  *   session_store.c  persistence: session.json, history.jsonl, load/resume
- *   kcmd.c           a kernel's command line, environment file, interpreter
- *   kslots.c         kernel slots: start/stop, admission under max_kernels
- *                    and memory_budget, eviction (kevict.h, kmem.h)
+ *   mkcmd.c           a kernel's command line, environment file, interpreter
+ *   mkslots.c         kernel slots: start/stop, admission under max_kernels
+ *                    and memory_budget, eviction (mkevict.h, mkmem.h)
  *   outprune.c       outputs/ pruning and the start-up scan of ended runs
- *   kpool.c          the periodic work: warm pool, culling, idle IOPub
+ *   mkpool.c          the periodic work: warm pool, culling, idle IOPub
  *
  * Not for use outside these files (other code uses km.h and session.h).
  *
@@ -30,9 +30,9 @@
 #define KERNELMGR_SESSION_INT_H
 
 #include "kernelmgr/engine/codeblocks.h"
-#include "kernelmgr/engine/kclient.h"
-#include "kernelmgr/engine/kforeign.h"
-#include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/mkclient.h"
+#include "kernelmgr/engine/mkforeign.h"
+#include "kernelmgr/engine/mklaunch.h"
 #include "kernelmgr/engine/netopt.h"
 #include "kernelmgr/engine/km.h"
 
@@ -51,7 +51,7 @@ typedef struct kslot {
     char pending[512];    /* why the next result must say "restarted, state lost" */
     char start_err[1024]; /* slots_prestart's failure, for the block that needs it */
     double last_used;
-    /* admission's account of this kernel (kslots.c), guarded by m->mem_mu:
+    /* admission's account of this kernel (mkslots.c), guarded by m->mem_mu:
      * on m->charged from its admission until its unit is released; charged
      * KM_ADMIT_HEADROOM until it answered (mem_pid set), then what it was
      * measured to use (mem_bytes, at mem_at; 0: not yet) */
@@ -102,7 +102,7 @@ typedef struct session {
     int refs;
     int gone;      /* closed: no new work */
     int from_pool; /* its kernels were pre-started by the warm pool */
-    /* the session's one sandbox (ksbx.c): its holder, NULL while there is
+    /* the session's one sandbox (mksbx.c): its holder, NULL while there is
      * none, and the holder's socket (stable for the session's life, so
      * that a restarted holder serves kernels that outlived the old one) */
     struct kproc *sbx;
@@ -132,12 +132,12 @@ struct km_manager {
     pthread_mutex_t slot_mu;
     pthread_cond_t slot_cv;
     unsigned long slot_gen;
-    /* admission under memory_budget (kslots.c): the kernels holding a unit
+    /* admission under memory_budget (mkslots.c): the kernels holding a unit
      * of max_kernels (each kslot's mem_* fields) and the host's
      * MemAvailable, guarded by mem_mu, a leaf lock held while measuring */
     pthread_mutex_t mem_mu;
     struct kslot *charged;
-    uint64_t mem_budget; /* cfg.memory_budget, or the auto budget (kmem.h) */
+    uint64_t mem_budget; /* cfg.memory_budget, or the auto budget (mkmem.h) */
     uint64_t mem_used;   /* what the charged kernels were last counted to use */
     uint64_t host_avail; /* MemAvailable at host_at (0: unknown) */
     double host_at;
@@ -217,7 +217,7 @@ void session_save(km_manager *m, session *s);
  * of connection file cf, and removes cf. */
 void kill_stale(int pid, const char *cf);
 
-/* --------------------------------------------------------------- kcmd.c */
+/* --------------------------------------------------------------- mkcmd.c */
 
 /* Checks own (a session's env, or NULL) with the configuration's against
  * kenv.h's rules. 0, or -1 with the reason. */
@@ -240,10 +240,10 @@ const char *kcmd_net_text(const km_manager *m, const session *s);
  * else home/packages/NAME. 0, or -1. */
 int kcmd_pkg_root(const km_manager *m, const session *s, char *root);
 /* new (free()): the interpreter the manager resolved for sessions that
- * chose none (see kcmd.c), or NULL. */
+ * chose none (see mkcmd.c), or NULL. */
 char *kcmd_python_resolved(const char *explicit_py, const char *workspace);
 
-/* --------------------------------------------------------------- ksbx.c */
+/* --------------------------------------------------------------- mksbx.c */
 
 /* One sandbox per session: when the session's kernels share one sandbox
  * (strict, "session_sandbox") and its holder
@@ -256,7 +256,7 @@ const char *ksbx_socket(const session *s);
  * Caller holds s->lock; after the session's kernels stopped. */
 void ksbx_stop(session *s);
 
-/* ------------------------------------------------------------- kslots.c */
+/* ------------------------------------------------------------- mkslots.c */
 
 /* The memory a kernel that has not answered yet is counted as using, and
  * the room admission keeps for a new one: a kernel's start and first

@@ -3,8 +3,8 @@
  */
 #include "kernelmgr/frontends/gwrelay.h"
 #include "common/cm_clock.h"
-#include "kernelmgr/engine/kclient.h"
-#include "kernelmgr/engine/kforeign.h"
+#include "kernelmgr/engine/mkclient.h"
+#include "kernelmgr/engine/mkforeign.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -235,7 +235,7 @@ static void *relay_main(void *arg)
                 break;
             /* the manager follows the cell from the kernel's IOPub into
              * the session's history and names its client there, and in
-             * the `waited` of an exec that waits for it (kforeign.h) */
+             * the `waited` of an exec that waits for it (mkforeign.h) */
             if (in->ch == JP_SHELL && !strcmp(jmsg_type(in->msg), "execute_request"))
                 kforeign_note(jmsg_id(in->msg), "websocket");
             jp_status st = jp_session_send(sess, sock[in->ch], in->msg, 0, &je);

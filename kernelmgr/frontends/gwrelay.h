@@ -21,7 +21,7 @@
  *
  * The relay records nothing itself: the manager's own client of the kernel
  * sees every cell on its IOPub and writes the session's history
- * (kforeign.h); the relay only notes which execute_requests came from a
+ * (mkforeign.h); the relay only notes which execute_requests came from a
  * WebSocket, so the history and `waited` can say so. Nothing the client
  * sends is held back, dropped or reordered for it.
  */

@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/mkclient.h"
 #include "kernels/server/backend.h"
 
 #include "tests/unit/fake_kernel.h"

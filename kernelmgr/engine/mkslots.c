@@ -1,10 +1,10 @@
 /*
- * kslots.c — a session's kernel slots (session_int.h): start (launch, wait
+ * mkslots.c — a session's kernel slots (session_int.h): start (launch, wait
  * until ready), stop, admission under max_kernels and memory_budget, and
  * eviction.
  */
-#include "kernelmgr/engine/kevict.h"
-#include "kernelmgr/engine/kmem.h"
+#include "kernelmgr/engine/mkevict.h"
+#include "kernelmgr/engine/mkmem.h"
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
 #include "kernelmgr/engine/snapshot.h"
@@ -25,7 +25,7 @@
  *     run and kernels being started, and a start takes its unit with a
  *     compare-and-swap below max_kernels before it launches anything, so
  *     concurrent starts can never exceed it);
- *   - the memory the live kernels use, measured (kmem.h; each kernel read
+ *   - the memory the live kernels use, measured (mkmem.h; each kernel read
  *     again when its figure is older than KM_MEM_MAX_AGE, a kernel that has
  *     not answered yet counted as KM_ADMIT_HEADROOM), plus KM_ADMIT_HEADROOM
  *     for the new one, fits in the memory budget, and the host's
@@ -33,7 +33,7 @@
  *     kernel's charge are one step under m->mem_mu, so concurrent starts
  *     see each other.
  * A start that finds either reached stops the kernels of the session chosen
- * by kevict.h (a warm-pool entry first, then the least recently used
+ * by mkevict.h (a warm-pool entry first, then the least recently used
  * session not running code; never the session that asked); when none may
  * go it waits (polling every KM_ADMIT_POLL_S) up to admission_timeout
  * seconds instead of failing, unless every live kernel is its own session's
@@ -413,7 +413,7 @@ static void evict_session(km_manager *m, session *victim, const session *self, c
             langs, self->name);
 }
 
-/* Makes room for one kernel of self by the rule of kevict.h: a warm-pool
+/* Makes room for one kernel of self by the rule of mkevict.h: a warm-pool
  * entry, else every kernel of the least recently used session that is not
  * running code (never self). why names the limit reached. A session whose
  * lock is held (a close, a file write) is passed over for the next. Caller

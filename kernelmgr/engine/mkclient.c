@@ -1,7 +1,7 @@
 /*
- * kclient.c — the manager's side of the Jupyter wire protocol.
+ * mkclient.c — the manager's side of the Jupyter wire protocol.
  */
-#include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/mkclient.h"
 #include "common/cm_clock.h"
 
 #include <pthread.h>

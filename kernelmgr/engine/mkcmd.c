@@ -1,5 +1,5 @@
 /*
- * kcmd.c — the command line of a session's kernel (session_int.h): its
+ * mkcmd.c — the command line of a session's kernel (session_int.h): its
  * options, its environment file (package variables, the user's env) and the
  * Python interpreter resolved once for sessions that chose none.
  */
@@ -341,7 +341,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     free(env_path);
     if (ro[0])
         rc |= klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, ro);
-    /* the session's one sandbox (ksbx.c), when it has one */
+    /* the session's one sandbox (mksbx.c), when it has one */
     const char *sock = ksbx_socket(s);
     if (sock)
         rc |= klaunch_cmd_add(cmd, "--session-sandbox") | klaunch_cmd_add(cmd, sock);

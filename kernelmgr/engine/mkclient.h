@@ -1,5 +1,5 @@
 /*
- * kclient.h — a ZeroMQ client of one kernel, built on protocol/jp.h.
+ * mkclient.h — a ZeroMQ client of one kernel, built on protocol/jp.h.
  *
  * Sockets: shell, control and stdin as DEALER, iopub as SUB (all topics),
  * hb as REQ. Every message received is verified (signature, replay, sizes)
@@ -8,8 +8,8 @@
  *
  * Not thread-safe: one thread at a time (the session's lock).
  */
-#ifndef KERNELMGR_KCLIENT_H
-#define KERNELMGR_KCLIENT_H
+#ifndef KERNELMGR_MKCLIENT_H
+#define KERNELMGR_MKCLIENT_H
 
 #include "jp.h"
 

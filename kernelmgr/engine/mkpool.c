@@ -1,5 +1,5 @@
 /*
- * kpool.c — the manager's periodic work (km_tick, km.h): the warm pool of
+ * mkpool.c — the manager's periodic work (km_tick, km.h): the warm pool of
  * pre-started kernels, culling of idle kernels, draining idle IOPub.
  */
 #include "kernelmgr/engine/kmhome.h"

@@ -1,4 +1,4 @@
-/* Unit tests of kernelmgr/klaunch.c: waiting for and stopping a kernel
+/* Unit tests of kernelmgr/mklaunch.c: waiting for and stopping a kernel
  * process (klaunch_wait_exit, klaunch_stop_begin, klaunch_stop) with real
  * child processes. Nothing measures time: only outcomes are checked. (Under
  * valgrind, which does not know pidfd_open, the polling fallback runs.) */
@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/mklaunch.h"
 
 /* Whether this process runs under valgrind (its preloaded core is in
  * LD_PRELOAD). */

@@ -1,5 +1,5 @@
 /*
- * klaunch.h — start and stop kernel processes.
+ * mklaunch.h — start and stop kernel processes.
  *
  * A kernel is started from an argv whose "{connection_file}" (and
  * "{resource_dir}") placeholders are substituted, as in a Jupyter kernelspec.
@@ -9,8 +9,8 @@
  * survive fork(), and a kernel holding the manager's sockets would keep them
  * alive after the manager closed them.
  */
-#ifndef KERNELMGR_KLAUNCH_H
-#define KERNELMGR_KLAUNCH_H
+#ifndef KERNELMGR_MKLAUNCH_H
+#define KERNELMGR_MKLAUNCH_H
 
 #include "jp.h"
 

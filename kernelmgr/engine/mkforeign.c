@@ -1,11 +1,11 @@
 /*
- * kforeign.c — other clients' cells on a kernel, into the history (see
- * kforeign.h).
+ * mkforeign.c — other clients' cells on a kernel, into the history (see
+ * mkforeign.h).
  */
-#include "kernelmgr/engine/kforeign.h"
+#include "kernelmgr/engine/mkforeign.h"
 #include "common/cm_clock.h"
 #include "kernelmgr/engine/codeexec.h"
-#include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/mkclient.h"
 #include "kernelmgr/engine/session.h"
 
 #include <limits.h>

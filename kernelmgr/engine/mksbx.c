@@ -1,5 +1,5 @@
 /*
- * ksbx.c — a session's one sandbox: its holder process.
+ * mksbx.c — a session's one sandbox: its holder process.
  *
  * With "session_sandbox", a strict session's kernels do not each make a
  * sandbox: the session has one, owned by a holder (build/kernelmgr-sandbox,

@@ -1,7 +1,7 @@
 /*
- * klaunch.c — kernel processes: connection files, posix_spawn, stop.
+ * mklaunch.c — kernel processes: connection files, posix_spawn, stop.
  */
-#include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/mklaunch.h"
 #include "common/cm_install.h"
 #include "kernelmgr/engine/kmhome.h"
 #include "common/cm_array.h"
