@@ -30,18 +30,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-int km_errf(km_err *e, int code, const char *fmt, ...)
-{
-    if (e) {
-        va_list ap;
-        va_start(ap, fmt);
-        e->code = code;
-        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 int km_name_valid(const char *name)
 {
     if (!name || !*name || name[0] == '.' || strlen(name) > KM_NAME_MAX)
@@ -84,13 +72,14 @@ static void manager_free(km_manager *m)
 km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_err *err)
 {
     if (strlen(home) > KM_HOME_MAX) {
-        km_errf(err, KM_EUSAGE, "the kernelmgr home (KERNELMGR_HOME) is %zu bytes long: at most %d",
-                strlen(home), KM_HOME_MAX);
+        km_err_set(err, KM_EUSAGE,
+                   "the kernelmgr home (KERNELMGR_HOME) is %zu bytes long: at most %d",
+                   strlen(home), KM_HOME_MAX);
         return NULL;
     }
     km_manager *m = calloc(1, sizeof *m);
     if (!m) {
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     m->cfg = *cfg;
@@ -110,13 +99,13 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     char why[1024];
     /* the home is trusted state (kmhome.h): refused unless it is ours alone */
     if (kmhome_prepare(home, 1, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why);
         goto fail;
     }
     if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, why, sizeof why) ||
         klaunch_lifeline_open(m->lifeline, why, sizeof why) ||
         klaunch_owner_hold(m->run_dir, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "%s", why);
+        km_err_set(err, KM_EINTERNAL, "%s", why);
         goto fail;
     }
     m->owner_held = 1;
@@ -278,34 +267,35 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     }
     if (why[0]) {
         /* damaged (or its directory refused): said, never recreated silently */
-        km_errf(err, KM_EINTERNAL, "%s", why);
+        km_err_set(err, KM_EINTERNAL, "%s", why);
         return NULL;
     }
     if (o && o->no_create) {
-        km_errf(err, KM_ENOSESSION,
-                "no session named \"%s\"%s%s%s (create: false: a missing session is never made; "
-                "create it with session.create)",
-                name, m->cfg.node_id[0] ? " on node \"" : "", m->cfg.node_id,
-                m->cfg.node_id[0] ? "\"" : "");
+        km_err_set(err, KM_ENOSESSION,
+                   "no session named \"%s\"%s%s%s (create: false: a missing session is never made; "
+                   "create it with session.create)",
+                   name, m->cfg.node_id[0] ? " on node \"" : "", m->cfg.node_id,
+                   m->cfg.node_id[0] ? "\"" : "");
         return NULL;
     }
     if (atomic_load(&m->draining)) {
-        km_errf(err, KM_EDAEMON,
-                "%s%s%s is draining: it makes no new sessions (session \"%s\" does not exist "
-                "here); its existing sessions keep working",
-                m->cfg.node_id[0] ? "node \"" : "this daemon", m->cfg.node_id,
-                m->cfg.node_id[0] ? "\"" : "", name);
+        km_err_set(err, KM_EDAEMON,
+                   "%s%s%s is draining: it makes no new sessions (session \"%s\" does not exist "
+                   "here); its existing sessions keep working",
+                   m->cfg.node_id[0] ? "node \"" : "this daemon", m->cfg.node_id,
+                   m->cfg.node_id[0] ? "\"" : "", name);
         return NULL;
     }
     if (o && o->env && session_env_check(m, o->env, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why);
         return NULL;
     }
     if (o && o->workspace) {
         struct stat st;
         if (o->workspace[0] != '/' || stat(o->workspace, &st) || !S_ISDIR(st.st_mode)) {
-            km_errf(err, KM_EUSAGE, "--workspace %s: must be an existing directory (absolute path)",
-                    o->workspace);
+            km_err_set(err, KM_EUSAGE,
+                       "--workspace %s: must be an existing directory (absolute path)",
+                       o->workspace);
             return NULL;
         }
     }
@@ -315,10 +305,10 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         struct stat st;
         if (o->python[0] != '/' || stat(o->python, &st) || !S_ISREG(st.st_mode) ||
             access(o->python, X_OK)) {
-            km_errf(err, KM_EUSAGE, "--python %s: %s", o->python,
-                    o->python[0] != '/' ? "must be an absolute path"
-                    : errno == ENOENT   ? "no such file"
-                                        : "not an executable file");
+            km_err_set(err, KM_EUSAGE, "--python %s: %s", o->python,
+                       o->python[0] != '/' ? "must be an absolute path"
+                       : errno == ENOENT   ? "no such file"
+                                           : "not an executable file");
             return NULL;
         }
     }
@@ -337,7 +327,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     }
     s = pooled ? pooled : session_alloc(name);
     if (!s) {
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     snprintf(s->name, sizeof s->name, "%s", name);
@@ -348,7 +338,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     int made_dir = lstat(s->dir, &dst) != 0, made_ws = 0, made_link = 0;
     char save_err[PATH_MAX + 200];
     if (kmhome_mkdir(s->dir, 0700, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "%s", why);
+        km_err_set(err, KM_EINTERNAL, "%s", why);
         goto fail;
     }
     if (pooled) {
@@ -382,14 +372,15 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
                  o && o->sandbox ? o->sandbox : m->cfg.sandbox);
         if (s->network == KM_NET_ALLOW && !strcmp(s->sandbox, "none")) {
             /* nothing but the sandbox keeps the code to the proxy */
-            km_errf(err, KM_EUSAGE,
-                    "network allow-list (%.200s) needs the strict sandbox: with sandbox \"none\" "
-                    "the code has the host's network",
-                    s->net_allow);
+            km_err_set(
+                err, KM_EUSAGE,
+                "network allow-list (%.200s) needs the strict sandbox: with sandbox \"none\" "
+                "the code has the host's network",
+                s->net_allow);
             goto fail;
         }
         if (o && json_object_size(o->env) && !(s->env = json_deep_copy(o->env))) {
-            km_errf(err, KM_EINTERNAL, "out of memory");
+            km_err_set(err, KM_EINTERNAL, "out of memory");
             goto fail;
         }
         if (o && o->workspace) {
@@ -403,14 +394,14 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
             made_ws = session_make_workspace(s, why, sizeof why);
             if (made_ws < 0) {
                 made_ws = 0;
-                km_errf(err, KM_EINTERNAL, "%s", why);
+                km_err_set(err, KM_EINTERNAL, "%s", why);
                 goto fail;
             }
         }
     }
     /* a session that cannot be saved would vanish with its manager: refuse it */
     if (session_save_err(m, s, save_err, sizeof save_err)) {
-        km_errf(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err);
+        km_err_set(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err);
         goto fail;
     }
     s->next = m->list;
@@ -730,10 +721,10 @@ static int check_name(const char *name, km_err *err)
 {
     if (km_name_valid(name))
         return 0;
-    return km_errf(err, KM_EUSAGE,
-                   "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
-                   "at most %d, not starting with '.')",
-                   name ? name : "", KM_NAME_MAX);
+    return km_err_set(err, KM_EUSAGE,
+                      "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
+                      "at most %d, not starting with '.')",
+                      name ? name : "", KM_NAME_MAX);
 }
 
 /* The session named name with a reference taken (session_put), created with
@@ -800,8 +791,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         lang = kmcfg_lang_index(&m->cfg, opts->lang);
         if (lang < 0) {
             char known[400];
-            km_errf(err, KM_EUSAGE, "unknown language \"%s\" (%s or auto)", opts->lang,
-                    km_langs_names(&m->cfg.langs, known, sizeof known));
+            km_err_set(err, KM_EUSAGE, "unknown language \"%s\" (%s or auto)", opts->lang,
+                       km_langs_names(&m->cfg.langs, known, sizeof known));
             return NULL;
         }
     }
@@ -810,12 +801,12 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     char codebad[256];
     if (cblocks_check_code(code, code ? strlen(code) : 0, m->cfg.code_max, codebad,
                            sizeof codebad)) {
-        km_errf(err, KM_EUSAGE, "%s", codebad);
+        km_err_set(err, KM_EUSAGE, "%s", codebad);
         return NULL;
     }
     cblock_list blocks;
     if (cblocks_split(code ? code : "", &m->cfg.langs, lang, &blocks)) {
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     int existed = 1;
@@ -1058,7 +1049,7 @@ int km_interrupt(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s)
-        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
     /* Not running an exec of ours: a cell of another client (a frontend)
      * may run, so the kernels are told directly, under the session's lock.
      * A short operation holding the lock (a status, a snapshot) is waited
@@ -1089,7 +1080,7 @@ int km_restart(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s)
-        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
     atomic_store(&s->interrupt_flag, 1);
     pthread_mutex_lock(&s->lock);
     int rc = 0;
@@ -1100,7 +1091,7 @@ int km_restart(km_manager *m, const char *name, km_err *err)
         s->k[l].pending[0] = 0;
         char why[1024];
         if (slot_start(m, s, l, why, sizeof why))
-            rc = km_errf(err, KM_EKERNEL, "%s", why);
+            rc = km_err_set(err, KM_EKERNEL, "%s", why);
     }
     session_save(m, s);
     pthread_mutex_unlock(&s->lock);
@@ -1132,7 +1123,7 @@ int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, 
             session_rmtree(dir);
             return 0;
         }
-        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
     }
     atomic_store(&s->interrupt_flag, 1);
     pthread_mutex_lock(&s->lock);
@@ -1185,7 +1176,7 @@ static json_t *repair_result(const char *name, const char *action, const char *m
 json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
 {
     if (!km_name_valid(name)) {
-        km_errf(err, KM_EUSAGE, "invalid session name");
+        km_err_set(err, KM_EUSAGE, "invalid session name");
         return NULL;
     }
     char dir[PATH_MAX - 64], path[PATH_MAX], why[PATH_MAX + 600], aside[PATH_MAX + 64] = "";
@@ -1205,9 +1196,9 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
         } else {
             char saved[PATH_MAX + 64] = "";
             if (errno != ENOENT && session_json_set_aside(path, saved, sizeof saved)) {
-                km_errf(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
+                km_err_set(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
             } else if (session_save_err(m, s, why, sizeof why)) {
-                km_errf(err, KM_EINTERNAL, "%s", why);
+                km_err_set(err, KM_EINTERNAL, "%s", why);
             } else {
                 snprintf(msg, sizeof msg,
                          "session.json rewritten from the running session's options (its "
@@ -1225,16 +1216,16 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     json_t *res = NULL;
     session *t = NULL;
     if (find_locked(m, name)) {
-        km_errf(err, KM_EINTERNAL, "session \"%s\" was created meanwhile: try again", name);
+        km_err_set(err, KM_EINTERNAL, "session \"%s\" was created meanwhile: try again", name);
         goto out;
     }
     int dc = kmhome_check_dir(dir, 0, why, sizeof why);
     if (dc > 0) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         goto out;
     }
     if (dc < 0) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why);
         goto out;
     }
     json_t *o = session_json_read(path, why, sizeof why);
@@ -1246,20 +1237,20 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     }
     if (errno != ENOENT) {
         if (session_json_set_aside(path, aside, sizeof aside)) {
-            km_errf(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
+            km_err_set(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
             goto out;
         }
     } else if (!session_set_aside_find(dir, aside, sizeof aside)) {
-        km_errf(err, KM_EUSAGE,
-                "session \"%s\" has no session.json and none was set aside: nothing to repair "
-                "(close it to remove %s)",
-                name, dir);
+        km_err_set(err, KM_EUSAGE,
+                   "session \"%s\" has no session.json and none was set aside: nothing to repair "
+                   "(close it to remove %s)",
+                   name, dir);
         goto out;
     }
     /* the options were in the damaged file: the configuration's defaults;
      * the session's own workspace directory, when there is one, is kept */
     if (!(t = session_alloc(name))) {
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         goto out;
     }
     snprintf(t->dir, sizeof t->dir, "%s", dir);
@@ -1271,7 +1262,7 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     t->own_workspace = 1;
     int made = session_make_workspace(t, why, sizeof why);
     if (made < 0 || session_save_err(m, t, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "cannot repair session \"%s\": %s", name, why);
+        km_err_set(err, KM_EINTERNAL, "cannot repair session \"%s\": %s", name, why);
         goto out;
     }
     snprintf(msg, sizeof msg,
@@ -1292,7 +1283,7 @@ json_t *km_files(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     fsdiff_snap *snap =
@@ -1325,7 +1316,7 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
     } else {
         snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
         if (!km_name_valid(name) || access(dir, F_OK)) {
-            km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+            km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
             return NULL;
         }
     }
@@ -1333,7 +1324,7 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
     int bad = 0;
     json_t *nb = export_notebook(dir, name, &m->cfg.langs, kernel_name, &bad, why, sizeof why);
     if (!nb)
-        km_errf(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+        km_err_set(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
     return nb;
 }
 
@@ -1344,21 +1335,21 @@ int km_connection_file(km_manager *m, const char *name, const char *lang, char *
     int l = lang ? kmcfg_lang_index(&m->cfg, lang) : 0;
     if (l < 0) {
         char known[400];
-        return km_errf(err, KM_EUSAGE, "unknown language \"%s\" (%s)", lang,
-                       km_langs_names(&m->cfg.langs, known, sizeof known));
+        return km_err_set(err, KM_EUSAGE, "unknown language \"%s\" (%s)", lang,
+                          km_langs_names(&m->cfg.langs, known, sizeof known));
     }
     if (!m->cfg.allow[l])
-        return km_errf(err, KM_EUSAGE, "language \"%s\" is not allowed by the configuration",
-                       kmcfg_lang_name(&m->cfg, l));
+        return km_err_set(err, KM_EUSAGE, "language \"%s\" is not allowed by the configuration",
+                          kmcfg_lang_name(&m->cfg, l));
     session *s = session_get(m, name);
     if (!s)
-        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
     pthread_mutex_lock(&s->lock);
     int restarted;
     char reason[512], why[1024];
     int rc = 0;
     if (slot_ensure(m, s, l, &restarted, reason, sizeof reason, why, sizeof why))
-        rc = km_errf(err, KM_EKERNEL, "%s", why);
+        rc = km_err_set(err, KM_EKERNEL, "%s", why);
     else {
         /* the next result of the agent still has to say so */
         if (restarted)
@@ -1395,7 +1386,7 @@ json_t *km_session_create(km_manager *m, const char *name, const km_session_opts
     json_decref(warnings);
     session_put(m, s);
     if (!o)
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
     return o;
 }
 
@@ -1404,7 +1395,7 @@ json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t 
 {
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     /* reading needs no lock: like km_files, a snapshot of what is there */
@@ -1414,7 +1405,7 @@ json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t 
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why);
     session_put(m, s);
     return r;
 }
@@ -1426,14 +1417,14 @@ static session *session_lock_op(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
     if (s->gone) {
         pthread_mutex_unlock(&s->lock);
         session_put(m, s);
-        km_errf(err, KM_ENOSESSION, "session \"%s\" was closed", name);
+        km_err_set(err, KM_ENOSESSION, "session \"%s\" was closed", name);
         return NULL;
     }
     return s;
@@ -1456,7 +1447,7 @@ json_t *km_file_write(km_manager *m, const char *name, const char *rel, const vo
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why);
     session_unlock_op(m, s);
     return r;
 }
@@ -1471,7 +1462,7 @@ json_t *km_file_remove(km_manager *m, const char *name, const char *rel, km_err 
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why);
     session_unlock_op(m, s);
     return r;
 }
@@ -1480,7 +1471,7 @@ json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn
                                 km_err *err)
 {
     if (!km_name_valid(name)) {
-        km_errf(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
+        km_err_set(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
         return NULL;
     }
     /* A live session: under its lock, so close (which removes the package
@@ -1508,12 +1499,12 @@ json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *er
 {
     char why[1400];
     if (tag && snap_tag_check(tag, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why);
         return NULL;
     }
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
@@ -1521,8 +1512,8 @@ json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *er
     pthread_mutex_unlock(&s->lock);
     session_put(m, s);
     if (!man)
-        km_errf(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
-                why[0] ? why : "the session was closed");
+        km_err_set(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
+                   why[0] ? why : "the session was closed");
     return man;
 }
 
@@ -1530,7 +1521,7 @@ json_t *km_snapshots(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
@@ -1545,19 +1536,19 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
 {
     char why[1400], tagbuf[SNAP_TAG_MAX + 1];
     if (tag && snap_tag_check(tag, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why);
         return NULL;
     }
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
     json_t *o = NULL;
     if (!tag) {
         if (snap_newest(m, s, tagbuf, sizeof tagbuf)) {
-            km_errf(err, KM_EUSAGE, "session \"%s\" has no snapshot", name);
+            km_err_set(err, KM_EUSAGE, "session \"%s\" has no snapshot", name);
             goto out;
         }
         tag = tagbuf;
@@ -1576,7 +1567,7 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
             found = 1;
             const char *e = json_string_value(json_object_get(v, "error"));
             if (e) {
-                km_errf(err, KM_EUSAGE, "%s (nothing was changed)", e);
+                km_err_set(err, KM_EUSAGE, "%s (nothing was changed)", e);
                 json_decref(list);
                 goto out;
             }
@@ -1584,11 +1575,11 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
     }
     json_decref(list);
     if (!found) {
-        km_errf(err, KM_EUSAGE, "session \"%s\" has no snapshot \"%s\"", name, tag);
+        km_err_set(err, KM_EUSAGE, "session \"%s\" has no snapshot \"%s\"", name, tag);
         goto out;
     }
     if (snap_restore_workspace(m, s, tag, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "%s", why);
+        km_err_set(err, KM_EINTERNAL, "%s", why);
         goto out;
     }
     json_t *kernels = json_object();
@@ -1621,18 +1612,18 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
     if (check_name(dst, err))
         return NULL;
     if (tag && snap_tag_check(tag, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why);
         return NULL;
     }
     session *d = session_get(m, dst);
     if (d) {
         session_put(m, d);
-        km_errf(err, KM_EUSAGE, "session \"%s\" exists: a fork makes a new session", dst);
+        km_err_set(err, KM_EUSAGE, "session \"%s\" exists: a fork makes a new session", dst);
         return NULL;
     }
     session *s = session_get(m, src);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", src);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", src);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
@@ -1641,7 +1632,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
         if (!man) {
             pthread_mutex_unlock(&s->lock);
             session_put(m, s);
-            km_errf(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+            km_err_set(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
             return NULL;
         }
         snprintf(tagbuf, sizeof tagbuf, "%s", json_string_value(json_object_get(man, "tag")));
@@ -1672,7 +1663,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
     d = session_get(m, dst);
     json_t *ret = NULL;
     if (!d) {
-        km_errf(err, KM_EINTERNAL, "the new session \"%s\" went away", dst);
+        km_err_set(err, KM_EINTERNAL, "the new session \"%s\" went away", dst);
         session_put(m, s);
         return NULL;
     }
@@ -1694,7 +1685,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
         ret = json_pack("{s:s s:s s:s s:s}", "session", d->name, "from", src, "tag", tag,
                         "workspace", d->workspace);
     } else {
-        km_errf(err, KM_EINTERNAL, "fork of \"%s\" into \"%s\": %s", src, dst, why);
+        km_err_set(err, KM_EINTERNAL, "fork of \"%s\" into \"%s\": %s", src, dst, why);
     }
     pthread_mutex_unlock(&d->lock);
     session_put(m, d);

@@ -160,10 +160,6 @@ struct km_manager {
 session *session_ref(km_manager *m, const char *name);
 void session_put(km_manager *m, session *s);
 
-/* Sets *e (when e is not NULL) to code and the formatted message, cut to
- * its buffer; returns code. The engine's one way to fill a km_err. */
-int km_errf(km_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 /* ------------------------------------------------------ session_store.c */
 
 /* new (session_free): a session named name with no kernels, no directories;

@@ -658,8 +658,7 @@ static int tier_check(dreq *r, const dmethod *d, const json_t *params)
     if (!(d->tiers & DT_BIT(g->tier))) {
         snprintf(why, sizeof why, "%s is not available to %s (%s)", d->name, dtier_clients(g->tier),
                  d->why ? d->why : "not permitted for its tier");
-        json_t *o =
-            rpc_error(r->id, RPC_INVALID_PARAMS, why, json_pack("{s:i}", "km_code", KM_EUSAGE));
+        json_t *o = rpc_error_params(r->id, why);
         if (o)
             dconn_write_json(r->dc, o, 0);
         json_decref(o);

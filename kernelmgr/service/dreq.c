@@ -52,8 +52,7 @@ void dreq_invalid(dreq *r, const char *why)
     char msg[1200];
     snprintf(msg, sizeof msg, "%s: %s", r->method, why);
     dtier_scrub_text(r->tier, msg, sizeof msg, km_manager_home(daemon_mgr));
-    dreq_send(r,
-              rpc_error(r->id, RPC_INVALID_PARAMS, msg, json_pack("{s:i}", "km_code", KM_EUSAGE)));
+    dreq_send(r, rpc_error_params(r->id, msg));
 }
 
 void dreq_invalidf(dreq *r, const char *fmt, ...)

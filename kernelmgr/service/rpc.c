@@ -100,6 +100,11 @@ json_t *rpc_error_km(const json_t *id, int km_code, const char *message)
                      json_pack("{s:i}", "km_code", km_code));
 }
 
+json_t *rpc_error_params(const json_t *id, const char *message)
+{
+    return rpc_error(id, RPC_INVALID_PARAMS, message, json_pack("{s:i}", "km_code", KM_EUSAGE));
+}
+
 json_t *rpc_notification(const char *method, json_t *params)
 {
     if (!params)

@@ -61,8 +61,12 @@ json_t *rpc_result(const json_t *id, json_t *result);
 /* new: {"jsonrpc":"2.0","id":id|null,"error":{"code","message","data"?}};
  * steals data (may be NULL). */
 json_t *rpc_error(const json_t *id, int code, const char *message, json_t *data);
-/* new: an error of the operation: code -32000 - km_code, data {"km_code"}. */
+/* new: an error of the operation: code -32000 - km_code, data {"km_code"}.
+ * With rpc_error_params and rpc_code_from_km/rpc_code_to_km, the one place
+ * a KM_E* code (kmerr.h) becomes a JSON-RPC code and back. */
 json_t *rpc_error_km(const json_t *id, int km_code, const char *message);
+/* new: invalid params of a request: -32602, data {"km_code": KM_EUSAGE}. */
+json_t *rpc_error_params(const json_t *id, const char *message);
 /* new: {"jsonrpc":"2.0","method":method,"params":params}; steals params. */
 json_t *rpc_notification(const char *method, json_t *params);
 /* new: {"jsonrpc":"2.0","id":id,"method":method,"params":params}; steals params. */
