@@ -9,6 +9,8 @@
 #ifndef KERNELMGR_CONFIG_H
 #define KERNELMGR_CONFIG_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -134,7 +136,7 @@ typedef enum kmcfg_type {
  * omits the key). */
 typedef struct kmcfg_special {
     void (*defaults)(kmcfg *cfg);
-    int (*apply)(kmcfg *cfg, const json_t *v, char *err, size_t errlen);
+    int (*apply)(kmcfg *cfg, const json_t *v, km_err *err);
     json_t *(*to_json)(const kmcfg *cfg);
 } kmcfg_special;
 
@@ -182,7 +184,7 @@ void kmcfg_clear(kmcfg *cfg);
 
 /* Applies a JSON object (borrowed) on top of cfg. Returns 0, or -1 with
  * "KEY: reason" in err; cfg may be partially updated then. */
-int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen);
+int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, km_err *err);
 
 /* The largest configuration file read. */
 #define KMCFG_FILE_MAX (1u << 20)
@@ -194,7 +196,7 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen);
 /* Reads path (cm_read_regular: no link, no FIFO, at most KMCFG_FILE_MAX
  * bytes) and applies it. Returns 0, or -1 with "PATH: KEY: reason" in err
  * (the file's text is never quoted). */
-int kmcfg_load_file(kmcfg *cfg, const char *path, unsigned flags, char *err, size_t errlen);
+int kmcfg_load_file(kmcfg *cfg, const char *path, unsigned flags, km_err *err);
 
 /* Parses "512M", "2G", "1048576", "1.5GiB" into bytes. 0 or -1. */
 int kmcfg_parse_size(const char *s, uint64_t *out);

@@ -96,16 +96,15 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     slots_init(m);
     snprintf(m->home, sizeof m->home, "%s", home);
     char p[PATH_MAX];
-    char why[1024];
+    km_err why = {0};
     /* the home is trusted state (kmhome.h): refused unless it is ours alone */
-    if (kmhome_prepare(home, 1, why, sizeof why)) {
-        km_err_set(err, KM_EUSAGE, "%s", why);
+    if (kmhome_prepare(home, 1, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         goto fail;
     }
-    if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, why, sizeof why) ||
-        klaunch_lifeline_open(m->lifeline, why, sizeof why) ||
-        klaunch_owner_hold(m->run_dir, why, sizeof why)) {
-        km_err_set(err, KM_EINTERNAL, "%s", why);
+    if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, &why) ||
+        klaunch_lifeline_open(m->lifeline, &why) || klaunch_owner_hold(m->run_dir, &why)) {
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         goto fail;
     }
     m->owner_held = 1;
@@ -120,12 +119,12 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
         while (d && (de = readdir(d))) {
             if (!km_name_valid(de->d_name) || owned_by_live_manager(m, de->d_name))
                 continue;
-            session *s = session_load(m, de->d_name, why, sizeof why);
+            session *s = session_load(m, de->d_name, &why);
             if (!s) {
                 /* a damaged session stays on disk, set aside, for its
                  * repair; the others resume */
-                if (why[0])
-                    fprintf(stderr, "kernelmgr: %s\n", why);
+                if (why.msg[0])
+                    fprintf(stderr, "kernelmgr: %s\n", why.msg);
                 continue;
             }
             session_save(m, s); /* the stale pids are gone */
@@ -257,17 +256,17 @@ static int opts_default(const km_manager *m, const km_session_opts *o)
 static session *create_locked(km_manager *m, const char *name, const km_session_opts *o,
                               int *existed, km_err *err)
 {
-    char why[PATH_MAX + 600];
-    session *s = session_load(m, name, why, sizeof why);
+    km_err why = {0};
+    session *s = session_load(m, name, &why);
     *existed = s != NULL;
     if (s) {
         s->next = m->list;
         m->list = s;
         return s;
     }
-    if (why[0]) {
+    if (why.msg[0]) {
         /* damaged (or its directory refused): said, never recreated silently */
-        km_err_set(err, KM_EINTERNAL, "%s", why);
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         return NULL;
     }
     if (o && o->no_create) {
@@ -286,8 +285,8 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
                    m->cfg.node_id[0] ? "\"" : "", name);
         return NULL;
     }
-    if (o && o->env && session_env_check(m, o->env, why, sizeof why)) {
-        km_err_set(err, KM_EUSAGE, "%s", why);
+    if (o && o->env && session_env_check(m, o->env, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         return NULL;
     }
     if (o && o->workspace) {
@@ -336,9 +335,9 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     /* what this call creates, to take back on failure */
     struct stat dst;
     int made_dir = lstat(s->dir, &dst) != 0, made_ws = 0, made_link = 0;
-    char save_err[PATH_MAX + 200];
-    if (kmhome_mkdir(s->dir, 0700, why, sizeof why)) {
-        km_err_set(err, KM_EINTERNAL, "%s", why);
+    km_err save_err = {0};
+    if (kmhome_mkdir(s->dir, 0700, &why)) {
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         goto fail;
     }
     if (pooled) {
@@ -391,17 +390,17 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         } else {
             snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
             s->own_workspace = 1;
-            made_ws = session_make_workspace(s, why, sizeof why);
+            made_ws = session_make_workspace(s, &why);
             if (made_ws < 0) {
                 made_ws = 0;
-                km_err_set(err, KM_EINTERNAL, "%s", why);
+                km_err_set(err, KM_EINTERNAL, "%s", why.msg);
                 goto fail;
             }
         }
     }
     /* a session that cannot be saved would vanish with its manager: refuse it */
-    if (session_save_err(m, s, save_err, sizeof save_err)) {
-        km_err_set(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err);
+    if (session_save_err(m, s, &save_err)) {
+        km_err_set(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err.msg);
         goto fail;
     }
     s->next = m->list;
@@ -798,10 +797,9 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
     }
     /* one check for run, exec, the daemon and MCP, before the session is
      * touched or anything is sent to a kernel */
-    char codebad[256];
-    if (cblocks_check_code(code, code ? strlen(code) : 0, m->cfg.code_max, codebad,
-                           sizeof codebad)) {
-        km_err_set(err, KM_EUSAGE, "%s", codebad);
+    km_err codebad = {0};
+    if (cblocks_check_code(code, code ? strlen(code) : 0, m->cfg.code_max, &codebad)) {
+        km_err_set(err, KM_EUSAGE, "%s", codebad.msg);
         return NULL;
     }
     cblock_list blocks;
@@ -842,10 +840,11 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
             result_set_failure(r, RESULT_ERROR, "LanguageNotAllowed", msg);
         } else {
             int restarted = 0;
-            char reason[512] = "", why[1024] = "";
-            if (slot_ensure(m, s, b->lang, &restarted, reason, sizeof reason, why, sizeof why)) {
+            char reason[512] = "";
+            km_err why = {0};
+            if (slot_ensure(m, s, b->lang, &restarted, reason, sizeof reason, &why)) {
                 r = result_new(name, lname);
-                result_set_failure(r, RESULT_ERROR, "KernelStartError", why);
+                result_set_failure(r, RESULT_ERROR, "KernelStartError", why.msg);
             } else {
                 kslot *k = &s->k[b->lang];
                 char tag[64];
@@ -895,9 +894,9 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 p.other_ud = k->foreign;
                 /* the history knows the cell before the kernel does: a
                  * manager killed while it runs leaves it "started" */
-                char herr[600] = "";
+                km_err herr = {0};
                 int hstarted = session_history_start(s->dir, tag, lname, NULL, b->code,
-                                                     m->cfg.history_max, herr, sizeof herr) == 0;
+                                                     m->cfg.history_max, &herr) == 0;
                 codeexec_outcome out;
                 snap_check_worker(m, s, b->lang);
                 double t0 = kclient_now();
@@ -905,8 +904,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 k->last_used = kclient_now();
                 if (out.need_restart) {
                     slot_stop(m, k);
-                    char e2[1024];
-                    if (slot_start(m, s, b->lang, e2, sizeof e2) == 0) {
+                    km_err e2 = {0};
+                    if (slot_start(m, s, b->lang, &e2) == 0) {
                         char msg[1100];
                         snprintf(msg, sizeof msg, "%s; a fresh kernel was started (workspace kept)",
                                  out.reason);
@@ -914,7 +913,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                     } else {
                         char msg[2200];
                         snprintf(msg, sizeof msg, "%s; restarting the kernel failed: %s",
-                                 out.reason, e2);
+                                 out.reason, e2.msg);
                         result_set_kernel(r, 0, 0, msg);
                     }
                 } else if (out.state_lost) {
@@ -938,13 +937,12 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                      * first (between the wait above and the send) */
                     waited_add(&bwaited, out.queued_s,
                                kforeign_last_client(k->foreign) ?: "jupyter", lname);
-                char herr2[600];
-                if (r &&
-                    session_history_append(s->dir, hstarted ? tag : NULL, lname, NULL, b->code, r,
-                                           out.nb_outputs, m->cfg.history_max, herr2, sizeof herr2))
-                    json_object_set_new(r, "history_error", json_string(herr2));
+                km_err herr2 = {0};
+                if (r && session_history_append(s->dir, hstarted ? tag : NULL, lname, NULL, b->code,
+                                                r, out.nb_outputs, m->cfg.history_max, &herr2))
+                    json_object_set_new(r, "history_error", json_string(herr2.msg));
                 else if (r && !hstarted)
-                    json_object_set_new(r, "history_error", json_string(herr));
+                    json_object_set_new(r, "history_error", json_string(herr.msg));
                 json_decref(out.nb_outputs);
             }
         }
@@ -1089,9 +1087,9 @@ int km_restart(km_manager *m, const char *name, km_err *err)
             continue;
         slot_stop(m, &s->k[l]);
         s->k[l].pending[0] = 0;
-        char why[1024];
-        if (slot_start(m, s, l, why, sizeof why))
-            rc = km_err_set(err, KM_EKERNEL, "%s", why);
+        km_err why = {0};
+        if (slot_start(m, s, l, &why))
+            rc = km_err_set(err, KM_EKERNEL, "%s", why.msg);
     }
     session_save(m, s);
     pthread_mutex_unlock(&s->lock);
@@ -1112,10 +1110,11 @@ int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, 
         /* a kept session from earlier is still on disk: allow removing it
          * (a damaged one too: its directory goes, a workspace it may have
          * named elsewhere is not known and stays) */
-        char dir[PATH_MAX], why[PATH_MAX + 600];
+        char dir[PATH_MAX];
+        km_err why = {0};
         snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
         if (km_name_valid(name) && !keep && access(dir, F_OK) == 0) {
-            session *t = session_load(m, name, why, sizeof why);
+            session *t = session_load(m, name, &why);
             if (t) {
                 session_remove_workspace(m, t, warnings);
                 session_free(t);
@@ -1144,10 +1143,10 @@ int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, 
         if (s->pool_dir[0])
             session_rmtree(s->pool_dir);
         session_rmtree(s->dir);
-        char why[512];
-        if (pkgdirs_remove_session(m->home, s->name, why, sizeof why))
+        km_err why = {0};
+        if (pkgdirs_remove_session(m->home, s->name, &why))
             fprintf(stderr, "kernelmgr: cannot remove the packages of session %s: %s\n", s->name,
-                    why);
+                    why.msg);
         if (!(flags & KM_KEEP_OUTPUTS))
             session_rmtree(s->outdir);
     }
@@ -1179,7 +1178,8 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
         km_err_set(err, KM_EUSAGE, "invalid session name");
         return NULL;
     }
-    char dir[PATH_MAX - 64], path[PATH_MAX], why[PATH_MAX + 600], aside[PATH_MAX + 64] = "";
+    char dir[PATH_MAX - 64], path[PATH_MAX], aside[PATH_MAX + 64] = "";
+    km_err why = {0};
     char msg[2 * PATH_MAX + 600];
     snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
     snprintf(path, sizeof path, "%s/session.json", dir);
@@ -1187,7 +1187,7 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     if (s) {
         /* live: its options are in memory, the file is written from them */
         pthread_mutex_lock(&s->lock);
-        json_t *o = session_json_read(path, why, sizeof why);
+        json_t *o = session_json_read(path, &why);
         json_t *res = NULL;
         if (o) {
             json_decref(o);
@@ -1197,8 +1197,8 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
             char saved[PATH_MAX + 64] = "";
             if (errno != ENOENT && session_json_set_aside(path, saved, sizeof saved)) {
                 km_err_set(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
-            } else if (session_save_err(m, s, why, sizeof why)) {
-                km_err_set(err, KM_EINTERNAL, "%s", why);
+            } else if (session_save_err(m, s, &why)) {
+                km_err_set(err, KM_EINTERNAL, "%s", why.msg);
             } else {
                 snprintf(msg, sizeof msg,
                          "session.json rewritten from the running session's options (its "
@@ -1219,16 +1219,16 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
         km_err_set(err, KM_EINTERNAL, "session \"%s\" was created meanwhile: try again", name);
         goto out;
     }
-    int dc = kmhome_check_dir(dir, 0, why, sizeof why);
+    int dc = kmhome_check_dir(dir, 0, &why);
     if (dc > 0) {
         km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         goto out;
     }
     if (dc < 0) {
-        km_err_set(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         goto out;
     }
-    json_t *o = session_json_read(path, why, sizeof why);
+    json_t *o = session_json_read(path, &why);
     if (o) {
         json_decref(o);
         res =
@@ -1260,9 +1260,9 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     t->network = m->cfg.network;
     snprintf(t->net_allow, sizeof t->net_allow, "%s", m->cfg.network_allow);
     t->own_workspace = 1;
-    int made = session_make_workspace(t, why, sizeof why);
-    if (made < 0 || session_save_err(m, t, why, sizeof why)) {
-        km_err_set(err, KM_EINTERNAL, "cannot repair session \"%s\": %s", name, why);
+    int made = session_make_workspace(t, &why);
+    if (made < 0 || session_save_err(m, t, &why)) {
+        km_err_set(err, KM_EINTERNAL, "cannot repair session \"%s\": %s", name, why.msg);
         goto out;
     }
     snprintf(msg, sizeof msg,
@@ -1320,11 +1320,11 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
             return NULL;
         }
     }
-    char why[512];
+    km_err why = {0};
     int bad = 0;
-    json_t *nb = export_notebook(dir, name, &m->cfg.langs, kernel_name, &bad, why, sizeof why);
+    json_t *nb = export_notebook(dir, name, &m->cfg.langs, kernel_name, &bad, &why);
     if (!nb)
-        km_err_set(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+        km_err_set(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why.msg);
     return nb;
 }
 
@@ -1346,10 +1346,11 @@ int km_connection_file(km_manager *m, const char *name, const char *lang, char *
         return km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
     pthread_mutex_lock(&s->lock);
     int restarted;
-    char reason[512], why[1024];
+    char reason[512];
+    km_err why = {0};
     int rc = 0;
-    if (slot_ensure(m, s, l, &restarted, reason, sizeof reason, why, sizeof why))
-        rc = km_err_set(err, KM_EKERNEL, "%s", why);
+    if (slot_ensure(m, s, l, &restarted, reason, sizeof reason, &why))
+        rc = km_err_set(err, KM_EKERNEL, "%s", why.msg);
     else {
         /* the next result of the agent still has to say so */
         if (restarted)
@@ -1399,13 +1400,9 @@ json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t 
         return NULL;
     }
     /* reading needs no lock: like km_files, a snapshot of what is there */
-    char why[1024];
-    json_t *r = wsfile_read(s->workspace, rel, offset, length, encoding ? encoding : "auto", why,
-                            sizeof why);
+    json_t *r = wsfile_read(s->workspace, rel, offset, length, encoding ? encoding : "auto", err);
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
-    else
-        km_err_set(err, KM_EUSAGE, "%s", why);
     session_put(m, s);
     return r;
 }
@@ -1442,12 +1439,12 @@ json_t *km_file_write(km_manager *m, const char *name, const char *rel, const vo
     session *s = session_lock_op(m, name, err);
     if (!s)
         return NULL;
-    char why[1024];
-    json_t *r = wsfile_write(s->workspace, rel, data, len, append, 1, why, sizeof why);
+    km_err why = {0};
+    json_t *r = wsfile_write(s->workspace, rel, data, len, append, 1, &why);
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        km_err_set(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
     session_unlock_op(m, s);
     return r;
 }
@@ -1457,12 +1454,12 @@ json_t *km_file_remove(km_manager *m, const char *name, const char *rel, km_err 
     session *s = session_lock_op(m, name, err);
     if (!s)
         return NULL;
-    char why[1024];
-    json_t *r = wsfile_remove(s->workspace, rel, why, sizeof why);
+    km_err why = {0};
+    json_t *r = wsfile_remove(s->workspace, rel, &why);
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        km_err_set(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
     session_unlock_op(m, s);
     return r;
 }
@@ -1497,9 +1494,9 @@ json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn
 
 json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *err)
 {
-    char why[1400];
-    if (tag && snap_tag_check(tag, why, sizeof why)) {
-        km_err_set(err, KM_EUSAGE, "%s", why);
+    km_err why = {0};
+    if (tag && snap_tag_check(tag, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         return NULL;
     }
     session *s = session_get(m, name);
@@ -1508,12 +1505,12 @@ json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *er
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
-    json_t *man = s->gone ? NULL : snap_take(m, s, tag, 1, "requested", why, sizeof why);
+    json_t *man = s->gone ? NULL : snap_take(m, s, tag, 1, "requested", &why);
     pthread_mutex_unlock(&s->lock);
     session_put(m, s);
     if (!man)
-        km_err_set(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
-                   why[0] ? why : "the session was closed");
+        km_err_set(err, strstr(why.msg, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
+                   why.msg[0] ? why.msg : "the session was closed");
     return man;
 }
 
@@ -1534,9 +1531,10 @@ json_t *km_snapshots(km_manager *m, const char *name, km_err *err)
 
 json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err)
 {
-    char why[1400], tagbuf[SNAP_TAG_MAX + 1];
-    if (tag && snap_tag_check(tag, why, sizeof why)) {
-        km_err_set(err, KM_EUSAGE, "%s", why);
+    char tagbuf[SNAP_TAG_MAX + 1];
+    km_err why = {0};
+    if (tag && snap_tag_check(tag, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         return NULL;
     }
     session *s = session_get(m, name);
@@ -1578,8 +1576,8 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
         km_err_set(err, KM_EUSAGE, "session \"%s\" has no snapshot \"%s\"", name, tag);
         goto out;
     }
-    if (snap_restore_workspace(m, s, tag, why, sizeof why)) {
-        km_err_set(err, KM_EINTERNAL, "%s", why);
+    if (snap_restore_workspace(m, s, tag, &why)) {
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         goto out;
     }
     json_t *kernels = json_object();
@@ -1589,10 +1587,10 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
         kslot *k = &s->k[l];
         const char *ln = kmcfg_lang_name(&m->cfg, l);
         if (k->proc && klaunch_alive(k->proc)) {
-            json_t *r = snap_load(m, s, l, tag, why, sizeof why);
+            json_t *r = snap_load(m, s, l, tag, &why);
             json_object_set_new(kernels, ln,
                                 r ? json_pack("{s:o}", "restored", r)
-                                  : json_pack("{s:s}", "error", why));
+                                  : json_pack("{s:s}", "error", why.msg));
         } else {
             snprintf(k->restore, sizeof k->restore, "%s", tag);
             json_object_set_new(kernels, ln, json_pack("{s:b}", "pending", 1));
@@ -1608,11 +1606,12 @@ out:
 
 json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag, km_err *err)
 {
-    char why[1400], tagbuf[SNAP_TAG_MAX + 1];
+    char tagbuf[SNAP_TAG_MAX + 1];
+    km_err why = {0};
     if (check_name(dst, err))
         return NULL;
-    if (tag && snap_tag_check(tag, why, sizeof why)) {
-        km_err_set(err, KM_EUSAGE, "%s", why);
+    if (tag && snap_tag_check(tag, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         return NULL;
     }
     session *d = session_get(m, dst);
@@ -1628,11 +1627,12 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
     }
     pthread_mutex_lock(&s->lock);
     if (!tag) {
-        json_t *man = snap_take(m, s, NULL, 1, "fork", why, sizeof why);
+        json_t *man = snap_take(m, s, NULL, 1, "fork", &why);
         if (!man) {
             pthread_mutex_unlock(&s->lock);
             session_put(m, s);
-            km_err_set(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+            km_err_set(err, strstr(why.msg, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
+                       why.msg);
             return NULL;
         }
         snprintf(tagbuf, sizeof tagbuf, "%s", json_string_value(json_object_get(man, "tag")));
@@ -1668,11 +1668,11 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
-    int rc = snap_copy_to(m, s, tag, d, tag, why, sizeof why);
+    int rc = snap_copy_to(m, s, tag, d, tag, &why);
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&d->lock);
     if (rc == 0)
-        rc = snap_restore_workspace(m, d, tag, why, sizeof why);
+        rc = snap_restore_workspace(m, d, tag, &why);
     if (rc == 0) {
         for (int l = 0; l < m->cfg.langs.n; l++)
             if (snap_has(m, d, l, tag)) {
@@ -1685,7 +1685,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
         ret = json_pack("{s:s s:s s:s s:s}", "session", d->name, "from", src, "tag", tag,
                         "workspace", d->workspace);
     } else {
-        km_err_set(err, KM_EINTERNAL, "fork of \"%s\" into \"%s\": %s", src, dst, why);
+        km_err_set(err, KM_EINTERNAL, "fork of \"%s\" into \"%s\": %s", src, dst, why.msg);
     }
     pthread_mutex_unlock(&d->lock);
     session_put(m, d);

@@ -47,9 +47,9 @@
 typedef struct kslot {
     kproc *proc;
     kclient *client;
-    kforeign *foreign;    /* other clients' cells on this kernel (with client) */
-    char pending[512];    /* why the next result must say "restarted, state lost" */
-    char start_err[1024]; /* slots_prestart's failure, for the block that needs it */
+    kforeign *foreign; /* other clients' cells on this kernel (with client) */
+    char pending[512]; /* why the next result must say "restarted, state lost" */
+    km_err start_err;  /* slots_prestart's failure, for the block that needs it */
     double last_used;
     /* admission's account of this kernel (mkslots.c), guarded by m->mem_mu:
      * on m->charged from its admission until its unit is released; charged
@@ -176,7 +176,7 @@ void session_free(session *s);
  * non-negative integer). NULL with errno ENOENT when there is none, else
  * NULL with the reason in why ("is not valid JSON (line 3, column 1)"):
  * the file's contents are never part of it. */
-json_t *session_json_read(const char *path, char *why, size_t whylen);
+json_t *session_json_read(const char *path, km_err *why);
 /* new (session_free): sessions/NAME/session.json loaded; kernels of an
  * earlier manager it lists are killed and marked pending. NULL with why ""
  * when there is none. NULL with the reason in why when the session is
@@ -184,7 +184,7 @@ json_t *session_json_read(const char *path, char *why, size_t whylen);
  * (session.json.corrupt-TIME, never overwritten) and why names the file, the
  * reason and the repair; a session whose session.json was set aside earlier
  * stays damaged until it is repaired (km_session_repair). */
-session *session_load(km_manager *m, const char *name, char *why, size_t whylen);
+session *session_load(km_manager *m, const char *name, km_err *why);
 /* Renames path aside as path.corrupt-TIME (never over another file). 0 with
  * the new name in out, or -1 with errno. */
 int session_json_set_aside(const char *path, char *out, size_t outlen);
@@ -194,11 +194,11 @@ int session_set_aside_find(const char *dir, char *out, size_t outlen);
  * directory; once it returns 0 the options survive a power loss (docs/LIFECYCLE.md
  * "Durability"). For a session's creation and repair, the writes that
  * decide its options. 0, or -1 with the reason. */
-int session_save_err(km_manager *m, session *s, char *err, size_t errlen);
+int session_save_err(km_manager *m, session *s, km_err *err);
 /* Makes s->workspace (mkdir, 0700, then the home's check: an existing
  * directory is used only when it is ours alone) and records its device and
  * inode. 1 when it was made, 0 when it existed, -1 with the reason. */
-int session_make_workspace(session *s, char *err, size_t errlen);
+int session_make_workspace(session *s, km_err *err);
 /* Removes s's workspace when s owns it and it is the manager's: it lies
  * below the home, or its device and inode are those recorded when it was
  * made. Otherwise it is kept and a warning naming it is appended to warnings
@@ -217,10 +217,10 @@ void kill_stale(int pid, const char *cf);
 
 /* Checks own (a session's env, or NULL) with the configuration's against
  * kenv.h's rules. 0, or -1 with the reason. */
-int session_env_check(const km_manager *m, const json_t *own, char *err, size_t errlen);
+int session_env_check(const km_manager *m, const json_t *own, km_err *err);
 /* Fills cmd (klaunch_cmd_clear to release) with the command of s's kernel
  * of language lang, writing its environment file. 0, or -1 with err. */
-int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err, size_t errlen);
+int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, km_err *err);
 /* Adds the session's effective --memory and --cpus (its own, else the
  * configuration's; none when unset) to cmd, as kernels and the session
  * sandbox's holder both take them. 0, or -1 when cmd is full. */
@@ -245,7 +245,7 @@ char *kcmd_python_resolved(const char *explicit_py, const char *workspace);
  * (strict, "session_sandbox") and its holder
  * (kernelmgr-sandbox) is not running, starts it. Caller holds s->lock.
  * 0 (also when the session has no such sandbox), or -1 with err. */
-int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen);
+int ksbx_ensure(km_manager *m, session *s, km_err *err);
 /* The holder's socket for the session's kernels, NULL when it has none. */
 const char *ksbx_socket(const session *s);
 /* Stops the holder, and with it the sandbox and every process in it.
@@ -286,14 +286,14 @@ void slots_stop_all(km_manager *m, session *s);
 void slot_follow(kslot *k, unsigned long max);
 /* Starts the kernel of slot l (admission, launch, wait until it answers).
  * Caller holds s->lock. 0, or -1 with err. */
-int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen);
+int slot_start(km_manager *m, session *s, int l, km_err *err);
 /* Starts the kernels blocks will need at once when units are free now.
  * Caller holds s->lock. */
 void slots_prestart(km_manager *m, session *s, const cblock_list *blocks);
 /* Makes sure slot l has a live kernel; *restarted / reason say whether the
  * result must report a fresh kernel. Caller holds s->lock. 0, or -1 with err. */
 int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *reason, size_t rsize,
-                char *err, size_t errlen);
+                km_err *err);
 
 /* ----------------------------------------------------------- outprune.c */
 

@@ -67,22 +67,23 @@ static void remove_archives(const session *s, const char *keep)
 /* Builds a new archive of s (locked) as s->dir/export-ID.tar; id out. */
 static json_t *build_archive(km_manager *m, session *s, char id[ARCHIVE_ID_LEN + 1], km_err *err)
 {
-    char why[1400];
-    json_t *man = snap_take(m, s, EXPORT_TAG, 1, "export", why, sizeof why);
+    km_err why = {0};
+    json_t *man = snap_take(m, s, EXPORT_TAG, 1, "export", &why);
     if (!man) {
-        km_err_set(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL,
-                   "export of \"%s\": %s", s->name, why);
+        km_err_set(err, strstr(why.msg, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL,
+                   "export of \"%s\": %s", s->name, why.msg);
         return NULL;
     }
     json_decref(man);
     char snapdir[PATH_MAX];
     snap_path(s, EXPORT_TAG, snapdir, sizeof snapdir);
     json_t *info = NULL;
-    if (snap_adopt_pending(m, s, EXPORT_TAG, why, sizeof why)) {
-        km_err_set(err, KM_EINTERNAL, "export of \"%s\": %s (nothing was exported)", s->name, why);
+    if (snap_adopt_pending(m, s, EXPORT_TAG, &why)) {
+        km_err_set(err, KM_EINTERNAL, "export of \"%s\": %s (nothing was exported)", s->name,
+                   why.msg);
         goto out;
     }
-    man = snap_manifest(s, EXPORT_TAG, why, sizeof why);
+    man = snap_manifest(s, EXPORT_TAG, &why);
     json_t *failed = json_incref(json_object_get(man, "failed"));
     json_t *langs = json_array();
     const char *ln;
@@ -113,8 +114,8 @@ static json_t *build_archive(km_manager *m, session *s, char id[ARCHIVE_ID_LEN +
         km_err_set(err, KM_EINTERNAL, "cannot make %s: %s", tmp, strerror(errno));
         json_decref(info);
         info = NULL;
-    } else if (sarch_write(m, s, EXPORT_TAG, hdr, fd, info, why, sizeof why)) {
-        km_err_set(err, KM_EINTERNAL, "export of \"%s\": %s", s->name, why);
+    } else if (sarch_write(m, s, EXPORT_TAG, hdr, fd, info, &why)) {
+        km_err_set(err, KM_EINTERNAL, "export of \"%s\": %s", s->name, why.msg);
         json_decref(info);
         info = NULL;
     }
@@ -228,10 +229,11 @@ json_t *km_session_export(km_manager *m, const char *name, const char *archive, 
 /* The upload file of session name: home/imports/NAME.part. 0 or -1. */
 static int upload_path(km_manager *m, const char *name, char *out, size_t size, km_err *err)
 {
-    char dir[PATH_MAX], why[600];
+    char dir[PATH_MAX];
+    km_err why = {0};
     snprintf(dir, sizeof dir, "%.3900s/imports", m->home);
-    if (kmhome_mkdir(dir, 0700, why, sizeof why)) {
-        km_err_set(err, KM_EINTERNAL, "%s", why);
+    if (kmhome_mkdir(dir, 0700, &why)) {
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         return -1;
     }
     int n = snprintf(out, size, "%s/%s.part", dir, name);
@@ -277,10 +279,10 @@ static int uploads_room(km_manager *m, km_err *err)
 static json_t *import_archive(km_manager *m, const char *name, const km_session_opts *sopts, int fd,
                               km_err *err)
 {
-    char why[WSFILE_PATH_MAX + 1024];
-    json_t *checked = sarch_read(m, NULL, fd, NULL, why, sizeof why);
+    km_err why = {0};
+    json_t *checked = sarch_read(m, NULL, fd, NULL, &why);
     if (!checked) {
-        km_err_set(err, KM_EUSAGE, "import of session \"%s\" refused: %s", name, why);
+        km_err_set(err, KM_EUSAGE, "import of session \"%s\" refused: %s", name, why.msg);
         return NULL;
     }
     json_decref(checked);
@@ -304,11 +306,11 @@ static json_t *import_archive(km_manager *m, const char *name, const km_session_
     }
     json_t *ret = NULL;
     pthread_mutex_lock(&d->lock);
-    json_t *got = sarch_read(m, d, fd, IMPORT_TAG, why, sizeof why);
+    json_t *got = sarch_read(m, d, fd, IMPORT_TAG, &why);
     if (!got) {
-        km_err_set(err, KM_EUSAGE, "import of session \"%s\" refused: %s", name, why);
-    } else if (snap_restore_workspace(m, d, IMPORT_TAG, why, sizeof why)) {
-        km_err_set(err, KM_EINTERNAL, "import of session \"%s\": %s", name, why);
+        km_err_set(err, KM_EUSAGE, "import of session \"%s\" refused: %s", name, why.msg);
+    } else if (snap_restore_workspace(m, d, IMPORT_TAG, &why)) {
+        km_err_set(err, KM_EINTERNAL, "import of session \"%s\": %s", name, why.msg);
     } else {
         json_t *kernels = json_object();
         for (int l = 0; l < m->cfg.langs.n; l++) {
@@ -317,10 +319,10 @@ static json_t *import_archive(km_manager *m, const char *name, const km_session_
             kslot *k = &d->k[l];
             const char *ln = kmcfg_lang_name(&m->cfg, l);
             if (k->proc && klaunch_alive(k->proc)) { /* a warm-pool entry's kernel */
-                json_t *r = snap_load(m, d, l, IMPORT_TAG, why, sizeof why);
+                json_t *r = snap_load(m, d, l, IMPORT_TAG, &why);
                 json_object_set_new(kernels, ln,
                                     r ? json_pack("{s:o}", "restored", r)
-                                      : json_pack("{s:s}", "error", why));
+                                      : json_pack("{s:s}", "error", why.msg));
             } else {
                 snprintf(k->restore, sizeof k->restore, "%s", IMPORT_TAG);
                 snprintf(k->pending, sizeof k->pending,

@@ -224,7 +224,9 @@ static char *read_code_checked(cli *c, int *bad, char *err, size_t errlen)
     if (!code)
         return NULL;
     size_t len = c->code ? strlen(code) : c->code_len;
-    if (cblocks_check_code(code, len, c->cfg.code_max, err, errlen)) {
+    km_err bad_code = {0};
+    if (cblocks_check_code(code, len, c->cfg.code_max, &bad_code)) {
+        snprintf(err, errlen, "%.*s", errlen ? (int)errlen - 1 : 0, bad_code.msg);
         *bad = 1;
         free(code);
         return NULL;
@@ -2150,10 +2152,9 @@ static int opt_timeout(cli *c, const cli_opt *o, const char *arg)
 
 static int opt_network(cli *c, const cli_opt *o, const char *arg)
 {
-    char why[700];
-    if (km_net_from_text(arg, "--network", &c->network, c->net_allow, sizeof c->net_allow, why,
-                         sizeof why))
-        return usage_error("%s", why);
+    km_err why = {0};
+    if (km_net_from_text(arg, "--network", &c->network, c->net_allow, sizeof c->net_allow, &why))
+        return usage_error("%s", why.msg);
     return 0;
 }
 
@@ -2441,22 +2442,21 @@ static int cli_dispatch(int argc, char **argv)
     if (resolve_home(&c))
         return KM_EUSAGE;
     /* the home is trusted state: refused before anything in it is read */
-    char home_why[1024];
-    if (kmhome_prepare(c.home, 0, home_why, sizeof home_why)) {
-        fprintf(stderr, "kernelmgr: %s\n", home_why);
+    km_err home_why = {0};
+    if (kmhome_prepare(c.home, 0, &home_why)) {
+        fprintf(stderr, "kernelmgr: %s\n", home_why.msg);
         return KM_EUSAGE;
     }
     active_cli = &c;
     kmcfg_defaults(&c.cfg);
-    char why[1024];
+    km_err why = {0};
     char cfgpath[4096];
     if (c.config)
         snprintf(cfgpath, sizeof cfgpath, "%s", c.config);
     else
         snprintf(cfgpath, sizeof cfgpath, "%s/config.json", c.home);
-    if (kmcfg_load_file(&c.cfg, cfgpath, c.config ? KMCFG_MUST_EXIST : KMCFG_HOME_FILE, why,
-                        sizeof why)) {
-        fprintf(stderr, "kernelmgr: invalid configuration: %s\n", why);
+    if (kmcfg_load_file(&c.cfg, cfgpath, c.config ? KMCFG_MUST_EXIST : KMCFG_HOME_FILE, &why)) {
+        fprintf(stderr, "kernelmgr: invalid configuration: %s\n", why.msg);
         return KM_EUSAGE;
     }
     if (c.config) {

@@ -470,12 +470,12 @@ static json_t *install_pip(const allowlist *al, const char *py, const char *prox
  * PKGINST_FILE_MAX bytes). */
 static json_t *npm_lock_packages(const char *npmdir, char *err, size_t errlen)
 {
-    char why[512] = "";
+    km_err why = {0};
     char *text = NULL;
     size_t len = 0;
-    int rootfd = wsfile_root_open(npmdir, why, sizeof why);
+    int rootfd = wsfile_root_open(npmdir, &why);
     if (rootfd >= 0) {
-        wsfile_slurp(rootfd, "package-lock.json", PKGINST_FILE_MAX, &text, &len, why, sizeof why);
+        wsfile_slurp(rootfd, "package-lock.json", PKGINST_FILE_MAX, &text, &len, &why);
         close(rootfd);
     }
     json_error_t jerr;
@@ -485,12 +485,12 @@ static json_t *npm_lock_packages(const char *npmdir, char *err, size_t errlen)
     if (!json_is_object(pk)) {
         /* the file was written in the sandbox: reasons only, never its bytes */
         char where[64] = "";
-        if (!why[0] && !lock)
+        if (!why.msg[0] && !lock)
             snprintf(where, sizeof where, " at line %d, column %d", jerr.line, jerr.column);
         snprintf(err, errlen, "npm's lock file %s/package-lock.json does not parse: %s%s", npmdir,
-                 why[0] ? why
-                 : lock ? "no \"packages\" object"
-                        : allowlist_json_reason(&jerr),
+                 why.msg[0] ? why.msg
+                 : lock     ? "no \"packages\" object"
+                            : allowlist_json_reason(&jerr),
                  where);
         json_decref(lock);
         return NULL;
@@ -531,10 +531,10 @@ static void save_file(saved_file *f, const char *dir, const char *name)
     f->data = NULL;
     f->len = 0;
     f->skip = 1;
-    int rootfd = wsfile_root_open(dir, NULL, 0);
+    int rootfd = wsfile_root_open(dir, NULL);
     if (rootfd < 0)
         return;
-    if (wsfile_slurp(rootfd, name, PKGINST_FILE_MAX, &f->data, &f->len, NULL, 0) == 0 ||
+    if (wsfile_slurp(rootfd, name, PKGINST_FILE_MAX, &f->data, &f->len, NULL) == 0 ||
         errno == ENOENT)
         f->skip = 0;
     close(rootfd);
@@ -544,13 +544,13 @@ static void restore_file(saved_file *f)
 {
     if (f->skip)
         return;
-    int rootfd = wsfile_root_open(f->dir, NULL, 0);
+    int rootfd = wsfile_root_open(f->dir, NULL);
     if (rootfd < 0)
         return;
     if (!f->data)
         unlinkat(rootfd, f->name, 0);
     else
-        wsfile_replace(rootfd, f->name, f->data, f->len, 0644, NULL, 0);
+        wsfile_replace(rootfd, f->name, f->data, f->len, 0644, NULL);
     close(rootfd);
 }
 

@@ -191,7 +191,7 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
         return KM_EDAEMON;
     /* the home is trusted state (kmhome.h): made, or refused, before a file
      * in it is opened */
-    if (kmhome_prepare(home, 1, err->msg, sizeof err->msg)) {
+    if (kmhome_prepare(home, 1, err)) {
         err->code = KM_EUSAGE;
         return KM_EUSAGE;
     }

@@ -228,7 +228,7 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
     if (daemon_socket_path(home, sock, sizeof sock, err))
         return -1;
     /* a socket in a home that is not ours alone may be anyone's daemon */
-    if (kmhome_prepare(home, 0, err->msg, sizeof err->msg)) {
+    if (kmhome_prepare(home, 0, err)) {
         err->code = KM_EUSAGE;
         return -1;
     }
@@ -240,7 +240,7 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
         }
         return fd;
     }
-    if (kmhome_prepare(home, 1, err->msg, sizeof err->msg)) {
+    if (kmhome_prepare(home, 1, err)) {
         err->code = KM_EUSAGE;
         return -1;
     }

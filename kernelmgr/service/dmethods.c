@@ -257,8 +257,11 @@ static void m_files_list(dreq *r, const json_t *p)
         never_creates(r, create))
         return dreq_invalid(r, r->why);
     char sub[WSFILE_PATH_MAX + 1];
-    if (wsfile_normalize(path ? path : "", 1, sub, r->why, sizeof r->why) < 0)
+    km_err bad = {0};
+    if (wsfile_normalize(path ? path : "", 1, sub, &bad) < 0) {
+        snprintf(r->why, sizeof r->why, "%.*s", (int)sizeof r->why - 1, bad.msg);
         return dreq_invalid(r, r->why);
+    }
     json_t *f = km_files(daemon_mgr, name, &r->err);
     if (!f)
         return dreq_fail(r);
@@ -334,8 +337,11 @@ static void m_files_write(dreq *r, const json_t *p)
         return dreq_invalid(r, "field \"encoding\": must be \"text\" or \"base64\"");
     char norm[WSFILE_PATH_MAX + 1];
     /* a bad path is refused before a session is created for it */
-    if (wsfile_normalize(path, 0, norm, r->why, sizeof r->why) < 0)
+    km_err bad = {0};
+    if (wsfile_normalize(path, 0, norm, &bad) < 0) {
+        snprintf(r->why, sizeof r->why, "%.*s", (int)sizeof r->why - 1, bad.msg);
         return dreq_invalid(r, r->why);
+    }
     size_t len = json_string_length(json_object_get(p, "content"));
     unsigned char *bin;
     const void *data;
@@ -360,8 +366,11 @@ static void m_files_remove(dreq *r, const json_t *p)
     if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s}", "session", &name, "path", &path))
         return dreq_invalid(r, r->why);
     char norm[WSFILE_PATH_MAX + 1];
-    if (wsfile_normalize(path, 0, norm, r->why, sizeof r->why) < 0)
+    km_err bad = {0};
+    if (wsfile_normalize(path, 0, norm, &bad) < 0) {
+        snprintf(r->why, sizeof r->why, "%.*s", (int)sizeof r->why - 1, bad.msg);
         return dreq_invalid(r, r->why);
+    }
     dreq_reply(r, km_file_remove(daemon_mgr, name, norm, &r->err));
 }
 

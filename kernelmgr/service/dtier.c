@@ -232,7 +232,8 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     const char *name = o->f.name;
     switch (o->type) {
     case DT_SO_NETWORK: {
-        char what[40], e[700];
+        char what[40];
+        km_err e = {0};
         snprintf(what, sizeof what, "field \"%s\"", name);
         if (json_is_boolean(v) || (!json_is_string(v) && !json_is_object(v))) {
             snprintf(why, n,
@@ -250,8 +251,8 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
             return -1;
         }
         if (km_net_from_json(v, what, &so->network, so->network_allow_buf,
-                             sizeof so->network_allow_buf, e, sizeof e)) {
-            snprintf(why, n, "%s", e);
+                             sizeof so->network_allow_buf, &e)) {
+            snprintf(why, n, "%s", e.msg);
             return -1;
         }
         so->network_allow = so->network == KM_NET_ALLOW ? so->network_allow_buf : NULL;
