@@ -57,11 +57,13 @@ void dreq_invalid(dreq *r, const char *why)
 
 void dreq_invalidf(dreq *r, const char *fmt, ...)
 {
+    char msg[sizeof r->why.msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->why, sizeof r->why, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    dreq_invalid(r, r->why);
+    km_err_set(&r->why, KM_EUSAGE, "%s", msg);
+    dreq_invalid(r, r->why.msg);
 }
 
 void dreq_ok(dreq *r, json_t *result)

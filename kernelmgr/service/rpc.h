@@ -20,6 +20,8 @@
 #ifndef KERNELMGR_RPC_H
 #define KERNELMGR_RPC_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -53,7 +55,7 @@ typedef struct rpc_msg {
  * "Invalid Request: ...") to answer to m->id (NULL: id null), unless
  * m->silent (a notification: never answered). Always free m with
  * rpc_msg_clear. */
-int rpc_parse(const char *line, size_t len, rpc_msg *m, char *why, size_t whylen);
+int rpc_parse(const char *line, size_t len, rpc_msg *m, km_err *why);
 void rpc_msg_clear(rpc_msg *m);
 
 /* new: {"jsonrpc":"2.0","id":id,"result":result}; steals result (NULL = {}). */
@@ -90,7 +92,7 @@ int rpc_code_to_km(int rpc_code);
  *   missing field "session"
  *   field "keep": expected a boolean, got an integer
  * Returns 0, or -1 with the reason in why. */
-int rpc_unpack(const json_t *params, char *why, size_t whylen, const char *fmt, ...);
+int rpc_unpack(const json_t *params, km_err *why, const char *fmt, ...);
 
 /* The JSON type of v as error messages name it ("an object", "a string",
  * "a number", ..., "null"); static. */
