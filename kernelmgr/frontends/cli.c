@@ -156,19 +156,19 @@ static int resolve_home(cli *c)
  * checks it (cblocks_check_code: code_max, NUL bytes, UTF-8) so that run and
  * exec say the same before anything starts. *bad is set when the code was
  * read but refused (exit 2 with err), 0 for I/O errors. */
-static char *read_code_checked(cli *c, int *bad, char *err, size_t errlen);
-static char *read_code(cli *c, char *err, size_t errlen)
+static char *read_code_checked(cli *c, int *bad, km_err *err);
+static char *read_code(cli *c, km_err *err)
 {
     if (c->code)
         return strdup(c->code);
     const char *f = c->file;
     if (!f) {
-        snprintf(err, errlen, "no code given: use -c CODE, a FILE, or - for stdin");
+        km_err_set(err, KM_EUSAGE, "no code given: use -c CODE, a FILE, or - for stdin");
         return NULL;
     }
     FILE *fp = strcmp(f, "-") ? fopen(f, "r") : stdin;
     if (!fp) {
-        snprintf(err, errlen, "%s: %s", f, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "%s: %s", f, strerror(errno));
         return NULL;
     }
     /* keeps at most code_max + 1 bytes; the rest is counted, so the error
@@ -178,7 +178,7 @@ static char *read_code(cli *c, char *err, size_t errlen)
     char *buf = malloc(cap);
     char sink[65536];
     if (!buf)
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
     for (size_t r = 1; buf && r; total += r) {
         if (n >= keep) {
             r = fread(sink, 1, sizeof sink, fp);
@@ -189,7 +189,7 @@ static char *read_code(cli *c, char *err, size_t errlen)
             if (!b) {
                 free(buf);
                 buf = NULL;
-                snprintf(err, errlen, "%s: out of memory", f);
+                km_err_set(err, KM_EUSAGE, "%s: out of memory", f);
                 break;
             }
             buf = b;
@@ -206,7 +206,7 @@ static char *read_code(cli *c, char *err, size_t errlen)
         fclose(fp);
     if (buf && rerr) {
         free(buf);
-        snprintf(err, errlen, "%s: %s", f, strerror(rerr));
+        km_err_set(err, KM_EUSAGE, "%s: %s", f, strerror(rerr));
         return NULL;
     }
     if (buf) {
@@ -216,17 +216,15 @@ static char *read_code(cli *c, char *err, size_t errlen)
     return buf;
 }
 
-static char *read_code_checked(cli *c, int *bad, char *err, size_t errlen)
+static char *read_code_checked(cli *c, int *bad, km_err *err)
 {
     *bad = 0;
     c->code_len = 0;
-    char *code = read_code(c, err, errlen);
+    char *code = read_code(c, err);
     if (!code)
         return NULL;
     size_t len = c->code ? strlen(code) : c->code_len;
-    km_err bad_code = {0};
-    if (cblocks_check_code(code, len, c->cfg.code_max, &bad_code)) {
-        snprintf(err, errlen, "%.*s", errlen ? (int)errlen - 1 : 0, bad_code.msg);
+    if (cblocks_check_code(code, len, c->cfg.code_max, err)) {
         *bad = 1;
         free(code);
         return NULL;
@@ -482,11 +480,11 @@ static int exec_status(const cli *c, const json_t *reply)
 
 static int cmd_run(cli *c)
 {
-    char why[512];
+    km_err why = {0};
     int badcode;
-    char *code = read_code_checked(c, &badcode, why, sizeof why);
+    char *code = read_code_checked(c, &badcode, &why);
     if (!code)
-        return badcode ? fail(KM_EUSAGE, why) : usage_error("%s", why);
+        return badcode ? fail(KM_EUSAGE, why.msg) : usage_error("%s", why.msg);
     if (c->workspace) {
         /* relative paths are the user's cwd */
         char *real = realpath(c->workspace, NULL);
@@ -650,11 +648,11 @@ static int cmd_exec(cli *c)
         return usage_error("exec needs --session NAME");
     if (!km_name_valid(c->session))
         return usage_error("invalid session name \"%s\"", c->session);
-    char why[512];
+    km_err why = {0};
     int badcode;
-    char *code = read_code_checked(c, &badcode, why, sizeof why);
+    char *code = read_code_checked(c, &badcode, &why);
     if (!code)
-        return badcode ? fail(KM_EUSAGE, why) : usage_error("%s", why);
+        return badcode ? fail(KM_EUSAGE, why.msg) : usage_error("%s", why.msg);
     char *ws = NULL;
     if (c->workspace && !(ws = realpath(c->workspace, NULL))) {
         free(code);
@@ -1798,10 +1796,10 @@ static int cmd_serve(cli *c)
     if (c->insecure)
         c->cfg.http_insecure = 1;
     if (c->cfg.http[0]) {
-        char why[512];
+        km_err why = {0};
         if (gateway_listen_valid(c->cfg.http, c->cfg.http_tls_cert[0] != 0, c->cfg.http_insecure,
-                                 why, sizeof why))
-            return fail(KM_EUSAGE, why);
+                                 &why))
+            return fail(KM_EUSAGE, why.msg);
         if ((c->cfg.http_tls_cert[0] != 0) != (c->cfg.http_tls_key[0] != 0))
             return fail(KM_EUSAGE, "TLS needs both --tls-cert and --tls-key");
     }
@@ -1857,10 +1855,10 @@ static int cmd_kernelspec(cli *c)
         .cpu_time = c->cpu_time,
         .version = KM_VERSION,
     };
-    char why[1024];
-    json_t *done = kspecinst_install(&o, why, sizeof why);
+    km_err why = {0};
+    json_t *done = kspecinst_install(&o, &why);
     if (!done)
-        return fail(KM_EINTERNAL, why);
+        return fail(KM_EINTERNAL, why.msg);
     if (c->json) {
         json_t *o2 = json_pack("{s:o}", "installed", done);
         print_json(o2);

@@ -315,11 +315,11 @@ static void *conn_main(void *arg)
 }
 
 gwapi_conn *gwapi_open(const char *home, const char *scope, size_t max_pending,
-                       void (*wake)(void *), void *ud, char *err, size_t errlen)
+                       void (*wake)(void *), void *ud, km_err *err)
 {
     gwapi_conn *c = calloc(1, sizeof *c);
     if (!c) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return NULL;
     }
     snprintf(c->scope, sizeof c->scope, "%s", scope ? scope : "");
@@ -331,13 +331,13 @@ gwapi_conn *gwapi_open(const char *home, const char *scope, size_t max_pending,
     km_err e = {0, ""};
     c->fd = connect_http(home, &e);
     if (c->fd < 0) {
-        snprintf(err, errlen, "the daemon: %s", e.msg);
+        km_err_set(err, KM_EUSAGE, "the daemon: %s", e.msg);
         gwapi_close(&c);
         return NULL;
     }
     c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (c->efd < 0 || pthread_create(&c->thread, NULL, conn_main, c)) {
-        snprintf(err, errlen, "cannot start the API relay: %s", strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot start the API relay: %s", strerror(errno));
         gwapi_close(&c);
         return NULL;
     }

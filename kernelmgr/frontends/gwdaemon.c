@@ -25,9 +25,10 @@ static int kerr(km_err *err, int code, const char *msg)
  * g's port. */
 static int same_listen(const gateway *g, const daemon_http_listen *l)
 {
-    char addr[64], want[sizeof addr + 32], why[256];
+    char addr[64], want[sizeof addr + 32];
+    km_err why = {0};
     int port = 0;
-    if (gw_parse_listen(l->listen, addr, sizeof addr, &port, why, sizeof why))
+    if (gw_parse_listen(l->listen, addr, sizeof addr, &port, &why))
         return -1;
     int tls = l->tls_cert && *l->tls_cert;
     snprintf(want, sizeof want, "%s://%s:%d/", tls ? "https" : "http", addr,
@@ -80,11 +81,11 @@ static int gw_http_start(km_manager *m, const daemon_http_listen *l, int *starte
             .max_connections = cfg->http_max_connections,
             .rate = cfg->http_rate,
         };
-        char why[512];
-        http_gw = gateway_start(m, &go, why, sizeof why);
+        km_err why = {0};
+        http_gw = gateway_start(m, &go, &why);
         if (!http_gw) {
             char msg[600];
-            snprintf(msg, sizeof msg, "cannot serve HTTP: %s", why);
+            snprintf(msg, sizeof msg, "cannot serve HTTP: %.511s", why.msg);
             rc = kerr(err, KM_EUSAGE, msg);
         } else {
             *started = 1;

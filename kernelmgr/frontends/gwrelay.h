@@ -28,6 +28,8 @@
 #ifndef KERNELMGR_GWRELAY_H
 #define KERNELMGR_GWRELAY_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include "kernelmgr/frontends/gwwire.h"
 
 #include <stddef.h>
@@ -37,7 +39,7 @@ typedef struct gwrelay gwrelay;
 /* new: a relay to the kernel of conn (borrowed, copied) speaking form to its
  * client. NULL with a reason in err when the sockets cannot be set up. */
 gwrelay *gwrelay_new(const jp_connection *conn, gw_form form, size_t max_pending,
-                     void (*wake)(void *ud), void *ud, char *err, size_t errlen);
+                     void (*wake)(void *ud), void *ud, km_err *err);
 
 /* Stops the thread, closes the sockets, frees what is queued. NULL-safe. */
 void gwrelay_destroy(gwrelay **r);

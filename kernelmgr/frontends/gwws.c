@@ -102,8 +102,13 @@ static int ws_connect(gateway *g, gw_conn *c, char *cf, char *why, size_t len)
     c->cf = cf;
     if (jp_connection_read(cf, &conn, &je) != JP_OK)
         snprintf(why, len, "the kernel's connection file: %s", je.reason);
-    else if ((c->relay = gwrelay_new(&conn, c->form, g->o.max_pending, relay_wake, g, why, len)))
-        rc = 0;
+    else {
+        km_err e = {0};
+        if ((c->relay = gwrelay_new(&conn, c->form, g->o.max_pending, relay_wake, g, &e)))
+            rc = 0;
+        else
+            snprintf(why, len, "%.*s", len ? (int)len - 1 : 0, e.msg);
+    }
     sodium_memzero(&conn, sizeof conn);
     return rc;
 }
@@ -153,11 +158,11 @@ int gw_ws_established(struct lws *wsi, gw_conn *c, gateway *g)
         gw_request_scope(wsi, uri, &rest, c->scope, swhy, sizeof swhy))
         return -1; /* checked at the upgrade */
     if (!strcmp(rest, GW_API_WS_PATH)) {
-        char why[300];
+        km_err why = {0};
         snprintf(c->kernel_id, sizeof c->kernel_id, "api");
-        c->api = gwapi_open(g->home, c->scope, g->o.max_pending, relay_wake, g, why, sizeof why);
+        c->api = gwapi_open(g->home, c->scope, g->o.max_pending, relay_wake, g, &why);
         if (!c->api) {
-            return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why);
+            return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why.msg);
         }
         c->next = g->ws;
         g->ws = c;
@@ -261,13 +266,12 @@ int gw_ws_receive(struct lws *wsi, gw_conn *c, const void *in, size_t len)
     }
     jp_channel ch;
     jmsg *m = NULL;
-    char err[300];
-    if (gwwire_decode(c->form, lws_frame_is_binary(wsi), c->rx, c->rx_len, &ch, &m, err,
-                      sizeof err)) {
+    km_err err = {0};
+    if (gwwire_decode(c->form, lws_frame_is_binary(wsi), c->rx, c->rx_len, &ch, &m, &err)) {
         /* like jupyter_server: a bad message is logged and dropped, the
          * connection stays */
         fprintf(stderr, "kernelmgr gateway: dropped a client message for kernel %s: %s\n",
-                c->kernel_id, err);
+                c->kernel_id, err.msg);
         return 0;
     }
     if (gwrelay_send(c->relay, ch, m)) {
