@@ -512,9 +512,8 @@ static int cmd_run(cli *c)
     ticker_start(c, m, name);
     json_t *res = NULL;
     if (run_stop_sig) {
-        err.code = KM_EINTERNAL;
-        snprintf(err.msg, sizeof err.msg, "stopped by signal %d (%s) before the code ran",
-                 (int)run_stop_sig, strsignal(run_stop_sig));
+        km_err_set(&err, KM_EINTERNAL, "stopped by signal %d (%s) before the code ran",
+                   (int)run_stop_sig, strsignal(run_stop_sig));
     } else {
         res = km_exec(m, name, &so, &eo, code, on_event, &rc, &err);
     }

@@ -14,13 +14,6 @@
 static pthread_mutex_t http_mu = PTHREAD_MUTEX_INITIALIZER;
 static gateway *http_gw; /* under http_mu */
 
-static int kerr(km_err *err, int code, const char *msg)
-{
-    err->code = code;
-    snprintf(err->msg, sizeof err->msg, "%s", msg);
-    return code;
-}
-
 /* 0 when l names what g serves: the same address and scheme, and port 0 or
  * g's port. */
 static int same_listen(const gateway *g, const daemon_http_listen *l)
@@ -53,7 +46,7 @@ static int gw_http_start(km_manager *m, const daemon_http_listen *l, int *starte
                  "with `kernelmgr serve --stop` (its kernels end: variables are lost, "
                  "workspaces and sessions stay), then run `kernelmgr serve --http %s`",
                  (int)getpid(), l->listen ? l->listen : "[ADDR:]PORT");
-        return kerr(err, KM_EUSAGE, why);
+        return km_err_set(err, KM_EUSAGE, "%s", why);
     }
     pthread_mutex_lock(&http_mu);
     int rc = 0;
@@ -64,7 +57,7 @@ static int gw_http_start(km_manager *m, const daemon_http_listen *l, int *starte
                      "the daemon already serves HTTP at %s (one address per daemon): stop it "
                      "with `kernelmgr serve --stop` to serve elsewhere",
                      gateway_url(http_gw));
-            rc = kerr(err, KM_EUSAGE, why);
+            rc = km_err_set(err, KM_EUSAGE, "%s", why);
         }
     } else {
         gateway_opts go = {
@@ -86,7 +79,7 @@ static int gw_http_start(km_manager *m, const daemon_http_listen *l, int *starte
         if (!http_gw) {
             char msg[600];
             snprintf(msg, sizeof msg, "cannot serve HTTP: %.511s", why.msg);
-            rc = kerr(err, KM_EUSAGE, msg);
+            rc = km_err_set(err, KM_EUSAGE, "%s", msg);
         } else {
             *started = 1;
             fprintf(stderr, "kernelmgr: Jupyter gateway at %s (token from %s)\n",
