@@ -430,12 +430,12 @@ int gwapi_pop(gwapi_conn *c, char **line, size_t *len)
     return 1;
 }
 
-int gwapi_failed(gwapi_conn *c, char *why, size_t len)
+int gwapi_failed(gwapi_conn *c, km_err *why)
 {
     pthread_mutex_lock(&c->mu);
     int f = c->failed;
     if (f && why)
-        snprintf(why, len, "%s", c->why);
+        km_err_set(why, KM_EUSAGE, "%s", c->why);
     pthread_mutex_unlock(&c->mu);
     return f;
 }

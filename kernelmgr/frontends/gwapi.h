@@ -53,6 +53,6 @@ int gwapi_send(gwapi_conn *c, const char *text, size_t len);
 int gwapi_pop(gwapi_conn *c, char **line, size_t *len);
 
 /* 1 with why when the connection failed (daemon gone, client too slow). */
-int gwapi_failed(gwapi_conn *c, char *why, size_t len);
+int gwapi_failed(gwapi_conn *c, km_err *why);
 
 #endif

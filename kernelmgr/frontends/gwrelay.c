@@ -379,12 +379,12 @@ int gwrelay_pop(gwrelay *r, unsigned char **data, size_t *len, int *binary)
     return 1;
 }
 
-int gwrelay_failed(gwrelay *r, char *why, size_t len)
+int gwrelay_failed(gwrelay *r, km_err *why)
 {
     pthread_mutex_lock(&r->mu);
     int f = r->failed;
     if (f && why)
-        snprintf(why, len, "%s", r->why);
+        km_err_set(why, KM_EUSAGE, "%s", r->why);
     pthread_mutex_unlock(&r->mu);
     return f;
 }

@@ -53,6 +53,6 @@ int gwrelay_send(gwrelay *r, jp_channel ch, jmsg *msg);
 int gwrelay_pop(gwrelay *r, unsigned char **data, size_t *len, int *binary);
 
 /* 1 when the relay has failed (it relays nothing more), with why. */
-int gwrelay_failed(gwrelay *r, char *why, size_t len);
+int gwrelay_failed(gwrelay *r, km_err *why);
 
 #endif
