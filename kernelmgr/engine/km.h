@@ -8,7 +8,7 @@
  * executions in one session are serialised by the session's lock, different
  * sessions run concurrently. JSON returned is "new" (json_decref it).
  *
- * Errors: functions returning int give 0 or a KM_E* code (never 0) and fill
+ * Errors (kmerr.h): functions returning int give 0 or a KM_E* code (never 0) and fill
  * err (may be NULL) with a reason; functions returning json_t* give NULL on
  * failure with err filled.
  */

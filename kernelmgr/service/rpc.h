@@ -13,7 +13,7 @@
  * Errors: the standard codes (-32700 parse error, -32600 invalid request,
  * -32601 method not found, -32602 invalid params, -32603 internal error)
  * and, for failures of the operation itself, the server range: a kernelmgr
- * error code KM_E* N (km.h) is -32000 - N (e.g. -32003 no such session),
+ * error code KM_E* N (kmerr.h) is -32000 - N (e.g. -32003 no such session),
  * with data {"km_code": N}. rpc_code_to_km() maps back (the CLI's exit
  * status).
  */
