@@ -19,7 +19,7 @@ export KM_TEST_SANDBOX=${KM_TEST_SANDBOX:-strict}
 # on kernels. Their output goes to files and is printed, tier by tier in the
 # order above, once the parallel pass is over and they have all ended; then
 # the tests marked serial run with the machine to themselves.
-# KM_TEST_OVERLAP=0 runs the background tiers before the e2e pass instead.
+# KM_TEST_OVERLAP=0 runs them one after another before the e2e pass instead.
 TIERS=" ${KM_TEST_TIERS:-unit clang lint asan e2e sanitized} "
 tier() { case "$TIERS" in *" $1 "*) return 0 ;; esac; return 1; }
 LOGS=$BUILD/test-logs
@@ -214,7 +214,7 @@ background_tiers() {
         fi
     fi
     san_pid=""
-    if [ -n "$san_dir" ]; then
+    if [ -n "$san_dir" ] && [ "${KM_TEST_OVERLAP:-1}" != 0 ]; then
         tier_sanitized $built >"$LOGS/tier-sanitized.out" 2>&1 &
         san_pid=$!
     fi
@@ -223,6 +223,10 @@ background_tiers() {
     tier clang && tier_clang >"$LOGS/tier-clang.out" 2>&1
     tier lint && tier_lint >"$LOGS/tier-lint.out" 2>&1
     [ -n "$san_pid" ] && wait "$san_pid"
+    # KM_TEST_OVERLAP=0: one tier at a time, nothing beside another
+    if [ -n "$san_dir" ] && [ "${KM_TEST_OVERLAP:-1}" = 0 ]; then
+        tier_sanitized $built >"$LOGS/tier-sanitized.out" 2>&1
+    fi
 }
 # Their output, in tier order, and their counts into unit_pass/unit_fail.
 unit_pass=0; unit_fail=0
