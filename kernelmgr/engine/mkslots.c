@@ -571,6 +571,7 @@ static int slot_finish(km_manager *m, session *s, int l, km_err *err)
         slot_stop(m, k);
         return -1;
     }
+    k->snap_none = !json_is_object(json_object_get(info, "kernelmgr"));
     json_decref(info);
     k->last_used = kclient_now();
     admit_ready(m, s, k);

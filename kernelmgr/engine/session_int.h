@@ -72,6 +72,10 @@ typedef struct kslot {
     json_t *restored;
     double snap_secs;
     long long snap_gen;
+    /* its kernel is not one of kernelmgr's (its kernel_info has no
+     * "kernelmgr": a Jupyter kernelspec's), so it has no snapshot request
+     * to answer: a snapshot reports its state lost at once */
+    int snap_none;
 } kslot;
 
 typedef struct session {
