@@ -323,10 +323,10 @@ static json_t *kernel_snapshot(km_manager *m, kslot *k, const char *action, cons
     }
     if (k->snap_none) {
         /* it would never answer: not waited for (up to the limit below) */
-        snprintf(err, errlen,
-                 "the kernel is not one of kernelmgr's (a Jupyter kernelspec's, without "
-                 "kernelmgr_snapshot_request): its state cannot be %s",
-                 strcmp(action, "save") ? "loaded" : "saved");
+        km_err_set(err, KM_EINTERNAL,
+                   "the kernel is not one of kernelmgr's (a Jupyter kernelspec's, without "
+                   "kernelmgr_snapshot_request): its state cannot be %s",
+                   strcmp(action, "save") ? "loaded" : "saved");
         return NULL;
     }
     char id[37];
