@@ -457,14 +457,8 @@ def test_kernel_answers_while_stopped_and_interrupt_ends_the_cell(kernel):
         assert not [ln for ln in r["traceback"] if "pydevd" in ln or "driver.py" in ln], r
     # the cell queued behind it was aborted (stop_on_error) or ran: the kernel works
     d.finish(later)
-    r, out = d.finish(d.execute("print(started)"))
-    # ipykernel ends its stop_on_error abort with a callback of its event
-    # loop: a request it reads before that callback ran (a loaded machine)
-    # is aborted too, though nothing failed; sent again, it runs (the
-    # kernelmgr kernel is held to its first answer)
-    deadline = time.monotonic() + 30
-    while kernel.lang == "ipykernel" and r["status"] == "aborted" and time.monotonic() < deadline:
-        r, out = d.finish(d.execute("print(started)"))
+    r, out = after_error(kernel, lambda: d.finish(d.execute("print(started)")),
+                         lambda got: got[0]["status"])
     assert r["status"] == "ok" and out == "True\n", (r, out)
     d.ok("disconnect", {"restart": False, "terminateDebuggee": False})
 
@@ -535,11 +529,31 @@ def test_breakpoint_builtin_over_stdin(kernel):
     assert h.prompts and "Pdb" in h.prompts[0], h.prompts
 
 
+def after_error(kernel, send, status):
+    """send() after a cell that failed: ipykernel ends its stop_on_error
+    abort with a callback of its event loop, so a request it reads before
+    that callback ran (a loaded machine) is aborted too, though nothing
+    failed; sent again, it runs. The kernelmgr kernel is held to its first
+    answer. Returns what the last send() returned."""
+    got = send()
+    deadline = time.monotonic() + 30
+    while kernel.lang == "ipykernel" and status(got) == "aborted" and time.monotonic() < deadline:
+        got = send()
+    return got
+
+
 def test_post_mortem_debug_magic_over_stdin(kernel):
     _, res = kernel.execute("def f(v):\n    w = v + 1\n    raise RuntimeError(w)\nf(41)")
     assert res["reply"]["content"]["status"] == "error"
-    h = answer_stdin(["p w", "q"])
-    _, res = kernel.execute("%debug", allow_stdin=True, stdin_handler=h, timeout=60)
+    handlers = []
+
+    def debug():
+        handlers.append(answer_stdin(["p w", "q"]))
+        return kernel.execute("%debug", allow_stdin=True, stdin_handler=handlers[-1],
+                              timeout=60)[1]
+
+    res = after_error(kernel, debug, lambda got: got["reply"]["content"]["status"])
+    h = handlers[-1]
     out = kutil.stream_text(res["iopub"])
     assert "42" in out, (out, res["reply"]["content"])
     assert h.prompts, "no input_request"
