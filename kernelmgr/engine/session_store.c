@@ -411,7 +411,9 @@ session *session_alloc(const char *name)
         return NULL;
     snprintf(s->name, sizeof s->name, "%s", name);
     pthread_mutex_init(&s->lock, NULL);
-    s->network = -1;
+    /* every option the configuration's (a warm-pool entry or a repaired
+     * session keeps that; zygote and ipython were 0, "off", from calloc) */
+    km_sessopt_unset(s);
     s->created = s->last_used = cm_wall_s();
     return s;
 }

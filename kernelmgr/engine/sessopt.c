@@ -317,6 +317,19 @@ void km_sessopt_init(km_session_opts *o)
             *FIELD(int, o, r->o_off) = -1;
 }
 
+void km_sessopt_unset(session *s)
+{
+    for (const km_sessopt *r = km_sessopts; r->name; r++)
+        if (r->type == KM_SO_BOOL || (r->flags & KM_SO_INT_UNSET))
+            *FIELD(int, s, r->s_off) = -1;
+        else if (r->type == KM_SO_STRING)
+            FIELD(char, s, r->s_off)[0] = 0;
+        else if (r->type == KM_SO_SIZE)
+            *FIELD(unsigned long long, s, r->s_off) = 0;
+        else if (r->type == KM_SO_NUMBER)
+            *FIELD(double, s, r->s_off) = 0;
+}
+
 int km_sessopt_default(const km_manager *m, const km_session_opts *o)
 {
     if (!o)

@@ -87,6 +87,9 @@ const km_sessopt *km_sessopt_find(const char *name);
 
 /* Every option of o unset. */
 void km_sessopt_init(km_session_opts *o);
+/* Every option of s unset: the configuration's (a new session, a warm-pool
+ * entry, a repaired one). */
+void km_sessopt_unset(struct session *s);
 /* 1 when every option of o (NULL: none) is what the warm pool's sessions have. */
 int km_sessopt_default(const km_manager *m, const km_session_opts *o);
 /* o's options (NULL: none) into the new session s. 0, or -1 out of memory. */

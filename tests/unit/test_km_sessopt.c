@@ -254,6 +254,11 @@ static void unset_round_trip(void **state)
     session *s = calloc(1, sizeof *s), *t = calloc(1, sizeof *t);
     assert_non_null(s);
     assert_non_null(t);
+    /* a session as allocated: every option the configuration's */
+    km_sessopt_unset(s);
+    assert_int_equal(s->ipython, -1);
+    assert_int_equal(s->zygote, -1);
+    assert_int_equal(s->network, -1);
     assert_int_equal(km_sessopt_create(m, s, NULL), 0);
     assert_int_equal(s->ipython, -1);
     assert_int_equal(s->zygote, -1);
