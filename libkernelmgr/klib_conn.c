@@ -283,9 +283,9 @@ KERNELMGR_API kernelmgr_client *kernelmgr_connect(const char *home, const char *
         goto fail;
     }
     /* a socket in a home that is not ours alone may be anyone's daemon */
-    char why[1024];
-    if (kmhome_prepare(c->home, 0, why, sizeof why)) {
-        klib_fail(err, KERNELMGR_EUSAGE, 0, "%s", why);
+    km_err why = {0};
+    if (kmhome_prepare(c->home, 0, &why)) {
+        klib_fail(err, KERNELMGR_EUSAGE, 0, "%s", why.msg);
         goto fail;
     }
     c->fd = klib_dial(c->sock);
@@ -298,9 +298,9 @@ KERNELMGR_API kernelmgr_client *kernelmgr_connect(const char *home, const char *
         char *bin = klib_find_daemon(daemon, err);
         if (!bin)
             goto fail;
-        if (kmhome_prepare(c->home, 1, why, sizeof why)) {
+        if (kmhome_prepare(c->home, 1, &why)) {
             free(bin);
-            klib_fail(err, KERNELMGR_EUSAGE, 0, "%s", why);
+            klib_fail(err, KERNELMGR_EUSAGE, 0, "%s", why.msg);
             goto fail;
         }
         c->fd = klib_start_daemon(bin, c->home, c->sock, err);

@@ -9,7 +9,7 @@
 #
 # Objects are built apart (build/lib/obj), position-independent and with
 # -fvisibility=hidden; the version script exports kernelmgr_* only. The
-# library reuses the home's trust check (kmhome.c, kmfs.c: libc only) and
+# library reuses the home's trust check (kmhome.c, kmfs.c, kmerr.c: libc only) and
 # reimplements the small socket client (DESIGN.md "libkernelmgr").
 
 # Included once however the Makefile includes it (by name, or with every
@@ -29,9 +29,11 @@ KLIB_SO      := $(KLIB_DIR)/libkernelmgr.so.$(KLIB_VERSION)
 KLIB_A       := $(KLIB_DIR)/libkernelmgr.a
 KLIB_PC      := $(KLIB_DIR)/kernelmgr.pc
 KLIB_PC_UN   := $(KLIB_DIR)/kernelmgr-uninstalled.pc
-KLIB_SRC     := $(wildcard libkernelmgr/*.c) kernelmgr/engine/kmhome.c kernelmgr/engine/kmfs.c
+KLIB_SRC     := $(wildcard libkernelmgr/*.c) kernelmgr/engine/kmhome.c kernelmgr/engine/kmfs.c \
+                kernelmgr/engine/kmerr.c
 KLIB_OBJ     := $(KLIB_SRC:%.c=$(KLIB_DIR)/obj/%.o)
-KLIB_HDR     := $(wildcard libkernelmgr/*.h) kernelmgr/engine/kmhome.h kernelmgr/engine/kmfs.h
+KLIB_HDR     := $(wildcard libkernelmgr/*.h) kernelmgr/engine/kmhome.h kernelmgr/engine/kmfs.h \
+                kernelmgr/engine/kmerr.h
 KLIB_CFLAGS   = $(ALL_CFLAGS) $(CPPFLAGS) -fPIC -fvisibility=hidden
 KLIB_LIBS     = $(shell pkg-config --libs jansson) -lpthread
 KLIB_EXAMPLE := $(BUILD)/examples/code_exec

@@ -309,23 +309,23 @@ km_lang_role cblocks_guess_language(const char *code)
     return sh > py ? KM_LANG_ROLE_SHELL : KM_LANG_ROLE_PYTHON;
 }
 
-int cblocks_check_code(const char *code, size_t len, uint64_t max, char *err, size_t errlen)
+int cblocks_check_code(const char *code, size_t len, uint64_t max, km_err *err)
 {
     if (max && len > max) {
         char sz[32];
-        snprintf(err, errlen, "code is %zu bytes, more than code_max (%s)", len,
-                 outcap_fmt_size(max, sz, sizeof sz));
+        km_err_set(err, KM_EUSAGE, "code is %zu bytes, more than code_max (%s)", len,
+                   outcap_fmt_size(max, sz, sizeof sz));
         return -1;
     }
     const unsigned char *p = (const unsigned char *)(code ? code : "");
     for (size_t i = 0; i < len;) {
         if (p[i] == 0) {
-            snprintf(err, errlen, "code contains a NUL byte (byte %zu)", i);
+            km_err_set(err, KM_EUSAGE, "code contains a NUL byte (byte %zu)", i);
             return -1;
         }
         size_t n = cm_utf8_decode(p + i, len - i, NULL);
         if (!n) {
-            snprintf(err, errlen, "code is not valid UTF-8 (byte %zu)", i);
+            km_err_set(err, KM_EUSAGE, "code is not valid UTF-8 (byte %zu)", i);
             return -1;
         }
         i += n;

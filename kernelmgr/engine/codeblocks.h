@@ -19,6 +19,8 @@
 #ifndef KERNELMGR_CODEBLOCKS_H
 #define KERNELMGR_CODEBLOCKS_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include "kernelmgr/engine/lang.h"
 
 #include <stddef.h>
@@ -44,7 +46,7 @@ typedef struct cblock_list {
  *   "code is 52428800 bytes, more than code_max (16 MiB)"
  *   "code is not valid UTF-8 (byte 17)"        (0-based offset of the bad byte)
  *   "code contains a NUL byte (byte 4)" */
-int cblocks_check_code(const char *code, size_t len, uint64_t max, char *err, size_t errlen);
+int cblocks_check_code(const char *code, size_t len, uint64_t max, km_err *err);
 
 /* Splits text (NUL-terminated) by the languages of langs (borrowed; NULL =
  * the built-ins). lang: -1 for auto, else the language (index in langs) of

@@ -519,28 +519,65 @@ static void exec_on_error(exec_state *x, const json_t *c)
     free(ev);
 }
 
+/* The IOPub messages an execution reads, a row per message type (others
+ * are not this collector's); date: the message's header date by the
+ * kernel's clock, 0 when unknown. */
+static void iopub_status(exec_state *x, const json_t *c, double date)
+{
+    exec_on_status(x, c, date);
+}
+
+static void iopub_execute_input(exec_state *x, const json_t *c, double date)
+{
+    json_t *cnt = json_object_get(c, "execution_count");
+    if (json_is_integer(cnt))
+        x->exec_count = json_integer_value(cnt);
+}
+
+static void iopub_stream(exec_state *x, const json_t *c, double date)
+{
+    exec_on_stream(x, c);
+}
+
+static void iopub_execute_result(exec_state *x, const json_t *c, double date)
+{
+    exec_on_execute_result(x, c);
+}
+
+static void iopub_display(exec_state *x, const json_t *c, double date)
+{
+    exec_on_display(x, c);
+}
+
+static void iopub_error(exec_state *x, const json_t *c, double date)
+{
+    exec_on_error(x, c);
+}
+
+static void iopub_clear_output(exec_state *x, const json_t *c, double date)
+{
+    /* progress bars redraw: keep only what follows */
+    json_array_clear(x->displays);
+}
+
+static const struct {
+    const char *type;
+    void (*fn)(exec_state *x, const json_t *c, double date);
+} iopub_handlers[] = {
+    {"status", iopub_status},        {"execute_input", iopub_execute_input},
+    {"stream", iopub_stream},        {"execute_result", iopub_execute_result},
+    {"display_data", iopub_display}, {"update_display_data", iopub_display},
+    {"error", iopub_error},          {"clear_output", iopub_clear_output},
+};
+
 /* One IOPub message of this execution. */
-/* date: the message's header date by the kernel's clock, 0 when unknown */
 static void exec_on_iopub(exec_state *x, const char *type, const json_t *c, double date)
 {
-    if (!strcmp(type, "status")) {
-        exec_on_status(x, c, date);
-    } else if (!strcmp(type, "execute_input")) {
-        json_t *cnt = json_object_get(c, "execution_count");
-        if (json_is_integer(cnt))
-            x->exec_count = json_integer_value(cnt);
-    } else if (!strcmp(type, "stream")) {
-        exec_on_stream(x, c);
-    } else if (!strcmp(type, "execute_result")) {
-        exec_on_execute_result(x, c);
-    } else if (!strcmp(type, "display_data") || !strcmp(type, "update_display_data")) {
-        exec_on_display(x, c);
-    } else if (!strcmp(type, "error")) {
-        exec_on_error(x, c);
-    } else if (!strcmp(type, "clear_output")) {
-        /* progress bars redraw: keep only what follows */
-        json_array_clear(x->displays);
-    }
+    for (size_t i = 0; i < sizeof iopub_handlers / sizeof *iopub_handlers; i++)
+        if (!strcmp(type, iopub_handlers[i].type)) {
+            iopub_handlers[i].fn(x, c, date);
+            return;
+        }
 }
 
 /* After its idle status, the execute_reply (sent before it) is waited for
@@ -553,7 +590,7 @@ static void exec_on_iopub(exec_state *x, const char *type, const json_t *c, doub
  * long (a kernel that never says it started is interrupted anyway). */
 #define CODEEXEC_INTERRUPT_WAIT_S 2.0
 /* What a read of "everything that has arrived" takes at most: about the
- * depth of the manager's IOPub queue (kclient.c), and a second. */
+ * depth of the manager's IOPub queue (mkclient.c), and a second. */
 #define CODEEXEC_DRAIN_MAX 1024
 #define CODEEXEC_DRAIN_S 1.0
 

@@ -11,8 +11,8 @@
 #ifndef KERNELMGR_CODEEXEC_H
 #define KERNELMGR_CODEEXEC_H
 
-#include "kernelmgr/engine/kclient.h"
-#include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/mkclient.h"
+#include "kernelmgr/engine/mklaunch.h"
 #include "kernelmgr/engine/km.h"
 
 #include <stdatomic.h>

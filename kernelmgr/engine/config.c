@@ -56,53 +56,52 @@ int kmcfg_parse_size(const char *s, uint64_t *out)
     return cm_size_parse(s, out, NULL, 0);
 }
 
-static int fail(char *err, size_t errlen, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, const char *key, const char *fmt, ...)
+static int fail(km_err *err, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(km_err *err, const char *key, const char *fmt, ...)
 {
     char why[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    snprintf(err, errlen, "%s: %s", key, why);
+    km_err_set(err, KM_EUSAGE, "%s: %s", key, why);
     return -1;
 }
 
 static int get_number(const json_t *v, const char *key, double lo, double hi, double *out,
-                      char *err, size_t errlen)
+                      km_err *err)
 {
     if (!json_is_number(v))
-        return fail(err, errlen, key, "must be a number");
+        return fail(err, key, "must be a number");
     double d = json_number_value(v);
     if (!(d >= lo && d <= hi))
-        return fail(err, errlen, key, "must be between %g and %g (got %g)", lo, hi, d);
+        return fail(err, key, "must be between %g and %g (got %g)", lo, hi, d);
     *out = d;
     return 0;
 }
 
-static int get_string(const json_t *v, const char *key, char *out, size_t size, char *err,
-                      size_t errlen)
+static int get_string(const json_t *v, const char *key, char *out, size_t size, km_err *err)
 {
     if (!json_is_string(v))
-        return fail(err, errlen, key, "must be a string");
+        return fail(err, key, "must be a string");
     if (json_string_length(v) >= size)
-        return fail(err, errlen, key, "too long (max %zu bytes)", size - 1);
+        return fail(err, key, "too long (max %zu bytes)", size - 1);
     if (strlen(json_string_value(v)) != json_string_length(v))
-        return fail(err, errlen, key, "contains a NUL byte");
+        return fail(err, key, "contains a NUL byte");
     memcpy(out, json_string_value(v), json_string_length(v) + 1);
     return 0;
 }
 
 /* get_number() for a whole number. */
 static int get_count(const json_t *v, const char *key, double lo, double hi, unsigned *out,
-                     char *err, size_t errlen)
+                     km_err *err)
 {
     double d = 0;
-    if (get_number(v, key, lo, hi, &d, err, errlen))
+    if (get_number(v, key, lo, hi, &d, err))
         return -1;
     if (d != floor(d))
-        return fail(err, errlen, key, "must be an integer");
+        return fail(err, key, "must be an integer");
     *out = (unsigned)d;
     return 0;
 }
@@ -110,42 +109,42 @@ static int get_count(const json_t *v, const char *key, double lo, double hi, uns
 /* get_string() for one of two words; out (size bytes, at most 16) is left
  * alone unless the value is a or b. */
 static int get_choice(const json_t *v, const char *key, const char *a, const char *b, char *out,
-                      size_t size, char *err, size_t errlen)
+                      size_t size, km_err *err)
 {
     char s[16];
-    if (get_string(v, key, s, size < sizeof s ? size : sizeof s, err, errlen))
+    if (get_string(v, key, s, size < sizeof s ? size : sizeof s, err))
         return -1;
     if (strcmp(s, a) && strcmp(s, b))
-        return fail(err, errlen, key, "must be \"%s\" or \"%s\"", a, b);
+        return fail(err, key, "must be \"%s\" or \"%s\"", a, b);
     snprintf(out, size, "%s", s);
     return 0;
 }
 
 /* A size limit: an integer (bytes) or a string like "64M", between lo and hi. */
 static int get_size(const json_t *v, const char *key, uint64_t lo, uint64_t hi, uint64_t *out,
-                    char *err, size_t errlen)
+                    km_err *err)
 {
     uint64_t b = 0;
     if (json_is_integer(v) && json_integer_value(v) >= 0)
         b = (uint64_t)json_integer_value(v);
     else if (!json_is_string(v) || kmcfg_parse_size(json_string_value(v), &b))
-        return fail(err, errlen, key, "must be a size like \"64M\" or a number of bytes");
+        return fail(err, key, "must be a size like \"64M\" or a number of bytes");
     if (b < lo || b > hi)
-        return fail(err, errlen, key, "must be between %llu and %llu bytes (got %llu)",
+        return fail(err, key, "must be between %llu and %llu bytes (got %llu)",
                     (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)b);
     *out = b;
     return 0;
 }
 
 /* "env": an object of string values, checked by the rules of kenv.h. */
-static int get_env(const json_t *v, json_t **out, char *err, size_t errlen)
+static int get_env(const json_t *v, json_t **out, km_err *err)
 {
     char why[300];
     if (kenv_check_object(NULL, "env", v, why, sizeof why))
-        return fail(err, errlen, "env", "%s", why + (strncmp(why, "env: ", 5) ? 4 : 5));
+        return fail(err, "env", "%s", why + (strncmp(why, "env: ", 5) ? 4 : 5));
     json_t *copy = json_deep_copy(v);
     if (!copy)
-        return fail(err, errlen, "env", "out of memory");
+        return fail(err, "env", "out of memory");
     json_decref(*out);
     *out = copy;
     return 0;
@@ -154,10 +153,10 @@ static int get_env(const json_t *v, json_t **out, char *err, size_t errlen)
 /* "kernels" (lang.h), applied before "languages" so that the allow list may
  * name a language the same file defines. A language keeps whether it is
  * allowed; a new one is allowed unless "languages" was given. */
-static int apply_kernels(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+static int apply_kernels(kmcfg *cfg, const json_t *v, km_err *err)
 {
     if (!json_is_object(v))
-        return fail(err, errlen, "kernels",
+        return fail(err, "kernels",
                     "must be an object like {\"python\": \"KERNELSPEC\"} or {\"NAME\": "
                     "{\"backend\": \"kernel-bash\"}}");
     km_langs old = cfg->langs;
@@ -167,7 +166,7 @@ static int apply_kernels(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
     json_t *lv;
     json_object_foreach((json_t *)v, lk, lv)
     {
-        if (km_langs_configure(&cfg->langs, lk, lv, err, errlen) < 0) {
+        if (km_langs_configure(&cfg->langs, lk, lv, err) < 0) {
             cfg->langs = old;
             return -1;
         }
@@ -198,13 +197,13 @@ static json_t *kernels_json(const kmcfg *cfg)
     return km_langs_to_json(&cfg->langs);
 }
 
-static int languages_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+static int languages_apply(kmcfg *cfg, const json_t *v, km_err *err)
 {
     const char *key = "languages";
     char known[400];
     km_langs_names(&cfg->langs, known, sizeof known);
     if (!json_is_array(v))
-        return fail(err, errlen, key, "must be an array of language names (%s)", known);
+        return fail(err, key, "must be an array of language names (%s)", known);
     int allow[KM_LANG_MAX] = {0};
     size_t i;
     json_t *e;
@@ -212,7 +211,7 @@ static int languages_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen
     {
         int li = json_is_string(e) ? kmcfg_lang_index(cfg, json_string_value(e)) : -1;
         if (li < 0)
-            return fail(err, errlen, key, "unknown language at index %zu (allowed: %s)", i, known);
+            return fail(err, key, "unknown language at index %zu (allowed: %s)", i, known);
         allow[li] = 1;
     }
     memcpy(cfg->allow, allow, sizeof allow);
@@ -230,7 +229,7 @@ static json_t *languages_json(const kmcfg *cfg)
 }
 
 /* "memory": bytes, 0 = the kernels' default; else at least KM_MEMORY_MIN */
-static int memory_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+static int memory_apply(kmcfg *cfg, const json_t *v, km_err *err)
 {
     uint64_t b;
     if (json_is_integer(v) && json_integer_value(v) >= 0)
@@ -238,9 +237,9 @@ static int memory_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
     else if (json_is_string(v) && !kmcfg_parse_size(json_string_value(v), &b))
         cfg->memory = b;
     else
-        return fail(err, errlen, "memory", "must be a size like \"512M\" or \"2G\"");
+        return fail(err, "memory", "must be a size like \"512M\" or \"2G\"");
     if (cfg->memory && cfg->memory < KM_MEMORY_MIN)
-        return fail(err, errlen, "memory", "must be at least %lluM",
+        return fail(err, "memory", "must be at least %lluM",
                     (unsigned long long)(KM_MEMORY_MIN >> 20));
     return 0;
 }
@@ -250,16 +249,16 @@ static json_t *memory_json(const kmcfg *cfg)
     return json_integer((json_int_t)cfg->memory);
 }
 
-static int network_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+static int network_apply(kmcfg *cfg, const json_t *v, km_err *err)
 {
-    char why[600];
+    km_err why = {0};
     int rc = json_is_string(v) && egpolicy_is_text(json_string_value(v))
                  ? km_net_from_text(json_string_value(v), "network", &cfg->network,
-                                    cfg->network_allow, sizeof cfg->network_allow, why, sizeof why)
+                                    cfg->network_allow, sizeof cfg->network_allow, &why)
                  : km_net_from_json(v, "network", &cfg->network, cfg->network_allow,
-                                    sizeof cfg->network_allow, why, sizeof why);
+                                    sizeof cfg->network_allow, &why);
     if (rc) {
-        snprintf(err, errlen, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         return -1;
     }
     return 0;
@@ -270,16 +269,16 @@ static json_t *network_json(const kmcfg *cfg)
     return km_net_json(cfg->network, cfg->network_allow);
 }
 
-static int python_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+static int python_apply(kmcfg *cfg, const json_t *v, km_err *err)
 {
     if (json_is_null(v)) {
         cfg->python[0] = 0;
         return 0;
     }
-    if (get_string(v, "python", cfg->python, sizeof cfg->python, err, errlen))
+    if (get_string(v, "python", cfg->python, sizeof cfg->python, err))
         return -1;
     if (cfg->python[0] && cfg->python[0] != '/')
-        return fail(err, errlen, "python", "must be an absolute path");
+        return fail(err, "python", "must be an absolute path");
     return 0;
 }
 
@@ -297,15 +296,15 @@ static void output_cap_defaults(kmcfg *cfg)
     cfg->output_cap = 64 * 1024;
 }
 
-static int output_cap_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+static int output_cap_apply(kmcfg *cfg, const json_t *v, km_err *err)
 {
     uint64_t b;
     if (json_is_integer(v) && json_integer_value(v) > 0)
         b = (uint64_t)json_integer_value(v);
     else if (!json_is_string(v) || kmcfg_parse_size(json_string_value(v), &b))
-        return fail(err, errlen, "output_cap", "must be a size like \"64K\"");
+        return fail(err, "output_cap", "must be a size like \"64K\"");
     if (b < OUTPUT_CAP_MIN || b > OUTPUT_CAP_MAX)
-        return fail(err, errlen, "output_cap", "must be between 256 bytes and 256M");
+        return fail(err, "output_cap", "must be between 256 bytes and 256M");
     cfg->output_cap = (size_t)b;
     return 0;
 }
@@ -315,9 +314,9 @@ static json_t *output_cap_json(const kmcfg *cfg)
     return json_integer((json_int_t)cfg->output_cap);
 }
 
-static int env_apply(kmcfg *cfg, const json_t *v, char *err, size_t errlen)
+static int env_apply(kmcfg *cfg, const json_t *v, km_err *err)
 {
-    return get_env(v, &cfg->env, err, errlen);
+    return get_env(v, &cfg->env, err);
 }
 
 static const kmcfg_special sp_kernels = {kernels_defaults, apply_kernels, kernels_json};
@@ -625,22 +624,22 @@ void kmcfg_defaults(kmcfg *cfg)
 }
 
 /* One key's value v (borrowed) into cfg by its row. */
-static int apply_one(kmcfg *cfg, const kmcfg_opt *o, const json_t *v, char *err, size_t errlen)
+static int apply_one(kmcfg *cfg, const kmcfg_opt *o, const json_t *v, km_err *err)
 {
     const char *key = o->name;
     double d = 0;
     switch (o->type) {
     case KMCFG_BOOL:
         if (!json_is_boolean(v))
-            return fail(err, errlen, key, "must be true or false");
+            return fail(err, key, "must be true or false");
         *AT(cfg, o, int) = json_is_true(v);
         return 0;
     case KMCFG_UINT:
         if (o->flags & KMCFG_F_TRUNC) {
-            if (get_number(v, key, o->min, o->max, &d, err, errlen))
+            if (get_number(v, key, o->min, o->max, &d, err))
                 return -1;
             *AT(cfg, o, unsigned) = (unsigned)d;
-        } else if (get_count(v, key, o->min, o->max, AT(cfg, o, unsigned), err, errlen)) {
+        } else if (get_count(v, key, o->min, o->max, AT(cfg, o, unsigned), err)) {
             return -1;
         }
         if (o->flags & KMCFG_F_AUTO)
@@ -648,51 +647,49 @@ static int apply_one(kmcfg *cfg, const kmcfg_opt *o, const json_t *v, char *err,
         return 0;
     case KMCFG_SECONDS:
         if (!(o->flags & KMCFG_F_NONE))
-            return get_number(v, key, o->min, o->max, AT(cfg, o, double), err, errlen);
+            return get_number(v, key, o->min, o->max, AT(cfg, o, double), err);
         /* 0 or null: none; else in [min, max] */
         if (json_is_null(v)) {
             *AT(cfg, o, double) = 0;
             return 0;
         }
-        if (get_number(v, key, 0, o->max, &d, err, errlen))
+        if (get_number(v, key, 0, o->max, &d, err))
             return -1;
         *AT(cfg, o, double) = d;
         if (d > 0 && d < o->min)
-            return fail(err, errlen, key, "must be 0 (%s) or at least %g %s (got %g)", o->zero,
-                        o->min, o->unit, d);
+            return fail(err, key, "must be 0 (%s) or at least %g %s (got %g)", o->zero, o->min,
+                        o->unit, d);
         return 0;
     case KMCFG_SIZE:
-        return get_size(v, key, (uint64_t)o->min, (uint64_t)o->max, AT(cfg, o, uint64_t), err,
-                        errlen);
+        return get_size(v, key, (uint64_t)o->min, (uint64_t)o->max, AT(cfg, o, uint64_t), err);
     case KMCFG_STRING: {
         char *dst = AT(cfg, o, char);
         if (json_is_null(v))
             dst[0] = 0;
         else if (!json_is_string(v) || json_string_length(v) >= o->size ||
                  strlen(json_string_value(v)) != json_string_length(v))
-            return fail(err, errlen, key, "must be a string of at most %zu bytes", o->size - 1);
+            return fail(err, key, "must be a string of at most %zu bytes", o->size - 1);
         else
             snprintf(dst, o->size, "%s", json_string_value(v));
         const char *why = dst[0] && o->check ? o->check(dst) : NULL;
-        return why ? fail(err, errlen, key, "%s", why) : 0;
+        return why ? fail(err, key, "%s", why) : 0;
     }
     case KMCFG_ENUM:
-        return get_choice(v, key, o->values[0], o->values[1], AT(cfg, o, char), o->size, err,
-                          errlen);
+        return get_choice(v, key, o->values[0], o->values[1], AT(cfg, o, char), o->size, err);
     case KMCFG_SPECIAL:
-        return o->special->apply(cfg, v, err, errlen);
+        return o->special->apply(cfg, v, err);
     }
-    return fail(err, errlen, key, "unknown key");
+    return fail(err, key, "unknown key");
 }
 
-int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
+int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, km_err *err)
 {
     if (!json_is_object(obj))
-        return fail(err, errlen, "(top level)", "must be a JSON object");
+        return fail(err, "(top level)", "must be a JSON object");
     /* "kernels" first, so that "languages" may name what it defines */
     for (const kmcfg_opt *o = kmcfg_opts; o->name; o++) {
         const json_t *v = (o->flags & KMCFG_F_FIRST) ? json_object_get(obj, o->name) : NULL;
-        if (v && apply_one(cfg, o, v, err, errlen))
+        if (v && apply_one(cfg, o, v, err))
             return -1;
     }
     const char *key;
@@ -701,21 +698,21 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen)
     {
         const kmcfg_opt *o = kmcfg_opt_find(key);
         if (!o)
-            return fail(err, errlen, key, "unknown key");
-        if (!(o->flags & KMCFG_F_FIRST) && apply_one(cfg, o, v, err, errlen))
+            return fail(err, key, "unknown key");
+        if (!(o->flags & KMCFG_F_FIRST) && apply_one(cfg, o, v, err))
             return -1;
     }
     /* ZeroMQ tcp cannot be made private to the kernels' owner (no CURVE in
      * Jupyter clients or connection files): the operator must say so */
     if (!strcmp(cfg->transport, "tcp") && !cfg->transport_tcp_exposed)
-        return fail(err, errlen, "transport",
+        return fail(err, "transport",
                     "\"tcp\": %s; set \"transport_tcp_exposed\": true to accept that, or use "
                     "\"ipc\"",
                     JP_TCP_EXPOSURE);
     return 0;
 }
 
-int kmcfg_load_file(kmcfg *cfg, const char *path, unsigned flags, char *err, size_t errlen)
+int kmcfg_load_file(kmcfg *cfg, const char *path, unsigned flags, km_err *err)
 {
     /* the home's config.json names the interpreter the manager runs: it is
      * read only when it is this user's own (cm_read_regular, CM_RR_OWNED) */
@@ -726,25 +723,25 @@ int kmcfg_load_file(kmcfg *cfg, const char *path, unsigned flags, char *err, siz
                         &len, &why_rr)) {
         if (errno == ENOENT && !(flags & KMCFG_MUST_EXIST))
             return 0;
-        snprintf(err, errlen, "%s %s%s", path, why_rr,
-                 errno == EPERM ? " (the home's config.json must be the user's own, like the "
-                                  "home: fix it or remove it)"
-                                : "");
+        km_err_set(err, KM_EUSAGE, "%s %s%s", path, why_rr,
+                   errno == EPERM ? " (the home's config.json must be the user's own, like the "
+                                    "home: fix it or remove it)"
+                                  : "");
         return -1;
     }
     json_error_t jerr;
     json_t *obj = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
     free(data);
     if (!obj) {
-        snprintf(err, errlen, "%s: invalid JSON at line %d, column %d", path, jerr.line,
-                 jerr.column);
+        km_err_set(err, KM_EUSAGE, "%s: invalid JSON at line %d, column %d", path, jerr.line,
+                   jerr.column);
         return -1;
     }
-    char why[512];
-    int rc = kmcfg_apply_json(cfg, obj, why, sizeof why);
+    km_err why = {0};
+    int rc = kmcfg_apply_json(cfg, obj, &why);
     json_decref(obj);
     if (rc)
-        snprintf(err, errlen, "%s: %s", path, why);
+        km_err_set(err, KM_EUSAGE, "%s: %s", path, why.msg);
     return rc;
 }
 

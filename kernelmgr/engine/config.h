@@ -9,6 +9,8 @@
 #ifndef KERNELMGR_CONFIG_H
 #define KERNELMGR_CONFIG_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,7 +34,7 @@ typedef struct kmcfg {
     char python[4096];          /* "python": interpreter path, "" = detected */
     char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
     int session_sandbox;        /* "session_sandbox": a strict session's kernels share one
-                                   sandbox (ksbx.c); 0: one sandbox per kernel */
+                                   sandbox (mksbx.c); 0: one sandbox per kernel */
     int zygote;                 /* "zygote": Python kernels of a session sandbox are forked
                                    by the session's zygote (sbx_zygote.c); 0: cold starts */
     unsigned zygote_forks;      /* "zygote_forks": forks before a zygote is replaced */
@@ -47,7 +49,7 @@ typedef struct kmcfg {
     unsigned max_kernels;       /* "max_kernels": live kernels, a safety cap (default: from
                                    the fd limit, kmcfg_auto_max_kernels) */
     uint64_t memory_budget;     /* "memory_budget": bytes the live kernels may use together,
-                                   measured (kslots.c); 0 = auto (kmem_auto_budget) */
+                                   measured (mkslots.c); 0 = auto (kmem_auto_budget) */
     size_t output_cap;          /* "output_cap": bytes kept per stream (default 64 KiB) */
     unsigned files_max;         /* "files_max": changes reported per execution (100) */
     unsigned files_scan_max;    /* "files_scan_max": entries walked (default 50000) */
@@ -69,7 +71,7 @@ typedef struct kmcfg {
     unsigned import_max_entries;  /* "import_max_entries": entries of one (100000) */
     double snapshot_interval;     /* "snapshot_interval": cell seconds between automatic
                                      snapshots, 0 = off (default) */
-    /* The daemon under load (daemon.c, kslots.c admission) */
+    /* The daemon under load (daemon.c, mkslots.c admission) */
     unsigned daemon_workers;  /* "daemon_workers": request threads, 0 = 2 x cores + 32 */
     unsigned daemon_queue;    /* "daemon_queue": requests waiting for a worker (4096) */
     uint64_t client_buffer;   /* "client_buffer": unsent bytes per connection (8M) */
@@ -136,7 +138,7 @@ typedef enum kmcfg_type {
  * omits the key). */
 typedef struct kmcfg_special {
     void (*defaults)(kmcfg *cfg);
-    int (*apply)(kmcfg *cfg, const json_t *v, char *err, size_t errlen);
+    int (*apply)(kmcfg *cfg, const json_t *v, km_err *err);
     json_t *(*to_json)(const kmcfg *cfg);
 } kmcfg_special;
 
@@ -184,7 +186,7 @@ void kmcfg_clear(kmcfg *cfg);
 
 /* Applies a JSON object (borrowed) on top of cfg. Returns 0, or -1 with
  * "KEY: reason" in err; cfg may be partially updated then. */
-int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen);
+int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, km_err *err);
 
 /* The largest configuration file read. */
 #define KMCFG_FILE_MAX (1u << 20)
@@ -196,7 +198,7 @@ int kmcfg_apply_json(kmcfg *cfg, const json_t *obj, char *err, size_t errlen);
 /* Reads path (cm_read_regular: no link, no FIFO, at most KMCFG_FILE_MAX
  * bytes) and applies it. Returns 0, or -1 with "PATH: KEY: reason" in err
  * (the file's text is never quoted). */
-int kmcfg_load_file(kmcfg *cfg, const char *path, unsigned flags, char *err, size_t errlen);
+int kmcfg_load_file(kmcfg *cfg, const char *path, unsigned flags, km_err *err);
 
 /* Parses "512M", "2G", "1048576", "1.5GiB" into bytes. 0 or -1. */
 int kmcfg_parse_size(const char *s, uint64_t *out);

@@ -86,13 +86,12 @@ static int record_ok(const json_t *h)
  * (the session directory, not the sandbox's workspace) and trusted state:
  * read with cm_read_regular (no link, regular, owned by this user, at most
  * EXPORT_HISTORY_MAX bytes). */
-static json_t *export_read_history(const char *session_dir, json_t **unreadable, char *err,
-                                   size_t errlen)
+static json_t *export_read_history(const char *session_dir, json_t **unreadable, km_err *err)
 {
     *unreadable = NULL;
     char *path = NULL;
     if (asprintf(&path, "%s/history.jsonl", session_dir) < 0) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     FILE *f = NULL;
@@ -103,7 +102,7 @@ static json_t *export_read_history(const char *session_dir, json_t **unreadable,
         !(f = fmemopen(data, dlen, "r")))
         why = strerror(errno);
     if (!f && (data ? dlen != 0 : errno != ENOENT)) {
-        snprintf(err, errlen, "%s %s", path, why);
+        km_err_set(err, KM_EINTERNAL, "%s %s", path, why);
         free(data);
         free(path);
         return NULL;
@@ -203,7 +202,7 @@ static int kernel_lang(const km_langs *t, const char *kn)
  * that cannot hold the cells of another language: an IPython notebook runs
  * them by their cell magic (%%bash), any other kernel only its own. */
 static int check_cells(const km_langs *langs, const size_t *count, size_t nunknown, int main_l,
-                       const char *kn, char *err, size_t errlen)
+                       const char *kn, km_err *err)
 {
     const km_lang *ml = &langs->v[main_l];
     int ipython = ml->role == KM_LANG_ROLE_PYTHON;
@@ -218,38 +217,38 @@ static int check_cells(const km_langs *langs, const size_t *count, size_t nunkno
                      langs->v[l].name, ml->name);
         else
             snprintf(hint, sizeof hint, "use --kernel python3 or --kernel " EXPORT_PYTHON_KERNEL);
-        snprintf(err, errlen,
-                 "the session has %zu %s cell(s): a notebook for kernel %s can only hold %s "
-                 "cells (%s)",
-                 count[l], cell_label(&langs->v[l]), kn, ml->name, hint);
+        km_err_set(err, KM_EINTERNAL,
+                   "the session has %zu %s cell(s): a notebook for kernel %s can only hold %s "
+                   "cells (%s)",
+                   count[l], cell_label(&langs->v[l]), kn, ml->name, hint);
         return -1;
     }
     if (nunknown) {
-        snprintf(err, errlen,
-                 "the session has %zu cell(s) of a language this manager does not know (not in "
-                 "\"kernels\"): they cannot go into a notebook",
-                 nunknown);
+        km_err_set(err, KM_EINTERNAL,
+                   "the session has %zu cell(s) of a language this manager does not know (not in "
+                   "\"kernels\"): they cannot go into a notebook",
+                   nunknown);
         return -1;
     }
     return 0;
 }
 
 json_t *export_notebook(const char *session_dir, const char *session_name, const km_langs *langs,
-                        const char *kernel_name, int *bad_request, char *err, size_t errlen)
+                        const char *kernel_name, int *bad_request, km_err *err)
 {
     *bad_request = 0;
     km_langs *own = NULL;
     if (!langs) {
         own = malloc(sizeof *own);
         if (!own) {
-            snprintf(err, errlen, "out of memory");
+            km_err_set(err, KM_EINTERNAL, "out of memory");
             return NULL;
         }
         km_langs_builtin(own);
         langs = own;
     }
     json_t *unreadable = NULL;
-    json_t *hist = export_read_history(session_dir, &unreadable, err, errlen);
+    json_t *hist = export_read_history(session_dir, &unreadable, err);
     if (!hist) {
         free(own);
         return NULL;
@@ -288,7 +287,7 @@ json_t *export_notebook(const char *session_dir, const char *session_name, const
         main_l = only;
     }
     const km_lang *ml = &langs->v[main_l];
-    if (check_cells(langs, count, nunknown, main_l, kn, err, errlen)) {
+    if (check_cells(langs, count, nunknown, main_l, kn, err)) {
         *bad_request = 1;
         json_decref(hist);
         json_decref(unreadable);

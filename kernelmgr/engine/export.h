@@ -27,6 +27,8 @@
 #ifndef KERNELMGR_EXPORT_H
 #define KERNELMGR_EXPORT_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 /* The largest history.jsonl an export reads (history_max keeps it smaller). */
 #define EXPORT_HISTORY_MAX (1u << 30)
 
@@ -44,7 +46,7 @@
  * 1 then; 0 for I/O errors). Caveats for the
  * chosen kernel are in metadata.kernelmgr.warnings (array of strings). */
 json_t *export_notebook(const char *session_dir, const char *session_name, const km_langs *langs,
-                        const char *kernel_name, int *bad_request, char *err, size_t errlen);
+                        const char *kernel_name, int *bad_request, km_err *err);
 
 /* This process's manager id (random, per process; borrowed): written in
  * "started" history records, so export tells a cell still running in this

@@ -230,7 +230,7 @@ fsdiff_snap *fsdiff_take(const char *root, size_t scan_max, size_t scan_bytes)
         return NULL;
     s->scan_max = scan_max ? scan_max : 1;
     s->scan_bytes = scan_bytes ? scan_bytes : 1;
-    s->rootfd = wsfile_root_open(root, NULL, 0);
+    s->rootfd = wsfile_root_open(root, NULL);
     if (s->rootfd < 0) {
         if (errno != ENOENT) /* a workspace not made yet holds nothing */
             note_unreadable(s, "", errno);
@@ -416,7 +416,7 @@ static const char *mime_at(int rootfd, const char *relpath, unsigned mode, uint6
     if (!S_ISREG(mode) || rootfd < 0)
         return "application/octet-stream";
     struct stat st;
-    int fd = wsfile_open_regular(rootfd, relpath, &st, NULL, 0);
+    int fd = wsfile_open_regular(rootfd, relpath, &st, NULL);
     if (fd < 0)
         return "application/octet-stream";
     m = ino && st.st_ino != ino ? "application/octet-stream" : sniff(fd);

@@ -8,7 +8,7 @@
  * executions in one session are serialised by the session's lock, different
  * sessions run concurrently. JSON returned is "new" (json_decref it).
  *
- * Errors: functions returning int give 0 or a KM_E* code (never 0) and fill
+ * Errors (kmerr.h): functions returning int give 0 or a KM_E* code (never 0) and fill
  * err (may be NULL) with a reason; functions returning json_t* give NULL on
  * failure with err filled.
  */
@@ -16,26 +16,11 @@
 #define KERNELMGR_KM_H
 
 #include "kernelmgr/engine/config.h"
+#include "kernelmgr/engine/kmerr.h"
 
 #include "kernelmgr/engine/netopt.h"
 #include <jansson.h>
 #include <stddef.h>
-
-/* Error codes; also the CLI's exit status for them. 1 is "a block failed". */
-enum {
-    KM_OK = 0,
-    KM_EUSAGE = 2,     /* bad arguments or configuration */
-    KM_ENOSESSION = 3, /* no such session */
-    KM_EKERNEL = 4,    /* a kernel could not be started */
-    KM_EDAEMON = 5,    /* the daemon could not be reached / started */
-    KM_EINTERNAL = 6,  /* I/O error, out of memory */
-    KM_EOUTPUT = 7,    /* the CLI's output could not be written (EPIPE, ENOSPC, EIO) */
-};
-
-typedef struct km_err {
-    int code;
-    char msg[1024];
-} km_err;
 
 #define KM_NAME_MAX 64
 /* The longest kernelmgr home (KERNELMGR_HOME) km_manager_new accepts: every

@@ -25,8 +25,7 @@ int kmhome_stat_ok(const struct stat *st, uid_t euid, const char **why)
     return -1;
 }
 
-void kmhome_refusal(const char *path, const struct stat *st, const char *why, char *err,
-                    size_t errlen)
+void kmhome_refusal(const char *path, const struct stat *st, const char *why, km_err *err)
 {
     unsigned euid = (unsigned)geteuid();
     /* a shared directory (sticky and writable by others, like /tmp) is never
@@ -42,58 +41,59 @@ void kmhome_refusal(const char *path, const struct stat *st, const char *why, ch
                  "use a home of your own (KERNELMGR_HOME) or fix it (chown %u, chmod go-w) if "
                  "it and everything in it are yours",
                  euid);
-    snprintf(err, errlen,
-             "the kernelmgr home is trusted state, and %s %s (owner uid %u, mode %04o): it must "
-             "be a directory owned by uid %u and not writable by group or others; %s",
-             path, why, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777), euid, fix);
+    km_err_set(err, KM_EUSAGE,
+               "the kernelmgr home is trusted state, and %s %s (owner uid %u, mode %04o): it must "
+               "be a directory owned by uid %u and not writable by group or others; %s",
+               path, why, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777), euid, fix);
 }
 
-int kmhome_check_dir(const char *path, int follow, char *err, size_t errlen)
+int kmhome_check_dir(const char *path, int follow, km_err *err)
 {
     struct stat st;
     if ((follow ? stat(path, &st) : lstat(path, &st)) != 0) {
         if (errno == ENOENT)
             return 1;
-        snprintf(err, errlen, "the kernelmgr home: %s: %s", path, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "the kernelmgr home: %s: %s", path, strerror(errno));
         return -1;
     }
     const char *why;
     if (kmhome_stat_ok(&st, geteuid(), &why)) {
-        kmhome_refusal(path, &st, why, err, errlen);
+        kmhome_refusal(path, &st, why, err);
         return -1;
     }
     return 0;
 }
 
-int kmhome_mkdir(const char *path, mode_t mode, char *err, size_t errlen)
+int kmhome_mkdir(const char *path, mode_t mode, km_err *err)
 {
     if (mkdir(path, mode) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot create %s: %s", path, strerror(errno));
         return -1;
     }
-    int rc = kmhome_check_dir(path, 0, err, errlen);
+    int rc = kmhome_check_dir(path, 0, err);
     if (rc > 0) /* removed between the mkdir and the check */
-        snprintf(err, errlen, "cannot create %s: it vanished after it was made", path);
+        km_err_set(err, KM_EUSAGE, "cannot create %s: it vanished after it was made", path);
     return rc ? -1 : 0;
 }
 
-int kmhome_prepare(const char *home, int create, char *err, size_t errlen)
+int kmhome_prepare(const char *home, int create, km_err *err)
 {
     if (create && kmfs_mkdirs(home, 0700)) {
-        snprintf(err, errlen, "cannot create the kernelmgr home %s: %s", home, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot create the kernelmgr home %s: %s", home,
+                   strerror(errno));
         return -1;
     }
-    int rc = kmhome_check_dir(home, 1, err, errlen);
+    int rc = kmhome_check_dir(home, 1, err);
     if (rc)
         return rc < 0 ? -1 : 0; /* absent: made, and checked, by whoever uses it */
     for (int i = 0; kmhome_subdirs[i]; i++) {
         char p[4096];
         if (snprintf(p, sizeof p, "%s/%s", home, kmhome_subdirs[i]) >= (int)sizeof p) {
-            snprintf(err, errlen, "the kernelmgr home %.200s...: path too long", home);
+            km_err_set(err, KM_EUSAGE, "the kernelmgr home %.200s...: path too long", home);
             return -1;
         }
-        rc = create && i < KMHOME_MADE_AT_START ? kmhome_mkdir(p, 0700, err, errlen)
-                                                : kmhome_check_dir(p, 0, err, errlen);
+        rc = create && i < KMHOME_MADE_AT_START ? kmhome_mkdir(p, 0700, err)
+                                                : kmhome_check_dir(p, 0, err);
         if (rc < 0)
             return -1;
     }

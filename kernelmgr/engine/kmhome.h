@@ -12,6 +12,8 @@
 #ifndef KERNELMGR_KMHOME_H
 #define KERNELMGR_KMHOME_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <stddef.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -30,23 +32,22 @@ int kmhome_stat_ok(const struct stat *st, uid_t euid, const char **why);
 
 /* The reason for path failing kmhome_stat_ok (why from it), written to err:
  * names the path, its owner and mode, and what to do. */
-void kmhome_refusal(const char *path, const struct stat *st, const char *why, char *err,
-                    size_t errlen);
+void kmhome_refusal(const char *path, const struct stat *st, const char *why, km_err *err);
 
 /* Checks the existing directory path (lstat: a symbolic link is refused;
  * follow: stat, for the home itself, which may be reached through a link).
  * 1 when path does not exist, 0 when it passes, -1 with the reason in err. */
-int kmhome_check_dir(const char *path, int follow, char *err, size_t errlen);
+int kmhome_check_dir(const char *path, int follow, km_err *err);
 
 /* mkdir(path, mode) unless it exists, then kmhome_check_dir (lstat). 0, or
  * -1 with the reason in err. */
-int kmhome_mkdir(const char *path, mode_t mode, char *err, size_t errlen);
+int kmhome_mkdir(const char *path, mode_t mode, km_err *err);
 
 /* The check at a process's start: the home (when create, made with its
  * missing parents first, mode 0700) and those of kmhome_subdirs that exist
  * (when create, the first KMHOME_MADE_AT_START are made). One stat per directory. 0 (also when
  * the home does not exist and create is 0), or -1 with the reason in err. */
-int kmhome_prepare(const char *home, int create, char *err, size_t errlen);
+int kmhome_prepare(const char *home, int create, km_err *err);
 
 /* Pure: 1 when the text of path places it strictly below home: home (its
  * trailing slashes aside) followed by "/", at least one component other

@@ -92,16 +92,17 @@ int km_langs_role(const km_langs *t, km_lang_role r)
     return -1;
 }
 
-static int fail(char *err, size_t errlen, const char *name, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int fail(char *err, size_t errlen, const char *name, const char *field, const char *fmt, ...)
+static int fail(km_err *err, const char *name, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(km_err *err, const char *name, const char *field, const char *fmt, ...)
 {
     char why[300];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    snprintf(err, errlen, "kernels.%.40s%s%s: %s", name, field ? "." : "", field ? field : "", why);
+    km_err_set(err, KM_EUSAGE, "kernels.%.40s%s%s: %s", name, field ? "." : "", field ? field : "",
+               why);
     return -1;
 }
 
@@ -137,10 +138,10 @@ static int kernelspec_ok(const char *s)
 }
 
 static int copy_str(char *dst, size_t size, const char *s, const char *name, const char *field,
-                    char *err, size_t errlen)
+                    km_err *err)
 {
     if (strlen(s) >= size)
-        return fail(err, errlen, name, field, "too long (max %zu bytes)", size - 1);
+        return fail(err, name, field, "too long (max %zu bytes)", size - 1);
     memcpy(dst, s, strlen(s) + 1);
     return 0;
 }
@@ -181,27 +182,26 @@ static void drop_builtin_alias(km_langs *t, const char *word)
     }
 }
 
-static int configure_builtin(km_lang *l, const json_t *v, char *err, size_t errlen)
+static int configure_builtin(km_lang *l, const json_t *v, km_err *err)
 {
     if (json_is_null(v)) {
         l->kernelspec[0] = 0;
         return 0;
     }
     if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
-        return fail(err, errlen, l->name, NULL,
+        return fail(err, l->name, NULL,
                     "a built-in language takes a Jupyter kernelspec name or null");
-    if (copy_str(l->kernelspec, sizeof l->kernelspec, json_string_value(v), l->name, NULL, err,
-                 errlen))
+    if (copy_str(l->kernelspec, sizeof l->kernelspec, json_string_value(v), l->name, NULL, err))
         return -1;
     if (!kernelspec_ok(l->kernelspec)) {
         l->kernelspec[0] = 0;
-        return fail(err, errlen, l->name, NULL, "not a kernelspec name");
+        return fail(err, l->name, NULL, "not a kernelspec name");
     }
     return 0;
 }
 
 /* The object form of a new language into *e. 0 or -1 with err. */
-static int configure_object(km_lang *e, const char *name, const json_t *v, char *err, size_t errlen)
+static int configure_object(km_lang *e, const char *name, const json_t *v, km_err *err)
 {
     static const char *const keys[] = {"backend",        "kernelspec", "display_name",
                                        "file_extension", "cell_magic", NULL};
@@ -213,67 +213,65 @@ static int configure_object(km_lang *e, const char *name, const json_t *v, char 
         /* jansson names the unknown key */
         const char *unk = strstr(je.text, "unpacked: ");
         if (unk)
-            return fail(err, errlen, name, unk + 10,
+            return fail(err, name, unk + 10,
                         "unknown key (known: backend, kernelspec, aliases, display_name, "
                         "file_extension, cell_magic, packages)");
-        return fail(err, errlen, name, NULL, "%s", je.text);
+        return fail(err, name, NULL, "%s", je.text);
     }
     for (int k = 0; keys[k]; k++)
         if (sv[k] && (!json_is_string(sv[k]) ||
                       strlen(json_string_value(sv[k])) != json_string_length(sv[k])))
-            return fail(err, errlen, name, keys[k], "must be a string");
+            return fail(err, name, keys[k], "must be a string");
     const char *backend = json_string_value(sv[0]), *kspec = json_string_value(sv[1]),
                *display = json_string_value(sv[2]), *ext = json_string_value(sv[3]),
                *magic = json_string_value(sv[4]);
     if (!!backend == !!kspec)
-        return fail(err, errlen, name, NULL,
+        return fail(err, name, NULL,
                     "needs exactly one of \"backend\" (a kernel-server binary) and "
                     "\"kernelspec\" (a Jupyter kernelspec name)");
     if (backend) {
-        if (!*backend ||
-            copy_str(e->backend, sizeof e->backend, backend, name, "backend", err, errlen))
-            return *backend ? -1 : fail(err, errlen, name, "backend", "must not be empty");
+        if (!*backend || copy_str(e->backend, sizeof e->backend, backend, name, "backend", err))
+            return *backend ? -1 : fail(err, name, "backend", "must not be empty");
         if (backend[0] != '/' && strchr(backend, '/'))
-            return fail(err, errlen, name, "backend",
+            return fail(err, name, "backend",
                         "must be a binary name in the kernel directory or an absolute path");
         if (backend[0] != '/' && (!strcmp(backend, ".") || !strcmp(backend, "..")))
-            return fail(err, errlen, name, "backend", "not a binary name");
+            return fail(err, name, "backend", "not a binary name");
     } else {
-        if (copy_str(e->kernelspec, sizeof e->kernelspec, kspec, name, "kernelspec", err, errlen))
+        if (copy_str(e->kernelspec, sizeof e->kernelspec, kspec, name, "kernelspec", err))
             return -1;
         if (!kernelspec_ok(kspec))
-            return fail(err, errlen, name, "kernelspec", "not a kernelspec name");
+            return fail(err, name, "kernelspec", "not a kernelspec name");
     }
     if (aliases) {
         if (!json_is_array(aliases))
-            return fail(err, errlen, name, "aliases", "must be an array of strings");
+            return fail(err, name, "aliases", "must be an array of strings");
         if (json_array_size(aliases) > KM_LANG_ALIAS_MAX)
-            return fail(err, errlen, name, "aliases", "at most %d", KM_LANG_ALIAS_MAX);
+            return fail(err, name, "aliases", "at most %d", KM_LANG_ALIAS_MAX);
         size_t i;
         json_t *a;
         json_array_foreach(aliases, i, a)
         {
             const char *w = json_string_value(a);
             if (!w || !word_ok(w))
-                return fail(err, errlen, name, "aliases",
+                return fail(err, name, "aliases",
                             "entry %zu is not a word like \"posix\" ([a-z][a-z0-9_-]{0,31})", i);
             snprintf(e->aliases[e->naliases++], sizeof e->aliases[0], "%s", w);
         }
     }
-    if (display && copy_str(e->display_name, sizeof e->display_name, display, name, "display_name",
-                            err, errlen))
+    if (display &&
+        copy_str(e->display_name, sizeof e->display_name, display, name, "display_name", err))
         return -1;
-    if (ext && (copy_str(e->file_extension, sizeof e->file_extension, ext, name, "file_extension",
-                         err, errlen) ||
-                (ext[0] != '.' && fail(err, errlen, name, "file_extension",
-                                       "must start with '.' (got \"%s\")", ext))))
+    if (ext &&
+        (copy_str(e->file_extension, sizeof e->file_extension, ext, name, "file_extension", err) ||
+         (ext[0] != '.' &&
+          fail(err, name, "file_extension", "must start with '.' (got \"%s\")", ext))))
         return -1;
-    if (magic &&
-        (copy_str(e->cell_magic, sizeof e->cell_magic, magic, name, "cell_magic", err, errlen) ||
-         (strncmp(magic, "%%", 2) || !magic[2] || strpbrk(magic, "\n\r")
-              ? fail(err, errlen, name, "cell_magic",
-                     "must be an IPython cell magic like \"%%%%bash\" (got \"%s\")", magic)
-              : 0)))
+    if (magic && (copy_str(e->cell_magic, sizeof e->cell_magic, magic, name, "cell_magic", err) ||
+                  (strncmp(magic, "%%", 2) || !magic[2] || strpbrk(magic, "\n\r")
+                       ? fail(err, name, "cell_magic",
+                              "must be an IPython cell magic like \"%%%%bash\" (got \"%s\")", magic)
+                       : 0)))
         return -1;
     if (packages && !json_is_null(packages)) {
         const char *p = json_string_value(packages);
@@ -282,25 +280,25 @@ static int configure_object(km_lang *e, const char *name, const json_t *v, char 
         else if (p && !strcmp(p, "npm"))
             e->packages = KM_LANG_PKG_NPM;
         else
-            return fail(err, errlen, name, "packages", "must be \"pip\", \"npm\" or null");
+            return fail(err, name, "packages", "must be \"pip\", \"npm\" or null");
         if (kspec)
-            return fail(err, errlen, name, "packages",
+            return fail(err, name, "packages",
                         "only for a backend language (a kernelspec's kernel does not get the "
                         "session's packages)");
     }
     return 0;
 }
 
-int km_langs_configure(km_langs *t, const char *name, const json_t *v, char *err, size_t errlen)
+int km_langs_configure(km_langs *t, const char *name, const json_t *v, km_err *err)
 {
     int idx = km_langs_find(t, name);
     if (idx >= 0 && t->v[idx].builtin && !strcmp(t->v[idx].name, name))
-        return configure_builtin(&t->v[idx], v, err, errlen) ? -1 : idx;
+        return configure_builtin(&t->v[idx], v, err) ? -1 : idx;
     if (!word_ok(name))
-        return fail(err, errlen, name, NULL,
+        return fail(err, name, NULL,
                     "not a language name ([a-z][a-z0-9_-]{0,31}; a built-in is python or bash)");
     if (reserved_word(name))
-        return fail(err, errlen, name, NULL, "\"%s\" is reserved", name);
+        return fail(err, name, NULL, "\"%s\" is reserved", name);
     /* replacing an earlier configured entry of that name */
     int self = -1;
     for (int i = 0; i < t->n; i++)
@@ -312,28 +310,27 @@ int km_langs_configure(km_langs *t, const char *name, const json_t *v, char *err
             t->n--;
         }
         return self >= 0 ? 0
-                         : fail(err, errlen, name, NULL,
+                         : fail(err, name, NULL,
                                 "null removes a configured "
                                 "language; there is none");
     }
     if (self < 0 && t->n >= KM_LANG_MAX)
-        return fail(err, errlen, name, NULL, "too many languages (max %d)", KM_LANG_MAX);
+        return fail(err, name, NULL, "too many languages (max %d)", KM_LANG_MAX);
     km_lang e;
     memset(&e, 0, sizeof e);
     snprintf(e.name, sizeof e.name, "%s", name);
     snprintf(e.id, sizeof e.id, "%s", name);
     if (json_is_string(v)) {
         e.string_form = 1;
-        if (copy_str(e.kernelspec, sizeof e.kernelspec, json_string_value(v), name, NULL, err,
-                     errlen))
+        if (copy_str(e.kernelspec, sizeof e.kernelspec, json_string_value(v), name, NULL, err))
             return -1;
         if (strlen(e.kernelspec) != json_string_length(v) || !kernelspec_ok(e.kernelspec))
-            return fail(err, errlen, name, NULL, "not a kernelspec name");
+            return fail(err, name, NULL, "not a kernelspec name");
     } else if (json_is_object(v)) {
-        if (configure_object(&e, name, v, err, errlen))
+        if (configure_object(&e, name, v, err))
             return -1;
     } else {
-        return fail(err, errlen, name, NULL,
+        return fail(err, name, NULL,
                     "must be a Jupyter kernelspec name or an object like {\"backend\": "
                     "\"kernel-bash\"}");
     }
@@ -343,7 +340,7 @@ int km_langs_configure(km_langs *t, const char *name, const json_t *v, char *err
     snprintf(e.title, sizeof e.title, "%s", name);
     /* collisions: a name may take over a built-in's alias, nothing else */
     if (word_taken(t, self, name, 1))
-        return fail(err, errlen, name, NULL,
+        return fail(err, name, NULL,
                     "\"%s\" is already the name or alias of another "
                     "configured language",
                     name);
@@ -351,13 +348,13 @@ int km_langs_configure(km_langs *t, const char *name, const json_t *v, char *err
         const char *w = e.aliases[a];
         int other = km_langs_find_nocase(t, w);
         if (!strcasecmp(w, name) || reserved_word(w) || (other >= 0 && other != self))
-            return fail(err, errlen, name, "aliases", "\"%s\" is already %s", w,
+            return fail(err, name, "aliases", "\"%s\" is already %s", w,
                         reserved_word(w)       ? "a reserved word"
                         : !strcasecmp(w, name) ? "its name"
                                                : "a name or alias of another language");
         for (int b = 0; b < a; b++)
             if (!strcasecmp(e.aliases[b], w))
-                return fail(err, errlen, name, "aliases", "\"%s\" is listed twice", w);
+                return fail(err, name, "aliases", "\"%s\" is listed twice", w);
     }
     drop_builtin_alias(t, name);
     if (self < 0)
@@ -413,12 +410,12 @@ json_t *km_langs_to_json(const km_langs *t)
     return o;
 }
 
-char *km_lang_backend_path(const km_lang *l, const char *kernel_dir, char *err, size_t errlen)
+char *km_lang_backend_path(const km_lang *l, const char *kernel_dir, km_err *err)
 {
     char *bin = NULL;
     if (!l->backend[0]) {
-        snprintf(err, errlen, "language %s has no kernel-server backend (kernelspec %s)", l->name,
-                 l->kernelspec);
+        km_err_set(err, KM_EUSAGE, "language %s has no kernel-server backend (kernelspec %s)",
+                   l->name, l->kernelspec);
         return NULL;
     }
     if (l->backend[0] == '/') {
@@ -430,7 +427,7 @@ char *km_lang_backend_path(const km_lang *l, const char *kernel_dir, char *err, 
                           : env && *env             ? env
                                                     : (self = cm_install_helper_dir());
         if (!dir) {
-            snprintf(err, errlen, "cannot find the directory of the kernelmgr helpers");
+            km_err_set(err, KM_EUSAGE, "cannot find the directory of the kernelmgr helpers");
             return NULL;
         }
         if (asprintf(&bin, "%s/%s", dir, l->backend) < 0)
@@ -438,7 +435,7 @@ char *km_lang_backend_path(const km_lang *l, const char *kernel_dir, char *err, 
         free(self);
     }
     if (!bin) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return NULL;
     }
     struct stat st;
@@ -448,7 +445,7 @@ char *km_lang_backend_path(const km_lang *l, const char *kernel_dir, char *err, 
     else if (stat(bin, &st) || !S_ISREG(st.st_mode))
         why = "not a regular file";
     if (why) {
-        snprintf(err, errlen, "%s kernel backend %s: %s", l->name, bin, why);
+        km_err_set(err, KM_EUSAGE, "%s kernel backend %s: %s", l->name, bin, why);
         free(bin);
         return NULL;
     }

@@ -27,6 +27,8 @@
 #ifndef KERNELMGR_LANG_H
 #define KERNELMGR_LANG_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -90,7 +92,7 @@ int km_langs_role(const km_langs *t, km_lang_role r);
  * name = the key, v = its value (borrowed). A new name is appended (or
  * replaces an earlier configured one). Returns the entry's index, or -1 with
  * "kernels.NAME[.FIELD]: reason" in err; t is unchanged then. */
-int km_langs_configure(km_langs *t, const char *name, const json_t *v, char *err, size_t errlen);
+int km_langs_configure(km_langs *t, const char *name, const json_t *v, km_err *err);
 
 /* "python, bash, sh" into buf (truncated to len). Returns buf. */
 const char *km_langs_names(const km_langs *t, char *buf, size_t len);
@@ -104,6 +106,6 @@ json_t *km_langs_to_json(const km_langs *t);
  * the binary in the build tree, LIBEXECDIR/kernelmgr installed; kernel_dir,
  * when not NULL, wins over both). NULL with the reason (naming the path) in
  * err when l has no backend or it is not an executable file. */
-char *km_lang_backend_path(const km_lang *l, const char *kernel_dir, char *err, size_t errlen);
+char *km_lang_backend_path(const km_lang *l, const char *kernel_dir, km_err *err);
 
 #endif

@@ -8,12 +8,12 @@
 #include <string.h>
 
 static int set_policy(const egpolicy *p, int *network, char *allow, size_t n, const char *what,
-                      char *err, size_t errlen)
+                      km_err *err)
 {
     char text[KM_NET_ALLOW_MAX];
     egpolicy_format(p, text, sizeof text);
     if (strlen(text) + 1 > n) {
-        snprintf(err, errlen, "%s: the allow list is too long", what);
+        km_err_set(err, KM_EUSAGE, "%s: the allow list is too long", what);
         return -1;
     }
     snprintf(allow, n, "%s", text);
@@ -22,7 +22,7 @@ static int set_policy(const egpolicy *p, int *network, char *allow, size_t n, co
 }
 
 int km_net_from_json(const json_t *v, const char *what, int *network, char *allow, size_t n,
-                     char *err, size_t errlen)
+                     km_err *err)
 {
     allow[0] = 0;
     if (json_is_boolean(v)) {
@@ -35,29 +35,35 @@ int km_net_from_json(const json_t *v, const char *what, int *network, char *allo
         return 0;
     }
     if (!json_is_object(v)) {
-        snprintf(err, errlen,
-                 "%s: must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} (got %s)",
-                 what,
-                 s                   ? "another string"
-                 : json_is_number(v) ? "a number"
-                 : json_is_array(v)  ? "an array"
-                 : json_is_null(v)   ? "null"
-                                     : "another value");
+        km_err_set(err, KM_EUSAGE,
+                   "%s: must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} (got %s)",
+                   what,
+                   s                   ? "another string"
+                   : json_is_number(v) ? "a number"
+                   : json_is_array(v)  ? "an array"
+                   : json_is_null(v)   ? "null"
+                                       : "another value");
         return -1;
     }
     egpolicy *p = malloc(sizeof *p);
     if (!p) {
-        snprintf(err, errlen, "%s: out of memory", what);
+        km_err_set(err, KM_EUSAGE, "%s: out of memory", what);
         return -1;
     }
-    int rc = egpolicy_from_json(p, v, what, err, errlen) ||
-             set_policy(p, network, allow, n, what, err, errlen);
+    char why[sizeof err->msg];
+    int rc = 0;
+    if (egpolicy_from_json(p, v, what, why, sizeof why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why);
+        rc = -1;
+    } else {
+        rc = set_policy(p, network, allow, n, what, err);
+    }
     free(p);
     return rc ? -1 : 0;
 }
 
 int km_net_from_text(const char *s, const char *what, int *network, char *allow, size_t n,
-                     char *err, size_t errlen)
+                     km_err *err)
 {
     allow[0] = 0;
     if (!strcmp(s, "on") || !strcmp(s, "off")) {
@@ -65,22 +71,22 @@ int km_net_from_text(const char *s, const char *what, int *network, char *allow,
         return 0;
     }
     if (!egpolicy_is_text(s)) {
-        snprintf(err, errlen, "%s must be on, off or allow:HOST[,HOST...] (got \"%.80s\")", what,
-                 s);
+        km_err_set(err, KM_EUSAGE, "%s must be on, off or allow:HOST[,HOST...] (got \"%.80s\")",
+                   what, s);
         return -1;
     }
     egpolicy *p = malloc(sizeof *p);
     if (!p) {
-        snprintf(err, errlen, "%s: out of memory", what);
+        km_err_set(err, KM_EUSAGE, "%s: out of memory", what);
         return -1;
     }
     char why[600];
     int rc = 0;
     if (egpolicy_parse_text(p, s, why, sizeof why)) {
-        snprintf(err, errlen, "%s: %s", what, why);
+        km_err_set(err, KM_EUSAGE, "%s: %s", what, why);
         rc = -1;
     } else {
-        rc = set_policy(p, network, allow, n, what, err, errlen);
+        rc = set_policy(p, network, allow, n, what, err);
     }
     free(p);
     return rc;

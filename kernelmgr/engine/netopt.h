@@ -12,6 +12,8 @@
 #ifndef KERNELMGR_NETOPT_H
 #define KERNELMGR_NETOPT_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -27,12 +29,12 @@
  * what names the value in errors ("field \"network\"", "network"). 0, or -1
  * with a reason. */
 int km_net_from_json(const json_t *v, const char *what, int *network, char *allow, size_t n,
-                     char *err, size_t errlen);
+                     km_err *err);
 
 /* Parses the text form ("on", "off", "allow:..."). 0, or -1 with a reason
  * naming what. */
 int km_net_from_text(const char *s, const char *what, int *network, char *allow, size_t n,
-                     char *err, size_t errlen);
+                     km_err *err);
 
 /* new: the JSON form. */
 json_t *km_net_json(int network, const char *allow);

@@ -74,9 +74,9 @@ void prune_orphans(km_manager *m)
             int gone = access(p, F_OK) != 0 && errno == ENOENT;
             free(p);
             p = NULL;
-            char why[512];
-            if (gone && pkgdirs_remove_session(m->home, de->d_name, why, sizeof why))
-                fprintf(stderr, "kernelmgr: %s\n", why);
+            km_err why = {0};
+            if (gone && pkgdirs_remove_session(m->home, de->d_name, &why))
+                fprintf(stderr, "kernelmgr: %s\n", why.msg);
         }
         if (d)
             closedir(d);
@@ -170,15 +170,15 @@ void outputs_prune(km_manager *m, int orphans)
 int owned_by_live_manager(const km_manager *m, const char *name)
 {
     /* a one-shot run-PID-TIME belongs to process PID, started before TIME,
-     * holding its owner lock (klaunch.h): a reused pid is not its owner */
+     * holding its owner lock (mklaunch.h): a reused pid is not its owner */
     unsigned long rpid = 0;
     long long rtime = 0;
     if (sscanf(name, "run-%lu-%lld", &rpid, &rtime) == 2 && rpid > 1 && rpid <= INT_MAX &&
         rtime > 0)
         return klaunch_owner_alive(m->run_dir, (pid_t)rpid, 0, (double)rtime);
     char *path = cm_path_fmt("%s/sessions/%s/session.json", m->home, name);
-    char why[PATH_MAX + 200];
-    json_t *o = path ? session_json_read(path, why, sizeof why) : NULL;
+    km_err why = {0};
+    json_t *o = path ? session_json_read(path, &why) : NULL;
     free(path);
     json_int_t pid = json_integer_value(json_object_get(o, "manager_pid"));
     json_decref(o);
@@ -206,8 +206,8 @@ void reap_dead_runs(km_manager *m)
         if (asprintf(&sdir, "%s/%s", dir, de->d_name) < 0)
             break;
         if (asprintf(&sj, "%s/session.json", sdir) >= 0) {
-            char why[PATH_MAX + 200];
-            json_t *o = session_json_read(sj, why, sizeof why); /* NULL: no kernels to stop */
+            km_err why = {0};
+            json_t *o = session_json_read(sj, &why); /* NULL: no kernels to stop */
             const char *lk;
             json_t *kv;
             json_object_foreach(json_object_get(o, "kernels"), lk, kv)
@@ -219,9 +219,9 @@ void reap_dead_runs(km_manager *m)
             free(sj);
         }
         fprintf(stderr, "kernelmgr: removing %s: its `kernelmgr run` has ended\n", sdir);
-        char why[512];
-        if (pkgdirs_remove_session(m->home, de->d_name, why, sizeof why))
-            fprintf(stderr, "kernelmgr: %s\n", why);
+        km_err why = {0};
+        if (pkgdirs_remove_session(m->home, de->d_name, &why))
+            fprintf(stderr, "kernelmgr: %s\n", why.msg);
         session_rmtree(sdir);
         free(sdir);
     }

@@ -36,16 +36,16 @@ int pkgdirs_session_root(const char *home, const char *session, char *root)
     return rc;
 }
 
-int pkgdirs_remove_session(const char *home, const char *session, char *err, size_t errlen)
+int pkgdirs_remove_session(const char *home, const char *session, km_err *err)
 {
     char *root = pkgdirs_path(home, session, NULL);
     if (!root) {
-        snprintf(err, errlen, "invalid session name '%.64s'", session ? session : "");
+        km_err_set(err, KM_EINTERNAL, "invalid session name '%.64s'", session ? session : "");
         return -1;
     }
     /* fd-based and never following a symlink, like every removal of a tree
      * sandboxed code could have written into (the installers write here) */
-    int rc = wsfile_rmtree(root, err, errlen);
+    int rc = wsfile_rmtree(root, err);
     free(root);
     return rc;
 }

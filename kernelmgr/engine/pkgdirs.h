@@ -9,6 +9,8 @@
 #ifndef KERNELMGR_PKGDIRS_H
 #define KERNELMGR_PKGDIRS_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <stddef.h>
 
 /* home/packages/SESSION, followed by "/" sub when sub is not NULL (malloc'd,
@@ -23,7 +25,7 @@ int pkgdirs_session_root(const char *home, const char *session, char *root);
 /* Removes the session's package root home/packages/SESSION (when the
  * session is closed) with wsfile_rmtree(): fd-based, never follows a
  * symlink. 0 (also when it does not exist), or -1 with a reason in err. */
-int pkgdirs_remove_session(const char *home, const char *session, char *err, size_t errlen);
+int pkgdirs_remove_session(const char *home, const char *session, km_err *err);
 
 /* new: the extra environment ("NAME=value" strings, NULL-terminated array,
  * free with pkgdirs_env_free) a kernel whose language has package kind

@@ -92,10 +92,10 @@ json_t *result_error(const char *name, const char *value, json_t *traceback)
     return e;
 }
 
-int result_error_valid(const json_t *e, char *why, size_t whylen)
+int result_error_valid(const json_t *e, km_err *why)
 {
     if (!json_is_object(e)) {
-        snprintf(why, whylen, "error is not an object");
+        km_err_set(why, KM_EUSAGE, "error is not an object");
         return 0;
     }
     const char *k;
@@ -108,21 +108,22 @@ int result_error_valid(const json_t *e, char *why, size_t whylen)
                  (!strcmp(k, "timeout") && json_is_boolean(v)) ||
                  (!strcmp(k, "value_omitted_bytes") && json_is_integer(v));
         if (!ok) {
-            snprintf(why, whylen, "error member \"%.64s\" is unexpected or of the wrong type", k);
+            km_err_set(why, KM_EUSAGE, "error member \"%.64s\" is unexpected or of the wrong type",
+                       k);
             return 0;
         }
     }
     static const char *const need[] = {"name", "value", "traceback"};
     for (int i = 0; i < 3; i++)
         if (!json_object_get(e, need[i])) {
-            snprintf(why, whylen, "error has no \"%s\"", need[i]);
+            km_err_set(why, KM_EUSAGE, "error has no \"%s\"", need[i]);
             return 0;
         }
     size_t i;
     json_array_foreach(json_object_get(e, "traceback"), i, v)
     {
         if (!json_is_string(v)) {
-            snprintf(why, whylen, "error.traceback[%zu] is not a string", i);
+            km_err_set(why, KM_EUSAGE, "error.traceback[%zu] is not a string", i);
             return 0;
         }
     }

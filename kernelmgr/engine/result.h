@@ -25,6 +25,8 @@
 #ifndef KERNELMGR_RESULT_H
 #define KERNELMGR_RESULT_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stdio.h>
 
@@ -61,7 +63,7 @@ json_t *result_error(const char *name, const char *value, json_t *traceback);
 /* 1 when e is a well-formed "error" member (see result_error: the three
  * keys, of the right types, plus only "timeout" (bool) and
  * "value_omitted_bytes" (integer)); else 0 with what is wrong in why. */
-int result_error_valid(const json_t *e, char *why, size_t whylen);
+int result_error_valid(const json_t *e, km_err *why);
 
 /* Sets status, its exit code and error {name, value, traceback: [value]} (a
  * manager-side failure such as a kernel that would not start). */

@@ -31,18 +31,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-int km_errf(km_err *e, int code, const char *fmt, ...)
-{
-    if (e) {
-        va_list ap;
-        va_start(ap, fmt);
-        e->code = code;
-        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 int km_name_valid(const char *name)
 {
     if (!name || !*name || name[0] == '.' || strlen(name) > KM_NAME_MAX)
@@ -84,13 +72,14 @@ static void manager_free(km_manager *m)
 km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_err *err)
 {
     if (strlen(home) > KM_HOME_MAX) {
-        km_errf(err, KM_EUSAGE, "the kernelmgr home (KERNELMGR_HOME) is %zu bytes long: at most %d",
-                strlen(home), KM_HOME_MAX);
+        km_err_set(err, KM_EUSAGE,
+                   "the kernelmgr home (KERNELMGR_HOME) is %zu bytes long: at most %d",
+                   strlen(home), KM_HOME_MAX);
         return NULL;
     }
     km_manager *m = calloc(1, sizeof *m);
     if (!m) {
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     m->cfg = *cfg;
@@ -107,16 +96,15 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
     slots_init(m);
     snprintf(m->home, sizeof m->home, "%s", home);
     char p[PATH_MAX];
-    char why[1024];
+    km_err why = {0};
     /* the home is trusted state (kmhome.h): refused unless it is ours alone */
-    if (kmhome_prepare(home, 1, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+    if (kmhome_prepare(home, 1, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         goto fail;
     }
-    if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, why, sizeof why) ||
-        klaunch_lifeline_open(m->lifeline, why, sizeof why) ||
-        klaunch_owner_hold(m->run_dir, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "%s", why);
+    if (klaunch_run_dir(m->home, m->run_dir, sizeof m->run_dir, &why) ||
+        klaunch_lifeline_open(m->lifeline, &why) || klaunch_owner_hold(m->run_dir, &why)) {
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         goto fail;
     }
     m->owner_held = 1;
@@ -131,12 +119,12 @@ km_manager *km_manager_new(const char *home, const kmcfg *cfg, int resume, km_er
         while (d && (de = readdir(d))) {
             if (!km_name_valid(de->d_name) || owned_by_live_manager(m, de->d_name))
                 continue;
-            session *s = session_load(m, de->d_name, why, sizeof why);
+            session *s = session_load(m, de->d_name, &why);
             if (!s) {
                 /* a damaged session stays on disk, set aside, for its
                  * repair; the others resume */
-                if (why[0])
-                    fprintf(stderr, "kernelmgr: %s\n", why);
+                if (why.msg[0])
+                    fprintf(stderr, "kernelmgr: %s\n", why.msg);
                 continue;
             }
             session_save(m, s); /* the stale pids are gone */
@@ -285,44 +273,45 @@ static void create_undo_run(km_manager *m, session *s, const create_undo *u)
 static session *create_locked(km_manager *m, const char *name, const km_session_opts *o,
                               int *existed, create_undo *undo, int *pending, km_err *err)
 {
-    char why[PATH_MAX + 600];
-    session *s = session_load(m, name, why, sizeof why);
+    km_err why = {0};
+    session *s = session_load(m, name, &why);
     *existed = s != NULL;
     if (s) {
         s->next = m->list;
         m->list = s;
         return s;
     }
-    if (why[0]) {
+    if (why.msg[0]) {
         /* damaged (or its directory refused): said, never recreated silently */
-        km_errf(err, KM_EINTERNAL, "%s", why);
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         return NULL;
     }
     if (o && o->no_create) {
-        km_errf(err, KM_ENOSESSION,
-                "no session named \"%s\"%s%s%s (create: false: a missing session is never made; "
-                "create it with session.create)",
-                name, m->cfg.node_id[0] ? " on node \"" : "", m->cfg.node_id,
-                m->cfg.node_id[0] ? "\"" : "");
+        km_err_set(err, KM_ENOSESSION,
+                   "no session named \"%s\"%s%s%s (create: false: a missing session is never made; "
+                   "create it with session.create)",
+                   name, m->cfg.node_id[0] ? " on node \"" : "", m->cfg.node_id,
+                   m->cfg.node_id[0] ? "\"" : "");
         return NULL;
     }
     if (atomic_load(&m->draining)) {
-        km_errf(err, KM_EDAEMON,
-                "%s%s%s is draining: it makes no new sessions (session \"%s\" does not exist "
-                "here); its existing sessions keep working",
-                m->cfg.node_id[0] ? "node \"" : "this daemon", m->cfg.node_id,
-                m->cfg.node_id[0] ? "\"" : "", name);
+        km_err_set(err, KM_EDAEMON,
+                   "%s%s%s is draining: it makes no new sessions (session \"%s\" does not exist "
+                   "here); its existing sessions keep working",
+                   m->cfg.node_id[0] ? "node \"" : "this daemon", m->cfg.node_id,
+                   m->cfg.node_id[0] ? "\"" : "", name);
         return NULL;
     }
-    if (o && o->env && session_env_check(m, o->env, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+    if (o && o->env && session_env_check(m, o->env, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         return NULL;
     }
     if (o && o->workspace) {
         struct stat st;
         if (o->workspace[0] != '/' || stat(o->workspace, &st) || !S_ISDIR(st.st_mode)) {
-            km_errf(err, KM_EUSAGE, "--workspace %s: must be an existing directory (absolute path)",
-                    o->workspace);
+            km_err_set(err, KM_EUSAGE,
+                       "--workspace %s: must be an existing directory (absolute path)",
+                       o->workspace);
             return NULL;
         }
     }
@@ -332,10 +321,10 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         struct stat st;
         if (o->python[0] != '/' || stat(o->python, &st) || !S_ISREG(st.st_mode) ||
             access(o->python, X_OK)) {
-            km_errf(err, KM_EUSAGE, "--python %s: %s", o->python,
-                    o->python[0] != '/' ? "must be an absolute path"
-                    : errno == ENOENT   ? "no such file"
-                                        : "not an executable file");
+            km_err_set(err, KM_EUSAGE, "--python %s: %s", o->python,
+                       o->python[0] != '/' ? "must be an absolute path"
+                       : errno == ENOENT   ? "no such file"
+                                           : "not an executable file");
             return NULL;
         }
     }
@@ -354,7 +343,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     }
     s = pooled ? pooled : session_alloc(name);
     if (!s) {
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     snprintf(s->name, sizeof s->name, "%s", name);
@@ -363,9 +352,9 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     /* what this call creates, to take back on failure */
     struct stat dst;
     int made_dir = lstat(s->dir, &dst) != 0, made_ws = 0, made_link = 0;
-    char save_err[PATH_MAX + 200];
-    if (kmhome_mkdir(s->dir, 0700, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "%s", why);
+    km_err save_err = {0};
+    if (kmhome_mkdir(s->dir, 0700, &why)) {
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         goto fail;
     }
     if (pooled) {
@@ -386,15 +375,16 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     } else {
         /* every option by the table (sessopt.c) */
         if (km_sessopt_create(m, s, o)) {
-            km_errf(err, KM_EINTERNAL, "out of memory");
+            km_err_set(err, KM_EINTERNAL, "out of memory");
             goto fail;
         }
         if (s->network == KM_NET_ALLOW && !strcmp(s->sandbox, "none")) {
             /* nothing but the sandbox keeps the code to the proxy */
-            km_errf(err, KM_EUSAGE,
-                    "network allow-list (%.200s) needs the strict sandbox: with sandbox \"none\" "
-                    "the code has the host's network",
-                    s->net_allow);
+            km_err_set(
+                err, KM_EUSAGE,
+                "network allow-list (%.200s) needs the strict sandbox: with sandbox \"none\" "
+                "the code has the host's network",
+                s->net_allow);
             goto fail;
         }
         if (o && o->workspace) {
@@ -405,10 +395,10 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         } else {
             snprintf(s->workspace, sizeof s->workspace, "%.3000s/workspace", s->dir);
             s->own_workspace = 1;
-            made_ws = session_make_workspace(s, why, sizeof why);
+            made_ws = session_make_workspace(s, &why);
             if (made_ws < 0) {
                 made_ws = 0;
-                km_errf(err, KM_EINTERNAL, "%s", why);
+                km_err_set(err, KM_EINTERNAL, "%s", why.msg);
                 goto fail;
             }
         }
@@ -416,9 +406,9 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     *undo = (create_undo){made_dir, made_ws, made_link, pooled != NULL};
     if (pthread_mutex_trylock(&s->lock) == 0) {
         *pending = 1;
-    } else if (session_save_err(m, s, save_err, sizeof save_err)) {
+    } else if (session_save_err(m, s, &save_err)) {
         /* a session that cannot be saved would vanish with its manager: refuse it */
-        km_errf(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err);
+        km_err_set(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err.msg);
         goto fail;
     }
     s->next = m->list;
@@ -438,13 +428,13 @@ fail:
  * reference dropped. */
 static int create_finish(km_manager *m, session *s, const create_undo *undo, km_err *err)
 {
-    char why[PATH_MAX + 200];
-    if (session_save_err(m, s, why, sizeof why) == 0) {
+    km_err why = {0};
+    if (session_save_err(m, s, &why) == 0) {
         pthread_mutex_unlock(&s->lock);
         return 0;
     }
     /* a session that cannot be saved would vanish with its manager: refuse it */
-    km_errf(err, KM_EINTERNAL, "cannot create session \"%s\": %s", s->name, why);
+    km_err_set(err, KM_EINTERNAL, "cannot create session \"%s\": %s", s->name, why.msg);
     snprintf(s->gone_why, sizeof s->gone_why, "%s", err->msg);
     pthread_mutex_lock(&m->lock); /* lock order: the session's, then m->lock */
     s->gone = 1;
@@ -660,10 +650,10 @@ static int check_name(const char *name, km_err *err)
 {
     if (km_name_valid(name))
         return 0;
-    return km_errf(err, KM_EUSAGE,
-                   "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
-                   "at most %d, not starting with '.')",
-                   name ? name : "", KM_NAME_MAX);
+    return km_err_set(err, KM_EUSAGE,
+                      "invalid session name \"%s\" (allowed: letters, digits, _ - ., "
+                      "at most %d, not starting with '.')",
+                      name ? name : "", KM_NAME_MAX);
 }
 
 /* The session named name with a reference taken (session_put), created with
@@ -734,22 +724,21 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
         lang = kmcfg_lang_index(&m->cfg, opts->lang);
         if (lang < 0) {
             char known[400];
-            km_errf(err, KM_EUSAGE, "unknown language \"%s\" (%s or auto)", opts->lang,
-                    km_langs_names(&m->cfg.langs, known, sizeof known));
+            km_err_set(err, KM_EUSAGE, "unknown language \"%s\" (%s or auto)", opts->lang,
+                       km_langs_names(&m->cfg.langs, known, sizeof known));
             return NULL;
         }
     }
     /* one check for run, exec, the daemon and MCP, before the session is
      * touched or anything is sent to a kernel */
-    char codebad[256];
-    if (cblocks_check_code(code, code ? strlen(code) : 0, m->cfg.code_max, codebad,
-                           sizeof codebad)) {
-        km_errf(err, KM_EUSAGE, "%s", codebad);
+    km_err codebad = {0};
+    if (cblocks_check_code(code, code ? strlen(code) : 0, m->cfg.code_max, &codebad)) {
+        km_err_set(err, KM_EUSAGE, "%s", codebad.msg);
         return NULL;
     }
     cblock_list blocks;
     if (cblocks_split(code ? code : "", &m->cfg.langs, lang, &blocks)) {
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     int existed = 1;
@@ -786,10 +775,11 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
             result_set_failure(r, RESULT_ERROR, "LanguageNotAllowed", msg);
         } else {
             int restarted = 0;
-            char reason[512] = "", why[1024] = "";
-            if (slot_ensure(m, s, b->lang, &restarted, reason, sizeof reason, why, sizeof why)) {
+            char reason[512] = "";
+            km_err why = {0};
+            if (slot_ensure(m, s, b->lang, &restarted, reason, sizeof reason, &why)) {
                 r = result_new(name, lname);
-                result_set_failure(r, RESULT_ERROR, "KernelStartError", why);
+                result_set_failure(r, RESULT_ERROR, "KernelStartError", why.msg);
             } else {
                 kslot *k = &s->k[b->lang];
                 char tag[64];
@@ -839,9 +829,9 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 p.other_ud = k->foreign;
                 /* the history knows the cell before the kernel does: a
                  * manager killed while it runs leaves it "started" */
-                char herr[600] = "";
+                km_err herr = {0};
                 int hstarted = session_history_start(s->dir, tag, lname, NULL, b->code,
-                                                     m->cfg.history_max, herr, sizeof herr) == 0;
+                                                     m->cfg.history_max, &herr) == 0;
                 codeexec_outcome out;
                 snap_check_worker(m, s, b->lang);
                 double t0 = kclient_now();
@@ -849,8 +839,8 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                 k->last_used = kclient_now();
                 if (out.need_restart) {
                     slot_stop(m, k);
-                    char e2[1024];
-                    if (slot_start(m, s, b->lang, e2, sizeof e2) == 0) {
+                    km_err e2 = {0};
+                    if (slot_start(m, s, b->lang, &e2) == 0) {
                         char msg[1100];
                         snprintf(msg, sizeof msg, "%s; a fresh kernel was started (workspace kept)",
                                  out.reason);
@@ -858,7 +848,7 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                     } else {
                         char msg[2200];
                         snprintf(msg, sizeof msg, "%s; restarting the kernel failed: %s",
-                                 out.reason, e2);
+                                 out.reason, e2.msg);
                         result_set_kernel(r, 0, 0, msg);
                     }
                 } else if (out.state_lost) {
@@ -882,13 +872,12 @@ json_t *km_exec(km_manager *m, const char *name, const km_session_opts *sopts,
                      * first (between the wait above and the send) */
                     waited_add(&bwaited, out.queued_s,
                                kforeign_last_client(k->foreign) ?: "jupyter", lname);
-                char herr2[600];
-                if (r &&
-                    session_history_append(s->dir, hstarted ? tag : NULL, lname, NULL, b->code, r,
-                                           out.nb_outputs, m->cfg.history_max, herr2, sizeof herr2))
-                    json_object_set_new(r, "history_error", json_string(herr2));
+                km_err herr2 = {0};
+                if (r && session_history_append(s->dir, hstarted ? tag : NULL, lname, NULL, b->code,
+                                                r, out.nb_outputs, m->cfg.history_max, &herr2))
+                    json_object_set_new(r, "history_error", json_string(herr2.msg));
                 else if (r && !hstarted)
-                    json_object_set_new(r, "history_error", json_string(herr));
+                    json_object_set_new(r, "history_error", json_string(herr.msg));
                 json_decref(out.nb_outputs);
             }
         }
@@ -993,7 +982,7 @@ int km_interrupt(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s)
-        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
     /* Not running an exec of ours: a cell of another client (a frontend)
      * may run, so the kernels are told directly, under the session's lock.
      * A short operation holding the lock (a status, a snapshot) is waited
@@ -1024,7 +1013,7 @@ int km_restart(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s)
-        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
     atomic_store(&s->interrupt_flag, 1);
     pthread_mutex_lock(&s->lock);
     int rc = 0;
@@ -1033,9 +1022,9 @@ int km_restart(km_manager *m, const char *name, km_err *err)
             continue;
         slot_stop(m, &s->k[l]);
         s->k[l].pending[0] = 0;
-        char why[1024];
-        if (slot_start(m, s, l, why, sizeof why))
-            rc = km_errf(err, KM_EKERNEL, "%s", why);
+        km_err why = {0};
+        if (slot_start(m, s, l, &why))
+            rc = km_err_set(err, KM_EKERNEL, "%s", why.msg);
     }
     session_save(m, s);
     pthread_mutex_unlock(&s->lock);
@@ -1056,10 +1045,11 @@ int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, 
         /* a kept session from earlier is still on disk: allow removing it
          * (a damaged one too: its directory goes, a workspace it may have
          * named elsewhere is not known and stays) */
-        char dir[PATH_MAX], why[PATH_MAX + 600];
+        char dir[PATH_MAX];
+        km_err why = {0};
         snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
         if (km_name_valid(name) && !keep && access(dir, F_OK) == 0) {
-            session *t = session_load(m, name, why, sizeof why);
+            session *t = session_load(m, name, &why);
             if (t) {
                 session_remove_workspace(m, t, warnings);
                 session_free(t);
@@ -1067,7 +1057,7 @@ int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, 
             session_rmtree(dir);
             return 0;
         }
-        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
     }
     atomic_store(&s->interrupt_flag, 1);
     pthread_mutex_lock(&s->lock);
@@ -1088,10 +1078,10 @@ int km_close_warn(km_manager *m, const char *name, int flags, json_t *warnings, 
         if (s->pool_dir[0])
             session_rmtree(s->pool_dir);
         session_rmtree(s->dir);
-        char why[512];
-        if (pkgdirs_remove_session(m->home, s->name, why, sizeof why))
+        km_err why = {0};
+        if (pkgdirs_remove_session(m->home, s->name, &why))
             fprintf(stderr, "kernelmgr: cannot remove the packages of session %s: %s\n", s->name,
-                    why);
+                    why.msg);
         if (!(flags & KM_KEEP_OUTPUTS))
             session_rmtree(s->outdir);
     }
@@ -1120,10 +1110,11 @@ static json_t *repair_result(const char *name, const char *action, const char *m
 json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
 {
     if (!km_name_valid(name)) {
-        km_errf(err, KM_EUSAGE, "invalid session name");
+        km_err_set(err, KM_EUSAGE, "invalid session name");
         return NULL;
     }
-    char dir[PATH_MAX - 64], path[PATH_MAX], why[PATH_MAX + 600], aside[PATH_MAX + 64] = "";
+    char dir[PATH_MAX - 64], path[PATH_MAX], aside[PATH_MAX + 64] = "";
+    km_err why = {0};
     char msg[2 * PATH_MAX + 600];
     snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
     snprintf(path, sizeof path, "%s/session.json", dir);
@@ -1131,7 +1122,7 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     if (s) {
         /* live: its options are in memory, the file is written from them */
         pthread_mutex_lock(&s->lock);
-        json_t *o = session_json_read(path, why, sizeof why);
+        json_t *o = session_json_read(path, &why);
         json_t *res = NULL;
         if (o) {
             json_decref(o);
@@ -1140,9 +1131,9 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
         } else {
             char saved[PATH_MAX + 64] = "";
             if (errno != ENOENT && session_json_set_aside(path, saved, sizeof saved)) {
-                km_errf(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
-            } else if (session_save_err(m, s, why, sizeof why)) {
-                km_errf(err, KM_EINTERNAL, "%s", why);
+                km_err_set(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
+            } else if (session_save_err(m, s, &why)) {
+                km_err_set(err, KM_EINTERNAL, "%s", why.msg);
             } else {
                 snprintf(msg, sizeof msg,
                          "session.json rewritten from the running session's options (its "
@@ -1160,19 +1151,19 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     json_t *res = NULL;
     session *t = NULL;
     if (find_locked(m, name)) {
-        km_errf(err, KM_EINTERNAL, "session \"%s\" was created meanwhile: try again", name);
+        km_err_set(err, KM_EINTERNAL, "session \"%s\" was created meanwhile: try again", name);
         goto out;
     }
-    int dc = kmhome_check_dir(dir, 0, why, sizeof why);
+    int dc = kmhome_check_dir(dir, 0, &why);
     if (dc > 0) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         goto out;
     }
     if (dc < 0) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         goto out;
     }
-    json_t *o = session_json_read(path, why, sizeof why);
+    json_t *o = session_json_read(path, &why);
     if (o) {
         json_decref(o);
         res =
@@ -1181,20 +1172,20 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     }
     if (errno != ENOENT) {
         if (session_json_set_aside(path, aside, sizeof aside)) {
-            km_errf(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
+            km_err_set(err, KM_EINTERNAL, "cannot set %s aside: %s", path, strerror(errno));
             goto out;
         }
     } else if (!session_set_aside_find(dir, aside, sizeof aside)) {
-        km_errf(err, KM_EUSAGE,
-                "session \"%s\" has no session.json and none was set aside: nothing to repair "
-                "(close it to remove %s)",
-                name, dir);
+        km_err_set(err, KM_EUSAGE,
+                   "session \"%s\" has no session.json and none was set aside: nothing to repair "
+                   "(close it to remove %s)",
+                   name, dir);
         goto out;
     }
     /* the options were in the damaged file: the configuration's defaults;
      * the session's own workspace directory, when there is one, is kept */
     if (!(t = session_alloc(name))) {
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         goto out;
     }
     snprintf(t->dir, sizeof t->dir, "%s", dir);
@@ -1204,9 +1195,9 @@ json_t *km_session_repair(km_manager *m, const char *name, km_err *err)
     t->network = m->cfg.network;
     snprintf(t->net_allow, sizeof t->net_allow, "%s", m->cfg.network_allow);
     t->own_workspace = 1;
-    int made = session_make_workspace(t, why, sizeof why);
-    if (made < 0 || session_save_err(m, t, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "cannot repair session \"%s\": %s", name, why);
+    int made = session_make_workspace(t, &why);
+    if (made < 0 || session_save_err(m, t, &why)) {
+        km_err_set(err, KM_EINTERNAL, "cannot repair session \"%s\": %s", name, why.msg);
         goto out;
     }
     snprintf(msg, sizeof msg,
@@ -1227,7 +1218,7 @@ json_t *km_files(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     fsdiff_snap *snap =
@@ -1260,15 +1251,15 @@ json_t *km_export(km_manager *m, const char *name, const char *kernel_name, km_e
     } else {
         snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
         if (!km_name_valid(name) || access(dir, F_OK)) {
-            km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+            km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
             return NULL;
         }
     }
-    char why[512];
+    km_err why = {0};
     int bad = 0;
-    json_t *nb = export_notebook(dir, name, &m->cfg.langs, kernel_name, &bad, why, sizeof why);
+    json_t *nb = export_notebook(dir, name, &m->cfg.langs, kernel_name, &bad, &why);
     if (!nb)
-        km_errf(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+        km_err_set(err, bad ? KM_EUSAGE : KM_EINTERNAL, "%s", why.msg);
     return nb;
 }
 
@@ -1279,21 +1270,22 @@ int km_connection_file(km_manager *m, const char *name, const char *lang, char *
     int l = lang ? kmcfg_lang_index(&m->cfg, lang) : 0;
     if (l < 0) {
         char known[400];
-        return km_errf(err, KM_EUSAGE, "unknown language \"%s\" (%s)", lang,
-                       km_langs_names(&m->cfg.langs, known, sizeof known));
+        return km_err_set(err, KM_EUSAGE, "unknown language \"%s\" (%s)", lang,
+                          km_langs_names(&m->cfg.langs, known, sizeof known));
     }
     if (!m->cfg.allow[l])
-        return km_errf(err, KM_EUSAGE, "language \"%s\" is not allowed by the configuration",
-                       kmcfg_lang_name(&m->cfg, l));
+        return km_err_set(err, KM_EUSAGE, "language \"%s\" is not allowed by the configuration",
+                          kmcfg_lang_name(&m->cfg, l));
     session *s = session_get(m, name);
     if (!s)
-        return km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        return km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
     pthread_mutex_lock(&s->lock);
     int restarted;
-    char reason[512], why[1024];
+    char reason[512];
+    km_err why = {0};
     int rc = 0;
-    if (slot_ensure(m, s, l, &restarted, reason, sizeof reason, why, sizeof why))
-        rc = km_errf(err, KM_EKERNEL, "%s", why);
+    if (slot_ensure(m, s, l, &restarted, reason, sizeof reason, &why))
+        rc = km_err_set(err, KM_EKERNEL, "%s", why.msg);
     else {
         /* the next result of the agent still has to say so */
         if (restarted)
@@ -1330,7 +1322,7 @@ json_t *km_session_create(km_manager *m, const char *name, const km_session_opts
     json_decref(warnings);
     session_put(m, s);
     if (!o)
-        km_errf(err, KM_EINTERNAL, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
     return o;
 }
 
@@ -1339,17 +1331,13 @@ json_t *km_file_read(km_manager *m, const char *name, const char *rel, uint64_t 
 {
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     /* reading needs no lock: like km_files, a snapshot of what is there */
-    char why[1024];
-    json_t *r = wsfile_read(s->workspace, rel, offset, length, encoding ? encoding : "auto", why,
-                            sizeof why);
+    json_t *r = wsfile_read(s->workspace, rel, offset, length, encoding ? encoding : "auto", err);
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
-    else
-        km_errf(err, KM_EUSAGE, "%s", why);
     session_put(m, s);
     return r;
 }
@@ -1361,14 +1349,14 @@ static session *session_lock_op(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
     if (s->gone) {
         pthread_mutex_unlock(&s->lock);
         session_put(m, s);
-        km_errf(err, KM_ENOSESSION, "session \"%s\" was closed", name);
+        km_err_set(err, KM_ENOSESSION, "session \"%s\" was closed", name);
         return NULL;
     }
     return s;
@@ -1386,12 +1374,12 @@ json_t *km_file_write(km_manager *m, const char *name, const char *rel, const vo
     session *s = session_lock_op(m, name, err);
     if (!s)
         return NULL;
-    char why[1024];
-    json_t *r = wsfile_write(s->workspace, rel, data, len, append, 1, why, sizeof why);
+    km_err why = {0};
+    json_t *r = wsfile_write(s->workspace, rel, data, len, append, 1, &why);
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
     session_unlock_op(m, s);
     return r;
 }
@@ -1401,12 +1389,12 @@ json_t *km_file_remove(km_manager *m, const char *name, const char *rel, km_err 
     session *s = session_lock_op(m, name, err);
     if (!s)
         return NULL;
-    char why[1024];
-    json_t *r = wsfile_remove(s->workspace, rel, why, sizeof why);
+    km_err why = {0};
+    json_t *r = wsfile_remove(s->workspace, rel, &why);
     if (r)
         json_object_set_new(r, "session", json_string(s->name));
     else
-        km_errf(err, KM_EUSAGE, "%s", why);
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
     session_unlock_op(m, s);
     return r;
 }
@@ -1415,7 +1403,7 @@ json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn
                                 km_err *err)
 {
     if (!km_name_valid(name)) {
-        km_errf(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
+        km_err_set(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
         return NULL;
     }
     /* A live session: under its lock, so close (which removes the package
@@ -1441,23 +1429,23 @@ json_t *km_with_session_or_name(km_manager *m, const char *name, km_locked_fn fn
 
 json_t *km_snapshot(km_manager *m, const char *name, const char *tag, km_err *err)
 {
-    char why[1400];
-    if (tag && snap_tag_check(tag, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+    km_err why = {0};
+    if (tag && snap_tag_check(tag, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         return NULL;
     }
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
-    json_t *man = s->gone ? NULL : snap_take(m, s, tag, 1, "requested", why, sizeof why);
+    json_t *man = s->gone ? NULL : snap_take(m, s, tag, 1, "requested", &why);
     pthread_mutex_unlock(&s->lock);
     session_put(m, s);
     if (!man)
-        km_errf(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
-                why[0] ? why : "the session was closed");
+        km_err_set(err, strstr(why.msg, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
+                   why.msg[0] ? why.msg : "the session was closed");
     return man;
 }
 
@@ -1465,7 +1453,7 @@ json_t *km_snapshots(km_manager *m, const char *name, km_err *err)
 {
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
@@ -1478,21 +1466,22 @@ json_t *km_snapshots(km_manager *m, const char *name, km_err *err)
 
 json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err)
 {
-    char why[1400], tagbuf[SNAP_TAG_MAX + 1];
-    if (tag && snap_tag_check(tag, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+    char tagbuf[SNAP_TAG_MAX + 1];
+    km_err why = {0};
+    if (tag && snap_tag_check(tag, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         return NULL;
     }
     session *s = session_get(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
     json_t *o = NULL;
     if (!tag) {
         if (snap_newest(m, s, tagbuf, sizeof tagbuf)) {
-            km_errf(err, KM_EUSAGE, "session \"%s\" has no snapshot", name);
+            km_err_set(err, KM_EUSAGE, "session \"%s\" has no snapshot", name);
             goto out;
         }
         tag = tagbuf;
@@ -1511,7 +1500,7 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
             found = 1;
             const char *e = json_string_value(json_object_get(v, "error"));
             if (e) {
-                km_errf(err, KM_EUSAGE, "%s (nothing was changed)", e);
+                km_err_set(err, KM_EUSAGE, "%s (nothing was changed)", e);
                 json_decref(list);
                 goto out;
             }
@@ -1519,11 +1508,11 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
     }
     json_decref(list);
     if (!found) {
-        km_errf(err, KM_EUSAGE, "session \"%s\" has no snapshot \"%s\"", name, tag);
+        km_err_set(err, KM_EUSAGE, "session \"%s\" has no snapshot \"%s\"", name, tag);
         goto out;
     }
-    if (snap_restore_workspace(m, s, tag, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "%s", why);
+    if (snap_restore_workspace(m, s, tag, &why)) {
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         goto out;
     }
     json_t *kernels = json_object();
@@ -1533,10 +1522,10 @@ json_t *km_restore(km_manager *m, const char *name, const char *tag, km_err *err
         kslot *k = &s->k[l];
         const char *ln = kmcfg_lang_name(&m->cfg, l);
         if (k->proc && klaunch_alive(k->proc)) {
-            json_t *r = snap_load(m, s, l, tag, why, sizeof why);
+            json_t *r = snap_load(m, s, l, tag, &why);
             json_object_set_new(kernels, ln,
                                 r ? json_pack("{s:o}", "restored", r)
-                                  : json_pack("{s:s}", "error", why));
+                                  : json_pack("{s:s}", "error", why.msg));
         } else {
             snprintf(k->restore, sizeof k->restore, "%s", tag);
             json_object_set_new(kernels, ln, json_pack("{s:b}", "pending", 1));
@@ -1552,31 +1541,33 @@ out:
 
 json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag, km_err *err)
 {
-    char why[1400], tagbuf[SNAP_TAG_MAX + 1];
+    char tagbuf[SNAP_TAG_MAX + 1];
+    km_err why = {0};
     if (check_name(dst, err))
         return NULL;
-    if (tag && snap_tag_check(tag, why, sizeof why)) {
-        km_errf(err, KM_EUSAGE, "%s", why);
+    if (tag && snap_tag_check(tag, &why)) {
+        km_err_set(err, KM_EUSAGE, "%s", why.msg);
         return NULL;
     }
     session *d = session_get(m, dst);
     if (d) {
         session_put(m, d);
-        km_errf(err, KM_EUSAGE, "session \"%s\" exists: a fork makes a new session", dst);
+        km_err_set(err, KM_EUSAGE, "session \"%s\" exists: a fork makes a new session", dst);
         return NULL;
     }
     session *s = session_get(m, src);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", src);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", src);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
     if (!tag) {
-        json_t *man = snap_take(m, s, NULL, 1, "fork", why, sizeof why);
+        json_t *man = snap_take(m, s, NULL, 1, "fork", &why);
         if (!man) {
             pthread_mutex_unlock(&s->lock);
             session_put(m, s);
-            km_errf(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s", why);
+            km_err_set(err, strstr(why.msg, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "%s",
+                       why.msg);
             return NULL;
         }
         snprintf(tagbuf, sizeof tagbuf, "%s", json_string_value(json_object_get(man, "tag")));
@@ -1599,16 +1590,16 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
     d = session_get(m, dst);
     json_t *ret = NULL;
     if (!d) {
-        km_errf(err, KM_EINTERNAL, "the new session \"%s\" went away", dst);
+        km_err_set(err, KM_EINTERNAL, "the new session \"%s\" went away", dst);
         session_put(m, s);
         return NULL;
     }
     pthread_mutex_lock(&s->lock);
-    int rc = snap_copy_to(m, s, tag, d, tag, why, sizeof why);
+    int rc = snap_copy_to(m, s, tag, d, tag, &why);
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&d->lock);
     if (rc == 0)
-        rc = snap_restore_workspace(m, d, tag, why, sizeof why);
+        rc = snap_restore_workspace(m, d, tag, &why);
     if (rc == 0) {
         for (int l = 0; l < m->cfg.langs.n; l++)
             if (snap_has(m, d, l, tag)) {
@@ -1621,7 +1612,7 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
         ret = json_pack("{s:s s:s s:s s:s}", "session", d->name, "from", src, "tag", tag,
                         "workspace", d->workspace);
     } else {
-        km_errf(err, KM_EINTERNAL, "fork of \"%s\" into \"%s\": %s", src, dst, why);
+        km_err_set(err, KM_EINTERNAL, "fork of \"%s\" into \"%s\": %s", src, dst, why.msg);
     }
     pthread_mutex_unlock(&d->lock);
     session_put(m, d);

@@ -34,7 +34,7 @@
  * with the reason (what failed, where) in err. */
 int session_history_append(const char *session_dir, const char *id, const char *language,
                            const char *client, const char *code, const json_t *result,
-                           const json_t *nb_outputs, uint64_t max, char *err, size_t errlen);
+                           const json_t *nb_outputs, uint64_t max, km_err *err);
 
 /* A cell's life in the history: before its code is sent to a kernel, a
  * "started" record {"event":"started","id","language","code","time",
@@ -44,8 +44,7 @@ int session_history_append(const char *session_dir, const char *id, const char *
  * stopped while it ran (export.c says so; "manager" is export_manager_id()
  * of the process that ran it). Same bounds and errors as above. */
 int session_history_start(const char *session_dir, const char *id, const char *language,
-                          const char *client, const char *code, uint64_t max, char *err,
-                          size_t errlen);
+                          const char *client, const char *code, uint64_t max, km_err *err);
 
 /* Removes a directory tree without following symlinks. 0 or -1. */
 int session_rmtree(const char *path);

@@ -4,11 +4,11 @@
  *
  *   session.c        the km_* API: manager, session registry, exec, close...
  *   session_store.c  persistence: session.json, history.jsonl, load/resume
- *   kcmd.c           a kernel's command line, environment file, interpreter
- *   kslots.c         kernel slots: start/stop, admission under max_kernels
- *                    and memory_budget, eviction (kevict.h, kmem.h)
+ *   mkcmd.c           a kernel's command line, environment file, interpreter
+ *   mkslots.c         kernel slots: start/stop, admission under max_kernels
+ *                    and memory_budget, eviction (mkevict.h, mkmem.h)
  *   outprune.c       outputs/ pruning and the start-up scan of ended runs
- *   kpool.c          the periodic work: warm pool, culling, idle IOPub
+ *   mkpool.c          the periodic work: warm pool, culling, idle IOPub
  *
  * Not for use outside these files (other code uses km.h and session.h).
  *
@@ -30,9 +30,9 @@
 #define KERNELMGR_SESSION_INT_H
 
 #include "kernelmgr/engine/codeblocks.h"
-#include "kernelmgr/engine/kclient.h"
-#include "kernelmgr/engine/kforeign.h"
-#include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/mkclient.h"
+#include "kernelmgr/engine/mkforeign.h"
+#include "kernelmgr/engine/mklaunch.h"
 #include "kernelmgr/engine/netopt.h"
 #include "kernelmgr/engine/km.h"
 
@@ -47,11 +47,11 @@
 typedef struct kslot {
     kproc *proc;
     kclient *client;
-    kforeign *foreign;    /* other clients' cells on this kernel (with client) */
-    char pending[512];    /* why the next result must say "restarted, state lost" */
-    char start_err[1024]; /* slots_prestart's failure, for the block that needs it */
+    kforeign *foreign; /* other clients' cells on this kernel (with client) */
+    char pending[512]; /* why the next result must say "restarted, state lost" */
+    km_err start_err;  /* slots_prestart's failure, for the block that needs it */
     double last_used;
-    /* admission's account of this kernel (kslots.c), guarded by m->mem_mu:
+    /* admission's account of this kernel (mkslots.c), guarded by m->mem_mu:
      * on m->charged from its admission until its unit is released; charged
      * KM_ADMIT_HEADROOM until it answered (mem_pid set), then what it was
      * measured to use (mem_bytes, at mem_at; 0: not yet) */
@@ -72,6 +72,10 @@ typedef struct kslot {
     json_t *restored;
     double snap_secs;
     long long snap_gen;
+    /* its kernel is not one of kernelmgr's (its kernel_info has no
+     * "kernelmgr": a Jupyter kernelspec's), so it has no snapshot request
+     * to answer: a snapshot reports its state lost at once */
+    int snap_none;
 } kslot;
 
 typedef struct session {
@@ -106,7 +110,7 @@ typedef struct session {
      * requests that found it meanwhile; "" = closed */
     char gone_why[PATH_MAX + 300];
     int from_pool; /* its kernels were pre-started by the warm pool */
-    /* the session's one sandbox (ksbx.c): its holder, NULL while there is
+    /* the session's one sandbox (mksbx.c): its holder, NULL while there is
      * none, and the holder's socket (stable for the session's life, so
      * that a restarted holder serves kernels that outlived the old one) */
     struct kproc *sbx;
@@ -136,12 +140,12 @@ struct km_manager {
     pthread_mutex_t slot_mu;
     pthread_cond_t slot_cv;
     unsigned long slot_gen;
-    /* admission under memory_budget (kslots.c): the kernels holding a unit
+    /* admission under memory_budget (mkslots.c): the kernels holding a unit
      * of max_kernels (each kslot's mem_* fields) and the host's
      * MemAvailable, guarded by mem_mu, a leaf lock held while measuring */
     pthread_mutex_t mem_mu;
     struct kslot *charged;
-    uint64_t mem_budget; /* cfg.memory_budget, or the auto budget (kmem.h) */
+    uint64_t mem_budget; /* cfg.memory_budget, or the auto budget (mkmem.h) */
     uint64_t mem_used;   /* what the charged kernels were last counted to use */
     uint64_t host_avail; /* MemAvailable at host_at (0: unknown) */
     double host_at;
@@ -164,10 +168,6 @@ struct km_manager {
 session *session_ref(km_manager *m, const char *name);
 void session_put(km_manager *m, session *s);
 
-/* Sets *e (when e is not NULL) to code and the formatted message, cut to
- * its buffer; returns code. The engine's one way to fill a km_err. */
-int km_errf(km_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 /* ------------------------------------------------------ session_store.c */
 
 /* new (session_free): a session named name with no kernels, no directories;
@@ -184,7 +184,7 @@ void session_free(session *s);
  * non-negative integer). NULL with errno ENOENT when there is none, else
  * NULL with the reason in why ("is not valid JSON (line 3, column 1)"):
  * the file's contents are never part of it. */
-json_t *session_json_read(const char *path, char *why, size_t whylen);
+json_t *session_json_read(const char *path, km_err *why);
 /* new (session_free): sessions/NAME/session.json loaded; kernels of an
  * earlier manager it lists are killed and marked pending. NULL with why ""
  * when there is none. NULL with the reason in why when the session is
@@ -192,7 +192,7 @@ json_t *session_json_read(const char *path, char *why, size_t whylen);
  * (session.json.corrupt-TIME, never overwritten) and why names the file, the
  * reason and the repair; a session whose session.json was set aside earlier
  * stays damaged until it is repaired (km_session_repair). */
-session *session_load(km_manager *m, const char *name, char *why, size_t whylen);
+session *session_load(km_manager *m, const char *name, km_err *why);
 /* Renames path aside as path.corrupt-TIME (never over another file). 0 with
  * the new name in out, or -1 with errno. */
 int session_json_set_aside(const char *path, char *out, size_t outlen);
@@ -202,11 +202,11 @@ int session_set_aside_find(const char *dir, char *out, size_t outlen);
  * directory; once it returns 0 the options survive a power loss (docs/LIFECYCLE.md
  * "Durability"). For a session's creation and repair, the writes that
  * decide its options. 0, or -1 with the reason. */
-int session_save_err(km_manager *m, session *s, char *err, size_t errlen);
+int session_save_err(km_manager *m, session *s, km_err *err);
 /* Makes s->workspace (mkdir, 0700, then the home's check: an existing
  * directory is used only when it is ours alone) and records its device and
  * inode. 1 when it was made, 0 when it existed, -1 with the reason. */
-int session_make_workspace(session *s, char *err, size_t errlen);
+int session_make_workspace(session *s, km_err *err);
 /* Removes s's workspace when s owns it and it is the manager's: it lies
  * below the home, or its device and inode are those recorded when it was
  * made. Otherwise it is kept and a warning naming it is appended to warnings
@@ -221,14 +221,14 @@ void session_save(km_manager *m, session *s);
  * of connection file cf, and removes cf. */
 void kill_stale(int pid, const char *cf);
 
-/* --------------------------------------------------------------- kcmd.c */
+/* --------------------------------------------------------------- mkcmd.c */
 
 /* Checks own (a session's env, or NULL) with the configuration's against
  * kenv.h's rules. 0, or -1 with the reason. */
-int session_env_check(const km_manager *m, const json_t *own, char *err, size_t errlen);
+int session_env_check(const km_manager *m, const json_t *own, km_err *err);
 /* Fills cmd (klaunch_cmd_clear to release) with the command of s's kernel
  * of language lang, writing its environment file. 0, or -1 with err. */
-int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err, size_t errlen);
+int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, km_err *err);
 /* Adds the session's effective --memory and --cpus (its own, else the
  * configuration's; none when unset) to cmd, as kernels and the session
  * sandbox's holder both take them. 0, or -1 when cmd is full. */
@@ -244,23 +244,23 @@ const char *kcmd_net_text(const km_manager *m, const session *s);
  * else home/packages/NAME. 0, or -1. */
 int kcmd_pkg_root(const km_manager *m, const session *s, char *root);
 /* new (free()): the interpreter the manager resolved for sessions that
- * chose none (see kcmd.c), or NULL. */
+ * chose none (see mkcmd.c), or NULL. */
 char *kcmd_python_resolved(const char *explicit_py, const char *workspace);
 
-/* --------------------------------------------------------------- ksbx.c */
+/* --------------------------------------------------------------- mksbx.c */
 
 /* One sandbox per session: when the session's kernels share one sandbox
  * (strict, "session_sandbox") and its holder
  * (kernelmgr-sandbox) is not running, starts it. Caller holds s->lock.
  * 0 (also when the session has no such sandbox), or -1 with err. */
-int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen);
+int ksbx_ensure(km_manager *m, session *s, km_err *err);
 /* The holder's socket for the session's kernels, NULL when it has none. */
 const char *ksbx_socket(const session *s);
 /* Stops the holder, and with it the sandbox and every process in it.
  * Caller holds s->lock; after the session's kernels stopped. */
 void ksbx_stop(session *s);
 
-/* ------------------------------------------------------------- kslots.c */
+/* ------------------------------------------------------------- mkslots.c */
 
 /* The memory a kernel that has not answered yet is counted as using, and
  * the room admission keeps for a new one: a kernel's start and first
@@ -294,14 +294,14 @@ void slots_stop_all(km_manager *m, session *s);
 void slot_follow(kslot *k, unsigned long max);
 /* Starts the kernel of slot l (admission, launch, wait until it answers).
  * Caller holds s->lock. 0, or -1 with err. */
-int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen);
+int slot_start(km_manager *m, session *s, int l, km_err *err);
 /* Starts the kernels blocks will need at once when units are free now.
  * Caller holds s->lock. */
 void slots_prestart(km_manager *m, session *s, const cblock_list *blocks);
 /* Makes sure slot l has a live kernel; *restarted / reason say whether the
  * result must report a fresh kernel. Caller holds s->lock. 0, or -1 with err. */
 int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *reason, size_t rsize,
-                char *err, size_t errlen);
+                km_err *err);
 
 /* ----------------------------------------------------------- outprune.c */
 

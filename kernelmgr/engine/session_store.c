@@ -25,17 +25,17 @@
 
 int session_rmtree(const char *path)
 {
-    return wsfile_rmtree(path, NULL, 0); /* fd-based, never follows; failures on stderr */
+    return wsfile_rmtree(path, NULL); /* fd-based, never follows; failures on stderr */
 }
 
-int session_make_workspace(session *s, char *err, size_t errlen)
+int session_make_workspace(session *s, km_err *err)
 {
     int made = mkdir(s->workspace, 0700) == 0;
-    if (kmhome_mkdir(s->workspace, 0700, err, errlen))
+    if (kmhome_mkdir(s->workspace, 0700, err))
         return -1;
     struct stat st;
     if (lstat(s->workspace, &st)) {
-        snprintf(err, errlen, "cannot create %s: %s", s->workspace, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot create %s: %s", s->workspace, strerror(errno));
         return -1;
     }
     s->ws_dev = (unsigned long long)st.st_dev;
@@ -142,12 +142,10 @@ static int history_compact(const char *path, uint64_t keep)
     return rc;
 }
 
-static int history_write(const char *session_dir, json_t *line, uint64_t max, char *err,
-                         size_t errlen);
+static int history_write(const char *session_dir, json_t *line, uint64_t max, km_err *err);
 
 int session_history_start(const char *session_dir, const char *id, const char *language,
-                          const char *client, const char *code, uint64_t max, char *err,
-                          size_t errlen)
+                          const char *client, const char *code, uint64_t max, km_err *err)
 {
     json_t *line =
         json_pack("{s:s s:s s:s s:s s:f s:s}", "event", "started", "id", id, "language", language,
@@ -155,15 +153,16 @@ int session_history_start(const char *session_dir, const char *id, const char *l
     if (line && client)
         json_object_set_new(line, "client", json_string(client));
     if (!line) {
-        snprintf(err, errlen, "cannot record the cell in the session history: out of memory");
+        km_err_set(err, KM_EINTERNAL,
+                   "cannot record the cell in the session history: out of memory");
         return -1;
     }
-    return history_write(session_dir, line, max, err, errlen);
+    return history_write(session_dir, line, max, err);
 }
 
 int session_history_append(const char *session_dir, const char *id, const char *language,
                            const char *client, const char *code, const json_t *result,
-                           const json_t *nb_outputs, uint64_t max, char *err, size_t errlen)
+                           const json_t *nb_outputs, uint64_t max, km_err *err)
 {
     json_t *line = json_pack("{s:s s:s s:O s:O s:O}", "language", language, "code", code,
                              "execution_count", json_object_get(result, "execution_count"),
@@ -176,20 +175,19 @@ int session_history_append(const char *session_dir, const char *id, const char *
     if (line && client)
         json_object_set_new(line, "client", json_string(client));
     if (!line) {
-        snprintf(err, errlen, "cannot write the session history: out of memory");
+        km_err_set(err, KM_EINTERNAL, "cannot write the session history: out of memory");
         return -1;
     }
-    return history_write(session_dir, line, max, err, errlen);
+    return history_write(session_dir, line, max, err);
 }
 
 /* Appends line (stolen) to session_dir/history.jsonl within max. */
-static int history_write(const char *session_dir, json_t *line, uint64_t max, char *err,
-                         size_t errlen)
+static int history_write(const char *session_dir, json_t *line, uint64_t max, km_err *err)
 {
     char *path = NULL;
     if (asprintf(&path, "%s/history.jsonl", session_dir) < 0) {
         json_decref(line);
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         return -1;
     }
     char *s = json_dumps(line, JSON_COMPACT);
@@ -216,7 +214,7 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
     }
     json_decref(line);
     if (!s) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EINTERNAL, "out of memory");
         free(path);
         return -1;
     }
@@ -260,11 +258,11 @@ static int history_write(const char *session_dir, json_t *line, uint64_t max, ch
         }
     }
     if (rc)
-        snprintf(err, errlen, "cannot write the session history: %s (%s)",
-                 errno == EPERM    ? "it is not this user's own file (owner or mode)"
-                 : errno == EINVAL ? "it is not a regular file"
-                                   : strerror(errno),
-                 path);
+        km_err_set(err, KM_EINTERNAL, "cannot write the session history: %s (%s)",
+                   errno == EPERM    ? "it is not this user's own file (owner or mode)"
+                   : errno == EINVAL ? "it is not a regular file"
+                                     : strerror(errno),
+                   path);
     if (fd >= 0)
         close(fd);
     free(s);
@@ -320,7 +318,7 @@ static int write_synced(const char *path, const char *text, int sync_dir)
 }
 
 /* Writes session.json (write_synced). 0, or -1 with the reason in err. */
-static int save(km_manager *m, session *s, int sync_dir, char *err, size_t errlen)
+static int save(km_manager *m, session *s, int sync_dir, km_err *err)
 {
     json_t *kernels = json_object();
     for (int l = 0; l < m->cfg.langs.n; l++)
@@ -354,30 +352,30 @@ static int save(km_manager *m, session *s, int sync_dir, char *err, size_t errle
     /* temp + rename: a full disk leaves the previous session.json intact */
     int rc = -1;
     if (!o || !text) {
-        snprintf(err, errlen,
-                 "cannot save %s: the session's options (workspace, python, env) are not "
-                 "UTF-8 text",
-                 path);
+        km_err_set(err, KM_EINTERNAL,
+                   "cannot save %s: the session's options (workspace, python, env) are not "
+                   "UTF-8 text",
+                   path);
     } else if (write_synced(path, text, sync_dir) == 0) {
         rc = 0;
     } else {
-        snprintf(err, errlen, "cannot save %s: %s", path, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot save %s: %s", path, strerror(errno));
     }
     free(text);
     json_decref(o);
     return rc;
 }
 
-int session_save_err(km_manager *m, session *s, char *err, size_t errlen)
+int session_save_err(km_manager *m, session *s, km_err *err)
 {
-    return save(m, s, 1, err, errlen);
+    return save(m, s, 1, err);
 }
 
 void session_save(km_manager *m, session *s)
 {
-    char why[PATH_MAX + 200];
-    if (save(m, s, 0, why, sizeof why))
-        fprintf(stderr, "kernelmgr: %s\n", why);
+    km_err why = {0};
+    if (save(m, s, 0, &why))
+        fprintf(stderr, "kernelmgr: %s\n", why.msg);
 }
 
 /* A kernel of an earlier manager may still run: kill it, but only when
@@ -418,14 +416,14 @@ session *session_alloc(const char *name)
     return s;
 }
 
-json_t *session_json_read(const char *path, char *why, size_t whylen)
+json_t *session_json_read(const char *path, km_err *why)
 {
     char *data = NULL;
     size_t len = 0;
     const char *rr;
     if (cm_read_regular(path, SESSION_JSON_MAX, CM_RR_OWNED, &data, &len, &rr)) {
         int e = errno;
-        snprintf(why, whylen, "%s %s", path, rr);
+        km_err_set(why, KM_EINTERNAL, "%s %s", path, rr);
         errno = e;
         return NULL;
     }
@@ -440,8 +438,9 @@ json_t *session_json_read(const char *path, char *why, size_t whylen)
     if (!len)
         bad = "is empty";
     else if (!o)
-        snprintf(why, whylen, "%s is not valid JSON (%s at line %d, column %d)", path,
-                 jerr.position >= (int)len ? "it ends early" : "an error", jerr.line, jerr.column);
+        km_err_set(why, KM_EINTERNAL, "%s is not valid JSON (%s at line %d, column %d)", path,
+                   jerr.position >= (int)len ? "it ends early" : "an error", jerr.line,
+                   jerr.column);
     else if (!json_is_object(o))
         bad = "is not a JSON object";
     else if (!json_is_string(ws) || json_string_value(ws)[0] != '/' ||
@@ -458,7 +457,7 @@ json_t *session_json_read(const char *path, char *why, size_t whylen)
     else
         return o;
     if (bad)
-        snprintf(why, whylen, "%s %s", path, bad);
+        km_err_set(why, KM_EINTERNAL, "%s %s", path, bad);
     json_decref(o);
     errno = EINVAL;
     return NULL;
@@ -509,19 +508,20 @@ int session_set_aside_find(const char *dir, char *out, size_t outlen)
 
 /* Loads sessions/NAME/session.json into a session (kernels not started).
  * Kernels it lists are from an earlier manager: killed and marked pending. */
-session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
+session *session_load(km_manager *m, const char *name, km_err *why)
 {
-    why[0] = 0;
-    char dir[PATH_MAX - 64], path[PATH_MAX], aside[PATH_MAX + 64], reason[PATH_MAX + 200];
+    why->msg[0] = 0;
+    char dir[PATH_MAX - 64], path[PATH_MAX], aside[PATH_MAX + 64];
+    km_err reason = {0};
     snprintf(dir, sizeof dir, "%.3000s/sessions/%.64s", m->home, name);
     snprintf(path, sizeof path, "%s/session.json", dir);
-    int dc = kmhome_check_dir(dir, 0, why, whylen);
+    int dc = kmhome_check_dir(dir, 0, why);
     if (dc) {
         if (dc > 0)
-            why[0] = 0;
+            why->msg[0] = 0;
         return NULL;
     }
-    json_t *o = session_json_read(path, reason, sizeof reason);
+    json_t *o = session_json_read(path, &reason);
     struct stat st;
     if (!o && errno != ENOENT && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         /* not a file a manager wrote (a directory in the way): no session
@@ -532,34 +532,34 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
         if (errno == ENOENT) {
             if (session_set_aside_find(dir, aside, sizeof aside)) {
                 /* why it was set aside: the kept file says it again */
-                json_t *again = session_json_read(aside, reason, sizeof reason);
+                json_t *again = session_json_read(aside, &reason);
                 size_t al = strlen(aside);
-                const char *r = !again && !strncmp(reason, aside, al) && reason[al] == ' '
-                                    ? reason + al + 1
+                const char *r = !again && !strncmp(reason.msg, aside, al) && reason.msg[al] == ' '
+                                    ? reason.msg + al + 1
                                     : "could not be used";
                 json_decref(again);
-                snprintf(why, whylen,
-                         "session \"%s\" is damaged: its session.json %s; the file was kept "
-                         "as %s and the session is not recreated silently; `kernelmgr "
-                         "sessions --repair %s` recreates it (or close it)",
-                         name, r, aside, name);
+                km_err_set(why, KM_EINTERNAL,
+                           "session \"%s\" is damaged: its session.json %s; the file was kept "
+                           "as %s and the session is not recreated silently; `kernelmgr "
+                           "sessions --repair %s` recreates it (or close it)",
+                           name, r, aside, name);
             }
             return NULL;
         }
         if (session_json_set_aside(path, aside, sizeof aside))
             snprintf(aside, sizeof aside, "%s (it could not be renamed aside: %s)", path,
                      strerror(errno));
-        snprintf(why, whylen,
-                 "session \"%s\" is damaged: %s; the file was kept as %s and the session is "
-                 "not recreated silently; `kernelmgr sessions --repair %s` recreates it (or "
-                 "close it)",
-                 name, reason, aside, name);
+        km_err_set(why, KM_EINTERNAL,
+                   "session \"%s\" is damaged: %s; the file was kept as %s and the session is "
+                   "not recreated silently; `kernelmgr sessions --repair %s` recreates it (or "
+                   "close it)",
+                   name, reason.msg, aside, name);
         return NULL;
     }
     session *s = session_alloc(name);
     if (!s) {
         json_decref(o);
-        snprintf(why, whylen, "out of memory");
+        km_err_set(why, KM_EINTERNAL, "out of memory");
         return NULL;
     }
     snprintf(s->dir, sizeof s->dir, "%s", dir);
@@ -606,10 +606,9 @@ session *session_load(km_manager *m, const char *name, char *why, size_t whylen)
     json_object_foreach(json_object_get(o, "restore"), lk, kv)
     {
         const char *tag = json_string_value(kv);
-        char terr[160];
+        km_err terr = {0};
         for (int i = 0; i < m->cfg.langs.n; i++)
-            if (tag && !strcmp(m->cfg.langs.v[i].name, lk) &&
-                snap_tag_check(tag, terr, sizeof terr) == 0) {
+            if (tag && !strcmp(m->cfg.langs.v[i].name, lk) && snap_tag_check(tag, &terr) == 0) {
                 snprintf(s->k[i].restore, sizeof s->k[i].restore, "%s", tag);
                 snprintf(s->k[i].pending, sizeof s->k[i].pending,
                          "the manager restarted; the %s kernel was replaced by a fresh one", lk);

@@ -213,17 +213,17 @@ static int w_tree(wctx *w, int dirfd, const char *prefix, int depth)
 }
 
 int sarch_write(km_manager *m, const session *s, const char *tag, const json_t *header, int fd,
-                json_t *info, char *err, size_t errlen)
+                json_t *info, km_err *err)
 {
     char dir[PATH_MAX];
     if (snap_path(s, tag, dir, sizeof dir)) {
-        snprintf(err, errlen, "the session's directory path is too long");
+        km_err_set(err, KM_EINTERNAL, "the session's directory path is too long");
         return -1;
     }
-    char why[512];
-    json_t *man = snap_manifest(s, tag, why, sizeof why);
+    km_err why = {0};
+    json_t *man = snap_manifest(s, tag, &why);
     if (!man) {
-        snprintf(err, errlen, "%s", why);
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         return -1;
     }
     /* the host's own paths stay on the host */
@@ -284,7 +284,7 @@ int sarch_write(km_manager *m, const session *s, const char *tag, const json_t *
     rc = 0;
 out:
     if (rc)
-        snprintf(err, errlen, "%s", w.err);
+        km_err_set(err, KM_EINTERNAL, "%s", w.err);
     if (sfd >= 0)
         close(sfd);
     free(htext);
@@ -421,8 +421,8 @@ static int r_path(rctx *r, char *path, int dir, int *kind, int *lang)
             *kind = E_LANGDIR;
             return 0;
         }
-        char terr[8];
-        if (sl && !dir && !strchr(sl + 1, '/') && snap_tag_check(sl + 1, terr, sizeof terr) == 0) {
+        km_err terr = {0};
+        if (sl && !dir && !strchr(sl + 1, '/') && snap_tag_check(sl + 1, &terr) == 0) {
             if (++r->lang_files[l] > SARCH_FILES_MAX)
                 return r_fail(r, path, "more than %d files in a kernel's state", SARCH_FILES_MAX);
             *kind = E_LANGFILE;
@@ -664,10 +664,10 @@ static json_t *r_manifest(rctx *r, const session *s, const char *tag, json_t **l
         uint64_t bytes = 0;
         json_object_foreach(files, fn, fv)
         {
-            char terr[8], rel[200];
+            char rel[200];
+            km_err terr = {0};
             snprintf(rel, sizeof rel, "%s/%s", lang, fn);
-            json_t *have =
-                snap_tag_check(fn, terr, sizeof terr) ? NULL : json_object_get(r->present, rel);
+            json_t *have = snap_tag_check(fn, &terr) ? NULL : json_object_get(r->present, rel);
             if (!have) {
                 json_decref(measured);
                 r_fail(r, NULL,
@@ -714,11 +714,11 @@ bad:
     return NULL;
 }
 
-json_t *sarch_read(km_manager *m, session *s, int fd, const char *tag, char *err, size_t errlen)
+json_t *sarch_read(km_manager *m, session *s, int fd, const char *tag, km_err *err)
 {
     struct stat st;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode) || lseek(fd, 0, SEEK_SET) < 0) {
-        snprintf(err, errlen, "cannot read the archive: %s", strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot read the archive: %s", strerror(errno));
         return NULL;
     }
     rctx r = {
@@ -829,7 +829,7 @@ json_t *sarch_read(km_manager *m, session *s, int fd, const char *tag, char *err
                     (json_int_t)r.bytes, "kernels", langs);
 out:
     if (!ret)
-        snprintf(err, errlen, "%s", r.err);
+        km_err_set(err, KM_EINTERNAL, "%s", r.err);
     if (r.outfd >= 0) {
         close(r.outfd);
         if (tmp[0])

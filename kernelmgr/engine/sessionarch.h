@@ -23,6 +23,8 @@
 #ifndef KERNELMGR_SESSIONARCH_H
 #define KERNELMGR_SESSIONARCH_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include "kernelmgr/engine/session_int.h"
 
 #include <jansson.h>
@@ -35,7 +37,7 @@
  * archive to fd. info gets {"entries","bytes","skipped":[{"path","reason"}]}
  * (symbolic links, paths ustar cannot hold). 0, or -1 with err. */
 int sarch_write(km_manager *m, const session *s, const char *tag, const json_t *header, int fd,
-                json_t *info, char *err, size_t errlen);
+                json_t *info, km_err *err);
 
 /* Reads the archive open as fd (a regular file, from offset 0) as hostile
  * input. With s NULL it only checks it; else it extracts it into snapshot
@@ -43,6 +45,6 @@ int sarch_write(km_manager *m, const session *s, const char *tag, const json_t *
  * {"from": {"session","node_id","exported_at"} (what the archive says,
  * validated), "entries", "bytes", "kernels": [LANG]}, or NULL with err
  * naming the entry and the rule it broke. */
-json_t *sarch_read(km_manager *m, session *s, int fd, const char *tag, char *err, size_t errlen);
+json_t *sarch_read(km_manager *m, session *s, int fd, const char *tag, km_err *err);
 
 #endif

@@ -67,22 +67,23 @@ static void remove_archives(const session *s, const char *keep)
 /* Builds a new archive of s (locked) as s->dir/export-ID.tar; id out. */
 static json_t *build_archive(km_manager *m, session *s, char id[ARCHIVE_ID_LEN + 1], km_err *err)
 {
-    char why[1400];
-    json_t *man = snap_take(m, s, EXPORT_TAG, 1, "export", why, sizeof why);
+    km_err why = {0};
+    json_t *man = snap_take(m, s, EXPORT_TAG, 1, "export", &why);
     if (!man) {
-        km_errf(err, strstr(why, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL, "export of \"%s\": %s",
-                s->name, why);
+        km_err_set(err, strstr(why.msg, "snapshot_max") ? KM_EUSAGE : KM_EINTERNAL,
+                   "export of \"%s\": %s", s->name, why.msg);
         return NULL;
     }
     json_decref(man);
     char snapdir[PATH_MAX];
     snap_path(s, EXPORT_TAG, snapdir, sizeof snapdir);
     json_t *info = NULL;
-    if (snap_adopt_pending(m, s, EXPORT_TAG, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "export of \"%s\": %s (nothing was exported)", s->name, why);
+    if (snap_adopt_pending(m, s, EXPORT_TAG, &why)) {
+        km_err_set(err, KM_EINTERNAL, "export of \"%s\": %s (nothing was exported)", s->name,
+                   why.msg);
         goto out;
     }
-    man = snap_manifest(s, EXPORT_TAG, why, sizeof why);
+    man = snap_manifest(s, EXPORT_TAG, &why);
     json_t *failed = json_incref(json_object_get(man, "failed"));
     json_t *langs = json_array();
     const char *ln;
@@ -110,23 +111,23 @@ static json_t *build_archive(km_manager *m, session *s, char id[ARCHIVE_ID_LEN +
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     info = json_object();
     if (fd < 0) {
-        km_errf(err, KM_EINTERNAL, "cannot make %s: %s", tmp, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot make %s: %s", tmp, strerror(errno));
         json_decref(info);
         info = NULL;
-    } else if (sarch_write(m, s, EXPORT_TAG, hdr, fd, info, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "export of \"%s\": %s", s->name, why);
+    } else if (sarch_write(m, s, EXPORT_TAG, hdr, fd, info, &why)) {
+        km_err_set(err, KM_EINTERNAL, "export of \"%s\": %s", s->name, why.msg);
         json_decref(info);
         info = NULL;
     }
     if (fd >= 0 && close(fd) && info) {
-        km_errf(err, KM_EINTERNAL, "cannot write %s: %s", tmp, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot write %s: %s", tmp, strerror(errno));
         json_decref(info);
         info = NULL;
     }
     if (info) {
         remove_archives(s, NULL);
         if (rename(tmp, fin)) {
-            km_errf(err, KM_EINTERNAL, "cannot store %s: %s", fin, strerror(errno));
+            km_err_set(err, KM_EINTERNAL, "cannot store %s: %s", fin, strerror(errno));
             json_decref(info);
             info = NULL;
         } else {
@@ -149,24 +150,24 @@ json_t *km_session_export(km_manager *m, const char *name, const char *archive, 
                           uint64_t length, km_err *err)
 {
     if (!km_name_valid(name)) {
-        km_errf(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
+        km_err_set(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
         return NULL;
     }
     if (archive && !archive_id_ok(archive)) {
-        km_errf(err, KM_EUSAGE, "field \"archive\": not an archive id (%d hex digits)",
-                ARCHIVE_ID_LEN);
+        km_err_set(err, KM_EUSAGE, "field \"archive\": not an archive id (%d hex digits)",
+                   ARCHIVE_ID_LEN);
         return NULL;
     }
     if (!archive && offset) {
-        km_errf(err, KM_EUSAGE,
-                "field \"archive\": a read at an offset names the archive the first call made");
+        km_err_set(err, KM_EUSAGE,
+                   "field \"archive\": a read at an offset names the archive the first call made");
         return NULL;
     }
     if (length == 0 || length > KM_ARCHIVE_CHUNK_MAX)
         length = KM_ARCHIVE_CHUNK_MAX;
     session *s = session_ref(m, name);
     if (!s) {
-        km_errf(err, KM_ENOSESSION, "no session named \"%s\"", name);
+        km_err_set(err, KM_ENOSESSION, "no session named \"%s\"", name);
         return NULL;
     }
     char id[ARCHIVE_ID_LEN + 1];
@@ -174,7 +175,7 @@ json_t *km_session_export(km_manager *m, const char *name, const char *archive, 
     if (!archive) {
         pthread_mutex_lock(&s->lock);
         if (s->gone)
-            km_errf(err, KM_ENOSESSION, "session \"%s\" was closed", name);
+            km_err_set(err, KM_ENOSESSION, "session \"%s\" was closed", name);
         else
             info = build_archive(m, s, id, err);
         pthread_mutex_unlock(&s->lock);
@@ -194,10 +195,11 @@ json_t *km_session_export(km_manager *m, const char *name, const char *archive, 
         if (fd >= 0)
             close(fd);
         json_decref(info);
-        km_errf(err, KM_EUSAGE,
-                "session \"%s\" has no archive \"%s\" (a newer export replaced it, or the session "
-                "was closed): export again from offset 0",
-                name, id);
+        km_err_set(
+            err, KM_EUSAGE,
+            "session \"%s\" has no archive \"%s\" (a newer export replaced it, or the session "
+            "was closed): export again from offset 0",
+            name, id);
         return NULL;
     }
     uint64_t size = (uint64_t)st.st_size;
@@ -209,7 +211,7 @@ json_t *km_session_export(km_manager *m, const char *name, const char *archive, 
     close(fd);
     json_t *o = NULL;
     if (got != (ssize_t)n) {
-        km_errf(err, KM_EINTERNAL, "cannot read %s: %s", p, got < 0 ? strerror(errno) : "short");
+        km_err_set(err, KM_EINTERNAL, "cannot read %s: %s", p, got < 0 ? strerror(errno) : "short");
     } else {
         sodium_bin2base64(b64, b64len, buf, n, sodium_base64_VARIANT_ORIGINAL);
         o = json_pack("{s:s s:s s:I s:I s:I s:s s:b}", "session", name, "archive", id, "size",
@@ -227,15 +229,16 @@ json_t *km_session_export(km_manager *m, const char *name, const char *archive, 
 /* The upload file of session name: home/imports/NAME.part. 0 or -1. */
 static int upload_path(km_manager *m, const char *name, char *out, size_t size, km_err *err)
 {
-    char dir[PATH_MAX], why[600];
+    char dir[PATH_MAX];
+    km_err why = {0};
     snprintf(dir, sizeof dir, "%.3900s/imports", m->home);
-    if (kmhome_mkdir(dir, 0700, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "%s", why);
+    if (kmhome_mkdir(dir, 0700, &why)) {
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         return -1;
     }
     int n = snprintf(out, size, "%s/%s.part", dir, name);
     if (n < 0 || (size_t)n >= size) {
-        km_errf(err, KM_EINTERNAL, "the home's path is too long");
+        km_err_set(err, KM_EINTERNAL, "the home's path is too long");
         return -1;
     }
     return 0;
@@ -265,10 +268,10 @@ static int uploads_room(km_manager *m, km_err *err)
     closedir(d);
     if (n < UPLOADS_MAX)
         return 0;
-    km_errf(err, KM_EUSAGE,
-            "%d session imports are in progress, the most this daemon takes at once: finish "
-            "one (an upload idle for %d s is dropped)",
-            n, UPLOAD_IDLE_MAX);
+    km_err_set(err, KM_EUSAGE,
+               "%d session imports are in progress, the most this daemon takes at once: finish "
+               "one (an upload idle for %d s is dropped)",
+               n, UPLOAD_IDLE_MAX);
     return -1;
 }
 
@@ -276,10 +279,10 @@ static int uploads_room(km_manager *m, km_err *err)
 static json_t *import_archive(km_manager *m, const char *name, const km_session_opts *sopts, int fd,
                               km_err *err)
 {
-    char why[WSFILE_PATH_MAX + 1024];
-    json_t *checked = sarch_read(m, NULL, fd, NULL, why, sizeof why);
+    km_err why = {0};
+    json_t *checked = sarch_read(m, NULL, fd, NULL, &why);
     if (!checked) {
-        km_errf(err, KM_EUSAGE, "import of session \"%s\" refused: %s", name, why);
+        km_err_set(err, KM_EUSAGE, "import of session \"%s\" refused: %s", name, why.msg);
         return NULL;
     }
     json_decref(checked);
@@ -289,24 +292,25 @@ static json_t *import_archive(km_manager *m, const char *name, const km_session_
     int made = json_is_true(json_object_get(created, "created"));
     json_decref(created);
     if (!made) { /* made meanwhile by another request: never written into */
-        km_errf(err, KM_EUSAGE,
-                "session \"%s\" exists: an import makes a new session (import under another name, "
-                "or close it first)",
-                name);
+        km_err_set(
+            err, KM_EUSAGE,
+            "session \"%s\" exists: an import makes a new session (import under another name, "
+            "or close it first)",
+            name);
         return NULL;
     }
     session *d = session_ref(m, name);
     if (!d) {
-        km_errf(err, KM_EINTERNAL, "the new session \"%s\" went away", name);
+        km_err_set(err, KM_EINTERNAL, "the new session \"%s\" went away", name);
         return NULL;
     }
     json_t *ret = NULL;
     pthread_mutex_lock(&d->lock);
-    json_t *got = sarch_read(m, d, fd, IMPORT_TAG, why, sizeof why);
+    json_t *got = sarch_read(m, d, fd, IMPORT_TAG, &why);
     if (!got) {
-        km_errf(err, KM_EUSAGE, "import of session \"%s\" refused: %s", name, why);
-    } else if (snap_restore_workspace(m, d, IMPORT_TAG, why, sizeof why)) {
-        km_errf(err, KM_EINTERNAL, "import of session \"%s\": %s", name, why);
+        km_err_set(err, KM_EUSAGE, "import of session \"%s\" refused: %s", name, why.msg);
+    } else if (snap_restore_workspace(m, d, IMPORT_TAG, &why)) {
+        km_err_set(err, KM_EINTERNAL, "import of session \"%s\": %s", name, why.msg);
     } else {
         json_t *kernels = json_object();
         for (int l = 0; l < m->cfg.langs.n; l++) {
@@ -315,10 +319,10 @@ static json_t *import_archive(km_manager *m, const char *name, const km_session_
             kslot *k = &d->k[l];
             const char *ln = kmcfg_lang_name(&m->cfg, l);
             if (k->proc && klaunch_alive(k->proc)) { /* a warm-pool entry's kernel */
-                json_t *r = snap_load(m, d, l, IMPORT_TAG, why, sizeof why);
+                json_t *r = snap_load(m, d, l, IMPORT_TAG, &why);
                 json_object_set_new(kernels, ln,
                                     r ? json_pack("{s:o}", "restored", r)
-                                      : json_pack("{s:s}", "error", why));
+                                      : json_pack("{s:s}", "error", why.msg));
             } else {
                 snprintf(k->restore, sizeof k->restore, "%s", IMPORT_TAG);
                 snprintf(k->pending, sizeof k->pending,
@@ -346,24 +350,26 @@ json_t *km_session_import(km_manager *m, const char *name, const km_session_opts
                           uint64_t offset, const void *data, size_t len, int final, km_err *err)
 {
     if (!km_name_valid(name)) {
-        km_errf(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
+        km_err_set(err, KM_EUSAGE, "invalid session name \"%s\"", name ? name : "");
         return NULL;
     }
     session *s = session_ref(m, name);
     if (s) {
         session_put(m, s);
-        km_errf(err, KM_EUSAGE,
-                "session \"%s\" exists: an import makes a new session (import under another name, "
-                "or close it first)",
-                name);
+        km_err_set(
+            err, KM_EUSAGE,
+            "session \"%s\" exists: an import makes a new session (import under another name, "
+            "or close it first)",
+            name);
         return NULL;
     }
     if (km_draining(m)) {
         const char *node = m->cfg.node_id;
-        km_errf(err, KM_EDAEMON,
-                "node \"%s\" is draining: it makes no new sessions (session \"%s\" does not exist "
-                "here); its existing sessions keep working",
-                node[0] ? node : "this daemon", name);
+        km_err_set(
+            err, KM_EDAEMON,
+            "node \"%s\" is draining: it makes no new sessions (session \"%s\" does not exist "
+            "here); its existing sessions keep working",
+            node[0] ? node : "this daemon", name);
         return NULL;
     }
     char p[PATH_MAX];
@@ -380,31 +386,32 @@ json_t *km_session_import(km_manager *m, const char *name, const km_session_opts
     struct stat st;
     if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         if (errno == ENOENT)
-            km_errf(err, KM_EUSAGE,
-                    "no upload of session \"%s\" is in progress: send the archive from offset 0",
-                    name);
+            km_err_set(err, KM_EUSAGE,
+                       "no upload of session \"%s\" is in progress: send the archive from offset 0",
+                       name);
         else
-            km_errf(err, KM_EINTERNAL, "cannot write %s: %s", p, strerror(errno));
+            km_err_set(err, KM_EINTERNAL, "cannot write %s: %s", p, strerror(errno));
         goto out;
     }
     if ((uint64_t)st.st_size != offset) {
-        km_errf(err, KM_EUSAGE,
-                "field \"offset\": the upload of session \"%s\" holds %llu bytes, so the next "
-                "chunk is at offset %llu (got %llu)",
-                name, (unsigned long long)st.st_size, (unsigned long long)st.st_size,
-                (unsigned long long)offset);
+        km_err_set(err, KM_EUSAGE,
+                   "field \"offset\": the upload of session \"%s\" holds %llu bytes, so the next "
+                   "chunk is at offset %llu (got %llu)",
+                   name, (unsigned long long)st.st_size, (unsigned long long)st.st_size,
+                   (unsigned long long)offset);
         goto out;
     }
     if (offset + len > m->cfg.import_max_bytes) {
-        km_errf(err, KM_EUSAGE,
-                "the archive of session \"%s\" is larger than import_max_bytes=%llu; nothing was "
-                "imported",
-                name, (unsigned long long)m->cfg.import_max_bytes);
+        km_err_set(
+            err, KM_EUSAGE,
+            "the archive of session \"%s\" is larger than import_max_bytes=%llu; nothing was "
+            "imported",
+            name, (unsigned long long)m->cfg.import_max_bytes);
         unlink(p);
         goto out;
     }
     if (len && (lseek(fd, (off_t)offset, SEEK_SET) < 0 || cm_write_all(fd, data, len))) {
-        km_errf(err, KM_EINTERNAL, "cannot write %s: %s", p, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot write %s: %s", p, strerror(errno));
         unlink(p);
         goto out;
     }
@@ -415,7 +422,7 @@ json_t *km_session_import(km_manager *m, const char *name, const km_session_opts
     close(fd);
     fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
-        km_errf(err, KM_EINTERNAL, "cannot read %s: %s", p, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot read %s: %s", p, strerror(errno));
         goto out;
     }
     ret = import_archive(m, name, sopts, fd, err);

@@ -173,10 +173,9 @@ static void net_load(const km_manager *m, session *s, const json_t *opt, const c
     snprintf(s->net_allow, sizeof s->net_allow, "%s",
              json_is_boolean(v) ? "" : m->cfg.network_allow);
     if (json_is_object(v)) {
-        char nwhy[600];
+        km_err nwhy = {0};
         /* a list the session was created with: kept; a damaged one: network off, never wider */
-        if (km_net_from_json(v, "network", &s->network, s->net_allow, sizeof s->net_allow, nwhy,
-                             sizeof nwhy))
+        if (km_net_from_json(v, "network", &s->network, s->net_allow, sizeof s->net_allow, &nwhy))
             s->network = KM_NET_OFF;
     }
 }
@@ -250,12 +249,12 @@ static int env_save(const session *s, json_t *opts)
 
 static void env_load(const km_manager *m, session *s, const json_t *opt, const char *name)
 {
-    char reason[PATH_MAX + 200];
+    km_err reason = {0};
     json_t *env = json_object_get(opt, "env");
-    if (env && session_env_check(m, env, reason, sizeof reason) == 0)
+    if (env && session_env_check(m, env, &reason) == 0)
         s->env = json_deep_copy(env);
     else if (env)
-        fprintf(stderr, "kernelmgr: session %s: its saved env is not used: %s\n", name, reason);
+        fprintf(stderr, "kernelmgr: session %s: its saved env is not used: %s\n", name, reason.msg);
 }
 
 static void env_fork(const session *s, km_session_opts *o, json_t **hold)

@@ -41,24 +41,24 @@ static uint64_t snap_max(const km_manager *m, const session *s)
     return s->snapshot_max ? s->snapshot_max : m->cfg.snapshot_max;
 }
 
-int snap_tag_check(const char *tag, char *err, size_t errlen)
+int snap_tag_check(const char *tag, km_err *err)
 {
     size_t n = tag ? strlen(tag) : 0;
     if (n == 0 || n > SNAP_TAG_MAX || tag[0] == '.') {
-        snprintf(err, errlen,
-                 "invalid snapshot tag \"%.80s\": 1 to %d characters, not starting "
-                 "with \".\"",
-                 tag ? tag : "", SNAP_TAG_MAX);
+        km_err_set(err, KM_EINTERNAL,
+                   "invalid snapshot tag \"%.80s\": 1 to %d characters, not starting "
+                   "with \".\"",
+                   tag ? tag : "", SNAP_TAG_MAX);
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
         char c = tag[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '.' || c == '_' || c == '-')) {
-            snprintf(err, errlen,
-                     "invalid snapshot tag \"%.80s\": only letters, digits, \".\", "
-                     "\"_\" and \"-\"",
-                     tag);
+            km_err_set(err, KM_EINTERNAL,
+                       "invalid snapshot tag \"%.80s\": only letters, digits, \".\", "
+                       "\"_\" and \"-\"",
+                       tag);
             return -1;
         }
     }
@@ -77,7 +77,7 @@ static int snap_dir(const session *s, const char *tag, char *out, size_t size)
     return n < 0 || (size_t)n >= size ? -1 : 0;
 }
 
-static json_t *manifest_read(const session *s, const char *tag, char *err, size_t errlen);
+static json_t *manifest_read(const session *s, const char *tag, km_err *err);
 
 /* ------------------------------------------------------------ copying */
 
@@ -315,17 +315,25 @@ static int fsync_dir(const char *path)
 /* new: the kernel's kernelmgr_snapshot_reply content, or NULL with err. IOPub
  * meanwhile goes to the slot's follower of other clients' cells. */
 static json_t *kernel_snapshot(km_manager *m, kslot *k, const char *action, const char *path,
-                               uint64_t max, int automatic, char *err, size_t errlen)
+                               uint64_t max, int automatic, km_err *err)
 {
     if (!k->client || !k->proc) {
-        snprintf(err, errlen, "the kernel is not running");
+        km_err_set(err, KM_EINTERNAL, "the kernel is not running");
+        return NULL;
+    }
+    if (k->snap_none) {
+        /* it would never answer: not waited for (up to the limit below) */
+        km_err_set(err, KM_EINTERNAL,
+                   "the kernel is not one of kernelmgr's (a Jupyter kernelspec's, without "
+                   "kernelmgr_snapshot_request): its state cannot be %s",
+                   strcmp(action, "save") ? "loaded" : "saved");
         return NULL;
     }
     char id[37];
     json_t *c =
         json_pack("{s:s s:s s:I}", "action", action, "path", path, "max_bytes", (json_int_t)max);
     if (kclient_send(k->client, JP_SHELL, "kernelmgr_snapshot_request", c, NULL, id)) {
-        snprintf(err, errlen, "cannot send the snapshot request to the kernel");
+        km_err_set(err, KM_EINTERNAL, "cannot send the snapshot request to the kernel");
         return NULL;
     }
     double limit = automatic                           ? SNAP_AUTO_TIMEOUT
@@ -340,7 +348,7 @@ static json_t *kernel_snapshot(km_manager *m, kslot *k, const char *action, cons
             break;
         if (r == 0) {
             if (!klaunch_alive(k->proc)) {
-                snprintf(err, errlen, "the kernel ended during the snapshot");
+                km_err_set(err, KM_EINTERNAL, "the kernel ended during the snapshot");
                 return NULL;
             }
             continue;
@@ -360,7 +368,8 @@ static json_t *kernel_snapshot(km_manager *m, kslot *k, const char *action, cons
         }
         jmsg_destroy(&msg);
     }
-    snprintf(err, errlen, "the kernel did not answer the snapshot request within %g s", limit);
+    km_err_set(err, KM_EINTERNAL, "the kernel did not answer the snapshot request within %g s",
+               limit);
     return NULL;
 }
 
@@ -380,7 +389,7 @@ static void ws_owner(int rootfd, uid_t *uid, gid_t *gid)
 
 /* Makes an empty staging directory in the workspace: its name in name, its
  * fd returned (or -1 with err). */
-static int stage_make(int rootfd, char *name, size_t size, char *err, size_t errlen)
+static int stage_make(int rootfd, char *name, size_t size, km_err *err)
 {
     unsigned r = 0;
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -391,7 +400,7 @@ static int stage_make(int rootfd, char *name, size_t size, char *err, size_t err
     }
     snprintf(name, size, "%s%08x", SNAP_STAGE_PREFIX, r);
     if (mkdirat(rootfd, name, 0700)) {
-        snprintf(err, errlen, "cannot make %s in the workspace: %s", name, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot make %s in the workspace: %s", name, strerror(errno));
         return -1;
     }
     uid_t uid;
@@ -399,7 +408,7 @@ static int stage_make(int rootfd, char *name, size_t size, char *err, size_t err
     ws_owner(rootfd, &uid, &gid);
     int d = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (d < 0 || (uid != (uid_t)-1 && fchown(d, uid, gid))) {
-        snprintf(err, errlen, "cannot open %s in the workspace: %s", name, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot open %s in the workspace: %s", name, strerror(errno));
         if (d >= 0)
             close(d);
         unlinkat(rootfd, name, AT_REMOVEDIR);
@@ -412,21 +421,21 @@ static void stage_remove(const session *s, const char *name)
 {
     char p[PATH_MAX];
     if (snprintf(p, sizeof p, "%s/%s", s->workspace, name) < (int)sizeof p)
-        wsfile_rmtree(p, NULL, 0);
+        wsfile_rmtree(p, NULL);
 }
 
 /* Copies the regular files directly in sfd (at most SNAP_FILES_MAX, names
  * of [A-Za-z0-9._-]) into dfd, bounded by *left. files gets {name: bytes}.
  * 0 or -1 with err (EFBIG: *too_large). */
 static int copy_flat(int sfd, int dfd, uint64_t *left, uid_t uid, gid_t gid, json_t *files,
-                     int *too_large, char *err, size_t errlen)
+                     int *too_large, km_err *err)
 {
     int dup_fd = fcntl(sfd, F_DUPFD_CLOEXEC, 0);
     DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
     if (!d) {
         if (dup_fd >= 0)
             close(dup_fd);
-        snprintf(err, errlen, "cannot read the staging directory: %s", strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot read the staging directory: %s", strerror(errno));
         return -1;
     }
     int rc = 0;
@@ -436,17 +445,17 @@ static int copy_flat(int sfd, int dfd, uint64_t *left, uid_t uid, gid_t gid, jso
         const char *name = e->d_name;
         if (name[0] == '.')
             continue;
-        char tagerr[8];
-        if (snap_tag_check(name, tagerr, sizeof tagerr))
+        km_err tagerr = {0};
+        if (snap_tag_check(name, &tagerr))
             continue; /* not a name a kernel writes */
         struct stat st;
-        char why[256];
-        int in = wsfile_open_regular(sfd, name, &st, why, sizeof why);
+        km_err why = {0};
+        int in = wsfile_open_regular(sfd, name, &st, &why);
         if (in < 0)
             continue; /* a FIFO, a symlink, a directory: not state */
         if (++n > SNAP_FILES_MAX) {
             close(in);
-            snprintf(err, errlen, "more than %d files in a kernel's state", SNAP_FILES_MAX);
+            km_err_set(err, KM_EINTERNAL, "more than %d files in a kernel's state", SNAP_FILES_MAX);
             rc = -1;
             break;
         }
@@ -454,8 +463,8 @@ static int copy_flat(int sfd, int dfd, uint64_t *left, uid_t uid, gid_t gid, jso
         if (copy_fd(in, st.st_size, dfd, name, 0600, left, uid, gid)) {
             if (errno == EFBIG)
                 *too_large = 1;
-            snprintf(err, errlen, "%s: %s", name,
-                     errno == EFBIG ? "passes the bound" : strerror(errno));
+            km_err_set(err, KM_EINTERNAL, "%s: %s", name,
+                       errno == EFBIG ? "passes the bound" : strerror(errno));
             rc = -1;
         } else {
             json_object_set_new(files, name, json_integer((json_int_t)(before - *left)));
@@ -489,16 +498,16 @@ json_t *snap_lost_sanitized(const json_t *lost)
 /* Asks slot l's kernel to save into a staging directory, then copies it to
  * dirfd/LANG. Fills info {"bytes","files","lost","names"}. 0 or -1. */
 static int save_kernel(km_manager *m, session *s, int l, int dirfd, uint64_t *left, json_t *info,
-                       int *too_large, int automatic, char *err, size_t errlen)
+                       int *too_large, int automatic, km_err *err)
 {
-    char why[512];
-    int rootfd = wsfile_root_open(s->workspace, why, sizeof why);
+    km_err why = {0};
+    int rootfd = wsfile_root_open(s->workspace, &why);
     if (rootfd < 0) {
-        snprintf(err, errlen, "%s", why);
+        km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         return -1;
     }
     char stage[64];
-    int sfd = stage_make(rootfd, stage, sizeof stage, err, errlen);
+    int sfd = stage_make(rootfd, stage, sizeof stage, err);
     if (sfd < 0) {
         close(rootfd);
         return -1;
@@ -506,15 +515,15 @@ static int save_kernel(km_manager *m, session *s, int l, int dirfd, uint64_t *le
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", s->workspace, stage);
     int rc = -1;
-    json_t *reply = kernel_snapshot(m, &s->k[l], "save", path, *left, automatic, err, errlen);
+    json_t *reply = kernel_snapshot(m, &s->k[l], "save", path, *left, automatic, err);
     if (reply) {
         const char *st = json_string_value(json_object_get(reply, "status"));
         json_object_set_new(info, "lost", snap_lost_sanitized(json_object_get(reply, "lost")));
         if (!st || strcmp(st, "ok")) {
             const char *ename = json_string_value(json_object_get(reply, "ename"));
-            snprintf(err, errlen, "%.200s",
-                     json_string_value(json_object_get(reply, "evalue"))
-                         ?: "the kernel could not save its state");
+            km_err_set(err, KM_EINTERNAL, "%.200s",
+                       json_string_value(json_object_get(reply, "evalue"))
+                           ?: "the kernel could not save its state");
             if (ename && !strcmp(ename, "SnapshotTooLarge"))
                 *too_large = 1;
         } else {
@@ -523,8 +532,8 @@ static int save_kernel(km_manager *m, session *s, int l, int dirfd, uint64_t *le
                 int lfd = openat(dirfd, lname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 json_t *files = json_object();
                 uint64_t before = *left;
-                if (lfd >= 0 && copy_flat(sfd, lfd, left, (uid_t)-1, (gid_t)-1, files, too_large,
-                                          err, errlen) == 0) {
+                if (lfd >= 0 &&
+                    copy_flat(sfd, lfd, left, (uid_t)-1, (gid_t)-1, files, too_large, err) == 0) {
                     rc = fsync(lfd);
                     json_object_set_new(info, "bytes", json_integer((json_int_t)(before - *left)));
                     json_t *nm = json_object_get(reply, "names");
@@ -538,8 +547,8 @@ static int save_kernel(km_manager *m, session *s, int l, int dirfd, uint64_t *le
                 if (lfd >= 0)
                     close(lfd);
             } else {
-                snprintf(err, errlen, "cannot create the snapshot's %s directory: %s", lname,
-                         strerror(errno));
+                km_err_set(err, KM_EINTERNAL, "cannot create the snapshot's %s directory: %s",
+                           lname, strerror(errno));
             }
         }
         json_decref(reply);
@@ -589,22 +598,22 @@ int snap_write_manifest(const char *dir, json_t *o)
 }
 
 json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const char *why,
-                  char *err, size_t errlen)
+                  km_err *err)
 {
     char tagbuf[SNAP_TAG_MAX + 1];
     if (!tag) {
         tag_now(tagbuf, sizeof tagbuf);
         tag = tagbuf;
-    } else if (snap_tag_check(tag, err, errlen)) {
+    } else if (snap_tag_check(tag, err)) {
         return NULL;
     }
     char root[PATH_MAX], tmp[PATH_MAX], fin[PATH_MAX], old[PATH_MAX];
     if (snaps_dir(s, root, sizeof root) || snap_dir(s, tag, fin, sizeof fin)) {
-        snprintf(err, errlen, "the session's directory path is too long");
+        km_err_set(err, KM_EINTERNAL, "the session's directory path is too long");
         return NULL;
     }
     if (mkdir(root, 0700) && errno != EEXIST) {
-        snprintf(err, errlen, "cannot create %s: %s", root, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot create %s: %s", root, strerror(errno));
         return NULL;
     }
     if (access(fin, F_OK) != 0) {
@@ -612,10 +621,10 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
         size_t n = json_array_size(l);
         json_decref(l);
         if (n >= SNAP_COUNT_MAX) {
-            snprintf(err, errlen,
-                     "session \"%s\" has %zu snapshots, the most it keeps "
-                     "(SNAP_COUNT_MAX=%d): replace one by its tag or take none",
-                     s->name, n, SNAP_COUNT_MAX);
+            km_err_set(err, KM_EINTERNAL,
+                       "session \"%s\" has %zu snapshots, the most it keeps "
+                       "(SNAP_COUNT_MAX=%d): replace one by its tag or take none",
+                       s->name, n, SNAP_COUNT_MAX);
             return NULL;
         }
     }
@@ -623,7 +632,7 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
     snprintf(old, sizeof old, "%.3900s/.old-%s-%d", root, tag, (int)getpid());
     session_rmtree(tmp);
     if (mkdir(tmp, 0700)) {
-        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot create %s: %s", tmp, strerror(errno));
         return NULL;
     }
     int dirfd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -636,18 +645,18 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
             continue;
         live++;
         json_t *info = json_object();
-        char e1[1024] = "";
+        km_err e1 = {0};
         int tl = 0;
-        if (save_kernel(m, s, l, dirfd, &left, info, &tl, !strcmp(tag, SNAP_AUTO), e1, sizeof e1) ==
-            0) {
+        if (save_kernel(m, s, l, dirfd, &left, info, &tl, !strcmp(tag, SNAP_AUTO), &e1) == 0) {
             json_object_set_new(kernels, kmcfg_lang_name(&m->cfg, l), info);
             saved++;
         } else {
             json_decref(info);
             if (tl)
                 too_large = 1;
-            json_object_set_new(failed, kmcfg_lang_name(&m->cfg, l), json_string(e1));
-            snprintf(kerr_, sizeof kerr_, "the %s kernel: %s", kmcfg_lang_name(&m->cfg, l), e1);
+            json_object_set_new(failed, kmcfg_lang_name(&m->cfg, l), json_string(e1.msg));
+            snprintf(kerr_, sizeof kerr_, "the %s kernel: %.1000s", kmcfg_lang_name(&m->cfg, l),
+                     e1.msg);
             /* half a state is no snapshot of this kernel: drop its files */
             char lp[PATH_MAX];
             snprintf(lp, sizeof lp, "%.3900s/%s", tmp, kmcfg_lang_name(&m->cfg, l));
@@ -662,8 +671,8 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
         const char *ln = kmcfg_lang_name(&m->cfg, l);
         if (json_object_get(kernels, ln) || strcmp(s->k[l].restore, tag))
             continue;
-        char perr[256];
-        if (!prev && !(prev = manifest_read(s, tag, perr, sizeof perr)))
+        km_err perr = {0};
+        if (!prev && !(prev = manifest_read(s, tag, &perr)))
             break;
         json_t *info = json_object_get(json_object_get(prev, "kernels"), ln);
         char from[PATH_MAX];
@@ -697,8 +706,8 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
     json_decref(prev);
     json_t *ws = json_null();
     if (dirfd >= 0 && with_ws && !too_large) {
-        char werr[512];
-        int rootfd = wsfile_root_open(s->workspace, werr, sizeof werr);
+        km_err werr = {0};
+        int rootfd = wsfile_root_open(s->workspace, &werr);
         copy_ctx c = {.left = left, .skipped = json_array(), .uid = (uid_t)-1, .gid = (gid_t)-1};
         struct stat st;
         if (rootfd >= 0 && fstat(rootfd, &st) == 0 && mkdirat(dirfd, "workspace", 0700) == 0) {
@@ -718,8 +727,8 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
             if (wfd >= 0)
                 close(wfd);
         } else {
-            snprintf(kerr_, sizeof kerr_, "the workspace copy: %s",
-                     rootfd < 0 ? werr : strerror(errno));
+            snprintf(kerr_, sizeof kerr_, "the workspace copy: %.511s",
+                     rootfd < 0 ? werr.msg : strerror(errno));
             saved = -1000;
         }
         if (rootfd >= 0)
@@ -729,17 +738,18 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
     if (dirfd >= 0)
         close(dirfd);
     if (too_large) {
-        snprintf(err, errlen,
-                 "the snapshot of session \"%s\" is larger than snapshot_max=%llu bytes (%s); "
-                 "nothing was stored and the session goes on unchanged",
-                 s->name, (unsigned long long)snap_max(m, s), kerr_);
+        km_err_set(err, KM_EINTERNAL,
+                   "the snapshot of session \"%s\" is larger than snapshot_max=%llu bytes (%s); "
+                   "nothing was stored and the session goes on unchanged",
+                   s->name, (unsigned long long)snap_max(m, s), kerr_);
         goto fail;
     }
     if (saved < 0 || (live > 0 && saved == 0) || (live == 0 && !with_ws)) {
         if (live == 0 && !with_ws)
-            snprintf(err, errlen, "session \"%s\" has no running kernel to snapshot", s->name);
+            km_err_set(err, KM_EINTERNAL, "session \"%s\" has no running kernel to snapshot",
+                       s->name);
         else
-            snprintf(err, errlen, "snapshot of session \"%s\" failed: %s", s->name, kerr_);
+            km_err_set(err, KM_EINTERNAL, "snapshot of session \"%s\" failed: %s", s->name, kerr_);
         goto fail;
     }
     char at[32];
@@ -752,14 +762,14 @@ json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const
                             "workspace_copy", ws, "workspace", s->workspace);
     kernels = failed = NULL;
     if (!man || snap_write_manifest(tmp, man) || fsync_dir(tmp)) {
-        snprintf(err, errlen, "cannot write the snapshot's manifest: %s", strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot write the snapshot's manifest: %s", strerror(errno));
         json_decref(man);
         goto fail2;
     }
     session_rmtree(old);
     int had = rename(fin, old) == 0;
     if (rename(tmp, fin)) {
-        snprintf(err, errlen, "cannot store the snapshot as %s: %s", fin, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot store the snapshot as %s: %s", fin, strerror(errno));
         if (had)
             rename(old, fin);
         json_decref(man);
@@ -779,10 +789,10 @@ fail2:
 }
 
 /* new: the manifest of snapshot tag of s, or NULL with the reason. */
-static json_t *manifest_read(const session *s, const char *tag, char *err, size_t errlen)
+static json_t *manifest_read(const session *s, const char *tag, km_err *err)
 {
     char dir[PATH_MAX], p[PATH_MAX];
-    if (snap_tag_check(tag, err, errlen))
+    if (snap_tag_check(tag, err))
         return NULL;
     snap_dir(s, tag, dir, sizeof dir);
     snprintf(p, sizeof p, "%.3900s/manifest.json", dir);
@@ -791,10 +801,10 @@ static json_t *manifest_read(const session *s, const char *tag, char *err, size_
     const char *why = NULL;
     if (cm_read_regular(p, SNAP_MANIFEST_MAX, CM_RR_OWNED, &data, &len, &why)) {
         if (errno == ENOENT)
-            snprintf(err, errlen, "session \"%s\" has no snapshot \"%s\"", s->name, tag);
+            km_err_set(err, KM_EINTERNAL, "session \"%s\" has no snapshot \"%s\"", s->name, tag);
         else
-            snprintf(err, errlen, "snapshot \"%s\" of session \"%s\" is damaged: %s %s", tag,
-                     s->name, p, why);
+            km_err_set(err, KM_EINTERNAL, "snapshot \"%s\" of session \"%s\" is damaged: %s %s",
+                       tag, s->name, p, why);
         return NULL;
     }
     json_error_t je;
@@ -802,10 +812,10 @@ static json_t *manifest_read(const session *s, const char *tag, char *err, size_
     free(data);
     if (!json_is_object(o) || json_integer_value(json_object_get(o, "version")) != 1 ||
         !json_is_object(json_object_get(o, "kernels"))) {
-        snprintf(err, errlen,
-                 "snapshot \"%s\" of session \"%s\" is damaged: %s is not a "
-                 "kernelmgr snapshot manifest",
-                 tag, s->name, p);
+        km_err_set(err, KM_EINTERNAL,
+                   "snapshot \"%s\" of session \"%s\" is damaged: %s is not a "
+                   "kernelmgr snapshot manifest",
+                   tag, s->name, p);
         json_decref(o);
         return NULL;
     }
@@ -814,8 +824,8 @@ static json_t *manifest_read(const session *s, const char *tag, char *err, size_
 
 int snap_has(km_manager *m, const session *s, int l, const char *tag)
 {
-    char err[256];
-    json_t *o = manifest_read(s, tag, err, sizeof err);
+    km_err err = {0};
+    json_t *o = manifest_read(s, tag, &err);
     int has = o && json_object_get(json_object_get(o, "kernels"), kmcfg_lang_name(&m->cfg, l));
     json_decref(o);
     return has;
@@ -842,12 +852,12 @@ json_t *snap_list(km_manager *m, const session *s)
     size_t n = 0;
     json_t *items[1024] = {NULL};
     while ((e = readdir(d)) && n < 1024) {
-        char err[512];
-        if (e->d_name[0] == '.' || snap_tag_check(e->d_name, err, sizeof err))
+        km_err err = {0};
+        if (e->d_name[0] == '.' || snap_tag_check(e->d_name, &err))
             continue;
-        json_t *o = manifest_read(s, e->d_name, err, sizeof err);
+        json_t *o = manifest_read(s, e->d_name, &err);
         if (!o)
-            o = json_pack("{s:s s:s s:f}", "tag", e->d_name, "error", err, "time", 0.0);
+            o = json_pack("{s:s s:s s:f}", "tag", e->d_name, "error", err.msg, "time", 0.0);
         else
             json_object_del(o, "workspace");
         items[n++] = o;
@@ -877,32 +887,33 @@ int snap_newest(km_manager *m, const session *s, char *out, size_t outlen)
     return rc;
 }
 
-json_t *snap_load(km_manager *m, session *s, int l, const char *tag, char *err, size_t errlen)
+json_t *snap_load(km_manager *m, session *s, int l, const char *tag, km_err *err)
 {
-    json_t *man = manifest_read(s, tag, err, errlen);
+    json_t *man = manifest_read(s, tag, err);
     if (!man)
         return NULL;
     const char *lname = kmcfg_lang_name(&m->cfg, l);
     json_t *kinfo = json_object_get(json_object_get(man, "kernels"), lname);
     if (!kinfo) {
-        snprintf(err, errlen, "snapshot \"%s\" has no %s state", tag, lname);
+        km_err_set(err, KM_EINTERNAL, "snapshot \"%s\" has no %s state", tag, lname);
         json_decref(man);
         return NULL;
     }
-    char src[PATH_MAX], why[512];
+    char src[PATH_MAX];
+    km_err why = {0};
     snap_dir(s, tag, src, sizeof src);
     strncat(src, "/", sizeof src - strlen(src) - 1);
     strncat(src, lname, sizeof src - strlen(src) - 1);
     json_t *ret = NULL;
     int sdir = open(src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int rootfd = wsfile_root_open(s->workspace, why, sizeof why);
+    int rootfd = wsfile_root_open(s->workspace, &why);
     if (sdir < 0 || rootfd < 0) {
-        snprintf(err, errlen, "snapshot \"%s\" is damaged: %s", tag,
-                 sdir < 0 ? strerror(errno) : why);
+        km_err_set(err, KM_EINTERNAL, "snapshot \"%s\" is damaged: %s", tag,
+                   sdir < 0 ? strerror(errno) : why.msg);
         goto out;
     }
     char stage[64];
-    int dfd = stage_make(rootfd, stage, sizeof stage, err, errlen);
+    int dfd = stage_make(rootfd, stage, sizeof stage, err);
     if (dfd < 0)
         goto out;
     uid_t uid;
@@ -911,10 +922,10 @@ json_t *snap_load(km_manager *m, session *s, int l, const char *tag, char *err, 
     uint64_t left = snap_max(m, s);
     int tl = 0;
     json_t *files = json_object();
-    if (copy_flat(sdir, dfd, &left, uid, gid, files, &tl, err, errlen) == 0) {
+    if (copy_flat(sdir, dfd, &left, uid, gid, files, &tl, err) == 0) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", s->workspace, stage);
-        json_t *reply = kernel_snapshot(m, &s->k[l], "load", path, snap_max(m, s), 0, err, errlen);
+        json_t *reply = kernel_snapshot(m, &s->k[l], "load", path, snap_max(m, s), 0, err);
         if (reply) {
             const char *st = json_string_value(json_object_get(reply, "status"));
             if (st && !strcmp(st, "ok")) {
@@ -929,8 +940,9 @@ json_t *snap_load(km_manager *m, session *s, int l, const char *tag, char *err, 
                 ret = json_pack("{s:s s:s s:O s:o s:o}", "from", "snapshot", "tag", tag, "at",
                                 json_object_get(man, "at"), "lost", names, "lost_detail", detail);
             } else {
-                snprintf(err, errlen, "the %s kernel could not load snapshot \"%s\": %.300s", lname,
-                         tag, json_string_value(json_object_get(reply, "evalue")) ?: "no reason");
+                km_err_set(err, KM_EINTERNAL,
+                           "the %s kernel could not load snapshot \"%s\": %.300s", lname, tag,
+                           json_string_value(json_object_get(reply, "evalue")) ?: "no reason");
             }
             json_decref(reply);
         }
@@ -947,23 +959,25 @@ out:
     return ret;
 }
 
-int snap_restore_workspace(km_manager *m, session *s, const char *tag, char *err, size_t errlen)
+int snap_restore_workspace(km_manager *m, session *s, const char *tag, km_err *err)
 {
-    json_t *man = manifest_read(s, tag, err, errlen);
+    json_t *man = manifest_read(s, tag, err);
     if (!man)
         return -1;
     int has = json_is_object(json_object_get(man, "workspace_copy"));
     json_decref(man);
     if (!has)
         return 0; /* a snapshot of the kernels only: the workspace stays */
-    char src[PATH_MAX], why[512];
+    char src[PATH_MAX];
+    km_err why = {0};
     snap_dir(s, tag, src, sizeof src);
     strncat(src, "/workspace", sizeof src - strlen(src) - 1);
     int sfd = open(src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int rootfd = wsfile_root_open(s->workspace, why, sizeof why);
+    int rootfd = wsfile_root_open(s->workspace, &why);
     int rc = -1;
     if (sfd < 0 || rootfd < 0) {
-        snprintf(err, errlen, "snapshot \"%s\": %s", tag, sfd < 0 ? strerror(errno) : why);
+        km_err_set(err, KM_EINTERNAL, "snapshot \"%s\": %s", tag,
+                   sfd < 0 ? strerror(errno) : why.msg);
         goto out;
     }
     /* empty the workspace (fd-based, never following), then copy */
@@ -976,7 +990,7 @@ int snap_restore_workspace(km_manager *m, session *s, const char *tag, char *err
                 continue;
             char p[PATH_MAX];
             if (snprintf(p, sizeof p, "%s/%s", s->workspace, e->d_name) < (int)sizeof p)
-                wsfile_rmtree(p, NULL, 0);
+                wsfile_rmtree(p, NULL);
         }
         closedir(d);
     }
@@ -986,7 +1000,7 @@ int snap_restore_workspace(km_manager *m, session *s, const char *tag, char *err
     ws_owner(rootfd, &c.uid, &c.gid);
     rc = copy_tree(&c, sfd, rootfd, "", 0);
     if (rc)
-        snprintf(err, errlen, "restoring the workspace of snapshot \"%s\": %s", tag, c.err);
+        km_err_set(err, KM_EINTERNAL, "restoring the workspace of snapshot \"%s\": %s", tag, c.err);
     json_decref(c.skipped);
 out:
     if (sfd >= 0)
@@ -997,20 +1011,20 @@ out:
 }
 
 int snap_copy_to(km_manager *m, const session *src, const char *tag, const session *dst,
-                 const char *dst_tag, char *err, size_t errlen)
+                 const char *dst_tag, km_err *err)
 {
     char from[PATH_MAX], root[PATH_MAX], to[PATH_MAX];
     snap_dir(src, tag, from, sizeof from);
     snaps_dir(dst, root, sizeof root);
     snap_dir(dst, dst_tag, to, sizeof to);
     if (mkdir(root, 0700) && errno != EEXIST) {
-        snprintf(err, errlen, "cannot create %s: %s", root, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot create %s: %s", root, strerror(errno));
         return -1;
     }
     session_rmtree(to);
     int sfd = open(from, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sfd < 0 || mkdir(to, 0700)) {
-        snprintf(err, errlen, "cannot copy snapshot \"%s\": %s", tag, strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot copy snapshot \"%s\": %s", tag, strerror(errno));
         if (sfd >= 0)
             close(sfd);
         return -1;
@@ -1026,14 +1040,14 @@ int snap_copy_to(km_manager *m, const session *src, const char *tag, const sessi
                   .dev = st.st_dev};
     int rc = dfd >= 0 ? copy_tree(&c, sfd, dfd, "", 0) : -1;
     if (rc)
-        snprintf(err, errlen, "cannot copy snapshot \"%s\": %s", tag, c.err);
+        km_err_set(err, KM_EINTERNAL, "cannot copy snapshot \"%s\": %s", tag, c.err);
     json_decref(c.skipped);
     close(sfd);
     if (dfd >= 0)
         close(dfd);
     if (rc == 0) {
-        char e2[256];
-        json_t *man = manifest_read(dst, dst_tag, e2, sizeof e2);
+        km_err e2 = {0};
+        json_t *man = manifest_read(dst, dst_tag, &e2);
         if (man) {
             json_object_set_new(man, "session", json_string(dst->name));
             json_object_set_new(man, "tag", json_string(dst_tag));
@@ -1056,13 +1070,13 @@ void snap_before_stop(km_manager *m, session *s, const char *why)
         live += s->k[l].proc && s->k[l].client && klaunch_alive(s->k[l].proc);
     if (!live)
         return;
-    char err[1200];
-    json_t *man = snap_take(m, s, SNAP_AUTO, 0, why, err, sizeof err);
+    km_err err = {0};
+    json_t *man = snap_take(m, s, SNAP_AUTO, 0, why, &err);
     if (!man) {
         fprintf(stderr,
                 "kernelmgr: session %s: no automatic snapshot before it was stopped "
                 "(%s): %s\n",
-                s->name, why, err);
+                s->name, why, err.msg);
         return;
     }
     json_t *kernels = json_object_get(man, "kernels");
@@ -1077,14 +1091,15 @@ void snap_after_start(km_manager *m, session *s, int l)
     kslot *k = &s->k[l];
     if (!k->restore[0] || !k->proc)
         return;
-    char tag[SNAP_TAG_MAX + 1], err[1200];
+    char tag[SNAP_TAG_MAX + 1];
+    km_err err = {0};
     snprintf(tag, sizeof tag, "%s", k->restore);
     k->restore[0] = 0;
     json_decref(k->restored);
-    k->restored = snap_load(m, s, l, tag, err, sizeof err);
+    k->restored = snap_load(m, s, l, tag, &err);
     if (!k->restored) {
-        k->restored = json_pack("{s:s s:s s:s}", "from", "snapshot", "tag", tag, "error", err);
-        fprintf(stderr, "kernelmgr: session %s: %s\n", s->name, err);
+        k->restored = json_pack("{s:s s:s s:s}", "from", "snapshot", "tag", tag, "error", err.msg);
+        fprintf(stderr, "kernelmgr: session %s: %s\n", s->name, err.msg);
     }
     k->snap_secs = 0;
     session_save(m, s); /* the marker is spent: a later manager must not load it again */
@@ -1099,10 +1114,10 @@ void snap_cell_time(km_manager *m, session *s, int l, double secs)
     if (k->snap_secs < m->cfg.snapshot_interval)
         return;
     k->snap_secs = 0;
-    char err[1200];
-    json_t *man = snap_take(m, s, SNAP_AUTO, 0, "periodic", err, sizeof err);
+    km_err err = {0};
+    json_t *man = snap_take(m, s, SNAP_AUTO, 0, "periodic", &err);
     if (!man)
-        fprintf(stderr, "kernelmgr: session %s: periodic snapshot failed: %s\n", s->name, err);
+        fprintf(stderr, "kernelmgr: session %s: periodic snapshot failed: %s\n", s->name, err.msg);
     json_decref(man);
 }
 
@@ -1149,14 +1164,14 @@ int snap_path(const session *s, const char *tag, char *out, size_t size)
     return snap_dir(s, tag, out, size);
 }
 
-json_t *snap_manifest(const session *s, const char *tag, char *err, size_t errlen)
+json_t *snap_manifest(const session *s, const char *tag, km_err *err)
 {
-    return manifest_read(s, tag, err, errlen);
+    return manifest_read(s, tag, err);
 }
 
-int snap_adopt_pending(km_manager *m, session *s, const char *tag, char *err, size_t errlen)
+int snap_adopt_pending(km_manager *m, session *s, const char *tag, km_err *err)
 {
-    json_t *man = manifest_read(s, tag, err, errlen);
+    json_t *man = manifest_read(s, tag, err);
     if (!man)
         return -1;
     json_t *kernels = json_object_get(man, "kernels");
@@ -1168,8 +1183,8 @@ int snap_adopt_pending(km_manager *m, session *s, const char *tag, char *err, si
         const char *from_tag = s->k[l].restore;
         if (json_object_get(kernels, ln) || !from_tag[0] || !strcmp(from_tag, tag))
             continue;
-        char perr[512];
-        json_t *prev = manifest_read(s, from_tag, perr, sizeof perr);
+        km_err perr = {0};
+        json_t *prev = manifest_read(s, from_tag, &perr);
         json_t *info = json_object_get(json_object_get(prev, "kernels"), ln);
         char from[PATH_MAX];
         snap_dir(s, from_tag, from, sizeof from);
@@ -1179,8 +1194,8 @@ int snap_adopt_pending(km_manager *m, session *s, const char *tag, char *err, si
         int tfd = sfd >= 0 ? open(to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
         struct stat st;
         if (sfd < 0 || tfd < 0 || fstat(sfd, &st) || mkdirat(tfd, ln, 0700)) {
-            snprintf(err, errlen, "the %s kernel's state waiting in snapshot \"%s\": %s", ln,
-                     from_tag, prev ? strerror(errno) : perr);
+            km_err_set(err, KM_EINTERNAL, "the %s kernel's state waiting in snapshot \"%s\": %s",
+                       ln, from_tag, prev ? strerror(errno) : perr.msg);
             rc = -1;
         } else {
             int dfd = openat(tfd, ln, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -1190,8 +1205,9 @@ int snap_adopt_pending(km_manager *m, session *s, const char *tag, char *err, si
                           .gid = (gid_t)-1,
                           .dev = st.st_dev};
             if (dfd < 0 || copy_tree(&c, sfd, dfd, "", 0)) {
-                snprintf(err, errlen, "the %s kernel's state waiting in snapshot \"%s\": %s", ln,
-                         from_tag, c.err[0] ? c.err : strerror(errno));
+                km_err_set(err, KM_EINTERNAL,
+                           "the %s kernel's state waiting in snapshot \"%s\": %s", ln, from_tag,
+                           c.err[0] ? c.err : strerror(errno));
                 rc = -1;
             } else {
                 json_object_set(kernels, ln, info);
@@ -1208,7 +1224,7 @@ int snap_adopt_pending(km_manager *m, session *s, const char *tag, char *err, si
         json_decref(prev);
     }
     if (rc == 0 && changed && snap_write_manifest(to, man)) {
-        snprintf(err, errlen, "cannot write the snapshot's manifest: %s", strerror(errno));
+        km_err_set(err, KM_EINTERNAL, "cannot write the snapshot's manifest: %s", strerror(errno));
         rc = -1;
     }
     json_decref(man);

@@ -22,6 +22,8 @@
 #ifndef KERNELMGR_SNAPSHOT_H
 #define KERNELMGR_SNAPSHOT_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include "kernelmgr/engine/session_int.h"
 
 #include <jansson.h>
@@ -33,7 +35,7 @@
 
 /* 0 when tag is a valid snapshot tag ([A-Za-z0-9._-], 1..64 bytes, not
  * starting with "."), else -1 with the reason. */
-int snap_tag_check(const char *tag, char *err, size_t errlen);
+int snap_tag_check(const char *tag, km_err *err);
 
 /* new: takes snapshot tag (NULL: a new one named by the time) of s: every
  * live kernel saves its state (a kernel that fails is named in the
@@ -42,13 +44,13 @@ int snap_tag_check(const char *tag, char *err, size_t errlen);
  * the new one is complete (temp directory, fsync, rename). Returns the
  * manifest, or NULL with the reason (a bound hit names snapshot_max). */
 json_t *snap_take(km_manager *m, session *s, const char *tag, int with_ws, const char *why,
-                  char *err, size_t errlen);
+                  km_err *err);
 
 /* new: loads language l's state of snapshot tag into slot l's live kernel.
  * Returns {"from": "snapshot", "tag", "at", "lost": [names]} (the
  * "restored" of a result; "lost_detail" has types and reasons), or NULL
  * with the reason (no such snapshot, a corrupt one, the kernel refused). */
-json_t *snap_load(km_manager *m, session *s, int l, const char *tag, char *err, size_t errlen);
+json_t *snap_load(km_manager *m, session *s, int l, const char *tag, km_err *err);
 
 /* 1 when snapshot tag of s holds a state of language l. */
 int snap_has(km_manager *m, const session *s, int l, const char *tag);
@@ -62,13 +64,13 @@ int snap_newest(km_manager *m, const session *s, char *out, size_t outlen);
 
 /* Replaces the contents of s's workspace with snapshot tag's copy. 0, or -1
  * with the reason. */
-int snap_restore_workspace(km_manager *m, session *s, const char *tag, char *err, size_t errlen);
+int snap_restore_workspace(km_manager *m, session *s, const char *tag, km_err *err);
 
 /* Copies snapshot tag of src into dst's store as tag dst_tag (a fork):
  * kernel states and workspace copy, every file copied (never linked). 0, or
  * -1 with the reason. */
 int snap_copy_to(km_manager *m, const session *src, const char *tag, const session *dst,
-                 const char *dst_tag, char *err, size_t errlen);
+                 const char *dst_tag, km_err *err);
 
 /* Automatic snapshot before s's kernels are stopped (idle cull, eviction,
  * daemon stop): snapshot "auto" of the live kernels (no workspace copy:
@@ -96,7 +98,7 @@ void snap_check_worker(km_manager *m, session *s, int l);
  * into dir (temp, fsync, rename; 0 or -1); a kernel's "lost" list cut to
  * the bounds a manifest keeps (new). */
 int snap_path(const session *s, const char *tag, char *out, size_t size);
-json_t *snap_manifest(const session *s, const char *tag, char *err, size_t errlen);
+json_t *snap_manifest(const session *s, const char *tag, km_err *err);
 int snap_write_manifest(const char *dir, json_t *manifest);
 json_t *snap_lost_sanitized(const json_t *lost);
 
@@ -104,6 +106,6 @@ json_t *snap_lost_sanitized(const json_t *lost);
  * running but waits to be restored from another snapshot (culled, or
  * stopped with the daemon), so that tag holds all of the session's
  * variables. 0, or -1 with the reason. */
-int snap_adopt_pending(km_manager *m, session *s, const char *tag, char *err, size_t errlen);
+int snap_adopt_pending(km_manager *m, session *s, const char *tag, km_err *err);
 
 #endif

@@ -21,30 +21,19 @@
 #include "kernelmgr/engine/fsdiff.h"
 #include "protocol/jp.h"
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-int wsfile_normalize(const char *rel, int allow_root, char *out, char *err, size_t errlen)
+int wsfile_normalize(const char *rel, int allow_root, char *out, km_err *err)
 {
     if (!rel)
         rel = "";
     size_t n = strlen(rel);
     if (n > WSFILE_PATH_MAX) {
-        seterr(err, errlen, "path is too long (max %d bytes)", WSFILE_PATH_MAX);
+        km_err_set(err, KM_EUSAGE, "path is too long (max %d bytes)", WSFILE_PATH_MAX);
         return -1;
     }
     if (rel[0] == '/') {
-        seterr(err, errlen,
-               "'%s': absolute paths are not allowed; give a path relative to the workspace", rel);
+        km_err_set(err, KM_EUSAGE,
+                   "'%s': absolute paths are not allowed; give a path relative to the workspace",
+                   rel);
         return -1;
     }
     size_t o = 0;
@@ -55,7 +44,8 @@ int wsfile_normalize(const char *rel, int allow_root, char *out, char *err, size
         if (clen == 0 || (clen == 1 && p[0] == '.')) {
             /* "//" and "./" mean nothing */
         } else if (clen == 2 && p[0] == '.' && p[1] == '.') {
-            seterr(err, errlen, "'%s': '..' is not allowed; paths stay inside the workspace", rel);
+            km_err_set(err, KM_EUSAGE, "'%s': '..' is not allowed; paths stay inside the workspace",
+                       rel);
             return -1;
         } else {
             if (o)
@@ -70,7 +60,7 @@ int wsfile_normalize(const char *rel, int allow_root, char *out, char *err, size
     out[o] = '\0';
     if (o == 0) {
         if (!allow_root) {
-            seterr(err, errlen, "'%s': a file path is required", rel);
+            km_err_set(err, KM_EUSAGE, "'%s': a file path is required", rel);
             return -1;
         }
         strcpy(out, ".");
@@ -163,7 +153,7 @@ int wsfile_openat_walk(int rootfd, const char *rel, int flags, mode_t mode)
     return cur;
 }
 
-int wsfile_openat(int rootfd, const char *rel, int flags, mode_t mode, char *err, size_t errlen)
+int wsfile_openat(int rootfd, const char *rel, int flags, mode_t mode, km_err *err)
 {
     struct open_how how;
     memset(&how, 0, sizeof how);
@@ -177,36 +167,36 @@ int wsfile_openat(int rootfd, const char *rel, int flags, mode_t mode, char *err
     }
     if (fd < 0) {
         int e = errno;
-        seterr(err, errlen, "'%s': %s", rel, escape_reason(e));
+        km_err_set(err, KM_EUSAGE, "'%s': %s", rel, escape_reason(e));
         errno = e;
         return -1;
     }
     return fd;
 }
 
-int wsfile_root_open(const char *root, char *err, size_t errlen)
+int wsfile_root_open(const char *root, km_err *err)
 {
     int fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        seterr(err, errlen, "workspace %s: %s", root,
-               e == ELOOP || e == ENOTDIR ? "not a directory (a symlink is not followed)"
-                                          : strerror(e));
+        km_err_set(err, KM_EUSAGE, "workspace %s: %s", root,
+                   e == ELOOP || e == ENOTDIR ? "not a directory (a symlink is not followed)"
+                                              : strerror(e));
         errno = e;
     }
     return fd;
 }
 
-int wsfile_open_regular(int rootfd, const char *rel, struct stat *st, char *err, size_t errlen)
+int wsfile_open_regular(int rootfd, const char *rel, struct stat *st, km_err *err)
 {
-    int p = wsfile_openat(rootfd, rel, O_PATH, 0, err, errlen);
+    int p = wsfile_openat(rootfd, rel, O_PATH, 0, err);
     if (p < 0)
         return -1;
     struct stat ps;
     if (fstat(p, &ps) < 0 || !S_ISREG(ps.st_mode)) {
         int e = S_ISDIR(ps.st_mode) ? EISDIR : EINVAL;
-        seterr(err, errlen, "'%s': %s", rel,
-               e == EISDIR ? "it is a directory" : "not a regular file (not opened)");
+        km_err_set(err, KM_EUSAGE, "'%s': %s", rel,
+                   e == EISDIR ? "it is a directory" : "not a regular file (not opened)");
         close(p);
         errno = e;
         return -1;
@@ -219,13 +209,13 @@ int wsfile_open_regular(int rootfd, const char *rel, struct stat *st, char *err,
     snprintf(self, sizeof self, "/proc/self/fd/%d", p);
     int fd = open(self, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
-        fd = wsfile_openat(rootfd, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0, err, errlen);
+        fd = wsfile_openat(rootfd, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0, err);
     close(p);
     if (fd < 0)
         return -1;
     if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode) || st->st_dev != ps.st_dev ||
         st->st_ino != ps.st_ino) {
-        seterr(err, errlen, "'%s': it changed while being opened (not read)", rel);
+        km_err_set(err, KM_EUSAGE, "'%s': it changed while being opened (not read)", rel);
         close(fd);
         errno = EAGAIN;
         return -1;
@@ -233,18 +223,17 @@ int wsfile_open_regular(int rootfd, const char *rel, struct stat *st, char *err,
     return fd;
 }
 
-int wsfile_slurp(int rootfd, const char *rel, size_t max, char **data, size_t *len, char *err,
-                 size_t errlen)
+int wsfile_slurp(int rootfd, const char *rel, size_t max, char **data, size_t *len, km_err *err)
 {
     *data = NULL;
     *len = 0;
     struct stat st;
-    int fd = wsfile_open_regular(rootfd, rel, &st, err, errlen);
+    int fd = wsfile_open_regular(rootfd, rel, &st, err);
     if (fd < 0)
         return -1;
     if ((uint64_t)st.st_size > max) {
-        seterr(err, errlen, "'%s': %lld bytes, more than the %zu read", rel, (long long)st.st_size,
-               max);
+        km_err_set(err, KM_EUSAGE, "'%s': %lld bytes, more than the %zu read", rel,
+                   (long long)st.st_size, max);
         close(fd);
         errno = EFBIG;
         return -1;
@@ -253,9 +242,9 @@ int wsfile_slurp(int rootfd, const char *rel, size_t max, char **data, size_t *l
     close(fd);
     if (rc < 0) {
         if (e == EFBIG)
-            seterr(err, errlen, "'%s': grew past the %zu bytes read", rel, max);
+            km_err_set(err, KM_EUSAGE, "'%s': grew past the %zu bytes read", rel, max);
         else
-            seterr(err, errlen, "'%s': %s", rel, strerror(e));
+            km_err_set(err, KM_EUSAGE, "'%s': %s", rel, strerror(e));
         errno = e;
         return -1;
     }
@@ -263,19 +252,18 @@ int wsfile_slurp(int rootfd, const char *rel, size_t max, char **data, size_t *l
 }
 
 int wsfile_replace(int rootfd, const char *rel, const void *data, size_t len, mode_t mode,
-                   char *err, size_t errlen)
+                   km_err *err)
 {
-    int fd =
-        wsfile_openat(rootfd, rel, O_WRONLY | O_CREAT | O_NOCTTY | O_NONBLOCK, mode, err, errlen);
+    int fd = wsfile_openat(rootfd, rel, O_WRONLY | O_CREAT | O_NOCTTY | O_NONBLOCK, mode, err);
     if (fd < 0)
         return -1;
     struct stat st;
     int rc = -1;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        seterr(err, errlen, "'%s': not a regular file", rel);
+        km_err_set(err, KM_EUSAGE, "'%s': not a regular file", rel);
         errno = EINVAL;
     } else if (ftruncate(fd, 0) < 0 || cm_write_all(fd, data, len) < 0) {
-        seterr(err, errlen, "'%s': %s", rel, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "'%s': %s", rel, strerror(errno));
     } else {
         rc = 0;
     }
@@ -422,23 +410,23 @@ static void rm_contents(rmctx *c, int dfd, int depth)
     closedir(d);
 }
 
-static void rm_report(const char *path, const char *msg, char *err, size_t errlen)
+static void rm_report(const char *path, const char *msg, km_err *err)
 {
     if (err)
-        seterr(err, errlen, "removing %s: %s", path, msg);
+        km_err_set(err, KM_EUSAGE, "removing %s: %s", path, msg);
     else
         fprintf(stderr, "kernelmgr: removing %s: %s\n", path, msg);
 }
 
-int wsfile_rmtree(const char *path, char *err, size_t errlen)
+int wsfile_rmtree(const char *path, km_err *err)
 {
     if (!path || !*path) {
-        rm_report("(empty path)", "refused", err, errlen);
+        rm_report("(empty path)", "refused", err);
         return -1;
     }
     char *parent = strdup(path);
     if (!parent) {
-        rm_report(path, "out of memory", err, errlen);
+        rm_report(path, "out of memory", err);
         return -1;
     }
     size_t n = strlen(parent);
@@ -447,7 +435,7 @@ int wsfile_rmtree(const char *path, char *err, size_t errlen)
     char *slash = strrchr(parent, '/');
     const char *base = slash ? slash + 1 : parent;
     if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
-        rm_report(path, "refused (no last component to remove)", err, errlen);
+        rm_report(path, "refused (no last component to remove)", err);
         free(parent);
         return -1;
     }
@@ -464,14 +452,14 @@ int wsfile_rmtree(const char *path, char *err, size_t errlen)
     int rc = 0;
     if (pfd < 0 || fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
         if (errno != ENOENT) {
-            rm_report(path, strerror(errno), err, errlen);
+            rm_report(path, strerror(errno), err);
             rc = -1;
         }
         goto out;
     }
     if (!S_ISDIR(st.st_mode)) {
         if (unlinkat(pfd, base, 0) < 0 && errno != ENOENT) {
-            rm_report(path, strerror(errno), err, errlen);
+            rm_report(path, strerror(errno), err);
             rc = -1;
         }
         goto out;
@@ -506,7 +494,7 @@ int wsfile_rmtree(const char *path, char *err, size_t errlen)
         char *msg = NULL;
         if (asprintf(&msg, "%u failure(s), first: %s", c.failed, c.first ? c.first : "?") < 0)
             msg = NULL;
-        rm_report(path, msg ? msg : "failed", err, errlen);
+        rm_report(path, msg ? msg : "failed", err);
         free(msg);
         rc = -1;
     }
@@ -521,27 +509,27 @@ out:
 /* ---------------------------------------------------------------- MCP tools */
 
 json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t length,
-                    const char *encoding, char *err, size_t errlen)
+                    const char *encoding, km_err *err)
 {
     char norm[WSFILE_PATH_MAX + 1];
     if (!encoding)
         encoding = "auto";
     if (strcmp(encoding, "auto") && strcmp(encoding, "text") && strcmp(encoding, "base64")) {
-        seterr(err, errlen, "encoding '%s' is not one of auto, text, base64", encoding);
+        km_err_set(err, KM_EUSAGE, "encoding '%s' is not one of auto, text, base64", encoding);
         return NULL;
     }
-    if (wsfile_normalize(rel, 0, norm, err, errlen) < 0)
+    if (wsfile_normalize(rel, 0, norm, err) < 0)
         return NULL;
-    int rootfd = wsfile_root_open(root, err, errlen);
+    int rootfd = wsfile_root_open(root, err);
     if (rootfd < 0)
         return NULL;
     struct stat st;
-    int fd = wsfile_open_regular(rootfd, norm, &st, err, errlen);
+    int fd = wsfile_open_regular(rootfd, norm, &st, err);
     int e = errno;
     close(rootfd);
     if (fd < 0) {
         if (e == EISDIR)
-            seterr(err, errlen, "'%s': it is a directory (use list_files)", norm);
+            km_err_set(err, KM_EUSAGE, "'%s': it is a directory (use list_files)", norm);
         return NULL;
     }
     const char *mime = fsdiff_mime_fd(fd, norm);
@@ -555,7 +543,7 @@ json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t
     unsigned char *buf = malloc(length + 1);
     if (!buf) {
         close(fd);
-        seterr(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return NULL;
     }
     size_t got = 0;
@@ -564,7 +552,7 @@ json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            seterr(err, errlen, "'%s': %s", norm, strerror(errno));
+            km_err_set(err, KM_EUSAGE, "'%s': %s", norm, strerror(errno));
             free(buf);
             close(fd);
             return NULL;
@@ -606,7 +594,7 @@ json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t
     }
     free(buf);
     if (!content) {
-        seterr(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return NULL;
     }
     return json_pack("{s:s,s:I,s:I,s:I,s:s,s:o,s:b,s:s}", "path", norm, "size", (json_int_t)size,
@@ -658,28 +646,29 @@ static int make_parents(int rootfd, const char *rel)
 }
 
 json_t *wsfile_write(const char *root, const char *rel, const void *data, size_t len, int append,
-                     int mkdirs, char *err, size_t errlen)
+                     int mkdirs, km_err *err)
 {
     char norm[WSFILE_PATH_MAX + 1];
-    if (wsfile_normalize(rel, 0, norm, err, errlen) < 0)
+    if (wsfile_normalize(rel, 0, norm, err) < 0)
         return NULL;
-    int rootfd = wsfile_root_open(root, err, errlen);
+    int rootfd = wsfile_root_open(root, err);
     if (rootfd < 0)
         return NULL;
     if (mkdirs && make_parents(rootfd, norm) < 0) {
-        seterr(err, errlen, "'%s': cannot create its directory: %s", norm, escape_reason(errno));
+        km_err_set(err, KM_EUSAGE, "'%s': cannot create its directory: %s", norm,
+                   escape_reason(errno));
         close(rootfd);
         return NULL;
     }
     /* Does it exist? Asked through the same confined resolution, so the
      * answer cannot be about a file outside. */
     int created = 1;
-    int probe = wsfile_openat(rootfd, norm, O_PATH, 0, NULL, 0);
+    int probe = wsfile_openat(rootfd, norm, O_PATH, 0, NULL);
     if (probe >= 0) {
         struct stat st;
         if (fstat(probe, &st) == 0 && !S_ISREG(st.st_mode)) {
-            seterr(err, errlen, "'%s': %s", norm,
-                   S_ISDIR(st.st_mode) ? "it is a directory" : "not a regular file");
+            km_err_set(err, KM_EUSAGE, "'%s': %s", norm,
+                       S_ISDIR(st.st_mode) ? "it is a directory" : "not a regular file");
             close(probe);
             close(rootfd);
             return NULL;
@@ -689,23 +678,23 @@ json_t *wsfile_write(const char *root, const char *rel, const void *data, size_t
     }
     /* truncated only once known to be a regular file */
     int flags = O_WRONLY | O_CREAT | O_NOCTTY | O_NONBLOCK | (append ? O_APPEND : 0);
-    int fd = wsfile_openat(rootfd, norm, flags, 0644, err, errlen);
+    int fd = wsfile_openat(rootfd, norm, flags, 0644, err);
     close(rootfd);
     if (fd < 0)
         return NULL;
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        seterr(err, errlen, "'%s': %s", norm, "not a regular file");
+        km_err_set(err, KM_EUSAGE, "'%s': %s", norm, "not a regular file");
         close(fd);
         return NULL;
     }
     if (!append && ftruncate(fd, 0) < 0) {
-        seterr(err, errlen, "'%s': %s", norm, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "'%s': %s", norm, strerror(errno));
         close(fd);
         return NULL;
     }
     if (cm_write_all(fd, data, len) < 0) {
-        seterr(err, errlen, "'%s': %s", norm, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "'%s': %s", norm, strerror(errno));
         close(fd);
         return NULL;
     }
@@ -716,12 +705,12 @@ json_t *wsfile_write(const char *root, const char *rel, const void *data, size_t
                      created);
 }
 
-json_t *wsfile_remove(const char *root, const char *rel, char *err, size_t errlen)
+json_t *wsfile_remove(const char *root, const char *rel, km_err *err)
 {
     char norm[WSFILE_PATH_MAX + 1];
-    if (wsfile_normalize(rel, 0, norm, err, errlen) < 0)
+    if (wsfile_normalize(rel, 0, norm, err) < 0)
         return NULL;
-    int rootfd = wsfile_root_open(root, err, errlen);
+    int rootfd = wsfile_root_open(root, err);
     if (rootfd < 0)
         return NULL;
     char *slash = strrchr(norm, '/');
@@ -729,11 +718,11 @@ json_t *wsfile_remove(const char *root, const char *rel, char *err, size_t errle
     int pfd;
     if (slash) {
         *slash = '\0';
-        pfd = wsfile_openat(rootfd, norm, O_PATH | O_DIRECTORY, 0, NULL, 0);
+        pfd = wsfile_openat(rootfd, norm, O_PATH | O_DIRECTORY, 0, NULL);
         int e = errno;
         *slash = '/';
         if (pfd < 0) {
-            seterr(err, errlen, "'%s': %s", norm, escape_reason(e));
+            km_err_set(err, KM_EUSAGE, "'%s': %s", norm, escape_reason(e));
             close(rootfd);
             return NULL;
         }
@@ -755,8 +744,8 @@ json_t *wsfile_remove(const char *root, const char *rel, char *err, size_t errle
     int e = errno;
     close(pfd);
     if (rc < 0) {
-        seterr(err, errlen, "'%s': %s", norm,
-               e == ENOTEMPTY || e == EEXIST ? "the directory is not empty" : escape_reason(e));
+        km_err_set(err, KM_EUSAGE, "'%s': %s", norm,
+                   e == ENOTEMPTY || e == EEXIST ? "the directory is not empty" : escape_reason(e));
         return NULL;
     }
     return json_pack("{s:s,s:s}", "path", norm, "type", type);

@@ -24,6 +24,8 @@
 #ifndef KERNELMGR_WSFILE_H
 #define KERNELMGR_WSFILE_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,17 +42,17 @@
  * "..", no NUL, no empty component after normalising "./" and "//", at most
  * WSFILE_PATH_MAX bytes. Writes the normalised path to out (size >=
  * WSFILE_PATH_MAX + 1). "." or "" give "." only when allow_root. 0 or -1. */
-int wsfile_normalize(const char *rel, int allow_root, char *out, char *err, size_t errlen);
+int wsfile_normalize(const char *rel, int allow_root, char *out, km_err *err);
 
 /* The workspace root root (absolute, trusted host path; its last component
  * must not be a symlink) as a directory fd opened O_RDONLY | O_DIRECTORY |
  * O_NOFOLLOW | O_CLOEXEC; the caller closes it. -1 with a reason. */
-int wsfile_root_open(const char *root, char *err, size_t errlen);
+int wsfile_root_open(const char *root, km_err *err);
 
 /* An fd for rel beneath the directory fd rootfd, opened with flags (O_CREAT
  * allowed, with mode), confined as described above. The caller closes it.
  * Returns the fd or -1 with errno and a reason (err may be NULL). */
-int wsfile_openat(int rootfd, const char *rel, int flags, mode_t mode, char *err, size_t errlen);
+int wsfile_openat(int rootfd, const char *rel, int flags, mode_t mode, km_err *err);
 
 /* The fallback wsfile_openat uses without openat2: one component at a time,
  * O_PATH | O_NOFOLLOW | O_DIRECTORY for every directory, flags | O_NOFOLLOW
@@ -63,20 +65,19 @@ int wsfile_openat_walk(int rootfd, const char *rel, int flags, mode_t mode);
  * (O_NONBLOCK | O_NOCTTY) only when regular, and checked to be the same
  * inode. *st gets its fstat. The fd (caller closes) or -1 with errno (EISDIR
  * for a directory, EINVAL for another non-regular file) and a reason. */
-int wsfile_open_regular(int rootfd, const char *rel, struct stat *st, char *err, size_t errlen);
+int wsfile_open_regular(int rootfd, const char *rel, struct stat *st, km_err *err);
 
 /* Reads the whole regular file rel beneath rootfd (wsfile_open_regular)
  * into *data (new, NUL-terminated, *len bytes), refusing a file larger than
  * max bytes. 0, or -1 with errno (ENOENT: absent, EFBIG: too large, EINVAL:
  * not a regular file) and a reason. */
-int wsfile_slurp(int rootfd, const char *rel, size_t max, char **data, size_t *len, char *err,
-                 size_t errlen);
+int wsfile_slurp(int rootfd, const char *rel, size_t max, char **data, size_t *len, km_err *err);
 
 /* Replaces the content of the regular file rel beneath rootfd with
  * data[0..len) (created with mode when missing; truncated only once fstat
  * says it is a regular file). 0, or -1 with errno and a reason. */
 int wsfile_replace(int rootfd, const char *rel, const void *data, size_t len, mode_t mode,
-                   char *err, size_t errlen);
+                   km_err *err);
 
 /* The text of the symlink name in the directory fd dirfd (an entry found by
  * an fd-based walk; readlinkat never follows it), at most WSFILE_LINK_MAX
@@ -94,7 +95,7 @@ char *wsfile_readlinkat(int dirfd, const char *name);
  * moved up and removed in later passes, at most WSFILE_RMTREE_PASSES).
  * Returns 0 (also when path does not exist) or -1 with the number of
  * failures and the first one in err; with err NULL they go to stderr. */
-int wsfile_rmtree(const char *path, char *err, size_t errlen);
+int wsfile_rmtree(const char *path, km_err *err);
 
 /* new: reads up to length bytes (0: WSFILE_READ_MAX; capped there) from
  * offset of the regular file rel under root. encoding: "auto" (text when the
@@ -102,14 +103,14 @@ int wsfile_rmtree(const char *path, char *err, size_t errlen);
  * U+FFFD) or "base64". Returns {"path","size","offset","length","encoding",
  * "content","eof","mime"} or NULL with a reason. */
 json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t length,
-                    const char *encoding, char *err, size_t errlen);
+                    const char *encoding, km_err *err);
 
 /* new: writes data[0..len) to rel under root (created 0644, or truncated;
  * appended when append), creating missing parent directories (0755) when
  * mkdirs. Never follows a symlink and never writes to a non-regular file.
  * Returns {"path","size","created"} or NULL with a reason. */
 json_t *wsfile_write(const char *root, const char *rel, const void *data, size_t len, int append,
-                     int mkdirs, char *err, size_t errlen);
+                     int mkdirs, km_err *err);
 
 /* new: removes rel under root: a regular file, a symlink (the link, never
  * what it points to), another non-directory entry, or an empty directory
@@ -117,6 +118,6 @@ json_t *wsfile_write(const char *root, const char *rel, const void *data, size_t
  * resolved confined as wsfile_openat; the entry is unlinked relative to
  * it. Returns {"path","type"} (type "file", "symlink", "dir", "other") or
  * NULL with a reason. */
-json_t *wsfile_remove(const char *root, const char *rel, char *err, size_t errlen);
+json_t *wsfile_remove(const char *root, const char *rel, km_err *err);
 
 #endif

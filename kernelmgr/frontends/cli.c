@@ -16,8 +16,8 @@
 #include "kernelmgr/frontends/doctor.h"
 #include "common/cm_install.h"
 #include "kernelmgr/frontends/gateway.h"
-#include "kernelmgr/engine/kclient.h"
-#include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/mkclient.h"
+#include "kernelmgr/engine/mklaunch.h"
 #include "kernelmgr/frontends/kspecinstall.h"
 #include "kernelmgr/engine/km.h"
 #include "kernelmgr/engine/kmhome.h"
@@ -159,19 +159,19 @@ static int resolve_home(cli *c)
  * checks it (cblocks_check_code: code_max, NUL bytes, UTF-8) so that run and
  * exec say the same before anything starts. *bad is set when the code was
  * read but refused (exit 2 with err), 0 for I/O errors. */
-static char *read_code_checked(cli *c, int *bad, char *err, size_t errlen);
-static char *read_code(cli *c, char *err, size_t errlen)
+static char *read_code_checked(cli *c, int *bad, km_err *err);
+static char *read_code(cli *c, km_err *err)
 {
     if (c->code)
         return strdup(c->code);
     const char *f = c->file;
     if (!f) {
-        snprintf(err, errlen, "no code given: use -c CODE, a FILE, or - for stdin");
+        km_err_set(err, KM_EUSAGE, "no code given: use -c CODE, a FILE, or - for stdin");
         return NULL;
     }
     FILE *fp = strcmp(f, "-") ? fopen(f, "r") : stdin;
     if (!fp) {
-        snprintf(err, errlen, "%s: %s", f, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "%s: %s", f, strerror(errno));
         return NULL;
     }
     /* keeps at most code_max + 1 bytes; the rest is counted, so the error
@@ -181,7 +181,7 @@ static char *read_code(cli *c, char *err, size_t errlen)
     char *buf = malloc(cap);
     char sink[65536];
     if (!buf)
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
     for (size_t r = 1; buf && r; total += r) {
         if (n >= keep) {
             r = fread(sink, 1, sizeof sink, fp);
@@ -192,7 +192,7 @@ static char *read_code(cli *c, char *err, size_t errlen)
             if (!b) {
                 free(buf);
                 buf = NULL;
-                snprintf(err, errlen, "%s: out of memory", f);
+                km_err_set(err, KM_EUSAGE, "%s: out of memory", f);
                 break;
             }
             buf = b;
@@ -209,7 +209,7 @@ static char *read_code(cli *c, char *err, size_t errlen)
         fclose(fp);
     if (buf && rerr) {
         free(buf);
-        snprintf(err, errlen, "%s: %s", f, strerror(rerr));
+        km_err_set(err, KM_EUSAGE, "%s: %s", f, strerror(rerr));
         return NULL;
     }
     if (buf) {
@@ -219,15 +219,15 @@ static char *read_code(cli *c, char *err, size_t errlen)
     return buf;
 }
 
-static char *read_code_checked(cli *c, int *bad, char *err, size_t errlen)
+static char *read_code_checked(cli *c, int *bad, km_err *err)
 {
     *bad = 0;
     c->code_len = 0;
-    char *code = read_code(c, err, errlen);
+    char *code = read_code(c, err);
     if (!code)
         return NULL;
     size_t len = c->code ? strlen(code) : c->code_len;
-    if (cblocks_check_code(code, len, c->cfg.code_max, err, errlen)) {
+    if (cblocks_check_code(code, len, c->cfg.code_max, err)) {
         *bad = 1;
         free(code);
         return NULL;
@@ -479,11 +479,11 @@ static int exec_status(const cli *c, const json_t *reply)
 
 static int cmd_run(cli *c)
 {
-    char why[512];
+    km_err why = {0};
     int badcode;
-    char *code = read_code_checked(c, &badcode, why, sizeof why);
+    char *code = read_code_checked(c, &badcode, &why);
     if (!code)
-        return badcode ? fail(KM_EUSAGE, why) : usage_error("%s", why);
+        return badcode ? fail(KM_EUSAGE, why.msg) : usage_error("%s", why.msg);
     if (c->workspace) {
         /* relative paths are the user's cwd */
         char *real = realpath(c->workspace, NULL);
@@ -511,9 +511,8 @@ static int cmd_run(cli *c)
     ticker_start(c, m, name);
     json_t *res = NULL;
     if (run_stop_sig) {
-        err.code = KM_EINTERNAL;
-        snprintf(err.msg, sizeof err.msg, "stopped by signal %d (%s) before the code ran",
-                 (int)run_stop_sig, strsignal(run_stop_sig));
+        km_err_set(&err, KM_EINTERNAL, "stopped by signal %d (%s) before the code ran",
+                   (int)run_stop_sig, strsignal(run_stop_sig));
     } else {
         res = km_exec(m, name, &so, &eo, code, on_event, &rc, &err);
     }
@@ -640,11 +639,11 @@ static int cmd_exec(cli *c)
         return usage_error("exec needs --session NAME");
     if (!km_name_valid(c->session))
         return usage_error("invalid session name \"%s\"", c->session);
-    char why[512];
+    km_err why = {0};
     int badcode;
-    char *code = read_code_checked(c, &badcode, why, sizeof why);
+    char *code = read_code_checked(c, &badcode, &why);
     if (!code)
-        return badcode ? fail(KM_EUSAGE, why) : usage_error("%s", why);
+        return badcode ? fail(KM_EUSAGE, why.msg) : usage_error("%s", why.msg);
     char *ws = NULL;
     if (c->workspace && !(ws = realpath(c->workspace, NULL))) {
         free(code);
@@ -1788,10 +1787,10 @@ static int cmd_serve(cli *c)
     if (c->insecure)
         c->cfg.http_insecure = 1;
     if (c->cfg.http[0]) {
-        char why[512];
+        km_err why = {0};
         if (gateway_listen_valid(c->cfg.http, c->cfg.http_tls_cert[0] != 0, c->cfg.http_insecure,
-                                 why, sizeof why))
-            return fail(KM_EUSAGE, why);
+                                 &why))
+            return fail(KM_EUSAGE, why.msg);
         if ((c->cfg.http_tls_cert[0] != 0) != (c->cfg.http_tls_key[0] != 0))
             return fail(KM_EUSAGE, "TLS needs both --tls-cert and --tls-key");
     }
@@ -1848,10 +1847,10 @@ static int cmd_kernelspec(cli *c)
         .ipython = c->so.ipython,
         .version = KM_VERSION,
     };
-    char why[1024];
-    json_t *done = kspecinst_install(&o, why, sizeof why);
+    km_err why = {0};
+    json_t *done = kspecinst_install(&o, &why);
     if (!done)
-        return fail(KM_EINTERNAL, why);
+        return fail(KM_EINTERNAL, why.msg);
     if (c->json) {
         json_t *o2 = json_pack("{s:o}", "installed", done);
         print_json(o2);
@@ -2144,10 +2143,9 @@ static int opt_timeout(cli *c, const cli_opt *o, const char *arg)
 
 static int opt_network(cli *c, const cli_opt *o, const char *arg)
 {
-    char why[700];
-    if (km_net_from_text(arg, "--network", &c->network, c->net_allow, sizeof c->net_allow, why,
-                         sizeof why))
-        return usage_error("%s", why);
+    km_err why = {0};
+    if (km_net_from_text(arg, "--network", &c->network, c->net_allow, sizeof c->net_allow, &why))
+        return usage_error("%s", why.msg);
     return 0;
 }
 
@@ -2441,22 +2439,21 @@ static int cli_dispatch(int argc, char **argv)
     if (resolve_home(&c))
         return KM_EUSAGE;
     /* the home is trusted state: refused before anything in it is read */
-    char home_why[1024];
-    if (kmhome_prepare(c.home, 0, home_why, sizeof home_why)) {
-        fprintf(stderr, "kernelmgr: %s\n", home_why);
+    km_err home_why = {0};
+    if (kmhome_prepare(c.home, 0, &home_why)) {
+        fprintf(stderr, "kernelmgr: %s\n", home_why.msg);
         return KM_EUSAGE;
     }
     active_cli = &c;
     kmcfg_defaults(&c.cfg);
-    char why[1024];
+    km_err why = {0};
     char cfgpath[4096];
     if (c.config)
         snprintf(cfgpath, sizeof cfgpath, "%s", c.config);
     else
         snprintf(cfgpath, sizeof cfgpath, "%s/config.json", c.home);
-    if (kmcfg_load_file(&c.cfg, cfgpath, c.config ? KMCFG_MUST_EXIST : KMCFG_HOME_FILE, why,
-                        sizeof why)) {
-        fprintf(stderr, "kernelmgr: invalid configuration: %s\n", why);
+    if (kmcfg_load_file(&c.cfg, cfgpath, c.config ? KMCFG_MUST_EXIST : KMCFG_HOME_FILE, &why)) {
+        fprintf(stderr, "kernelmgr: invalid configuration: %s\n", why.msg);
         return KM_EUSAGE;
     }
     if (c.config) {

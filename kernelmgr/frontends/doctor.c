@@ -557,10 +557,10 @@ static json_t *doctor_trials(const kmcfg *cfg, json_t *problems)
                                                          lg->name, cfg->sandbox, why));
     }
     km_manager_destroy(&m);
-    char rmerr[256];
-    if (wsfile_rmtree(tmpl, rmerr, sizeof rmerr))
-        json_array_append_new(problems,
-                              json_sprintf("trial start: could not remove %s: %s", tmpl, rmerr));
+    km_err rmerr = {0};
+    if (wsfile_rmtree(tmpl, &rmerr))
+        json_array_append_new(
+            problems, json_sprintf("trial start: could not remove %s: %s", tmpl, rmerr.msg));
     free(tmpl);
     return out;
 }

@@ -174,11 +174,11 @@ static const char *token_invalid(const char *t)
 /* The token of http_token_file: its first line, from a regular file of
  * this user's that no one else may read or write (cm_read_regular). new, or
  * NULL with a reason. */
-static char *token_from_file(const char *path, char *err, size_t errlen)
+static char *token_from_file(const char *path, km_err *err)
 {
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077)) {
-        gw_err(err, errlen,
+        gw_err(err,
                "http_token_file %s: readable or writable by group or others (mode %03o): "
                "chmod 600 it",
                path, (unsigned)(st.st_mode & 0777));
@@ -188,14 +188,14 @@ static char *token_from_file(const char *path, char *err, size_t errlen)
     size_t len = 0;
     const char *why = NULL;
     if (cm_read_regular(path, GW_TOKEN_FILE_MAX, CM_RR_OWNED, &data, &len, &why)) {
-        gw_err(err, errlen, "http_token_file %s: %s%s", path, why,
+        gw_err(err, "http_token_file %s: %s%s", path, why,
                why && strstr(why, "limit") ? " of 4096 bytes" : "");
         return NULL;
     }
     data[strcspn(data, "\r\n")] = 0;
     const char *bad = token_invalid(data);
     if (bad) {
-        gw_err(err, errlen, "http_token_file %s: its token is %s", path, bad);
+        gw_err(err, "http_token_file %s: its token is %s", path, bad);
         sodium_memzero(data, len);
         free(data);
         return NULL;
@@ -208,13 +208,13 @@ static char *token_from_file(const char *path, char *err, size_t errlen)
  * when missing or unusable). *source says which, for the log. new, or NULL
  * with a reason. */
 static char *load_token(const char *home, const char *given, const char *file, char *source,
-                        size_t srclen, char *err, size_t errlen)
+                        size_t srclen, km_err *err)
 {
     const char *env = getenv("KERNELMGR_HTTP_TOKEN");
     if (env && *env) {
         const char *bad = token_invalid(env);
         if (bad) {
-            gw_err(err, errlen, "KERNELMGR_HTTP_TOKEN is %s", bad);
+            gw_err(err, "KERNELMGR_HTTP_TOKEN is %s", bad);
             return NULL;
         }
         snprintf(source, srclen, "$KERNELMGR_HTTP_TOKEN");
@@ -226,11 +226,11 @@ static char *load_token(const char *home, const char *given, const char *file, c
     }
     if (file && *file) {
         snprintf(source, srclen, "%.1000s", file);
-        return token_from_file(file, err, errlen);
+        return token_from_file(file, err);
     }
     char *path = NULL;
     if (asprintf(&path, "%s/http-token", home) < 0) {
-        gw_err(err, errlen, "out of memory");
+        gw_err(err, "out of memory");
         return NULL;
     }
     snprintf(source, srclen, "%.1000s", path);
@@ -259,7 +259,7 @@ static char *load_token(const char *home, const char *given, const char *file, c
         snprintf(buf + 2 * i, 3, "%02x", r[i]);
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 || write(fd, buf, strlen(buf)) != (ssize_t)strlen(buf) || write(fd, "\n", 1) != 1) {
-        gw_err(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        gw_err(err, "cannot write %s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
         free(path);
@@ -310,7 +310,7 @@ static void write_info(gateway *g)
 /* The bounds before the token (gateway.h): the connection budget from
  * RLIMIT_NOFILE, the unauthenticated bounds and the names from the
  * manager's configuration. 0, or -1 with a reason. */
-static int connection_bounds(gateway *g, char *err, size_t errlen)
+static int connection_bounds(gateway *g, km_err *err)
 {
     const kmcfg *cfg = km_manager_config(g->m);
     struct rlimit rl;
@@ -325,7 +325,7 @@ static int connection_bounds(gateway *g, char *err, size_t errlen)
         conns = GW_CONN_MAX;
     unsigned need = cfg->http_max_unauth + g->o.max_connections;
     if (conns < need)
-        return gw_err(err, errlen,
+        return gw_err(err,
                       "RLIMIT_NOFILE of %lu leaves the gateway (at most 1/%d of it) room for %lu "
                       "connections, fewer than http_max_unauth %u + http_max_connections %u: "
                       "raise the limit or lower those",
@@ -334,7 +334,7 @@ static int connection_bounds(gateway *g, char *err, size_t errlen)
     g->header_timeout = cfg->http_header_timeout;
     g->peers = gwpeers_new(g->conn_budget, cfg->http_max_unauth, cfg->http_max_unauth_per_peer);
     if (!g->peers || (cfg->http_host[0] && !(g->host = strdup(cfg->http_host))))
-        return gw_err(err, errlen, "out of memory");
+        return gw_err(err, "out of memory");
     struct in_addr a4;
     if (inet_pton(AF_INET, g->listen_addr, &a4) == 1) {
         g->any_addr = a4.s_addr == htonl(INADDR_ANY);
@@ -368,26 +368,26 @@ static void gateway_free(gateway *g)
     free(g);
 }
 
-gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t errlen)
+gateway *gateway_start(km_manager *m, const gateway_opts *o, km_err *err)
 {
     if (!o->listen || !*o->listen) {
-        gw_err(err, errlen, "no HTTP listen address");
+        gw_err(err, "no HTTP listen address");
         return NULL;
     }
     int tls = o->tls_cert && *o->tls_cert;
     if (tls != (o->tls_key && *o->tls_key)) {
-        gw_err(err, errlen, "TLS needs both a certificate (--tls-cert) and a key (--tls-key)");
+        gw_err(err, "TLS needs both a certificate (--tls-cert) and a key (--tls-key)");
         return NULL;
     }
-    if (gateway_listen_valid(o->listen, tls, o->insecure, err, errlen))
+    if (gateway_listen_valid(o->listen, tls, o->insecure, err))
         return NULL;
     if (sodium_init() < 0) {
-        gw_err(err, errlen, "libsodium failed to initialise");
+        gw_err(err, "libsodium failed to initialise");
         return NULL;
     }
     gateway *g = calloc(1, sizeof *g);
     if (!g) {
-        gw_err(err, errlen, "out of memory");
+        gw_err(err, "out of memory");
         return NULL;
     }
     g->m = m;
@@ -410,15 +410,15 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
     g->listen_addr = calloc(1, 64);
     g->o.listen = g->o.token = g->o.tls_cert = g->o.tls_key = g->o.origin = NULL;
     if (!g->home || !g->listen_addr ||
-        gw_parse_listen(o->listen, g->listen_addr, 64, &g->port, err, errlen))
+        gw_parse_listen(o->listen, g->listen_addr, 64, &g->port, err))
         goto fail;
-    g->token = load_token(g->home, o->token, o->token_file, g->token_source, sizeof g->token_source,
-                          err, errlen);
+    g->token =
+        load_token(g->home, o->token, o->token_file, g->token_source, sizeof g->token_source, err);
     if (!g->token)
         goto fail;
     if (tls && (!(g->tls_cert = strdup(o->tls_cert)) || !(g->tls_key = strdup(o->tls_key))))
         goto fail;
-    if (connection_bounds(g, err, errlen))
+    if (connection_bounds(g, err))
         goto fail;
 
     lws_set_log_level(LLL_ERR, NULL);
@@ -437,7 +437,7 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
     ci.timeout_secs = g->header_timeout;
     g->ctx = lws_create_context(&ci);
     if (!g->ctx) {
-        gw_err(err, errlen, "cannot create the HTTP server context");
+        gw_err(err, "cannot create the HTTP server context");
         goto fail;
     }
     struct lws_context_creation_info vi;
@@ -460,7 +460,7 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
     }
     g->vh = lws_create_vhost(g->ctx, &vi);
     if (!g->vh) {
-        gw_err(err, errlen,
+        gw_err(err,
                "cannot serve HTTP on %s:%d (address in use, not available, or the TLS files "
                "unreadable)",
                g->listen_addr, g->port);
@@ -476,7 +476,7 @@ gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t e
             gwpeers_limit_value(g->peers, GWPEERS_PEER), g->header_timeout);
     snprintf(g->url, sizeof g->url, "%s://%s:%d/", tls ? "https" : "http", g->listen_addr, g->port);
     if (pthread_create(&g->thread, NULL, service_thread, g)) {
-        gw_err(err, errlen, "cannot start the HTTP thread");
+        gw_err(err, "cannot start the HTTP thread");
         goto fail;
     }
     write_info(g);

@@ -92,7 +92,7 @@ typedef struct gateway gateway;
 /* new: serves m (borrowed; must outlive the gateway) in a thread of its own.
  * Writes HOME/http.json ({"url","port","pid"}, 0600) once listening. NULL
  * with a reason in err (address in use, refused address, TLS files, ...). */
-gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t errlen);
+gateway *gateway_start(km_manager *m, const gateway_opts *o, km_err *err);
 
 /* Stops serving: every connection is closed, every relay ended. NULL-safe. */
 void gateway_stop(gateway **g);
@@ -107,15 +107,14 @@ int gateway_port(const gateway *g);
 
 /* Checks a listen address without binding: 0, or -1 with a reason
  * (gwlisten.c). */
-int gateway_listen_valid(const char *listen, int tls, int insecure, char *err, size_t errlen);
+int gateway_listen_valid(const char *listen, int tls, int insecure, km_err *err);
 
-/* Formats a reason into err (errlen bytes) and returns -1 (gwlisten.c). */
-int gw_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Sets err (KM_EUSAGE) to the formatted reason and returns -1 (gwlisten.c). */
+int gw_err(km_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* "[ADDR:]PORT" into addr (alen bytes; default 127.0.0.1, IPv4 only) and
  * *port: 0, or -1 with a reason (gwlisten.c). */
-int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, char *err,
-                    size_t errlen);
+int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, km_err *err);
 
 /* Two binaries: libwebsockets and the OpenSSL it loads would cost every
  * `kernelmgr exec` ~1.5 ms of dynamic loading, so the `kernelmgr` binary is

@@ -14,11 +14,11 @@ int gateway_built_in(void)
     return 0;
 }
 
-gateway *gateway_start(km_manager *m, const gateway_opts *o, char *err, size_t errlen)
+gateway *gateway_start(km_manager *m, const gateway_opts *o, km_err *err)
 {
     (void)m;
     (void)o;
-    snprintf(err, errlen, "this kernelmgr binary has no gateway: run kernelmgr-gateway");
+    km_err_set(err, KM_EUSAGE, "this kernelmgr binary has no gateway: run kernelmgr-gateway");
     return NULL;
 }
 

@@ -147,15 +147,15 @@ char *gw_error_body(const char *reason, const char *fmt, ...) __attribute__((for
  * and/or the X-Kernelmgr-Session header. 0 with scope ("" for none), or -1
  * with why (not a valid session name; prefix and header disagree). */
 int gw_request_scope(struct lws *wsi, const char *uri, const char **rest,
-                     char scope[KM_NAME_MAX + 1], char *why, size_t len);
+                     char scope[KM_NAME_MAX + 1], km_err *why);
 
 /* 0 when the request carries the token (header or ?token=). */
 int gw_authorized(gateway *g, struct lws *wsi);
 /* 0 when a WebSocket upgrade's Origin (if any) is the Host's or the
  * configured one; -1 with why. */
-int gw_origin_ok(gateway *g, struct lws *wsi, char *why, size_t len);
+int gw_origin_ok(gateway *g, struct lws *wsi, km_err *why);
 /* 0 when the request's Host names this gateway; -1 with why. */
-int gw_host_ok(const gateway *g, struct lws *wsi, char *why, size_t len);
+int gw_host_ok(const gateway *g, struct lws *wsi, km_err *why);
 
 /* LWS_CALLBACK_HTTP, _HTTP_BODY; the lws callback's return value. */
 int gw_on_http(struct lws *wsi, gw_conn *c, const char *uri);

@@ -4,6 +4,7 @@
  */
 #include "kernelmgr/frontends/gwapi.h"
 #include "kernelmgr/service/daemon.h"
+#include "kernelmgr/service/rpc.h"
 #include "common/cm_io.h"
 
 #include <errno.h>
@@ -17,8 +18,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define GWAPI_INVALID_PARAMS (-32602)
-#define GWAPI_SERVER_ERROR (-32005)
+/* the daemon could not be talked to: KM_EDAEMON's code (rpc.h), without data */
+#define GWAPI_SERVER_ERROR rpc_code_from_km(KM_EDAEMON)
 
 static json_t *error_response(const json_t *id, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -29,8 +30,7 @@ static json_t *error_response(const json_t *id, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return json_pack("{s:s s:O s:{s:i s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
-                     "error", "code", code, "message", msg);
+    return rpc_error(id, code, msg, NULL);
 }
 
 json_t *gwapi_check(const json_t *req, const char *scope)
@@ -40,22 +40,21 @@ json_t *gwapi_check(const json_t *req, const char *scope)
     const json_t *id = json_object_get(req, "id");
     const char *method = json_string_value(json_object_get(req, "method"));
     if (!json_is_object(req) || !method)
-        return error_response(id, -32600,
+        return error_response(id, RPC_INVALID_REQUEST,
                               "invalid request: a JSON-RPC 2.0 object with a method "
                               "is expected");
     /* the balancer routed by the prefix or header: a body naming another
      * session would act on a session that lives on another node */
     const json_t *sess = json_object_get(json_object_get(req, "params"), "session");
     if (scope && scope[0] && json_is_string(sess) && strcmp(json_string_value(sess), scope)) {
-        json_t *e = error_response(id, GWAPI_INVALID_PARAMS,
-                                   "%s: field \"session\": \"%.64s\" is not the session this "
-                                   "request was routed by, \"%s\" (its /s/%s/ prefix or "
-                                   "X-Kernelmgr-Session header)",
-                                   method, json_string_value(sess), scope, scope);
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "%s: field \"session\": \"%.64s\" is not the session this "
+                 "request was routed by, \"%s\" (its /s/%s/ prefix or "
+                 "X-Kernelmgr-Session header)",
+                 method, json_string_value(sess), scope, scope);
         /* as the daemon's own -32602: data.km_code (docs/API.md) */
-        json_object_set_new(json_object_get(e, "error"), "data",
-                            json_pack("{s:i}", "km_code", KM_EUSAGE));
-        return e;
+        return rpc_error_params(id, msg);
     }
     return NULL;
 }
@@ -316,11 +315,11 @@ static void *conn_main(void *arg)
 }
 
 gwapi_conn *gwapi_open(const char *home, const char *scope, size_t max_pending,
-                       void (*wake)(void *), void *ud, char *err, size_t errlen)
+                       void (*wake)(void *), void *ud, km_err *err)
 {
     gwapi_conn *c = calloc(1, sizeof *c);
     if (!c) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return NULL;
     }
     snprintf(c->scope, sizeof c->scope, "%s", scope ? scope : "");
@@ -332,13 +331,13 @@ gwapi_conn *gwapi_open(const char *home, const char *scope, size_t max_pending,
     km_err e = {0, ""};
     c->fd = connect_http(home, &e);
     if (c->fd < 0) {
-        snprintf(err, errlen, "the daemon: %s", e.msg);
+        km_err_set(err, KM_EUSAGE, "the daemon: %s", e.msg);
         gwapi_close(&c);
         return NULL;
     }
     c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (c->efd < 0 || pthread_create(&c->thread, NULL, conn_main, c)) {
-        snprintf(err, errlen, "cannot start the API relay: %s", strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot start the API relay: %s", strerror(errno));
         gwapi_close(&c);
         return NULL;
     }
@@ -431,12 +430,12 @@ int gwapi_pop(gwapi_conn *c, char **line, size_t *len)
     return 1;
 }
 
-int gwapi_failed(gwapi_conn *c, char *why, size_t len)
+int gwapi_failed(gwapi_conn *c, km_err *why)
 {
     pthread_mutex_lock(&c->mu);
     int f = c->failed;
     if (f && why)
-        snprintf(why, len, "%s", c->why);
+        km_err_set(why, KM_EUSAGE, "%s", c->why);
     pthread_mutex_unlock(&c->mu);
     return f;
 }

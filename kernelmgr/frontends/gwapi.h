@@ -15,6 +15,8 @@
 #ifndef KERNELMGR_GWAPI_H
 #define KERNELMGR_GWAPI_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -39,7 +41,7 @@ typedef struct gwapi_conn gwapi_conn;
  * scope (gwapi_check; copied, NULL or "" for none); NULL with a reason in
  * err. */
 gwapi_conn *gwapi_open(const char *home, const char *scope, size_t max_pending,
-                       void (*wake)(void *), void *ud, char *err, size_t errlen);
+                       void (*wake)(void *), void *ud, km_err *err);
 void gwapi_close(gwapi_conn **c);
 
 /* Takes one client message (text, len bytes): a JSON-RPC request is checked
@@ -51,6 +53,6 @@ int gwapi_send(gwapi_conn *c, const char *text, size_t len);
 int gwapi_pop(gwapi_conn *c, char **line, size_t *len);
 
 /* 1 with why when the connection failed (daemon gone, client too slow). */
-int gwapi_failed(gwapi_conn *c, char *why, size_t len);
+int gwapi_failed(gwapi_conn *c, km_err *why);
 
 #endif

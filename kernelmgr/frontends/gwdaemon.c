@@ -14,20 +14,14 @@
 static pthread_mutex_t http_mu = PTHREAD_MUTEX_INITIALIZER;
 static gateway *http_gw; /* under http_mu */
 
-static int kerr(km_err *err, int code, const char *msg)
-{
-    err->code = code;
-    snprintf(err->msg, sizeof err->msg, "%s", msg);
-    return code;
-}
-
 /* 0 when l names what g serves: the same address and scheme, and port 0 or
  * g's port. */
 static int same_listen(const gateway *g, const daemon_http_listen *l)
 {
-    char addr[64], want[sizeof addr + 32], why[256];
+    char addr[64], want[sizeof addr + 32];
+    km_err why = {0};
     int port = 0;
-    if (gw_parse_listen(l->listen, addr, sizeof addr, &port, why, sizeof why))
+    if (gw_parse_listen(l->listen, addr, sizeof addr, &port, &why))
         return -1;
     int tls = l->tls_cert && *l->tls_cert;
     snprintf(want, sizeof want, "%s://%s:%d/", tls ? "https" : "http", addr,
@@ -52,7 +46,7 @@ static int gw_http_start(km_manager *m, const daemon_http_listen *l, int *starte
                  "with `kernelmgr serve --stop` (its kernels end: variables are lost, "
                  "workspaces and sessions stay), then run `kernelmgr serve --http %s`",
                  (int)getpid(), l->listen ? l->listen : "[ADDR:]PORT");
-        return kerr(err, KM_EUSAGE, why);
+        return km_err_set(err, KM_EUSAGE, "%s", why);
     }
     pthread_mutex_lock(&http_mu);
     int rc = 0;
@@ -63,7 +57,7 @@ static int gw_http_start(km_manager *m, const daemon_http_listen *l, int *starte
                      "the daemon already serves HTTP at %s (one address per daemon): stop it "
                      "with `kernelmgr serve --stop` to serve elsewhere",
                      gateway_url(http_gw));
-            rc = kerr(err, KM_EUSAGE, why);
+            rc = km_err_set(err, KM_EUSAGE, "%s", why);
         }
     } else {
         gateway_opts go = {
@@ -80,12 +74,12 @@ static int gw_http_start(km_manager *m, const daemon_http_listen *l, int *starte
             .max_connections = cfg->http_max_connections,
             .rate = cfg->http_rate,
         };
-        char why[512];
-        http_gw = gateway_start(m, &go, why, sizeof why);
+        km_err why = {0};
+        http_gw = gateway_start(m, &go, &why);
         if (!http_gw) {
             char msg[600];
-            snprintf(msg, sizeof msg, "cannot serve HTTP: %s", why);
-            rc = kerr(err, KM_EUSAGE, msg);
+            snprintf(msg, sizeof msg, "cannot serve HTTP: %.511s", why.msg);
+            rc = km_err_set(err, KM_EUSAGE, "%s", msg);
         } else {
             *started = 1;
             fprintf(stderr, "kernelmgr: Jupyter gateway at %s (token from %s)\n",

@@ -199,7 +199,7 @@ int gw_authorized(gateway *g, struct lws *wsi)
 
 /* 0 when a WebSocket upgrade's Origin (if any) is the Host's or the
  * configured one. */
-int gw_origin_ok(gateway *g, struct lws *wsi, char *why, size_t len)
+int gw_origin_ok(gateway *g, struct lws *wsi, km_err *why)
 {
     char origin[512], host[512];
     int n = lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN);
@@ -207,8 +207,9 @@ int gw_origin_ok(gateway *g, struct lws *wsi, char *why, size_t len)
         return 0; /* not a browser: no Origin to check */
     if (n >= (int)sizeof origin ||
         lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) != n) {
-        snprintf(why, len, "WebSocket refused: an Origin of %d bytes is over the limit of %zu", n,
-                 sizeof origin - 1);
+        km_err_set(why, KM_EUSAGE,
+                   "WebSocket refused: an Origin of %d bytes is over the limit of %zu", n,
+                   sizeof origin - 1);
         return -1;
     }
     if (g->origin && !strcmp(origin, g->origin))
@@ -218,8 +219,8 @@ int gw_origin_ok(gateway *g, struct lws *wsi, char *why, size_t len)
         if (o && !strcmp(o + 3, host))
             return 0;
     }
-    snprintf(why, len, "WebSocket from origin %.200s refused (allowed: the Host's%s%.200s)", origin,
-             g->origin ? " or " : "", g->origin ? g->origin : "");
+    km_err_set(why, KM_EUSAGE, "WebSocket from origin %.200s refused (allowed: the Host's%s%.200s)",
+               origin, g->origin ? " or " : "", g->origin ? g->origin : "");
     return -1;
 }
 
@@ -233,14 +234,14 @@ int gw_origin_ok(gateway *g, struct lws *wsi, char *why, size_t len)
  * one name, only on upgrades, and hangs up without saying why. A request
  * without Host (HTTP/1.0) comes from no browser and passes. */
 #define GW_HOST_MAX 255
-int gw_host_ok(const gateway *g, struct lws *wsi, char *why, size_t len)
+int gw_host_ok(const gateway *g, struct lws *wsi, km_err *why)
 {
     int n = lws_hdr_total_length(wsi, WSI_TOKEN_HOST);
     if (n <= 0)
         return 0;
     char host[GW_HOST_MAX + 1];
     if (n > GW_HOST_MAX || lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) != n) {
-        snprintf(why, len, "a Host of %d bytes is over the limit of %d", n, GW_HOST_MAX);
+        km_err_set(why, KM_EUSAGE, "a Host of %d bytes is over the limit of %d", n, GW_HOST_MAX);
         return -1;
     }
     char *name = host;
@@ -265,12 +266,12 @@ int gw_host_ok(const gateway *g, struct lws *wsi, char *why, size_t len)
         (g->any_addr &&
          (v6 ? inet_pton(AF_INET6, name, &a6) == 1 : inet_pton(AF_INET, name, &a4) == 1)))
         return 0;
-    snprintf(why, len,
-             "the Host header names neither this gateway's address (%s)%s nor a configured "
-             "name (http_host%s%s): refused as DNS rebinding",
-             g->any_addr ? "any IP address" : g->listen_addr,
-             g->loopback || g->any_addr ? " nor localhost" : "", g->host ? " " : " unset",
-             g->host ? g->host : "");
+    km_err_set(why, KM_EUSAGE,
+               "the Host header names neither this gateway's address (%s)%s nor a configured "
+               "name (http_host%s%s): refused as DNS rebinding",
+               g->any_addr ? "any IP address" : g->listen_addr,
+               g->loopback || g->any_addr ? " nor localhost" : "", g->host ? " " : " unset",
+               g->host ? g->host : "");
     return -1;
 }
 
@@ -333,7 +334,7 @@ void gw_http_reset(gw_conn *c)
 #define GW_SCOPE_HEADER "x-kernelmgr-session:"
 
 int gw_request_scope(struct lws *wsi, const char *uri, const char **rest,
-                     char scope[KM_NAME_MAX + 1], char *why, size_t len)
+                     char scope[KM_NAME_MAX + 1], km_err *why)
 {
     scope[0] = 0;
     *rest = uri;
@@ -342,19 +343,19 @@ int gw_request_scope(struct lws *wsi, const char *uri, const char **rest,
         const char *n = uri + strlen(GW_SCOPE_PREFIX);
         size_t nl = strcspn(n, "/");
         if (nl == 0 || nl > KM_NAME_MAX) {
-            snprintf(why, len,
-                     "the URL's session prefix /s/NAME/ names %s (a session name is letters, "
-                     "digits, _ - ., at most %d bytes, not starting with '.')",
-                     nl ? "a name over the limit" : "no session", KM_NAME_MAX);
+            km_err_set(why, KM_EUSAGE,
+                       "the URL's session prefix /s/NAME/ names %s (a session name is letters, "
+                       "digits, _ - ., at most %d bytes, not starting with '.')",
+                       nl ? "a name over the limit" : "no session", KM_NAME_MAX);
             return -1;
         }
         memcpy(name, n, nl);
         name[nl] = 0;
         if (!km_name_valid(name)) {
-            snprintf(why, len,
-                     "the URL's session prefix /s/%s/ is not a valid session name (letters, "
-                     "digits, _ - ., at most %d bytes, not starting with '.')",
-                     name, KM_NAME_MAX);
+            km_err_set(why, KM_EUSAGE,
+                       "the URL's session prefix /s/%s/ is not a valid session name (letters, "
+                       "digits, _ - ., at most %d bytes, not starting with '.')",
+                       name, KM_NAME_MAX);
             return -1;
         }
         *rest = n[nl] ? n + nl : "/";
@@ -367,17 +368,17 @@ int gw_request_scope(struct lws *wsi, const char *uri, const char **rest,
             lws_hdr_custom_copy(wsi, hv, sizeof hv, GW_SCOPE_HEADER,
                                 (int)strlen(GW_SCOPE_HEADER)) != hl ||
             !km_name_valid(hv)) {
-            snprintf(why, len,
-                     "the X-Kernelmgr-Session header (%d bytes) is not a valid session name "
-                     "(letters, digits, _ - ., at most %d bytes, not starting with '.')",
-                     hl, KM_NAME_MAX);
+            km_err_set(why, KM_EUSAGE,
+                       "the X-Kernelmgr-Session header (%d bytes) is not a valid session name "
+                       "(letters, digits, _ - ., at most %d bytes, not starting with '.')",
+                       hl, KM_NAME_MAX);
             return -1;
         }
         if (scope[0] && strcmp(scope, hv)) {
-            snprintf(why, len,
-                     "the URL's session prefix /s/%s/ and the X-Kernelmgr-Session header \"%s\" "
-                     "name different sessions",
-                     scope, hv);
+            km_err_set(why, KM_EUSAGE,
+                       "the URL's session prefix /s/%s/ and the X-Kernelmgr-Session header \"%s\" "
+                       "name different sessions",
+                       scope, hv);
             return -1;
         }
         snprintf(scope, KM_NAME_MAX + 1, "%s", hv);
@@ -419,9 +420,9 @@ int gw_on_http(struct lws *wsi, gw_conn *c, const char *uri)
     gwpeers_request(lws_get_opaque_user_data(wsi));
     if (health(wsi, c, uri))
         return 0;
-    char why[512];
-    if (gw_host_ok(g, wsi, why, sizeof why)) {
-        gw_http_reply_now(wsi, c, 403, gw_error_body("Forbidden", "%s", why));
+    km_err why = {0};
+    if (gw_host_ok(g, wsi, &why)) {
+        gw_http_reply_now(wsi, c, 403, gw_error_body("Forbidden", "%s", why.msg));
         return 0;
     }
     if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI))
@@ -450,8 +451,8 @@ int gw_on_http(struct lws *wsi, gw_conn *c, const char *uri)
     }
     gwpeers_authenticated(g->peers, lws_get_opaque_user_data(wsi));
     const char *rest;
-    if (gw_request_scope(wsi, uri, &rest, c->scope, why, sizeof why)) {
-        gw_http_reply_now(wsi, c, 400, gw_error_body("Bad Request", "%s", why));
+    if (gw_request_scope(wsi, uri, &rest, c->scope, &why)) {
+        gw_http_reply_now(wsi, c, 400, gw_error_body("Bad Request", "%s", why.msg));
         return 0;
     }
     c->path = strdup(rest);

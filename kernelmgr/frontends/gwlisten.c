@@ -12,17 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int gw_err(char *err, size_t errlen, const char *fmt, ...)
+int gw_err(km_err *err, const char *fmt, ...)
 {
+    char msg[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    km_err_set(err, KM_EUSAGE, "%s", msg);
     return -1;
 }
 
-int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, char *err,
-                    size_t errlen)
+int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, km_err *err)
 {
     const char *colon = strrchr(listen, ':');
     const char *ps = colon ? colon + 1 : listen;
@@ -30,13 +31,12 @@ int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, char
     errno = 0;
     long p = strtol(ps, &end, 10);
     if (!*ps || *end || errno || p < 0 || p > 65535)
-        return gw_err(err, errlen, "invalid HTTP listen address \"%s\": expected [ADDR:]PORT",
-                      listen);
+        return gw_err(err, "invalid HTTP listen address \"%s\": expected [ADDR:]PORT", listen);
     *port = (int)p;
     if (colon) {
         size_t n = (size_t)(colon - listen);
         if (n >= alen || n == 0)
-            return gw_err(err, errlen, "invalid address in \"%s\"", listen);
+            return gw_err(err, "invalid address in \"%s\"", listen);
         memcpy(addr, listen, n);
         addr[n] = 0;
     } else {
@@ -44,21 +44,21 @@ int gw_parse_listen(const char *listen, char *addr, size_t alen, int *port, char
     }
     struct in_addr a4;
     if (inet_pton(AF_INET, addr, &a4) != 1)
-        return gw_err(err, errlen, "HTTP address \"%s\" is not an IPv4 address", addr);
+        return gw_err(err, "HTTP address \"%s\" is not an IPv4 address", addr);
     return 0;
 }
 
-int gateway_listen_valid(const char *listen, int tls, int insecure, char *err, size_t errlen)
+int gateway_listen_valid(const char *listen, int tls, int insecure, km_err *err)
 {
     char addr[64];
     int port;
-    if (gw_parse_listen(listen, addr, sizeof addr, &port, err, errlen))
+    if (gw_parse_listen(listen, addr, sizeof addr, &port, err))
         return -1;
     struct in_addr a4;
     inet_pton(AF_INET, addr, &a4);
     int loopback = (ntohl(a4.s_addr) >> 24) == 127;
     if (!loopback && !tls && !insecure)
-        return gw_err(err, errlen,
+        return gw_err(err,
                       "refusing to serve HTTP on %s without TLS: it is not a loopback address "
                       "(give --tls-cert and --tls-key, or --insecure to accept that the token "
                       "and the code travel in clear)",

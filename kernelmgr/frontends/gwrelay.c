@@ -3,8 +3,8 @@
  */
 #include "kernelmgr/frontends/gwrelay.h"
 #include "common/cm_clock.h"
-#include "kernelmgr/engine/kclient.h"
-#include "kernelmgr/engine/kforeign.h"
+#include "kernelmgr/engine/mkclient.h"
+#include "kernelmgr/engine/mkforeign.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -84,17 +84,16 @@ static void signal_efd(int fd)
     }
 }
 
-static void *open_socket(void *ctx, int type, const jp_connection *c, jp_channel ch, char *err,
-                         size_t errlen)
+static void *open_socket(void *ctx, int type, const jp_connection *c, jp_channel ch, km_err *err)
 {
     char ep[600];
     if (jp_connection_endpoint(c, ch, ep, sizeof ep)) {
-        snprintf(err, errlen, "no endpoint for the %s channel", jp_channel_name(ch));
+        km_err_set(err, KM_EUSAGE, "no endpoint for the %s channel", jp_channel_name(ch));
         return NULL;
     }
     void *s = zmq_socket(ctx, type);
     if (!s) {
-        snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        km_err_set(err, KM_EUSAGE, "zmq_socket: %s", zmq_strerror(zmq_errno()));
         return NULL;
     }
     int zero = 0, hwm = 1000;
@@ -105,7 +104,7 @@ static void *open_socket(void *ctx, int type, const jp_connection *c, jp_channel
     if (type == ZMQ_SUB)
         zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
     if (zmq_connect(s, ep)) {
-        snprintf(err, errlen, "connect to %.400s: %s", ep, zmq_strerror(zmq_errno()));
+        km_err_set(err, KM_EUSAGE, "connect to %.400s: %s", ep, zmq_strerror(zmq_errno()));
         zmq_close(s);
         return NULL;
     }
@@ -148,27 +147,27 @@ static void deliver(gwrelay *r, jp_channel ch, jmsg *m)
 static void *relay_main(void *arg)
 {
     gwrelay *r = arg;
-    char err[512] = "";
+    km_err err = {0};
     void *ctx = kclient_zctx();
     void *sock[JP_CHANNEL__COUNT] = {NULL};
     jp_error je;
     jp_session *sess =
         jp_session_new(r->conn.key, strlen(r->conn.key), r->conn.signature_scheme, &je);
     if (!sess)
-        snprintf(err, sizeof err, "signing session: %s", je.reason);
+        km_err_set(&err, KM_EKERNEL, "signing session: %s", je.reason);
     static const jp_channel chans[] = {JP_SHELL, JP_CONTROL, JP_STDIN, JP_IOPUB};
-    for (size_t i = 0; sess && i < 4 && !err[0]; i++)
-        sock[chans[i]] = open_socket(ctx, chans[i] == JP_IOPUB ? ZMQ_SUB : ZMQ_DEALER, &r->conn,
-                                     chans[i], err, sizeof err);
+    for (size_t i = 0; sess && i < 4 && !err.msg[0]; i++)
+        sock[chans[i]] =
+            open_socket(ctx, chans[i] == JP_IOPUB ? ZMQ_SUB : ZMQ_DEALER, &r->conn, chans[i], &err);
     if (sess)
         jp_session_set_max_bytes(sess, GWRELAY_MAX_MSG_BYTES);
     pthread_mutex_lock(&r->mu);
-    r->ready = err[0] ? -1 : 1;
-    if (err[0])
-        snprintf(r->why, sizeof r->why, "%s", err);
+    r->ready = err.msg[0] ? -1 : 1;
+    if (err.msg[0])
+        snprintf(r->why, sizeof r->why, "%.*s", (int)sizeof r->why - 1, err.msg);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    if (err[0])
+    if (err.msg[0])
         goto out;
 
     int welcomed = 0;
@@ -235,7 +234,7 @@ static void *relay_main(void *arg)
                 break;
             /* the manager follows the cell from the kernel's IOPub into
              * the session's history and names its client there, and in
-             * the `waited` of an exec that waits for it (kforeign.h) */
+             * the `waited` of an exec that waits for it (mkforeign.h) */
             if (in->ch == JP_SHELL && !strcmp(jmsg_type(in->msg), "execute_request"))
                 kforeign_note(jmsg_id(in->msg), "websocket");
             jp_status st = jp_session_send(sess, sock[in->ch], in->msg, 0, &je);
@@ -255,11 +254,11 @@ out:
 }
 
 gwrelay *gwrelay_new(const jp_connection *conn, gw_form form, size_t max_pending,
-                     void (*wake)(void *ud), void *ud, char *err, size_t errlen)
+                     void (*wake)(void *ud), void *ud, km_err *err)
 {
     gwrelay *r = calloc(1, sizeof *r);
     if (!r) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return NULL;
     }
     r->conn = *conn;
@@ -271,12 +270,12 @@ gwrelay *gwrelay_new(const jp_connection *conn, gw_form form, size_t max_pending
     pthread_cond_init(&r->cv, NULL);
     r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (r->efd < 0) {
-        snprintf(err, errlen, "eventfd: %s", strerror(errno));
+        km_err_set(err, KM_EUSAGE, "eventfd: %s", strerror(errno));
         gwrelay_destroy(&r);
         return NULL;
     }
     if (pthread_create(&r->thread, NULL, relay_main, r)) {
-        snprintf(err, errlen, "cannot start the relay thread");
+        km_err_set(err, KM_EUSAGE, "cannot start the relay thread");
         gwrelay_destroy(&r);
         return NULL;
     }
@@ -286,7 +285,7 @@ gwrelay *gwrelay_new(const jp_connection *conn, gw_form form, size_t max_pending
         pthread_cond_wait(&r->cv, &r->mu);
     int ok = r->ready > 0;
     if (!ok)
-        snprintf(err, errlen, "%s", r->why);
+        km_err_set(err, KM_EUSAGE, "%s", r->why);
     pthread_mutex_unlock(&r->mu);
     if (!ok)
         gwrelay_destroy(&r);
@@ -380,12 +379,12 @@ int gwrelay_pop(gwrelay *r, unsigned char **data, size_t *len, int *binary)
     return 1;
 }
 
-int gwrelay_failed(gwrelay *r, char *why, size_t len)
+int gwrelay_failed(gwrelay *r, km_err *why)
 {
     pthread_mutex_lock(&r->mu);
     int f = r->failed;
     if (f && why)
-        snprintf(why, len, "%s", r->why);
+        km_err_set(why, KM_EUSAGE, "%s", r->why);
     pthread_mutex_unlock(&r->mu);
     return f;
 }

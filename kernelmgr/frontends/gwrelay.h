@@ -21,12 +21,14 @@
  *
  * The relay records nothing itself: the manager's own client of the kernel
  * sees every cell on its IOPub and writes the session's history
- * (kforeign.h); the relay only notes which execute_requests came from a
+ * (mkforeign.h); the relay only notes which execute_requests came from a
  * WebSocket, so the history and `waited` can say so. Nothing the client
  * sends is held back, dropped or reordered for it.
  */
 #ifndef KERNELMGR_GWRELAY_H
 #define KERNELMGR_GWRELAY_H
+
+#include "kernelmgr/engine/kmerr.h"
 
 #include "kernelmgr/frontends/gwwire.h"
 
@@ -37,7 +39,7 @@ typedef struct gwrelay gwrelay;
 /* new: a relay to the kernel of conn (borrowed, copied) speaking form to its
  * client. NULL with a reason in err when the sockets cannot be set up. */
 gwrelay *gwrelay_new(const jp_connection *conn, gw_form form, size_t max_pending,
-                     void (*wake)(void *ud), void *ud, char *err, size_t errlen);
+                     void (*wake)(void *ud), void *ud, km_err *err);
 
 /* Stops the thread, closes the sockets, frees what is queued. NULL-safe. */
 void gwrelay_destroy(gwrelay **r);
@@ -51,6 +53,6 @@ int gwrelay_send(gwrelay *r, jp_channel ch, jmsg *msg);
 int gwrelay_pop(gwrelay *r, unsigned char **data, size_t *len, int *binary);
 
 /* 1 when the relay has failed (it relays nothing more), with why. */
-int gwrelay_failed(gwrelay *r, char *why, size_t len);
+int gwrelay_failed(gwrelay *r, km_err *why);
 
 #endif

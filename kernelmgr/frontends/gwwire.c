@@ -10,13 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt,
-                                                      ...)
+__attribute__((format(printf, 2, 3))) static int fail(km_err *err, const char *fmt, ...)
 {
+    char msg[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    km_err_set(err, KM_EUSAGE, "%s", msg);
     return -1;
 }
 
@@ -35,22 +36,21 @@ static int channel_of(const char *name, size_t len, jp_channel *ch)
 }
 
 /* Parses len bytes of JSON text that must be an object (new), or NULL. */
-static json_t *parse_object(const void *data, size_t len, const char *what, char *err,
-                            size_t errlen)
+static json_t *parse_object(const void *data, size_t len, const char *what, km_err *err)
 {
     if (!cm_utf8_valid(data, len)) {
-        fail(err, errlen, "%s is not valid UTF-8", what);
+        fail(err, "%s is not valid UTF-8", what);
         return NULL;
     }
     json_error_t je;
     json_t *v = json_loadb(data, len, JSON_ALLOW_NUL, &je);
     if (!v) {
-        fail(err, errlen, "%s is not JSON: %s", what, je.text);
+        fail(err, "%s is not JSON: %s", what, je.text);
         return NULL;
     }
     if (!json_is_object(v)) {
         json_decref(v);
-        fail(err, errlen, "%s is not a JSON object", what);
+        fail(err, "%s is not a JSON object", what);
         return NULL;
     }
     return v;
@@ -58,8 +58,8 @@ static json_t *parse_object(const void *data, size_t len, const char *what, char
 
 /* Takes the four parts (each stolen, NULL = {}) into a new jmsg after the
  * checks every form shares. */
-static jmsg *assemble(json_t *header, json_t *parent, json_t *metadata, json_t *content, char *err,
-                      size_t errlen)
+static jmsg *assemble(json_t *header, json_t *parent, json_t *metadata, json_t *content,
+                      km_err *err)
 {
     jmsg *m = NULL;
     const char *bad = !json_is_object(header)                                ? "header"
@@ -70,13 +70,12 @@ static jmsg *assemble(json_t *header, json_t *parent, json_t *metadata, json_t *
                       : !json_is_string(json_object_get(header, "msg_type")) ? "header.msg_type"
                                                                              : NULL;
     if (bad) {
-        fail(err, errlen, "%s is missing or not %s", bad,
-             strchr(bad, '.') ? "a string" : "an object");
+        fail(err, "%s is missing or not %s", bad, strchr(bad, '.') ? "a string" : "an object");
         goto out;
     }
     m = calloc(1, sizeof *m);
     if (!m) {
-        fail(err, errlen, "out of memory");
+        fail(err, "out of memory");
         goto out;
     }
     m->header = header;
@@ -85,7 +84,7 @@ static jmsg *assemble(json_t *header, json_t *parent, json_t *metadata, json_t *
     m->content = content ? content : json_object();
     if (!m->parent_header || !m->metadata || !m->content) {
         jmsg_destroy(&m);
-        fail(err, errlen, "out of memory");
+        fail(err, "out of memory");
     }
     return m;
 out:
@@ -136,26 +135,26 @@ static int offsets_ok(const uint64_t *off, size_t n, uint64_t hdr, size_t len)
 }
 
 static int add_buffers(jmsg *m, const unsigned char *data, const uint64_t *off, size_t from,
-                       size_t to, size_t len, char *err, size_t errlen)
+                       size_t to, size_t len, km_err *err)
 {
     for (size_t i = from; i < to; i++) {
         uint64_t end = i + 1 < to ? off[i + 1] : len;
         if (jmsg_add_buffer(m, data + off[i], (size_t)(end - off[i])))
-            return fail(err, errlen, "out of memory");
+            return fail(err, "out of memory");
     }
     return 0;
 }
 
 #define GW_MAX_PARTS 1024u
 
-static int decode_json_object(json_t *o, jp_channel *ch, jmsg **out, char *err, size_t errlen)
+static int decode_json_object(json_t *o, jp_channel *ch, jmsg **out, km_err *err)
 {
     json_t *c = json_object_get(o, "channel");
     if (c && !json_is_null(c)) {
         if (!json_is_string(c))
-            return fail(err, errlen, "channel is not a string");
+            return fail(err, "channel is not a string");
         if (channel_of(json_string_value(c), json_string_length(c), ch))
-            return fail(err, errlen,
+            return fail(err,
                         "channel \"%s\" is not one a client may send on "
                         "(shell, control, stdin)",
                         json_string_value(c));
@@ -164,100 +163,97 @@ static int decode_json_object(json_t *o, jp_channel *ch, jmsg **out, char *err, 
     }
     json_t *b = json_object_get(o, "buffers");
     if (b && !(json_is_array(b) && json_array_size(b) == 0))
-        return fail(err, errlen, "buffers must be sent in a binary frame");
+        return fail(err, "buffers must be sent in a binary frame");
     *out = assemble(json_incref(json_object_get(o, "header")),
                     json_incref(json_object_get(o, "parent_header")),
                     json_incref(json_object_get(o, "metadata")),
-                    json_incref(json_object_get(o, "content")), err, errlen);
+                    json_incref(json_object_get(o, "content")), err);
     return *out ? 0 : -1;
 }
 
 static int decode_legacy_binary(const unsigned char *d, size_t len, jp_channel *ch, jmsg **out,
-                                char *err, size_t errlen)
+                                km_err *err)
 {
     if (len < 8)
-        return fail(err, errlen, "binary message of %zu bytes is too short", len);
+        return fail(err, "binary message of %zu bytes is too short", len);
     uint32_t n = get_u32be(d);
     if (n < 1 || n > GW_MAX_PARTS || (uint64_t)4 * (n + 1) > len)
-        return fail(err, errlen, "binary message: invalid part count %u", n);
+        return fail(err, "binary message: invalid part count %u", n);
     uint64_t off[GW_MAX_PARTS];
     for (uint32_t i = 0; i < n; i++)
         off[i] = get_u32be(d + 4 * (i + 1));
     if (!offsets_ok(off, n, (uint64_t)4 * (n + 1), len))
-        return fail(err, errlen, "binary message: invalid offsets");
+        return fail(err, "binary message: invalid offsets");
     size_t jend = n > 1 ? (size_t)off[1] : len;
-    json_t *o = parse_object(d + off[0], jend - (size_t)off[0], "the message", err, errlen);
+    json_t *o = parse_object(d + off[0], jend - (size_t)off[0], "the message", err);
     if (!o)
         return -1;
     json_object_del(o, "buffers");
-    int rc = decode_json_object(o, ch, out, err, errlen);
+    int rc = decode_json_object(o, ch, out, err);
     json_decref(o);
-    if (rc == 0 && add_buffers(*out, d, off, 1, n, len, err, errlen)) {
+    if (rc == 0 && add_buffers(*out, d, off, 1, n, len, err)) {
         jmsg_destroy(out);
         return -1;
     }
     return rc;
 }
 
-static int decode_v1(const unsigned char *d, size_t len, jp_channel *ch, jmsg **out, char *err,
-                     size_t errlen)
+static int decode_v1(const unsigned char *d, size_t len, jp_channel *ch, jmsg **out, km_err *err)
 {
     if (len < 8)
-        return fail(err, errlen, "v1 message of %zu bytes is too short", len);
+        return fail(err, "v1 message of %zu bytes is too short", len);
     uint64_t n = get_u64le(d);
     /* channel start, channel end = header start, header, parent, metadata,
      * content ends: at least 6 offsets */
     if (n < 6 || n > GW_MAX_PARTS || 8 * (n + 1) > len)
-        return fail(err, errlen, "v1 message: invalid offset count %llu", (unsigned long long)n);
+        return fail(err, "v1 message: invalid offset count %llu", (unsigned long long)n);
     uint64_t off[GW_MAX_PARTS];
     for (uint64_t i = 0; i < n; i++)
         off[i] = get_u64le(d + 8 * (i + 1));
     if (!offsets_ok(off, (size_t)n, 8 * (n + 1), len) || off[n - 1] != len)
-        return fail(err, errlen, "v1 message: invalid offsets");
+        return fail(err, "v1 message: invalid offsets");
     if (channel_of((const char *)d + off[0], (size_t)(off[1] - off[0]), ch))
-        return fail(err, errlen,
+        return fail(err,
                     "v1 message: channel \"%.*s\" is not one a client may send on "
                     "(shell, control, stdin)",
                     (int)(off[1] - off[0] > 32 ? 32 : off[1] - off[0]), (const char *)d + off[0]);
     static const char *names[] = {"header", "parent_header", "metadata", "content"};
     json_t *parts[4] = {NULL, NULL, NULL, NULL};
     for (int i = 0; i < 4; i++) {
-        parts[i] =
-            parse_object(d + off[i + 1], (size_t)(off[i + 2] - off[i + 1]), names[i], err, errlen);
+        parts[i] = parse_object(d + off[i + 1], (size_t)(off[i + 2] - off[i + 1]), names[i], err);
         if (!parts[i]) {
             for (int j = 0; j < i; j++)
                 json_decref(parts[j]);
             return -1;
         }
     }
-    *out = assemble(parts[0], parts[1], parts[2], parts[3], err, errlen);
+    *out = assemble(parts[0], parts[1], parts[2], parts[3], err);
     if (!*out)
         return -1;
     /* buffers: between offsets 5 .. n-1 */
     for (uint64_t i = 5; i + 1 < n; i++)
         if (jmsg_add_buffer(*out, d + off[i], (size_t)(off[i + 1] - off[i]))) {
             jmsg_destroy(out);
-            return fail(err, errlen, "out of memory");
+            return fail(err, "out of memory");
         }
     return 0;
 }
 
 int gwwire_decode(gw_form form, int binary, const void *data, size_t len, jp_channel *ch,
-                  jmsg **out, char *err, size_t errlen)
+                  jmsg **out, km_err *err)
 {
     *out = NULL;
     if (form == GW_FORM_V1) {
         if (!binary)
-            return fail(err, errlen, "the %s subprotocol takes binary frames only",
-                        GW_SUBPROTOCOL_V1);
-        return decode_v1(data, len, ch, out, err, errlen);
+            return fail(err, "the %s subprotocol takes binary frames only", GW_SUBPROTOCOL_V1);
+        return decode_v1(data, len, ch, out, err);
     }
     if (binary)
-        return decode_legacy_binary(data, len, ch, out, err, errlen);
-    json_t *o = parse_object(data, len, "the message", err, errlen);
+        return decode_legacy_binary(data, len, ch, out, err);
+    json_t *o = parse_object(data, len, "the message", err);
     if (!o)
         return -1;
-    int rc = decode_json_object(o, ch, out, err, errlen);
+    int rc = decode_json_object(o, ch, out, err);
     json_decref(o);
     return rc;
 }

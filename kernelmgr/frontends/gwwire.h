@@ -21,6 +21,8 @@
 #ifndef KERNELMGR_GWWIRE_H
 #define KERNELMGR_GWWIRE_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include "jp.h"
 
 #define GW_SUBPROTOCOL_V1 "v1.kernel.websocket.jupyter.org"
@@ -34,7 +36,7 @@ typedef enum gw_form { GW_FORM_JSON = 0, GW_FORM_V1 } gw_form;
  * content default to {} and must be objects. 0 with *out new and *ch set, or
  * -1 with a reason in err. */
 int gwwire_decode(gw_form form, int binary, const void *data, size_t len, jp_channel *ch,
-                  jmsg **out, char *err, size_t errlen);
+                  jmsg **out, km_err *err);
 
 /* Encodes msg (borrowed), received from the kernel on ch, for the client.
  * *out is new (free()), *len its size, *binary whether it must go as a

@@ -49,32 +49,33 @@ static int refuse_upgrade(struct lws *wsi, unsigned status, const char *why)
 
 int gw_confirm_upgrade(struct lws *wsi, gateway *g, const char *upgrade)
 {
-    char uri[1024], id[GW_KERNEL_ID_MAX + 1], why[512], scope[KM_NAME_MAX + 1], swhy[300];
+    char uri[1024], id[GW_KERNEL_ID_MAX + 1], scope[KM_NAME_MAX + 1];
+    km_err why = {0}, swhy = {0};
     const char *rest = uri;
     gwpeers_request(lws_get_opaque_user_data(wsi));
-    if (gw_host_ok(g, wsi, why, sizeof why))
-        return refuse_upgrade(wsi, 403, why);
+    if (gw_host_ok(g, wsi, &why))
+        return refuse_upgrade(wsi, 403, why.msg);
     if (!upgrade || strcasecmp(upgrade, "websocket"))
         return refuse_upgrade(wsi, 400, "only a WebSocket upgrade is served");
     if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0)
         return refuse_upgrade(wsi, 404, "no WebSocket here: use /api/kernels/ID/channels");
     /* a bad /s/NAME/ prefix or header is said once the token was shown */
-    int bad_scope = gw_request_scope(wsi, uri, &rest, scope, swhy, sizeof swhy);
+    int bad_scope = gw_request_scope(wsi, uri, &rest, scope, &swhy);
     if (!bad_scope && channels_path(rest, id) && strcmp(rest, GW_API_WS_PATH))
         return refuse_upgrade(wsi, 404, "no WebSocket here: use /api/kernels/ID/channels");
     if (gw_authorized(g, wsi))
         return refuse_upgrade(wsi, 401, "a valid token is required");
     gwpeers_authenticated(g->peers, lws_get_opaque_user_data(wsi));
     if (bad_scope)
-        return refuse_upgrade(wsi, 400, swhy);
-    if (gw_origin_ok(g, wsi, why, sizeof why)) {
-        lws_return_http_status(wsi, 403, why);
+        return refuse_upgrade(wsi, 400, swhy.msg);
+    if (gw_origin_ok(g, wsi, &why)) {
+        lws_return_http_status(wsi, 403, why.msg);
         return 1;
     }
     if (g->n_ws >= g->o.max_connections) {
-        snprintf(why, sizeof why, "too many WebSocket connections (limit %u)",
-                 g->o.max_connections);
-        lws_return_http_status(wsi, 503, why);
+        km_err_set(&why, KM_EUSAGE, "too many WebSocket connections (limit %u)",
+                   g->o.max_connections);
+        lws_return_http_status(wsi, 503, why.msg);
         return 1;
     }
     return 0;
@@ -92,7 +93,7 @@ static void ws_unlink(gateway *g, gw_conn *c)
 
 /* (Re)connects c's relay to the kernel's current connection file cf
  * (stolen). 0, or -1 with why. */
-static int ws_connect(gateway *g, gw_conn *c, char *cf, char *why, size_t len)
+static int ws_connect(gateway *g, gw_conn *c, char *cf, km_err *why)
 {
     jp_connection conn;
     jp_error je;
@@ -101,8 +102,8 @@ static int ws_connect(gateway *g, gw_conn *c, char *cf, char *why, size_t len)
     free(c->cf);
     c->cf = cf;
     if (jp_connection_read(cf, &conn, &je) != JP_OK)
-        snprintf(why, len, "the kernel's connection file: %s", je.reason);
-    else if ((c->relay = gwrelay_new(&conn, c->form, g->o.max_pending, relay_wake, g, why, len)))
+        km_err_set(why, KM_EUSAGE, "the kernel's connection file: %s", je.reason);
+    else if ((c->relay = gwrelay_new(&conn, c->form, g->o.max_pending, relay_wake, g, why)))
         rc = 0;
     sodium_memzero(&conn, sizeof conn);
     return rc;
@@ -114,10 +115,10 @@ void gw_ws_follow(gateway *g, gw_conn *c, const char *session, const char *lang)
 {
     char *cf = gw_live_cf(g, session, lang);
     if (cf && c->cf && strcmp(cf, c->cf)) {
-        char why[600];
-        if (ws_connect(g, c, cf, why, sizeof why))
+        km_err why = {0};
+        if (ws_connect(g, c, cf, &why))
             fprintf(stderr, "kernelmgr gateway: cannot follow kernel %s to its restart: %s\n",
-                    c->kernel_id, why);
+                    c->kernel_id, why.msg);
         lws_callback_on_writable(c->wsi);
         return;
     }
@@ -148,16 +149,16 @@ int gw_ws_established(struct lws *wsi, gw_conn *c, gateway *g)
     const struct lws_protocols *pr = lws_get_protocol(wsi);
     c->form = pr && pr->name && !strcmp(pr->name, GW_SUBPROTOCOL_V1) ? GW_FORM_V1 : GW_FORM_JSON;
     const char *rest;
-    char swhy[300];
+    km_err swhy = {0};
     if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 ||
-        gw_request_scope(wsi, uri, &rest, c->scope, swhy, sizeof swhy))
+        gw_request_scope(wsi, uri, &rest, c->scope, &swhy))
         return -1; /* checked at the upgrade */
     if (!strcmp(rest, GW_API_WS_PATH)) {
-        char why[300];
+        km_err why = {0};
         snprintf(c->kernel_id, sizeof c->kernel_id, "api");
-        c->api = gwapi_open(g->home, c->scope, g->o.max_pending, relay_wake, g, why, sizeof why);
+        c->api = gwapi_open(g->home, c->scope, g->o.max_pending, relay_wake, g, &why);
         if (!c->api) {
-            return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why);
+            return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why.msg);
         }
         c->next = g->ws;
         g->ws = c;
@@ -167,14 +168,14 @@ int gw_ws_established(struct lws *wsi, gw_conn *c, gateway *g)
     if (channels_path(rest, c->kernel_id))
         return -1;
     gw_kernel gk = {0};
-    char why[600] = "";
+    km_err why = {0};
     const char *node = km_manager_config(g->m)->node_id;
     if (gw_find_kernel(g, c->kernel_id, &gk)) {
-        snprintf(why, sizeof why, "no kernel %s%s%s%s", c->kernel_id, node[0] ? " on node " : "",
-                 node, node[0] ? " (a kernel id's first field names its node)" : "");
+        km_err_set(&why, KM_EUSAGE, "no kernel %s%s%s%s", c->kernel_id, node[0] ? " on node " : "",
+                   node, node[0] ? " (a kernel id's first field names its node)" : "");
     } else if (c->scope[0] && strcmp(gk.session, c->scope)) {
-        snprintf(why, sizeof why, "kernel %s is not a kernel of session %s (the URL's /s/%s/)",
-                 c->kernel_id, c->scope, c->scope);
+        km_err_set(&why, KM_EUSAGE, "kernel %s is not a kernel of session %s (the URL's /s/%s/)",
+                   c->kernel_id, c->scope, c->scope);
     } else {
         km_err e = {0};
         char cf[4096];
@@ -182,17 +183,17 @@ int gw_ws_established(struct lws *wsi, gw_conn *c, gateway *g)
         snprintf(c->session, sizeof c->session, "%s", gk.session);
         snprintf(c->lang, sizeof c->lang, "%s", gk.lang);
         if (km_connection_file(g->m, gk.session, gk.lang, cf, sizeof cf, &e))
-            snprintf(why, sizeof why, "%.500s", e.msg);
+            km_err_set(&why, KM_EUSAGE, "%.500s", e.msg);
         else if (!(dup = strdup(cf)))
-            snprintf(why, sizeof why, "out of memory");
+            km_err_set(&why, KM_EUSAGE, "out of memory");
         else
-            ws_connect(g, c, dup, why, sizeof why);
+            ws_connect(g, c, dup, &why);
     }
     json_decref(gk.model);
     if (!c->relay) {
         fprintf(stderr, "kernelmgr gateway: WebSocket for kernel %s refused: %s\n", c->kernel_id,
-                why);
-        return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why);
+                why.msg);
+        return ws_close(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, why.msg);
     }
     c->next = g->ws;
     g->ws = c;
@@ -230,7 +231,7 @@ int gw_ws_receive(struct lws *wsi, gw_conn *c, const void *in, size_t len)
     }
     if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi))
         return 0;
-    char why[300];
+    km_err why = {0};
     /* A limit closes the connection with a close frame saying which limit;
      * the close waits for the next writeable callback, so that what the
      * client already sent is read (closing with unread input would reset
@@ -254,25 +255,24 @@ int gw_ws_receive(struct lws *wsi, gw_conn *c, const void *in, size_t len)
     }
     if (c->api) {
         if (gwapi_send(c->api, (const char *)c->rx, c->rx_len)) {
-            gwapi_failed(c->api, why, sizeof why);
-            return ws_close(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, why);
+            gwapi_failed(c->api, &why);
+            return ws_close(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, why.msg);
         }
         return 0;
     }
     jp_channel ch;
     jmsg *m = NULL;
-    char err[300];
-    if (gwwire_decode(c->form, lws_frame_is_binary(wsi), c->rx, c->rx_len, &ch, &m, err,
-                      sizeof err)) {
+    km_err err = {0};
+    if (gwwire_decode(c->form, lws_frame_is_binary(wsi), c->rx, c->rx_len, &ch, &m, &err)) {
         /* like jupyter_server: a bad message is logged and dropped, the
          * connection stays */
         fprintf(stderr, "kernelmgr gateway: dropped a client message for kernel %s: %s\n",
-                c->kernel_id, err);
+                c->kernel_id, err.msg);
         return 0;
     }
     if (gwrelay_send(c->relay, ch, m)) {
-        gwrelay_failed(c->relay, why, sizeof why);
-        return ws_close(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, why);
+        gwrelay_failed(c->relay, &why);
+        return ws_close(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, why.msg);
     }
     return 0;
 }
@@ -308,14 +308,14 @@ int gw_ws_writeable(struct lws *wsi, gw_conn *c)
         lws_close_reason(wsi, c->close_status, (unsigned char *)c->close_why, strlen(c->close_why));
         return -1;
     }
-    char why[256];
+    km_err why = {0};
     if (c->api) {
         char *line;
         size_t n;
         if (gwapi_pop(c->api, &line, &n))
             return ws_write_frame(wsi, c, (unsigned char *)line, n, 0);
-        if (gwapi_failed(c->api, why, sizeof why)) {
-            return ws_close(wsi, LWS_CLOSE_STATUS_GOINGAWAY, why);
+        if (gwapi_failed(c->api, &why)) {
+            return ws_close(wsi, LWS_CLOSE_STATUS_GOINGAWAY, why.msg);
         }
         return 0;
     }
@@ -326,8 +326,8 @@ int gw_ws_writeable(struct lws *wsi, gw_conn *c)
     int binary;
     if (gwrelay_pop(c->relay, &data, &len, &binary))
         return ws_write_frame(wsi, c, data, len, binary);
-    if (gwrelay_failed(c->relay, why, sizeof why)) {
-        return ws_close(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, why);
+    if (gwrelay_failed(c->relay, &why)) {
+        return ws_close(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, why.msg);
     }
     return 0;
 }

@@ -44,11 +44,11 @@ static void kspecinst_opt(json_t *argv, const char *opt, const char *value)
 /* Writes via a temporary file so a reader never sees half a kernel.json;
  * the temporary file is created fresh (O_EXCL | O_NOFOLLOW), never written
  * through a symlink or into a FIFO someone left there. */
-static int kspecinst_write(const char *path, const json_t *spec, char *err, size_t errlen)
+static int kspecinst_write(const char *path, const json_t *spec, km_err *err)
 {
     char *tmp = NULL;
     if (asprintf(&tmp, "%s.tmp", path) < 0) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return -1;
     }
     unlink(tmp); /* a stale one from a crash (a symlink is removed, not followed) */
@@ -56,7 +56,7 @@ static int kspecinst_write(const char *path, const json_t *spec, char *err, size
     int rc = 0;
     if (fd < 0 || json_dumpfd(spec, fd, JSON_INDENT(1)) || fchmod(fd, 0644) || close(fd) ||
         (fd = -1, rename(tmp, path))) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot write %s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
         unlink(tmp);
@@ -85,7 +85,7 @@ int kspecinst_python_debugger(const char *python)
 /* Installs the kernelspec of language l under base: new {"name","path",
  * "argv"}, or NULL with err. */
 static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, const km_lang *lg,
-                             char *err, size_t errlen)
+                             km_err *err)
 {
     const char *ln = lg->name;
     char *bin = NULL, *dir = NULL, *path = NULL;
@@ -93,14 +93,14 @@ static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, const km
     if ((lg->backend[0] == '/' ? asprintf(&bin, "%s", lg->backend)
                                : asprintf(&bin, "%s/%s", o->kernel_dir, lg->backend)) < 0) {
         bin = NULL;
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         goto done;
     }
     errno = 0;
     char *real = realpath(bin, NULL);
     if (!real || access(real, X_OK)) {
-        snprintf(err, errlen, "%s: %s (build the kernels first: make)", bin,
-                 strerror(errno ? errno : ENOENT));
+        km_err_set(err, KM_EUSAGE, "%s: %s (build the kernels first: make)", bin,
+                   strerror(errno ? errno : ENOENT));
         free(real);
         goto done;
     }
@@ -133,14 +133,14 @@ static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, const km
         json_object_set_new(json_object_get(spec, "metadata"), "debugger", json_true());
     if (asprintf(&dir, "%s/kernelmgr-%s", base, ln) < 0 ||
         asprintf(&path, "%s/kernelmgr-%s/kernel.json", base, ln) < 0) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         goto done;
     }
     if (kmfs_mkdirs(dir, 0755)) {
-        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot create %s: %s", dir, strerror(errno));
         goto done;
     }
-    if (kspecinst_write(path, spec, err, errlen))
+    if (kspecinst_write(path, spec, err))
         goto done;
     out = json_pack("{s:o s:s s:O}", "name", json_sprintf("kernelmgr-%s", ln), "path", dir, "argv",
                     json_object_get(spec, "argv"));
@@ -152,18 +152,18 @@ done:
     return out;
 }
 
-json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen)
+json_t *kspecinst_install(const kspecinst_opts *o, km_err *err)
 {
     if (o->prefix && o->prefix[0] != '/') {
-        snprintf(err, errlen, "--prefix %s: must be an absolute path", o->prefix);
+        km_err_set(err, KM_EUSAGE, "--prefix %s: must be an absolute path", o->prefix);
         return NULL;
     }
     char *base = kspecinst_dir(o);
     if (!base) {
-        snprintf(err, errlen,
-                 errno == ENOMEM ? "out of memory"
-                                 : "cannot tell where to install: set HOME, or use "
-                                   "--prefix DIR");
+        km_err_set(err, KM_EUSAGE,
+                   errno == ENOMEM ? "out of memory"
+                                   : "cannot tell where to install: set HOME, or use "
+                                     "--prefix DIR");
         return NULL;
     }
     km_langs builtin;
@@ -176,7 +176,7 @@ json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen)
     for (int l = 0; l < t->n; l++) {
         if (!t->v[l].backend[0])
             continue; /* run by a Jupyter kernelspec: nothing of ours */
-        json_t *one = kspecinst_one(o, base, &t->v[l], err, errlen);
+        json_t *one = kspecinst_one(o, base, &t->v[l], err);
         if (!one) {
             json_decref(done);
             done = NULL;

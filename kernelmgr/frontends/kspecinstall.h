@@ -13,6 +13,8 @@
 #ifndef KERNELMGR_KSPECINSTALL_H
 #define KERNELMGR_KSPECINSTALL_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include "kernelmgr/engine/lang.h"
 
 #include <jansson.h>
@@ -39,7 +41,7 @@ typedef struct kspecinst_opts {
  * kernel-server backend (not those run by a Jupyter kernelspec: that
  * kernelspec is already installed). Returns a new array
  * [{"name","path","argv"}] or NULL with a reason in err. */
-json_t *kspecinst_install(const kspecinst_opts *o, char *err, size_t errlen);
+json_t *kspecinst_install(const kspecinst_opts *o, km_err *err);
 
 /* new (free()): the kernels directory chosen for o (see above), or NULL
  * with errno (ENOENT: no prefix, JUPYTER_DATA_DIR, XDG_DATA_HOME or HOME). */

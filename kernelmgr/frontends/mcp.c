@@ -482,11 +482,11 @@ static void handle_notification(mcp_server *srv, const char *method, json_t *par
 static void handle_line(mcp_server *srv, const char *line, size_t len)
 {
     rpc_msg m;
-    char why[300];
-    int kind = rpc_parse(line, len, &m, why, sizeof why);
+    km_err why = {0};
+    int kind = rpc_parse(line, len, &m, &why);
     if (kind < 0) {
         if (!m.silent)
-            send_error(srv, m.id, kind, why, NULL);
+            send_error(srv, m.id, kind, why.msg, NULL);
     } else if (kind == RPC_REQUEST) {
         handle_request(srv, m.root, m.id, m.method, m.params);
     } else if (kind == RPC_NOTIFICATION) {

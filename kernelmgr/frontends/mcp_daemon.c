@@ -95,10 +95,10 @@ static void on_cancel(void *ud)
 }
 
 json_t *mcpd_request(const char *method, json_t *params, mcpd_event_fn ev, mcpd_tick_fn tick,
-                     void *ud, char *err, size_t errlen)
+                     void *ud, km_err *err)
 {
     if (!params) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return NULL;
     }
     if (ev) {
@@ -112,8 +112,8 @@ json_t *mcpd_request(const char *method, json_t *params, mcpd_event_fn ev, mcpd_
         cm_mono_s()};
     if (!w.home) {
         json_decref(params);
-        snprintf(err, errlen, "the kernelmgr home is longer than %d bytes (or out of memory)",
-                 KM_HOME_MAX);
+        km_err_set(err, KM_EUSAGE, "the kernelmgr home is longer than %d bytes (or out of memory)",
+                   KM_HOME_MAX);
         return NULL;
     }
     json_incref(params); /* w.session borrows from it */
@@ -122,11 +122,11 @@ json_t *mcpd_request(const char *method, json_t *params, mcpd_event_fn ev, mcpd_
     km_err kerr = {0, ""};
     int fd = connect_mcp(w.home, &kerr);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot reach the kernelmgr daemon: %s", kerr.msg);
+        km_err_set(err, KM_EUSAGE, "cannot reach the kernelmgr daemon: %s", kerr.msg);
         json_decref(params);
     } else {
         if (daemon_call(fd, method, params, &cb, &res, &kerr))
-            snprintf(err, errlen, "%s", kerr.msg);
+            km_err_set(err, KM_EUSAGE, "%s", kerr.msg);
         close(fd);
     }
     json_decref(params);

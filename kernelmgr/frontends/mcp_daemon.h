@@ -12,6 +12,8 @@
 #ifndef KERNELMGR_MCP_DAEMON_H
 #define KERNELMGR_MCP_DAEMON_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -37,6 +39,6 @@ typedef int (*mcpd_tick_fn)(void *ud, double elapsed_s);
  * connection, and the wait goes on for the response, which then reports the
  * interrupted execution. */
 json_t *mcpd_request(const char *method, json_t *params, mcpd_event_fn ev, mcpd_tick_fn tick,
-                     void *ud, char *err, size_t errlen);
+                     void *ud, km_err *err);
 
 #endif

@@ -116,9 +116,9 @@ static json_t *check_keys(const mcpt_tool *t, json_t *args)
 }
 
 /* new: the result of an API request without events, or NULL with err. */
-static json_t *api(const char *method, json_t *params, char *err, size_t errlen)
+static json_t *api(const char *method, json_t *params, km_err *err)
 {
-    return mcpd_request(method, params, NULL, NULL, NULL, err, errlen);
+    return mcpd_request(method, params, NULL, NULL, NULL, err);
 }
 
 /* The session options a tool that may create a session accepts: those of
@@ -243,10 +243,10 @@ static json_t *tool_code_exec(mcp_call *call, json_t *args)
     x.call = call;
     snprintf(x.session, sizeof x.session, "%s", session);
     mcp_call_progress(call, 0, "started");
-    char err[1024] = "";
-    json_t *reply = mcpd_request("exec", req, exec_event, exec_tick, &x, err, sizeof err);
+    km_err err = {0};
+    json_t *reply = mcpd_request("exec", req, exec_event, exec_tick, &x, &err);
     if (!reply)
-        return tool_error("code_exec failed: %s", err);
+        return tool_error("code_exec failed: %s", err.msg);
     const char *wsp = json_string_value(json_object_get(reply, "workspace"));
     json_t *result = mcpr_exec_result(reply, session, wsp);
     json_decref(reply);
@@ -261,16 +261,16 @@ static json_t *tool_list_files(mcp_call *call, json_t *args)
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
-    char err[1024];
+    km_err err = {0};
     json_t *p = json_object_get(args, "path");
     if (p && !json_is_string(p))
         return tool_error("`path` must be a string");
     json_t *req = json_pack("{s:s}", "session", session);
     if (p)
         json_object_set(req, "path", p);
-    json_t *listing = api("files.list", req, err, sizeof err);
+    json_t *listing = api("files.list", req, &err);
     if (!listing)
-        return tool_error("%s", err);
+        return tool_error("%s", err.msg);
     const char *sub = json_string_value(json_object_get(listing, "path"));
     if (!sub)
         sub = ".";
@@ -341,7 +341,7 @@ static json_t *tool_read_file(mcp_call *call, json_t *args)
     json_t *e = json_object_get(args, "encoding");
     if (e && !json_is_string(e))
         return tool_error("`encoding` must be \"auto\", \"text\" or \"base64\"");
-    char err[1024];
+    km_err err = {0};
     json_t *req = json_pack("{s:s,s:s}", "session", session, "path", path);
     if (o)
         json_object_set(req, "offset", o);
@@ -349,9 +349,9 @@ static json_t *tool_read_file(mcp_call *call, json_t *args)
         json_object_set(req, "length", l);
     if (e)
         json_object_set(req, "encoding", e);
-    json_t *r = api("files.read", req, err, sizeof err);
+    json_t *r = api("files.read", req, &err);
     if (!r)
-        return tool_error("read_file: %s", err);
+        return tool_error("read_file: %s", err.msg);
     int is_text = strcmp(json_string_value(json_object_get(r, "encoding")), "utf-8") == 0;
     json_t *content = json_object_get(r, "content");
     char head[400];
@@ -397,10 +397,10 @@ static json_t *tool_write_file(mcp_call *call, json_t *args)
         json_decref(req);
         return res;
     }
-    char err[1024];
-    json_t *r = api("files.write", req, err, sizeof err);
+    km_err err = {0};
+    json_t *r = api("files.write", req, &err);
     if (!r)
-        return tool_error("write_file: %s", err);
+        return tool_error("write_file: %s", err.msg);
     char text[WSFILE_PATH_MAX + 200];
     snprintf(text, sizeof text, "%s %s (%lld bytes) in the workspace of session %s",
              json_is_true(json_object_get(r, "created")) ? "created" : "wrote",
@@ -413,10 +413,10 @@ static json_t *tool_write_file(mcp_call *call, json_t *args)
 
 static json_t *tool_list_sessions(mcp_call *call, json_t *args)
 {
-    char err[1024];
-    json_t *reply = api("sessions.list", json_object(), err, sizeof err);
+    km_err err = {0};
+    json_t *reply = api("sessions.list", json_object(), &err);
     if (!reply)
-        return tool_error("list_sessions failed: %s", err);
+        return tool_error("list_sessions failed: %s", err.msg);
     json_t *obj = json_pack("{s:O}", "sessions", json_object_get(reply, "sessions"));
     json_decref(reply);
     if (!obj)
@@ -458,11 +458,11 @@ static json_t *simple_session_op(json_t *args, const char *op, const char *done)
     const char *session = arg_session(args, NULL, &res);
     if (!session)
         return res;
-    char err[1024];
+    km_err err = {0};
     /* close removes the session's packages too (the daemon's km_close) */
-    json_t *reply = api(op, json_pack("{s:s}", "session", session), err, sizeof err);
+    json_t *reply = api(op, json_pack("{s:s}", "session", session), &err);
     if (!reply)
-        return tool_error("%s %s: %s", op, session, err);
+        return tool_error("%s %s: %s", op, session, err.msg);
     json_decref(reply);
     char text[200];
     snprintf(text, sizeof text, "session %s %s", session, done);
@@ -487,10 +487,10 @@ static json_t *do_install(mcp_call *call, json_t *args)
      * (mcpd_configure): the request never names a file */
     json_t *req = json_pack("{s:s,s:s,s:O}", "session", session, "manager", mgr, "packages", pk);
     mcp_call_progress(call, 0, "installing");
-    char err[1024];
-    json_t *r = api("packages.install", req, err, sizeof err);
+    km_err err = {0};
+    json_t *r = api("packages.install", req, &err);
     if (!r)
-        return tool_error("%s", err);
+        return tool_error("%s", err.msg);
     char *text = NULL;
     size_t tlen = 0, i;
     FILE *f = open_memstream(&text, &tlen);
@@ -534,10 +534,10 @@ static json_t *tool_snapshot_session(mcp_call *call, json_t *args)
     json_t *req = json_pack("{s:s}", "session", session);
     if (tag)
         json_object_set_new(req, "tag", json_string(tag));
-    char err[1600];
-    json_t *r = api(restore ? "session.restore" : "session.snapshot", req, err, sizeof err);
+    km_err err = {0};
+    json_t *r = api(restore ? "session.restore" : "session.snapshot", req, &err);
     if (!r)
-        return tool_error("%s", err);
+        return tool_error("%s", err.msg);
     char text[600];
     if (restore) {
         snprintf(text, sizeof text,
@@ -573,10 +573,10 @@ static json_t *tool_fork_session(mcp_call *call, json_t *args)
     json_t *req = json_pack("{s:s s:s}", "session", session, "new_session", to);
     if (tag)
         json_object_set_new(req, "tag", json_string(tag));
-    char err[1600];
-    json_t *r = api("session.fork", req, err, sizeof err);
+    km_err err = {0};
+    json_t *r = api("session.fork", req, &err);
     if (!r)
-        return tool_error("%s", err);
+        return tool_error("%s", err.msg);
     char text[400];
     snprintf(text, sizeof text,
              "session %s is a copy of %s (variables and files); the two "

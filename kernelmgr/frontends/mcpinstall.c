@@ -2,6 +2,7 @@
  * mcpinstall.c — `kernelmgr mcp install` (mcpinstall.h).
  */
 #include "kernelmgr/frontends/mcpinstall.h"
+#include "kernelmgr/engine/kmerr.h"
 #include "common/cm_install.h"
 #include "common/cm_path.h"
 #include "kernelmgr/engine/kmfs.h"
@@ -23,37 +24,37 @@ typedef struct mcpinst_client {
     const char *servers_key;
     int stdio_type; /* the entry carries "type": "stdio" */
     /* new: the default file, or NULL (print only); err when it cannot be known */
-    char *(*path)(char *err, size_t errlen);
+    char *(*path)(km_err *err);
 } mcpinst_client;
 
-static char *home_path(const char *rel, char *err, size_t errlen)
+static char *home_path(const char *rel, km_err *err)
 {
     const char *home = getenv("HOME");
     if (!home || home[0] != '/') {
-        snprintf(err, errlen, "HOME is not set to an absolute path: give --file");
+        km_err_set(err, KM_EUSAGE, "HOME is not set to an absolute path: give --file");
         return NULL;
     }
     return cm_path_join(home, rel);
 }
 
-static char *claude_path(char *err, size_t errlen)
+static char *claude_path(km_err *err)
 {
     const char *x = getenv("XDG_CONFIG_HOME");
     if (x && x[0] == '/')
         return cm_path_join(x, "Claude/claude_desktop_config.json");
-    return home_path(".config/Claude/claude_desktop_config.json", err, errlen);
+    return home_path(".config/Claude/claude_desktop_config.json", err);
 }
 
-static char *cursor_path(char *err, size_t errlen)
+static char *cursor_path(km_err *err)
 {
-    return home_path(".cursor/mcp.json", err, errlen);
+    return home_path(".cursor/mcp.json", err);
 }
 
-static char *vscode_path(char *err, size_t errlen)
+static char *vscode_path(km_err *err)
 {
     char *cwd = getcwd(NULL, 0);
     if (!cwd) {
-        snprintf(err, errlen, "cannot read the current directory: %s", strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot read the current directory: %s", strerror(errno));
         return NULL;
     }
     char *p = cm_path_join(cwd, ".vscode/mcp.json");
@@ -86,7 +87,7 @@ static int usage(FILE *f, int rc)
 
 /* The interpreter to pin, resolved as the python kernel would (pydetect):
  * new string, or NULL with err. */
-static char *pin_python(const char *given, char *err, size_t errlen)
+static char *pin_python(const char *given, km_err *err)
 {
     pydetect_sources src = {
         .explicit_path = given,
@@ -102,9 +103,9 @@ static char *pin_python(const char *given, char *err, size_t errlen)
     char why[1024];
     char *out = NULL;
     if (pydetect_find(&src, &info, why, sizeof why))
-        snprintf(err, errlen, "no Python interpreter to pin: %s", why);
+        km_err_set(err, KM_EUSAGE, "no Python interpreter to pin: %s", why);
     else if (!info.interpreter || info.interpreter[0] != '/')
-        snprintf(err, errlen, "the interpreter found is not an absolute path");
+        km_err_set(err, KM_EUSAGE, "the interpreter found is not an absolute path");
     else
         out = strdup(info.interpreter);
     pydetect_info_clear(&info);
@@ -113,17 +114,17 @@ static char *pin_python(const char *given, char *err, size_t errlen)
 
 /* The file's JSON object (new), an empty object when it does not exist, or
  * NULL with err (not JSON, not an object, unreadable). */
-static json_t *load_existing(const char *path, char *err, size_t errlen)
+static json_t *load_existing(const char *path, km_err *err)
 {
     struct stat st;
     if (stat(path, &st)) {
         if (errno == ENOENT)
             return json_object();
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "%s: %s", path, strerror(errno));
         return NULL;
     }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s is not a regular file: not changed", path);
+        km_err_set(err, KM_EUSAGE, "%s is not a regular file: not changed", path);
         return NULL;
     }
     json_error_t je;
@@ -131,12 +132,12 @@ static json_t *load_existing(const char *path, char *err, size_t errlen)
     if (!o) {
         if (st.st_size == 0)
             return json_object();
-        snprintf(err, errlen, "%s is not valid JSON (line %d, column %d: %s): not changed", path,
-                 je.line, je.column, je.text);
+        km_err_set(err, KM_EUSAGE, "%s is not valid JSON (line %d, column %d: %s): not changed",
+                   path, je.line, je.column, je.text);
         return NULL;
     }
     if (!json_is_object(o)) {
-        snprintf(err, errlen, "%s holds JSON that is not an object: not changed", path);
+        km_err_set(err, KM_EUSAGE, "%s holds JSON that is not an object: not changed", path);
         json_decref(o);
         return NULL;
     }
@@ -145,7 +146,7 @@ static json_t *load_existing(const char *path, char *err, size_t errlen)
 
 /* Writes o to path atomically (temporary file in the same directory, then
  * rename), mode: the old file's, else 0600. 0, or -1 with err. */
-static int write_atomic(const char *path, const json_t *o, char *err, size_t errlen)
+static int write_atomic(const char *path, const json_t *o, km_err *err)
 {
     struct stat st;
     mode_t mode = stat(path, &st) == 0 ? (st.st_mode & 07777) : 0600;
@@ -154,7 +155,7 @@ static int write_atomic(const char *path, const json_t *o, char *err, size_t err
     if (slash && slash != dir) {
         *slash = 0;
         if (kmfs_mkdirs(dir, 0700)) {
-            snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+            km_err_set(err, KM_EUSAGE, "cannot create %s: %s", dir, strerror(errno));
             free(dir);
             return -1;
         }
@@ -163,7 +164,7 @@ static int write_atomic(const char *path, const json_t *o, char *err, size_t err
     char *tmp = cm_path_fmt("%s.kernelmgr-XXXXXX", path);
     int fd = tmp ? mkostemp(tmp, O_CLOEXEC) : -1;
     if (fd < 0) {
-        snprintf(err, errlen, "cannot write beside %s: %s", path, strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot write beside %s: %s", path, strerror(errno));
         free(tmp);
         return -1;
     }
@@ -179,7 +180,7 @@ static int write_atomic(const char *path, const json_t *o, char *err, size_t err
     if (rc == 0 && rename(tmp, path))
         rc = -1, e = errno;
     if (rc) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+        km_err_set(err, KM_EUSAGE, "cannot write %s: %s", path, strerror(e));
         unlink(tmp);
     }
     free(text);
@@ -242,8 +243,8 @@ int mcpinst_main(int argc, char **argv)
         fprintf(stderr, "kernelmgr mcp install: --name must be 1 to 64 characters\n");
         return 2;
     }
-    char err[2048];
-    char *py = pin_python(python, err, sizeof err);
+    km_err err = {0};
+    char *py = pin_python(python, &err);
     char *exe_dir = cm_install_exe_dir();
     char *self = exe_dir ? cm_path_join(exe_dir, "kernelmgr") : NULL;
     char *self_real = self ? realpath(self, NULL) : NULL;
@@ -252,7 +253,7 @@ int mcpinst_main(int argc, char **argv)
     json_t *doc = NULL;
     int rc = 2;
     if (!py) {
-        fprintf(stderr, "kernelmgr mcp install: %s\n", err);
+        fprintf(stderr, "kernelmgr mcp install: %s\n", err.msg);
         goto done;
     }
     if (!self_real) {
@@ -269,8 +270,8 @@ int mcpinst_main(int argc, char **argv)
         char *cwd = file[0] == '/' ? NULL : getcwd(NULL, 0);
         path = file[0] == '/' ? strdup(file) : cwd ? cm_path_join(cwd, file) : NULL;
         free(cwd);
-    } else if (cl->path && !(path = cl->path(err, sizeof err))) {
-        fprintf(stderr, "kernelmgr mcp install: %s\n", err);
+    } else if (cl->path && !(path = cl->path(&err))) {
+        fprintf(stderr, "kernelmgr mcp install: %s\n", err.msg);
         goto done;
     }
     if (!path && cl->path) {
@@ -278,9 +279,9 @@ int mcpinst_main(int argc, char **argv)
         rc = 6;
         goto done;
     }
-    doc = path ? load_existing(path, err, sizeof err) : json_object();
+    doc = path ? load_existing(path, &err) : json_object();
     if (!doc) {
-        fprintf(stderr, "kernelmgr mcp install: %s\n", err);
+        fprintf(stderr, "kernelmgr mcp install: %s\n", err.msg);
         goto done;
     }
     json_t *servers = json_object_get(doc, cl->servers_key);
@@ -312,8 +313,8 @@ int mcpinst_main(int argc, char **argv)
         free(text);
         goto done;
     }
-    if (write_atomic(path, doc, err, sizeof err)) {
-        fprintf(stderr, "kernelmgr mcp install: %s\n", err);
+    if (write_atomic(path, doc, &err)) {
+        fprintf(stderr, "kernelmgr mcp install: %s\n", err.msg);
         rc = 6;
         goto done;
     }

@@ -27,11 +27,7 @@ struct allowlist {
     char *hosts[ALLOWLIST_NMGR][ALLOWLIST_HOSTS_MAX + 1]; /* NULL-terminated */
 };
 
-#define ERR(...)                                                                                   \
-    do {                                                                                           \
-        if (err && errlen)                                                                         \
-            snprintf(err, errlen, __VA_ARGS__);                                                    \
-    } while (0)
+#define ERR(...) km_err_set(err, KM_EUSAGE, __VA_ARGS__)
 
 allowlist *allowlist_new(void)
 {
@@ -299,7 +295,7 @@ static int parse_url(const char *url, char *host, size_t hostlen, unsigned *port
 }
 
 int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *port, int *tls,
-                        char *err, size_t errlen)
+                        km_err *err)
 {
     const char *why;
     if (parse_url(url, host, hostlen, port, tls, &why) < 0) {
@@ -354,7 +350,7 @@ static int parse_hostport(const char *s, char *out, size_t outlen, const char **
     return 0;
 }
 
-int allowlist_parse_hostport(const char *s, char *out, size_t outlen, char *err, size_t errlen)
+int allowlist_parse_hostport(const char *s, char *out, size_t outlen, km_err *err)
 {
     const char *why;
     if (parse_hostport(s, out, outlen, &why) < 0) {
@@ -373,14 +369,12 @@ int allowlist_parse_hostport(const char *s, char *out, size_t outlen, char *err,
  * set, never by bytes of the file. */
 typedef struct cfg_ctx {
     int quote;
-    char *err;
-    size_t errlen;
+    km_err *err;
 } cfg_ctx;
 
 static int parse_hosts(allowlist *al, allowlist_mgr m, const json_t *val, const cfg_ctx *c)
 {
-    char *err = c->err;
-    size_t errlen = c->errlen;
+    km_err *err = c->err;
     const char *mname = allowlist_mgr_name(m);
     if (!json_is_array(val)) {
         ERR("%s.allowed_hosts: must be an array of \"host:port\" strings", mname);
@@ -423,8 +417,7 @@ static int parse_hosts(allowlist *al, allowlist_mgr m, const json_t *val, const 
 static int add_entry(allowlist *al, allowlist_mgr m, const char *name, const char *spec, size_t pos,
                      const cfg_ctx *c)
 {
-    char *err = c->err;
-    size_t errlen = c->errlen;
+    km_err *err = c->err;
     const char *mname = allowlist_mgr_name(m);
     alw_entry e;
     memset(&e, 0, sizeof e);
@@ -475,8 +468,7 @@ static int add_entry(allowlist *al, allowlist_mgr m, const char *name, const cha
 
 static int parse_packages(allowlist *al, allowlist_mgr m, const json_t *val, const cfg_ctx *c)
 {
-    char *err = c->err;
-    size_t errlen = c->errlen;
+    km_err *err = c->err;
     const char *mname = allowlist_mgr_name(m);
     size_t pos = 0;
     if (json_is_object(val)) {
@@ -516,8 +508,7 @@ static int parse_packages(allowlist *al, allowlist_mgr m, const json_t *val, con
 
 static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, const cfg_ctx *c)
 {
-    char *err = c->err;
-    size_t errlen = c->errlen;
+    km_err *err = c->err;
     const char *mname = allowlist_mgr_name(m);
     const char *index_key = m == ALLOWLIST_PIP ? "index_url" : "registry";
     if (!json_is_object(obj)) {
@@ -576,8 +567,7 @@ static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, cons
 
 static allowlist *from_json(const json_t *cfg, const cfg_ctx *c)
 {
-    char *err = c->err;
-    size_t errlen = c->errlen;
+    km_err *err = c->err;
     if (!json_is_object(cfg)) {
         ERR("the allowlist must be a JSON object");
         return NULL;
@@ -610,9 +600,9 @@ static allowlist *from_json(const json_t *cfg, const cfg_ctx *c)
     return al;
 }
 
-allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen)
+allowlist *allowlist_from_json(const json_t *cfg, km_err *err)
 {
-    cfg_ctx c = {.quote = 1, .err = err, .errlen = errlen};
+    cfg_ctx c = {.quote = 1, .err = err};
     return from_json(cfg, &c);
 }
 
@@ -640,7 +630,7 @@ const char *allowlist_json_reason(const json_error_t *jerr)
     }
 }
 
-allowlist *allowlist_load(const char *path, int must_exist, char *err, size_t errlen)
+allowlist *allowlist_load(const char *path, int must_exist, km_err *err)
 {
     /* no symbolic link, no FIFO or device (never blocks), a regular file of
      * at most ALLOWLIST_FILE_MAX bytes; the reasons never hold its bytes */
@@ -669,12 +659,12 @@ allowlist *allowlist_load(const char *path, int must_exist, char *err, size_t er
             jerr.column);
         return NULL;
     }
-    char reason[512] = "";
-    cfg_ctx c = {.quote = 0, .err = reason, .errlen = sizeof reason};
+    km_err reason = {0};
+    cfg_ctx c = {.quote = 0, .err = &reason};
     allowlist *al = from_json(cfg, &c);
     json_decref(cfg);
     if (!al)
-        ERR("%s: %s", path, reason);
+        ERR("%s: %.511s", path, reason.msg); /* the reason's old bound */
     return al;
 }
 
@@ -744,7 +734,7 @@ static const char *shape_refusal(allowlist_mgr m, const char *r)
 }
 
 int allowlist_check(const allowlist *al, allowlist_mgr m, const char *request, char *name,
-                    char *spec, char *err, size_t errlen)
+                    char *spec, km_err *err)
 {
     const char *mname = allowlist_mgr_name(m);
     if (!request || !*request) {

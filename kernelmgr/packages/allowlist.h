@@ -36,6 +36,8 @@
 #ifndef KERNELMGR_ALLOWLIST_H
 #define KERNELMGR_ALLOWLIST_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -52,7 +54,7 @@ allowlist *allowlist_new(void);
 
 /* new: parses the configuration object (borrowed). NULL with "KEY: reason"
  * in err on any unknown key, bad name, bad specifier or bad index URL. */
-allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen);
+allowlist *allowlist_from_json(const json_t *cfg, km_err *err);
 
 /* The largest allowlist file read: a list of thousands of packages is a few
  * hundred KiB. */
@@ -66,7 +68,7 @@ allowlist *allowlist_from_json(const json_t *cfg, char *err, size_t errlen);
  * generic reason ("not valid JSON at line 1, column 5"), a configuration
  * error names the member by its place ("pip.packages[2]: not a valid
  * version specifier"), unlike allowlist_from_json, which quotes it. */
-allowlist *allowlist_load(const char *path, int must_exist, char *err, size_t errlen);
+allowlist *allowlist_load(const char *path, int must_exist, km_err *err);
 
 void allowlist_destroy(allowlist **al);
 
@@ -89,7 +91,7 @@ const char *allowlist_index(const allowlist *al, allowlist_mgr m);
  * or 443 by default). 0, or -1 with a reason (credentials, other schemes,
  * missing host, bad port). */
 int allowlist_parse_url(const char *url, char *host, size_t hostlen, unsigned *port, int *tls,
-                        char *err, size_t errlen);
+                        km_err *err);
 
 /* borrowed: the i-th extra "host:port" of m's allowed_hosts (lower case),
  * NULL past the end. */
@@ -97,7 +99,7 @@ const char *allowlist_allowed_host(const allowlist *al, allowlist_mgr m, size_t 
 
 /* Checks and normalises one allowed_hosts entry ("host:port", "[v6]:port")
  * into out (lower case; outlen >= 262). 0, or -1 with a reason. */
-int allowlist_parse_hostport(const char *s, char *out, size_t outlen, char *err, size_t errlen);
+int allowlist_parse_hostport(const char *s, char *out, size_t outlen, km_err *err);
 
 /* Number of allowed packages for m. */
 size_t allowlist_count(const allowlist *al, allowlist_mgr m);
@@ -115,7 +117,7 @@ int allowlist_normalize_name(allowlist_mgr m, const char *name, char *out);
  * allowlist's and the request's joined. On refusal returns -1 with a reason
  * meant for the model that asked. */
 int allowlist_check(const allowlist *al, allowlist_mgr m, const char *request, char *name,
-                    char *spec, char *err, size_t errlen);
+                    char *spec, km_err *err);
 
 /* 1 when name (any form; normalised here) is on the list for m, and writes
  * its allowlisted specifier to spec (may be NULL). */

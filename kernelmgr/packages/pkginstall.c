@@ -57,18 +57,18 @@
 #ifndef SANDBOX_HAS_LOOPBACK_LISTEN
 
 json_t *pkginst_install(const allowlist *al, allowlist_mgr m, const char *home, const char *session,
-                        const json_t *packages, char *err, size_t errlen)
+                        const json_t *packages, km_err *err)
 {
     (void)al;
     (void)m;
     (void)home;
     (void)session;
     (void)packages;
-    snprintf(err, errlen,
-             "installs are disabled in this build: the install sandbox needs a loopback listener "
-             "inside the sandbox's network namespace (SANDBOX_HAS_LOOPBACK_LISTEN in "
-             "sandbox/sandbox.h), which this sandbox does not provide yet; kernelmgr "
-             "will not run an installer with unrestricted network access");
+    km_err_set(err, KM_EUSAGE,
+               "installs are disabled in this build: the install sandbox needs a loopback listener "
+               "inside the sandbox's network namespace (SANDBOX_HAS_LOOPBACK_LISTEN in "
+               "sandbox/sandbox.h), which this sandbox does not provide yet; kernelmgr "
+               "will not run an installer with unrestricted network access");
     return NULL;
 }
 
@@ -112,8 +112,8 @@ static void list_append(char *list, size_t size, const char *name)
 }
 
 /* Appends what the proxy refused ("; the proxy refused: a:1, b:2 (only the
- * index and allowed_hosts are reachable)") to err. */
-static void note_refusals(egproxy *px, char *err, size_t errlen)
+ * index and allowed_hosts are reachable)") to buf (size bytes). */
+static void note_refusals(egproxy *px, char *buf, size_t size)
 {
     json_t *r = egproxy_report(px);
     json_t *refused = json_object_get(r, "refused");
@@ -131,9 +131,9 @@ static void note_refusals(egproxy *px, char *err, size_t errlen)
             list_append(list, sizeof list, t);
     }
     json_decref(r);
-    size_t n = strlen(err);
-    if (list[0] && n + 1 < errlen)
-        snprintf(err + n, errlen - n,
+    size_t n = strlen(buf);
+    if (list[0] && n + 1 < size)
+        snprintf(buf + n, size - n,
                  "; the install proxy refused: %s (only the index and the allowlist's "
                  "allowed_hosts are reachable%s)",
                  list,
@@ -149,8 +149,7 @@ static void note_refusals(egproxy *px, char *err, size_t errlen)
  * (PKGINST_REFUSALS_MAX bytes) gets what the proxy refused, or "". */
 #define PKGINST_REFUSALS_MAX 800
 static int run_sandboxed(const char *dir, const proxy_targets *targets, char *const argv[],
-                         char *const envp[], char **out, char **log, char *refusals, char *err,
-                         size_t errlen)
+                         char *const envp[], char **out, char **log, char *refusals, km_err *err)
 {
     refusals[0] = '\0';
     *out = *log = NULL;
@@ -163,13 +162,13 @@ static int run_sandboxed(const char *dir, const proxy_targets *targets, char *co
     cfg.memory_bytes = 1ull << 30;
     int o[2], e[2], nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nul < 0 || pipe2(o, O_CLOEXEC) < 0) {
-        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        km_err_set(err, KM_EUSAGE, "pipe: %s", strerror(errno));
         if (nul >= 0)
             close(nul);
         return -1;
     }
     if (pipe2(e, O_CLOEXEC) < 0) {
-        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        km_err_set(err, KM_EUSAGE, "pipe: %s", strerror(errno));
         close(nul);
         close(o[0]);
         close(o[1]);
@@ -182,7 +181,7 @@ static int run_sandboxed(const char *dir, const proxy_targets *targets, char *co
     close(o[1]);
     close(e[1]);
     if (!sb) {
-        snprintf(err, errlen, "the install sandbox cannot start: %s", why);
+        km_err_set(err, KM_EUSAGE, "the install sandbox cannot start: %s", why);
         close(o[0]);
         close(e[0]);
         return -1;
@@ -192,8 +191,8 @@ static int run_sandboxed(const char *dir, const proxy_targets *targets, char *co
     if (lfd >= 0)
         px = egproxy_start(lfd, targets->list, why, sizeof why);
     if (!px) {
-        snprintf(err, errlen, "the install proxy cannot start: %s",
-                 lfd < 0 ? "no listening socket from the sandbox" : why);
+        km_err_set(err, KM_EUSAGE, "the install proxy cannot start: %s",
+                   lfd < 0 ? "no listening socket from the sandbox" : why);
         sandbox_destroy(&sb);
         close(o[0]);
         close(e[0]);
@@ -261,16 +260,16 @@ static int run_sandboxed(const char *dir, const proxy_targets *targets, char *co
     *out = buf[0];
     *log = buf[1];
     if (!buf[0] || !buf[1]) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return -1;
     }
     if (timed_out) {
-        snprintf(err, errlen, "the installer took longer than %d s and was killed",
-                 PKGINST_TIMEOUT_S);
+        km_err_set(err, KM_EUSAGE, "the installer took longer than %d s and was killed",
+                   PKGINST_TIMEOUT_S);
         return -1;
     }
     if (hit) {
-        snprintf(err, errlen, "the installer hit a limit: %s", hit);
+        km_err_set(err, KM_EUSAGE, "the installer hit a limit: %s", hit);
         return -1;
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -296,12 +295,12 @@ static char *const *base_env(char *buf[], const char *extra)
     return buf;
 }
 
-static void policy_refusal(char *err, size_t errlen, allowlist_mgr m, const char *missing)
+static void policy_refusal(km_err *err, allowlist_mgr m, const char *missing)
 {
-    snprintf(err, errlen,
-             "the request needs packages that are not on the %s allowlist: %s (dependency "
-             "policy: every resolved package must be listed; nothing was installed)",
-             allowlist_mgr_name(m), missing);
+    km_err_set(err, KM_EUSAGE,
+               "the request needs packages that are not on the %s allowlist: %s (dependency "
+               "policy: every resolved package must be listed; nothing was installed)",
+               allowlist_mgr_name(m), missing);
 }
 
 /* What both managers need before the installer runs: the session's package
@@ -310,7 +309,7 @@ static void policy_refusal(char *err, size_t errlen, allowlist_mgr m, const char
  * URL (borrowed from al), or NULL with err and *dir NULL. */
 static const char *install_prepare(const allowlist *al, allowlist_mgr m, const char *home,
                                    const char *session, char **dir, char *proxy,
-                                   proxy_targets *targets, char *err, size_t errlen)
+                                   proxy_targets *targets, km_err *err)
 {
     char host[256];
     unsigned port;
@@ -318,13 +317,13 @@ static const char *install_prepare(const allowlist *al, allowlist_mgr m, const c
     const char *index = allowlist_index(al, m);
     *dir = pkgdirs_path(home, session, m == ALLOWLIST_PIP ? "python" : "npm");
     if (!*dir || kmfs_mkdirs(*dir, 0755) < 0) {
-        snprintf(err, errlen, "cannot create the package directory for session %s: %s", session,
-                 strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot create the package directory for session %s: %s",
+                   session, strerror(errno));
         free(*dir);
         *dir = NULL;
         return NULL;
     }
-    if (allowlist_parse_url(index, host, sizeof host, &port, &tls, err, errlen) < 0) {
+    if (allowlist_parse_url(index, host, sizeof host, &port, &tls, err) < 0) {
         free(*dir);
         *dir = NULL;
         return NULL;
@@ -338,12 +337,12 @@ static const char *install_prepare(const allowlist *al, allowlist_mgr m, const c
  * ("WHAT (exit N)<proxy refusals>: <end of stderr>"). 0 with *out (new;
  * NULL: dropped) set, or -1 with err. */
 static int run_step(const char *dir, const proxy_targets *targets, char *const argv[],
-                    char *const envp[], const char *what, char **out, char *err, size_t errlen)
+                    char *const envp[], const char *what, char **out, km_err *err)
 {
     char *o, *log, refused[PKGINST_REFUSALS_MAX];
-    int rc = run_sandboxed(dir, targets, argv, envp, &o, &log, refused, err, errlen);
+    int rc = run_sandboxed(dir, targets, argv, envp, &o, &log, refused, err);
     if (rc > 0)
-        snprintf(err, errlen, "%s (exit %d)%s: %s", what, rc, refused, last_lines(log));
+        km_err_set(err, KM_EUSAGE, "%s (exit %d)%s: %s", what, rc, refused, last_lines(log));
     free(log);
     if (rc != 0 || !out) {
         free(o);
@@ -358,7 +357,7 @@ static int run_step(const char *dir, const proxy_targets *targets, char *const a
 static json_t *install_pip(const allowlist *al, const char *py, const char *proxy,
                            const proxy_targets *targets, const char *index,
                            char specs[][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2], size_t nspec,
-                           char *err, size_t errlen)
+                           km_err *err)
 {
     char *envb[8];
     char *const *envp = base_env(envb, NULL);
@@ -398,8 +397,7 @@ static json_t *install_pip(const allowlist *al, const char *py, const char *prox
         argv[a++] = specs[i];
     argv[a] = NULL;
     char *out;
-    if (run_step(py, targets, argv, envp, "pip could not resolve the request", &out, err, errlen) <
-        0)
+    if (run_step(py, targets, argv, envp, "pip could not resolve the request", &out, err) < 0)
         return NULL;
     json_error_t jerr;
     json_t *report = json_loads(out, 0, &jerr);
@@ -408,11 +406,11 @@ static json_t *install_pip(const allowlist *al, const char *py, const char *prox
     if (!json_is_array(items)) {
         /* the report is the sandbox's output: reasons only, never its bytes */
         if (report)
-            snprintf(err, errlen, "pip's resolution report has no \"install\" list");
+            km_err_set(err, KM_EUSAGE, "pip's resolution report has no \"install\" list");
         else
-            snprintf(err, errlen,
-                     "pip's resolution report does not parse: %s at line %d, column %d",
-                     allowlist_json_reason(&jerr), jerr.line, jerr.column);
+            km_err_set(err, KM_EUSAGE,
+                       "pip's resolution report does not parse: %s at line %d, column %d",
+                       allowlist_json_reason(&jerr), jerr.line, jerr.column);
         json_decref(report);
         return NULL;
     }
@@ -441,7 +439,7 @@ static json_t *install_pip(const allowlist *al, const char *py, const char *prox
     }
     json_decref(report);
     if (missing[0]) {
-        policy_refusal(err, errlen, ALLOWLIST_PIP, missing);
+        policy_refusal(err, ALLOWLIST_PIP, missing);
         json_decref(installed);
         return NULL;
     }
@@ -455,7 +453,7 @@ static json_t *install_pip(const allowlist *al, const char *py, const char *prox
     for (size_t k = 0; k < npinned; k++)
         argv[a++] = pinned[k];
     argv[a] = NULL;
-    if (run_step(py, targets, argv, envp, "pip failed", NULL, err, errlen) < 0) {
+    if (run_step(py, targets, argv, envp, "pip failed", NULL, err) < 0) {
         json_decref(installed);
         return NULL;
     }
@@ -468,14 +466,14 @@ static json_t *install_pip(const allowlist *al, const char *py, const char *prox
  * is written inside the install sandbox, so its files are read through
  * wsfile (no symlink followed, regular files only, at most
  * PKGINST_FILE_MAX bytes). */
-static json_t *npm_lock_packages(const char *npmdir, char *err, size_t errlen)
+static json_t *npm_lock_packages(const char *npmdir, km_err *err)
 {
-    char why[512] = "";
+    km_err why = {0};
     char *text = NULL;
     size_t len = 0;
-    int rootfd = wsfile_root_open(npmdir, why, sizeof why);
+    int rootfd = wsfile_root_open(npmdir, &why);
     if (rootfd >= 0) {
-        wsfile_slurp(rootfd, "package-lock.json", PKGINST_FILE_MAX, &text, &len, why, sizeof why);
+        wsfile_slurp(rootfd, "package-lock.json", PKGINST_FILE_MAX, &text, &len, &why);
         close(rootfd);
     }
     json_error_t jerr;
@@ -485,13 +483,14 @@ static json_t *npm_lock_packages(const char *npmdir, char *err, size_t errlen)
     if (!json_is_object(pk)) {
         /* the file was written in the sandbox: reasons only, never its bytes */
         char where[64] = "";
-        if (!why[0] && !lock)
+        if (!why.msg[0] && !lock)
             snprintf(where, sizeof where, " at line %d, column %d", jerr.line, jerr.column);
-        snprintf(err, errlen, "npm's lock file %s/package-lock.json does not parse: %s%s", npmdir,
-                 why[0] ? why
-                 : lock ? "no \"packages\" object"
-                        : allowlist_json_reason(&jerr),
-                 where);
+        km_err_set(err, KM_EUSAGE, "npm's lock file %s/package-lock.json does not parse: %s%s",
+                   npmdir,
+                   why.msg[0] ? why.msg
+                   : lock     ? "no \"packages\" object"
+                              : allowlist_json_reason(&jerr),
+                   where);
         json_decref(lock);
         return NULL;
     }
@@ -531,10 +530,10 @@ static void save_file(saved_file *f, const char *dir, const char *name)
     f->data = NULL;
     f->len = 0;
     f->skip = 1;
-    int rootfd = wsfile_root_open(dir, NULL, 0);
+    int rootfd = wsfile_root_open(dir, NULL);
     if (rootfd < 0)
         return;
-    if (wsfile_slurp(rootfd, name, PKGINST_FILE_MAX, &f->data, &f->len, NULL, 0) == 0 ||
+    if (wsfile_slurp(rootfd, name, PKGINST_FILE_MAX, &f->data, &f->len, NULL) == 0 ||
         errno == ENOENT)
         f->skip = 0;
     close(rootfd);
@@ -544,13 +543,13 @@ static void restore_file(saved_file *f)
 {
     if (f->skip)
         return;
-    int rootfd = wsfile_root_open(f->dir, NULL, 0);
+    int rootfd = wsfile_root_open(f->dir, NULL);
     if (rootfd < 0)
         return;
     if (!f->data)
         unlinkat(rootfd, f->name, 0);
     else
-        wsfile_replace(rootfd, f->name, f->data, f->len, 0644, NULL, 0);
+        wsfile_replace(rootfd, f->name, f->data, f->len, 0644, NULL);
     close(rootfd);
 }
 
@@ -575,7 +574,7 @@ static void saved_release(saved_file *f, size_t n, int restore)
 static json_t *install_npm(const allowlist *al, const char *npm, const char *proxy,
                            const proxy_targets *targets, const char *registry,
                            char specs[][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2], size_t nspec,
-                           char *err, size_t errlen)
+                           km_err *err)
 {
     char *envb[8];
     char *const *envp = base_env(envb, "npm_config_cache=/tmp/.npm");
@@ -618,9 +617,8 @@ static json_t *install_npm(const allowlist *al, const char *npm, const char *pro
     save_file(&kept[0], npm, "package.json");
     save_file(&kept[1], npm, "package-lock.json");
     json_t *resolved = NULL;
-    if (run_step(npm, targets, argv, envp, "npm could not resolve the request", NULL, err,
-                 errlen) == 0)
-        resolved = npm_lock_packages(npm, err, errlen);
+    if (run_step(npm, targets, argv, envp, "npm could not resolve the request", NULL, err) == 0)
+        resolved = npm_lock_packages(npm, err);
     if (!resolved) {
         saved_release(kept, 2, 1);
         return NULL;
@@ -639,7 +637,7 @@ static json_t *install_npm(const allowlist *al, const char *npm, const char *pro
             list_append(missing, sizeof missing, name);
     }
     if (missing[0]) {
-        policy_refusal(err, errlen, ALLOWLIST_NPM, missing);
+        policy_refusal(err, ALLOWLIST_NPM, missing);
         json_decref(resolved);
         saved_release(kept, 2, 1);
         return NULL;
@@ -647,7 +645,7 @@ static json_t *install_npm(const allowlist *al, const char *npm, const char *pro
     /* Install from the lock just checked: nothing is re-resolved. */
     a = a0;
     argv[a] = NULL;
-    if (run_step(npm, targets, argv, envp, "npm failed", NULL, err, errlen) < 0) {
+    if (run_step(npm, targets, argv, envp, "npm failed", NULL, err) < 0) {
         json_decref(resolved);
         saved_release(kept, 2, 1);
         return NULL;
@@ -658,20 +656,20 @@ static json_t *install_npm(const allowlist *al, const char *npm, const char *pro
 }
 
 json_t *pkginst_install(const allowlist *al, allowlist_mgr m, const char *home, const char *session,
-                        const json_t *packages, char *err, size_t errlen)
+                        const json_t *packages, km_err *err)
 {
     static char specs[50][ALLOWLIST_NAME_MAX + ALLOWLIST_SPEC_MAX + 2];
     static pthread_mutex_t one_at_a_time = PTHREAD_MUTEX_INITIALIZER;
     size_t n = json_array_size(packages);
     if (n == 0 || n > 50) {
-        snprintf(err, errlen, "give 1 to 50 packages");
+        km_err_set(err, KM_EUSAGE, "give 1 to 50 packages");
         return NULL;
     }
     pthread_mutex_lock(&one_at_a_time);
     for (size_t i = 0; i < n; i++) {
         char name[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1];
-        if (allowlist_check(al, m, json_string_value(json_array_get(packages, i)), name, spec, err,
-                            errlen) < 0) {
+        if (allowlist_check(al, m, json_string_value(json_array_get(packages, i)), name, spec,
+                            err) < 0) {
             pthread_mutex_unlock(&one_at_a_time);
             return NULL;
         }
@@ -680,12 +678,12 @@ json_t *pkginst_install(const allowlist *al, allowlist_mgr m, const char *home, 
     }
     char proxy[64], *dir = NULL;
     proxy_targets targets = {0};
-    const char *index = install_prepare(al, m, home, session, &dir, proxy, &targets, err, errlen);
+    const char *index = install_prepare(al, m, home, session, &dir, proxy, &targets, err);
     json_t *r = NULL;
     if (index && m == ALLOWLIST_PIP)
-        r = install_pip(al, dir, proxy, &targets, index, specs, n, err, errlen);
+        r = install_pip(al, dir, proxy, &targets, index, specs, n, err);
     else if (index)
-        r = install_npm(al, dir, proxy, &targets, index, specs, n, err, errlen);
+        r = install_npm(al, dir, proxy, &targets, index, specs, n, err);
     free(dir);
     pthread_mutex_unlock(&one_at_a_time);
     return r;

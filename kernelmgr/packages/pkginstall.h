@@ -25,6 +25,8 @@
 #ifndef KERNELMGR_PKGINSTALL_H
 #define KERNELMGR_PKGINSTALL_H
 
+#include "kernelmgr/engine/kmerr.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -36,6 +38,6 @@
  * Returns {"manager","installed":[{"name","version"}],"target","policy",
  * "log"} or NULL with a reason in err. */
 json_t *pkginst_install(const allowlist *al, allowlist_mgr m, const char *home, const char *session,
-                        const json_t *packages, char *err, size_t errlen);
+                        const json_t *packages, km_err *err);
 
 #endif

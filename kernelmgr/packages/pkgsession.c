@@ -17,11 +17,12 @@ static json_t *fail(km_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static json_t *fail(km_err *err, int code, const char *fmt, ...)
 {
+    char msg[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
-    err->code = code;
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    km_err_set(err, code, "%s", msg);
     return NULL;
 }
 
@@ -35,9 +36,9 @@ typedef struct {
 static json_t *install_locked(km_manager *m, const char *name, int live, void *arg, km_err *err)
 {
     const install_req *q = arg;
-    char why[1024];
+    km_err why = {0};
     const char *home = km_manager_home(m);
-    json_t *r = pkginst_install(q->al, q->mgr, home, name, q->packages, why, sizeof why);
+    json_t *r = pkginst_install(q->al, q->mgr, home, name, q->packages, &why);
     char root[PATH_MAX];
     if (!r && !live && pkgdirs_session_root(home, name, root) == 0 && access(root, F_OK) != 0)
         /* a close of the name was finishing (it removes the package
@@ -45,7 +46,7 @@ static json_t *install_locked(km_manager *m, const char *name, int live, void *a
         return fail(err, KM_ENOSESSION,
                     "session \"%s\" was closed while the install ran; nothing was installed", name);
     if (!r)
-        return fail(err, KM_EINTERNAL, "install failed, nothing was installed: %s", why);
+        return fail(err, KM_EINTERNAL, "install failed, nothing was installed: %s", why.msg);
     return r;
 }
 
@@ -77,21 +78,20 @@ json_t *pkgsession_install(km_manager *m, const char *name, const char *allowlis
         path = NULL;
     if (!path)
         return fail(err, KM_EINTERNAL, "out of memory");
-    char why[1024];
+    km_err why = {0};
     /* read on every call: the operator may edit the list while agents run */
-    allowlist *al = allowlist_load(path, 0, why, sizeof why);
+    allowlist *al = allowlist_load(path, 0, &why);
     free(path);
     if (!al)
         return fail(err, KM_EUSAGE,
-                    "the package allowlist cannot be read, so nothing is installable: %s", why);
+                    "the package allowlist cannot be read, so nothing is installable: %s", why.msg);
     /* every request is checked before anything runs */
     char pname[ALLOWLIST_NAME_MAX + 1], spec[ALLOWLIST_SPEC_MAX + 1];
     json_array_foreach(packages, i, p)
     {
-        if (allowlist_check(al, (allowlist_mgr)mgr, json_string_value(p), pname, spec, why,
-                            sizeof why) < 0) {
+        if (allowlist_check(al, (allowlist_mgr)mgr, json_string_value(p), pname, spec, &why) < 0) {
             allowlist_destroy(&al);
-            return fail(err, KM_EUSAGE, "install refused, nothing was installed: %s", why);
+            return fail(err, KM_EUSAGE, "install refused, nothing was installed: %s", why.msg);
         }
     }
     install_req q = {al, (allowlist_mgr)mgr, packages};

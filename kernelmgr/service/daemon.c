@@ -38,11 +38,10 @@ int daemon_socket_path(const char *home, char *buf, size_t size, km_err *err)
     int n = snprintf(buf, size, "%s/kernelmgr.sock", home);
     if (n < 0 || (size_t)n >= size || (size_t)n >= sizeof sun.sun_path) {
         if (err) {
-            err->code = KM_EDAEMON;
-            snprintf(err->msg, sizeof err->msg,
-                     "socket path %s/kernelmgr.sock is longer than %zu bytes: use a shorter "
-                     "KERNELMGR_HOME",
-                     home, sizeof sun.sun_path - 1);
+            km_err_set(err, KM_EDAEMON,
+                       "socket path %s/kernelmgr.sock is longer than %zu bytes: use a shorter "
+                       "KERNELMGR_HOME",
+                       home, sizeof sun.sun_path - 1);
         }
         return -1;
     }
@@ -78,8 +77,7 @@ static int serve_lock(const char *home, const char *sock, int *lockfd, km_err *e
     /* files the manager makes: no link followed, no FIFO waited on */
     int fd = path ? open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600) : -1;
     if (fd < 0) {
-        err->code = KM_EDAEMON;
-        snprintf(err->msg, sizeof err->msg, "%s/daemon.lock: %s", home, strerror(errno));
+        km_err_set(err, KM_EDAEMON, "%s/daemon.lock: %s", home, strerror(errno));
         free(path);
         return KM_EDAEMON;
     }
@@ -137,8 +135,7 @@ static int serve_listen(const char *home, const char *sock, km_err *err)
     umask(old);
     /* the kernel caps the backlog at net.core.somaxconn */
     if (brc || chmod(sun.sun_path, 0600) || listen(lfd, 65535) || rename(sun.sun_path, sock)) {
-        err->code = KM_EDAEMON;
-        snprintf(err->msg, sizeof err->msg, "cannot listen on %s: %s", sock, strerror(errno));
+        km_err_set(err, KM_EDAEMON, "cannot listen on %s: %s", sock, strerror(errno));
         unlink(sun.sun_path);
         if (lfd >= 0)
             close(lfd);
@@ -191,8 +188,7 @@ int daemon_serve(const char *home, const kmcfg *cfg, km_err *err)
         return KM_EDAEMON;
     /* the home is trusted state (kmhome.h): made, or refused, before a file
      * in it is opened */
-    if (kmhome_prepare(home, 1, err->msg, sizeof err->msg)) {
-        err->code = KM_EUSAGE;
+    if (kmhome_prepare(home, 1, err)) {
         return KM_EUSAGE;
     }
     int lockfd = -1;

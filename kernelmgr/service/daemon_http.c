@@ -17,8 +17,7 @@ int daemon_http_start(km_manager *m, const daemon_http_listen *l, int *started, 
 {
     *started = 0;
     if (!http_ops) {
-        err->code = KM_EUSAGE;
-        snprintf(err->msg, sizeof err->msg, "this daemon has no HTTP frontend");
+        km_err_set(err, KM_EUSAGE, "this daemon has no HTTP frontend");
         return err->code;
     }
     return http_ops->start(m, l, started, url, urlsize, port, err);

@@ -115,7 +115,7 @@ typedef struct dreq {
     int raw;            /* exec with "raw_text": stream text follows its event line as bytes */
     dtier tier;         /* the connection's when the request started: what replies may carry */
     km_err err;         /* filled by the km_* call the handler makes */
-    char why[600];      /* a refusal's reason, for rpc_unpack and its kin */
+    km_err why;         /* a refusal's reason, for rpc_unpack and its kin */
 } dreq;
 
 /* A request of c with id (borrowed) for method (static; NULL outside a

@@ -228,25 +228,21 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
     if (daemon_socket_path(home, sock, sizeof sock, err))
         return -1;
     /* a socket in a home that is not ours alone may be anyone's daemon */
-    if (kmhome_prepare(home, 0, err->msg, sizeof err->msg)) {
-        err->code = KM_EUSAGE;
+    if (kmhome_prepare(home, 0, err)) {
         return -1;
     }
     int fd = daemon_try_connect(sock);
     if (fd >= 0 || !autostart) {
         if (fd < 0) {
-            err->code = KM_EDAEMON;
-            snprintf(err->msg, sizeof err->msg, "no daemon is running for %s", home);
+            km_err_set(err, KM_EDAEMON, "no daemon is running for %s", home);
         }
         return fd;
     }
-    if (kmhome_prepare(home, 1, err->msg, sizeof err->msg)) {
-        err->code = KM_EUSAGE;
+    if (kmhome_prepare(home, 1, err)) {
         return -1;
     }
     if (spawn_daemon(home, argv_extra)) {
-        err->code = KM_EDAEMON;
-        snprintf(err->msg, sizeof err->msg, "cannot start the daemon: %s", strerror(errno));
+        km_err_set(err, KM_EDAEMON, "cannot start the daemon: %s", strerror(errno));
         return -1;
     }
     for (int i = 0; i < 900; i++) {
@@ -256,9 +252,7 @@ int daemon_connect(const char *home, int autostart, char *const argv_extra[], km
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    err->code = KM_EDAEMON;
-    snprintf(err->msg, sizeof err->msg,
-             "the daemon did not come up within 45 s (see %s/daemon.log)", home);
+    km_err_set(err, KM_EDAEMON, "the daemon did not come up within 45 s (see %s/daemon.log)", home);
     return -1;
 }
 
@@ -270,8 +264,7 @@ static int error_from(const json_t *e, km_err *err)
                    ? (int)json_integer_value(kc)
                    : rpc_code_to_km((int)json_integer_value(json_object_get(e, "code")));
     const char *msg = json_string_value(json_object_get(e, "message"));
-    err->code = code;
-    snprintf(err->msg, sizeof err->msg, "%s", msg ? msg : "the daemon reported an error");
+    km_err_set(err, code, "%s", msg ? msg : "the daemon reported an error");
     return code;
 }
 
@@ -317,10 +310,8 @@ static int call_event(dcall *k, const json_t *o, km_err *err)
         /* raw_text: the text's bytes follow (dreq.c, on_event_raw) */
         json_int_t n = json_integer_value(tb);
         if (n < 0 || (unsigned long long)n > DAEMON_MAX_LINE) {
-            err->code = KM_EDAEMON;
-            snprintf(err->msg, sizeof err->msg,
-                     "the daemon sent a stream event of %lld bytes (at most %u)", (long long)n,
-                     DAEMON_MAX_LINE);
+            km_err_set(err, KM_EDAEMON, "the daemon sent a stream event of %lld bytes (at most %u)",
+                       (long long)n, DAEMON_MAX_LINE);
             return KM_EDAEMON;
         }
         k->pending = json_incref(ps);
@@ -345,8 +336,7 @@ static int call_response(dcall *k, const json_t *o, json_t **result, km_err *err
         *result = json_incref(json_object_get(o, "result"));
         return 0;
     }
-    err->code = KM_EDAEMON;
-    snprintf(err->msg, sizeof err->msg, "the daemon sent a response without a result");
+    km_err_set(err, KM_EDAEMON, "the daemon sent a response without a result");
     return KM_EDAEMON;
 }
 
@@ -369,10 +359,9 @@ static int call_step(dcall *k, json_t **result, km_err *err)
     }
     char *line = k->pending ? NULL : lreader_next(&k->r, 200, &to);
     if (!line && !to) {
-        err->code = KM_EDAEMON;
-        snprintf(err->msg, sizeof err->msg,
-                 "the daemon closed the connection without a response (did it stop? see "
-                 "daemon.log)");
+        km_err_set(err, KM_EDAEMON,
+                   "the daemon closed the connection without a response (did it stop? see "
+                   "daemon.log)");
         return KM_EDAEMON;
     }
     json_t *o = line ? json_loads(line, 0, NULL) : NULL;
@@ -395,8 +384,7 @@ int daemon_call(int fd, const char *method, json_t *params, const daemon_callbac
     json_decref(req);
     if (sent) {
         json_decref(id);
-        err->code = KM_EDAEMON;
-        snprintf(err->msg, sizeof err->msg, "cannot send to the daemon: %s", strerror(errno));
+        km_err_set(err, KM_EDAEMON, "cannot send to the daemon: %s", strerror(errno));
         return KM_EDAEMON;
     }
     dcall k = {cb ? cb : &none, {fd, NULL, 0, 0, 0}, id, NULL, 0, 0, cm_mono_s() + 0.2};

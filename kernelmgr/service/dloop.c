@@ -702,14 +702,12 @@ int dloop_start(dloop *L, const kmcfg *cfg, unsigned *workers, km_err *err)
     struct epoll_event eev = {.events = EPOLLIN, .data.ptr = &D};
     if (D.efd < 0 || L->ep < 0 || epoll_ctl(L->ep, EPOLL_CTL_ADD, L->lfd, &lev) ||
         epoll_ctl(L->ep, EPOLL_CTL_ADD, D.efd, &eev)) {
-        err->code = KM_EDAEMON;
-        snprintf(err->msg, sizeof err->msg, "cannot set up the event loop: %s", strerror(errno));
+        km_err_set(err, KM_EDAEMON, "cannot set up the event loop: %s", strerror(errno));
         return KM_EDAEMON;
     }
     *workers = pool_start(cfg);
     if (!*workers) {
-        err->code = KM_EDAEMON;
-        snprintf(err->msg, sizeof err->msg, "cannot start worker threads: %s", strerror(errno));
+        km_err_set(err, KM_EDAEMON, "cannot start worker threads: %s", strerror(errno));
         return KM_EDAEMON;
     }
     return 0;

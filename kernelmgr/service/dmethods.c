@@ -40,12 +40,11 @@ static json_t *sopts_strip(const json_t *p)
 
 /* Checks the session options of params by the table and against the
  * operator's ceilings for r's tier, and fills so (borrowing from params).
- * 0, or -1 with the reason naming the field in r->why. */
+ * 0, or -1 with the reason naming the field in r->why.msg. */
 static int sopts_fill(dreq *r, const json_t *p, km_session_opts *so)
 {
-    return dtier_sopts_fill(p, so, r->why, sizeof r->why) ||
-                   dtier_sopts_ceiling(&r->dc->grant, km_manager_config(daemon_mgr), p, so, r->why,
-                                       sizeof r->why)
+    return dtier_sopts_fill(p, so, &r->why) ||
+                   dtier_sopts_ceiling(&r->dc->grant, km_manager_config(daemon_mgr), p, so, &r->why)
                ? -1
                : 0;
 }
@@ -54,8 +53,8 @@ static json_t *hello_for(km_manager *m, const dtier_grant *g);
 
 static void m_ping(dreq *r, const json_t *p)
 {
-    if (rpc_unpack(p, r->why, sizeof r->why, "{}"))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{}"))
+        return dreq_invalid(r, r->why.msg);
     dreq_ok(r, hello_for(daemon_mgr, &r->dc->grant));
 }
 
@@ -64,10 +63,9 @@ static void m_initialize(dreq *r, const json_t *p)
     json_int_t want = DAEMON_API_VERSION;
     const char *client = NULL, *tname = NULL, *allow = NULL;
     int unsafe = 0;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s?I s?s s?s s?s s?b}", "api_version", &want,
-                   "client", &client, "tier", &tname, "allowlist", &allow,
-                   "allow_unsafe_session_options", &unsafe))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s?I s?s s?s s?s s?b}", "api_version", &want, "client", &client,
+                   "tier", &tname, "allowlist", &allow, "allow_unsafe_session_options", &unsafe))
+        return dreq_invalid(r, r->why.msg);
     if (want != DAEMON_API_VERSION)
         return dreq_invalidf(r,
                              "api_version %lld is not served here: this daemon speaks "
@@ -112,10 +110,10 @@ static void m_session_create(dreq *r, const json_t *p)
     const char *name;
     km_session_opts so;
     json_t *own = sopts_strip(p);
-    int bad = rpc_unpack(own, r->why, sizeof r->why, "{s:s}", "session", &name);
+    int bad = rpc_unpack(own, &r->why, "{s:s}", "session", &name);
     json_decref(own);
     if (bad || sopts_fill(r, p, &so))
-        return dreq_invalid(r, r->why);
+        return dreq_invalid(r, r->why.msg);
     dreq_reply(r, km_session_create(daemon_mgr, name, &so, &r->err));
 }
 
@@ -134,13 +132,12 @@ static void m_exec(dreq *r, const json_t *p)
     int coe = 0, stream = 0, raw = 0, create = create_default(r);
     km_session_opts so;
     json_t *own = sopts_strip(p);
-    int bad =
-        rpc_unpack(own, r->why, sizeof r->why, "{s:s s:s s?s s?F s?b s?b s?b s?b}", "session",
-                   &name, "code", &code, "lang", &lang, "timeout", &timeout, "continue_on_error",
-                   &coe, "stream", &stream, "raw_text", &raw, "create", &create);
+    int bad = rpc_unpack(own, &r->why, "{s:s s:s s?s s?F s?b s?b s?b s?b}", "session", &name,
+                         "code", &code, "lang", &lang, "timeout", &timeout, "continue_on_error",
+                         &coe, "stream", &stream, "raw_text", &raw, "create", &create);
     json_decref(own);
     if (bad || sopts_fill(r, p, &so))
-        return dreq_invalid(r, r->why);
+        return dreq_invalid(r, r->why.msg);
     so.no_create = !create;
     /* the one check of the language: the configuration's table (lang.h);
      * the CLI and MCP pass it through */
@@ -161,8 +158,8 @@ static void m_exec(dreq *r, const json_t *p)
 
 static void m_sessions_list(dreq *r, const json_t *p)
 {
-    if (rpc_unpack(p, r->why, sizeof r->why, "{}"))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{}"))
+        return dreq_invalid(r, r->why.msg);
     dreq_ok(r, json_pack("{s:o s:o}", "sessions", km_sessions(daemon_mgr), "pool",
                          km_pool_status(daemon_mgr)));
 }
@@ -171,8 +168,8 @@ static void m_close(dreq *r, const json_t *p)
 {
     const char *name;
     int keep = 0;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?b}", "session", &name, "keep", &keep))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s?b}", "session", &name, "keep", &keep))
+        return dreq_invalid(r, r->why.msg);
     json_t *warnings = json_array();
     if (km_close_warn(daemon_mgr, name, keep ? KM_KEEP : 0, warnings, &r->err)) {
         json_decref(warnings);
@@ -188,8 +185,8 @@ static void m_close(dreq *r, const json_t *p)
 static void m_session_repair(dreq *r, const json_t *p)
 {
     const char *name;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s}", "session", &name))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s}", "session", &name))
+        return dreq_invalid(r, r->why.msg);
     dreq_reply(r, km_session_repair(daemon_mgr, name, &r->err));
 }
 
@@ -197,41 +194,40 @@ static void m_session_repair(dreq *r, const json_t *p)
 static void m_snapshot(dreq *r, const json_t *p)
 {
     const char *name, *tag = NULL;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "tag", &tag))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s?s}", "session", &name, "tag", &tag))
+        return dreq_invalid(r, r->why.msg);
     dreq_reply(r, km_snapshot(daemon_mgr, name, tag, &r->err));
 }
 
 static void m_snapshots(dreq *r, const json_t *p)
 {
     const char *name;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s}", "session", &name))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s}", "session", &name))
+        return dreq_invalid(r, r->why.msg);
     dreq_reply(r, km_snapshots(daemon_mgr, name, &r->err));
 }
 
 static void m_restore(dreq *r, const json_t *p)
 {
     const char *name, *tag = NULL;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "tag", &tag))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s?s}", "session", &name, "tag", &tag))
+        return dreq_invalid(r, r->why.msg);
     dreq_reply(r, km_restore(daemon_mgr, name, tag, &r->err));
 }
 
 static void m_fork(dreq *r, const json_t *p)
 {
     const char *name, *to, *tag = NULL;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?s}", "session", &name, "new_session", &to,
-                   "tag", &tag))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s:s s?s}", "session", &name, "new_session", &to, "tag", &tag))
+        return dreq_invalid(r, r->why.msg);
     dreq_reply(r, km_fork(daemon_mgr, name, to, tag, &r->err));
 }
 
 static void m_interrupt_restart(dreq *r, const json_t *p)
 {
     const char *name;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s}", "session", &name))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s}", "session", &name))
+        return dreq_invalid(r, r->why.msg);
     int rc = !strcmp(r->method, "interrupt") ? km_interrupt(daemon_mgr, name, &r->err)
                                              : km_restart(daemon_mgr, name, &r->err);
     if (rc)
@@ -245,10 +241,10 @@ static int never_creates(dreq *r, int create)
 {
     if (!create)
         return 0;
-    snprintf(r->why, sizeof r->why,
-             "field \"create\": %s never creates a session (only false is accepted; make one "
-             "with session.create)",
-             r->method);
+    km_err_set(&r->why, KM_EUSAGE,
+               "field \"create\": %s never creates a session (only false is accepted; make one "
+               "with session.create)",
+               r->method);
     return -1;
 }
 
@@ -256,13 +252,13 @@ static void m_files_list(dreq *r, const json_t *p)
 {
     const char *name, *path = NULL;
     int create = 0;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s s?b}", "session", &name, "path", &path,
-                   "create", &create) ||
+    if (rpc_unpack(p, &r->why, "{s:s s?s s?b}", "session", &name, "path", &path, "create",
+                   &create) ||
         never_creates(r, create))
-        return dreq_invalid(r, r->why);
+        return dreq_invalid(r, r->why.msg);
     char sub[WSFILE_PATH_MAX + 1];
-    if (wsfile_normalize(path ? path : "", 1, sub, r->why, sizeof r->why) < 0)
-        return dreq_invalid(r, r->why);
+    if (wsfile_normalize(path ? path : "", 1, sub, &r->why) < 0)
+        return dreq_invalid(r, r->why.msg);
     json_t *f = km_files(daemon_mgr, name, &r->err);
     if (!f)
         return dreq_fail(r);
@@ -289,10 +285,10 @@ static void m_files_read(dreq *r, const json_t *p)
     const char *name, *path, *enc = "auto";
     json_int_t off = 0, len = 0;
     int create = 0;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s?I s?I s?s s?b}", "session", &name, "path",
-                   &path, "offset", &off, "length", &len, "encoding", &enc, "create", &create) ||
+    if (rpc_unpack(p, &r->why, "{s:s s:s s?I s?I s?s s?b}", "session", &name, "path", &path,
+                   "offset", &off, "length", &len, "encoding", &enc, "create", &create) ||
         never_creates(r, create))
-        return dreq_invalid(r, r->why);
+        return dreq_invalid(r, r->why.msg);
     if (off < 0 || (json_object_get(p, "length") && len < 1))
         return dreq_invalid(r, "field \"offset\" must be >= 0 and field \"length\" >= 1");
     if (strcmp(enc, "auto") && strcmp(enc, "text") && strcmp(enc, "base64"))
@@ -329,18 +325,18 @@ static void m_files_write(dreq *r, const json_t *p)
     int append = 0, create = 0;
     km_session_opts so;
     json_t *own = sopts_strip(p);
-    int bad = rpc_unpack(own, r->why, sizeof r->why, "{s:s s:s s:s s?s s?b s?b}", "session", &name,
-                         "path", &path, "content", &content, "encoding", &enc, "append", &append,
-                         "create", &create);
+    int bad =
+        rpc_unpack(own, &r->why, "{s:s s:s s:s s?s s?b s?b}", "session", &name, "path", &path,
+                   "content", &content, "encoding", &enc, "append", &append, "create", &create);
     json_decref(own);
     if (bad || sopts_fill(r, p, &so))
-        return dreq_invalid(r, r->why);
+        return dreq_invalid(r, r->why.msg);
     if (strcmp(enc, "text") && strcmp(enc, "base64"))
         return dreq_invalid(r, "field \"encoding\": must be \"text\" or \"base64\"");
     char norm[WSFILE_PATH_MAX + 1];
     /* a bad path is refused before a session is created for it */
-    if (wsfile_normalize(path, 0, norm, r->why, sizeof r->why) < 0)
-        return dreq_invalid(r, r->why);
+    if (wsfile_normalize(path, 0, norm, &r->why) < 0)
+        return dreq_invalid(r, r->why.msg);
     size_t len = json_string_length(json_object_get(p, "content"));
     unsigned char *bin;
     const void *data;
@@ -362,11 +358,11 @@ static void m_files_write(dreq *r, const json_t *p)
 static void m_files_remove(dreq *r, const json_t *p)
 {
     const char *name, *path;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s}", "session", &name, "path", &path))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s:s}", "session", &name, "path", &path))
+        return dreq_invalid(r, r->why.msg);
     char norm[WSFILE_PATH_MAX + 1];
-    if (wsfile_normalize(path, 0, norm, r->why, sizeof r->why) < 0)
-        return dreq_invalid(r, r->why);
+    if (wsfile_normalize(path, 0, norm, &r->why) < 0)
+        return dreq_invalid(r, r->why.msg);
     dreq_reply(r, km_file_remove(daemon_mgr, name, norm, &r->err));
 }
 
@@ -374,9 +370,9 @@ static void m_packages_install(dreq *r, const json_t *p)
 {
     const char *name, *manager, *allow = NULL;
     json_t *pkgs;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s:s s:o s?s}", "session", &name, "manager",
-                   &manager, "packages", &pkgs, "allowlist", &allow))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s:s s:o s?s}", "session", &name, "manager", &manager,
+                   "packages", &pkgs, "allowlist", &allow))
+        return dreq_invalid(r, r->why.msg);
     if (!json_is_array(pkgs))
         return dreq_invalid(r, "field \"packages\": expected an array of strings");
     /* a tier below owner never names the file (the table): the allowlist
@@ -390,8 +386,8 @@ static void m_packages_install(dreq *r, const json_t *p)
 static void m_export(dreq *r, const json_t *p)
 {
     const char *name, *kname = NULL;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "kernel_name", &kname))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s?s}", "session", &name, "kernel_name", &kname))
+        return dreq_invalid(r, r->why.msg);
     json_t *nb = km_export(daemon_mgr, name, kname, &r->err);
     if (!nb)
         return dreq_fail(r);
@@ -401,8 +397,8 @@ static void m_export(dreq *r, const json_t *p)
 static void m_connection_file(dreq *r, const json_t *p)
 {
     const char *name, *lang = NULL;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s}", "session", &name, "lang", &lang))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s?s}", "session", &name, "lang", &lang))
+        return dreq_invalid(r, r->why.msg);
     char path[4096];
     if (km_connection_file(daemon_mgr, name, lang, path, sizeof path, &r->err))
         return dreq_fail(r);
@@ -415,9 +411,9 @@ static void m_http_start(dreq *r, const json_t *p)
 {
     const char *listen, *cert = NULL, *key = NULL;
     int insecure = 0;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s s?s s?b}", "listen", &listen, "tls_cert",
-                   &cert, "tls_key", &key, "insecure", &insecure))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s?s s?s s?b}", "listen", &listen, "tls_cert", &cert, "tls_key",
+                   &key, "insecure", &insecure))
+        return dreq_invalid(r, r->why.msg);
     if ((cert && cert[0] != '/') || (key && key[0] != '/'))
         return dreq_invalid(r, "fields \"tls_cert\", \"tls_key\": must be absolute paths");
     daemon_http_listen l = {listen, cert, key, insecure};
@@ -438,9 +434,8 @@ static void m_http_start(dreq *r, const json_t *p)
 static void m_daemon_drain(dreq *r, const json_t *p)
 {
     int on = 1, snap = 1, stream = 0;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s?b s?b s?b}", "drain", &on, "snapshot", &snap,
-                   "stream", &stream))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s?b s?b s?b}", "drain", &on, "snapshot", &snap, "stream", &stream))
+        return dreq_invalid(r, r->why.msg);
     km_set_draining(daemon_mgr, on);
     json_t *ss = km_sessions(daemon_mgr);
     const char *node = km_manager_config(daemon_mgr)->node_id;
@@ -511,9 +506,9 @@ static void m_session_export(dreq *r, const json_t *p)
 {
     const char *name, *archive = NULL;
     json_int_t off = 0, len = 0;
-    if (rpc_unpack(p, r->why, sizeof r->why, "{s:s s?s s?I s?I}", "session", &name, "archive",
-                   &archive, "offset", &off, "length", &len))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{s:s s?s s?I s?I}", "session", &name, "archive", &archive, "offset",
+                   &off, "length", &len))
+        return dreq_invalid(r, r->why.msg);
     if (off < 0 || (json_object_get(p, "length") && (len < 1 || len > KM_ARCHIVE_CHUNK_MAX)))
         return dreq_invalidf(r, "field \"offset\" must be >= 0 and field \"length\" 1 to %u",
                              KM_ARCHIVE_CHUNK_MAX);
@@ -530,11 +525,11 @@ static void m_session_import(dreq *r, const json_t *p)
     int final = 0;
     km_session_opts so;
     json_t *own = sopts_strip(p);
-    int bad = rpc_unpack(own, r->why, sizeof r->why, "{s:s s:s s:I s?b}", "session", &name, "data",
-                         &data, "offset", &off, "final", &final);
+    int bad = rpc_unpack(own, &r->why, "{s:s s:s s:I s?b}", "session", &name, "data", &data,
+                         "offset", &off, "final", &final);
     json_decref(own);
     if (bad || sopts_fill(r, p, &so))
-        return dreq_invalid(r, r->why);
+        return dreq_invalid(r, r->why.msg);
     if (off < 0)
         return dreq_invalid(r, "field \"offset\" must be >= 0");
     size_t len = json_string_length(json_object_get(p, "data"));
@@ -550,8 +545,8 @@ static void m_session_import(dreq *r, const json_t *p)
 
 static void m_shutdown(dreq *r, const json_t *p)
 {
-    if (rpc_unpack(p, r->why, sizeof r->why, "{}"))
-        return dreq_invalid(r, r->why);
+    if (rpc_unpack(p, &r->why, "{}"))
+        return dreq_invalid(r, r->why.msg);
     dreq_ok(r, NULL);
     daemon_stop = 1;
     dloop_wake();
@@ -660,20 +655,18 @@ static const dmethod dmethods[] = {
 static int tier_check(dreq *r, const dmethod *d, const json_t *params)
 {
     const dtier_grant *g = &r->dc->grant;
-    char why[900];
+    km_err why = {0};
     if (!(d->tiers & DT_BIT(g->tier))) {
-        snprintf(why, sizeof why, "%s is not available to %s (%s)", d->name, dtier_clients(g->tier),
-                 d->why ? d->why : "not permitted for its tier");
-        json_t *o =
-            rpc_error(r->id, RPC_INVALID_PARAMS, why, json_pack("{s:i}", "km_code", KM_EUSAGE));
+        km_err_set(&why, KM_EUSAGE, "%s is not available to %s (%s)", d->name,
+                   dtier_clients(g->tier), d->why ? d->why : "not permitted for its tier");
+        json_t *o = rpc_error_params(r->id, why.msg);
         if (o)
             dconn_write_json(r->dc, o, 0);
         json_decref(o);
         return -1;
     }
-    if (json_is_object(params) &&
-        dtier_check_fields(g, d->fields, d->sopts, params, why, sizeof why)) {
-        dreq_invalid(r, why);
+    if (json_is_object(params) && dtier_check_fields(g, d->fields, d->sopts, params, &why)) {
+        dreq_invalid(r, why.msg);
         return -1;
     }
     return 0;
@@ -715,12 +708,12 @@ static const dmethod *dmethod_find(const char *name)
 const dmethod *dmethod_request(dconn *c, const char *line, size_t len, json_t **req)
 {
     rpc_msg msg;
-    char why[300];
-    int kind = rpc_parse(line, len, &msg, why, sizeof why);
+    km_err why = {0};
+    int kind = rpc_parse(line, len, &msg, &why);
     const dmethod *d = NULL;
     if (kind < 0) {
         if (!msg.silent) {
-            json_t *o = rpc_error(msg.id, kind, why, NULL);
+            json_t *o = rpc_error(msg.id, kind, why.msg, NULL);
             if (o)
                 dconn_write_json(c, o, 0);
             json_decref(o);

@@ -52,17 +52,18 @@ void dreq_invalid(dreq *r, const char *why)
     char msg[1200];
     snprintf(msg, sizeof msg, "%s: %s", r->method, why);
     dtier_scrub_text(r->tier, msg, sizeof msg, km_manager_home(daemon_mgr));
-    dreq_send(r,
-              rpc_error(r->id, RPC_INVALID_PARAMS, msg, json_pack("{s:i}", "km_code", KM_EUSAGE)));
+    dreq_send(r, rpc_error_params(r->id, msg));
 }
 
 void dreq_invalidf(dreq *r, const char *fmt, ...)
 {
+    char msg[sizeof r->why.msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->why, sizeof r->why, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    dreq_invalid(r, r->why);
+    km_err_set(&r->why, KM_EUSAGE, "%s", msg);
+    dreq_invalid(r, r->why.msg);
 }
 
 void dreq_ok(dreq *r, json_t *result)

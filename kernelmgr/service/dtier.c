@@ -191,7 +191,7 @@ static void allowed_list(const dtier_grant *g, const dtier_field *fields, int so
 }
 
 int dtier_check_fields(const dtier_grant *g, const dtier_field *fields, int sopts,
-                       const json_t *params, char *why, size_t n)
+                       const json_t *params, km_err *why)
 {
     const char *key;
     json_t *v;
@@ -207,16 +207,15 @@ int dtier_check_fields(const dtier_grant *g, const dtier_field *fields, int sopt
         if (!f) {
             char list[600];
             allowed_list(g, fields, sopts, list, sizeof list);
-            snprintf(why, n, "unknown field \"%.80s\" (expected: %s)", key, list);
+            km_err_set(why, KM_EUSAGE, "unknown field \"%.80s\" (expected: %s)", key, list);
             return -1;
         }
         int optin = (f->unsafe & DT_BIT(g->tier)) != 0;
-        int len = snprintf(why, n, "field \"%s\" is not available to %s", f->name,
-                           dtier_clients(g->tier));
-        if ((f->why || optin) && len > 0 && (size_t)len < n)
-            snprintf(why + len, n - (size_t)len, " (%s%s%s%s)", f->why ? f->why : "",
-                     f->why && optin ? "; " : "", optin ? "the operator can allow it with " : "",
-                     optin ? tier_optin[g->tier] : "");
+        int note = f->why || optin;
+        km_err_set(why, KM_EUSAGE, "field \"%s\" is not available to %s%s%s%s%s%s%s", f->name,
+                   dtier_clients(g->tier), note ? " (" : "", f->why ? f->why : "",
+                   f->why && optin ? "; " : "", optin ? "the operator can allow it with " : "",
+                   optin ? tier_optin[g->tier] : "", note ? ")" : "");
         return -1;
     }
     return 0;
@@ -241,32 +240,34 @@ static const char *fmt_size(uint64_t b, char *buf, size_t n)
  * (every row here has one: tests/unit/test_km_sessopt.c). */
 #define SO_FIELD(T, so, name) ((T *)(void *)((char *)(so) + km_sessopt_find(name)->o_off))
 
-static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so, char *why,
-                    size_t n)
+static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so, km_err *why)
 {
     const char *name = o->f.name;
     switch (o->type) {
     case DT_SO_NETWORK: {
-        char what[40], e[700];
+        char what[40];
+        km_err e = {0};
         snprintf(what, sizeof what, "field \"%s\"", name);
         if (json_is_boolean(v) || (!json_is_string(v) && !json_is_object(v))) {
-            snprintf(why, n,
-                     "field \"%s\": must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} "
-                     "(got %s)",
-                     name, rpc_type_name(v));
+            km_err_set(
+                why, KM_EUSAGE,
+                "field \"%s\": must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} "
+                "(got %s)",
+                name, rpc_type_name(v));
             return -1;
         }
         if (json_is_string(v) && strcmp(json_string_value(v), "on") &&
             strcmp(json_string_value(v), "off")) {
-            snprintf(why, n,
-                     "field \"%s\": must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} "
-                     "(got \"%.40s\")",
-                     name, json_string_value(v));
+            km_err_set(
+                why, KM_EUSAGE,
+                "field \"%s\": must be \"on\", \"off\" or {\"allow\": [\"host[:port]\", ...]} "
+                "(got \"%.40s\")",
+                name, json_string_value(v));
             return -1;
         }
         if (km_net_from_json(v, what, &so->network, so->network_allow_buf,
-                             sizeof so->network_allow_buf, e, sizeof e)) {
-            snprintf(why, n, "%s", e);
+                             sizeof so->network_allow_buf, &e)) {
+            km_err_set(why, KM_EUSAGE, "%s", e.msg);
             return -1;
         }
         so->network_allow = so->network == KM_NET_ALLOW ? so->network_allow_buf : NULL;
@@ -275,15 +276,16 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     case DT_SO_CHOICE: {
         const char *s = json_string_value(v);
         if (!s) {
-            snprintf(why, n, "field \"%s\": expected a string, got %s", name, rpc_type_name(v));
+            km_err_set(why, KM_EUSAGE, "field \"%s\": expected a string, got %s", name,
+                       rpc_type_name(v));
             return -1;
         }
         int ok = 0;
         for (int i = 0; o->values[i]; i++)
             ok |= !strcmp(s, o->values[i]);
         if (!ok) {
-            snprintf(why, n, "field \"%s\": must be \"%s\" or \"%s\" (got \"%.40s\")", name,
-                     o->values[0], o->values[1], s);
+            km_err_set(why, KM_EUSAGE, "field \"%s\": must be \"%s\" or \"%s\" (got \"%.40s\")",
+                       name, o->values[0], o->values[1], s);
             return -1;
         }
         *SO_FIELD(const char *, so, name) = s;
@@ -297,10 +299,10 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
             bytes = 0;
         if (bytes < (uint64_t)o->min) {
             char mb[32];
-            snprintf(why, n,
-                     "field \"%s\": must be a size of at least %s, like \"512M\" or \"2G\" (or "
-                     "a number of bytes)",
-                     name, fmt_size((uint64_t)o->min, mb, sizeof mb));
+            km_err_set(why, KM_EUSAGE,
+                       "field \"%s\": must be a size of at least %s, like \"512M\" or \"2G\" (or "
+                       "a number of bytes)",
+                       name, fmt_size((uint64_t)o->min, mb, sizeof mb));
             return -1;
         }
         *SO_FIELD(unsigned long long, so, name) = bytes;
@@ -308,14 +310,15 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     }
     case DT_SO_NUMBER: {
         if (!json_is_number(v)) {
-            snprintf(why, n, "field \"%s\": expected a number, got %s", name, rpc_type_name(v));
+            km_err_set(why, KM_EUSAGE, "field \"%s\": expected a number, got %s", name,
+                       rpc_type_name(v));
             return -1;
         }
         double d = json_number_value(v);
         /* 0: the configuration's (as before: not a value of its own) */
         if (d != 0 && !(d >= o->min && d <= o->max)) {
-            snprintf(why, n, "field \"%s\": must be a number %s from %g to %.0f", name,
-                     !strcmp(name, "cpus") ? "of CPUs" : "of seconds", o->min, o->max);
+            km_err_set(why, KM_EUSAGE, "field \"%s\": must be a number %s from %g to %.0f", name,
+                       !strcmp(name, "cpus") ? "of CPUs" : "of seconds", o->min, o->max);
             return -1;
         }
         *SO_FIELD(double, so, name) = d;
@@ -324,11 +327,12 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     case DT_SO_PATH: {
         const char *s = json_string_value(v);
         if (!s) {
-            snprintf(why, n, "field \"%s\": expected a string, got %s", name, rpc_type_name(v));
+            km_err_set(why, KM_EUSAGE, "field \"%s\": expected a string, got %s", name,
+                       rpc_type_name(v));
             return -1;
         }
         if (s[0] != '/') {
-            snprintf(why, n, "field \"%s\": must be an absolute path", name);
+            km_err_set(why, KM_EUSAGE, "field \"%s\": must be an absolute path", name);
             return -1;
         }
         *SO_FIELD(const char *, so, name) = s;
@@ -336,8 +340,8 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     }
     case DT_SO_BOOL:
         if (!json_is_boolean(v)) {
-            snprintf(why, n, "field \"%s\": expected true or false, got %s", name,
-                     rpc_type_name(v));
+            km_err_set(why, KM_EUSAGE, "field \"%s\": expected true or false, got %s", name,
+                       rpc_type_name(v));
             return -1;
         }
         *SO_FIELD(int, so, name) = json_is_true(v);
@@ -347,8 +351,11 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
         snprintf(what, sizeof what, "field \"%s\"", name);
         /* kenv says what is wrong, a value that is not an object included
          * (the one wording every client of the environment sees) */
-        if (kenv_check_object(NULL, what, v, why, n))
+        char bad[sizeof why->msg];
+        if (kenv_check_object(NULL, what, v, bad, sizeof bad)) {
+            km_err_set(why, KM_EUSAGE, "%s", bad);
             return -1;
+        }
         so->env = v;
         return 0;
     }
@@ -356,12 +363,12 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
     return 0;
 }
 
-int dtier_sopts_fill(const json_t *params, km_session_opts *so, char *why, size_t n)
+int dtier_sopts_fill(const json_t *params, km_session_opts *so, km_err *why)
 {
     km_session_opts_init(so);
     for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++) {
         const json_t *v = json_object_get(params, o->f.name);
-        if (v && fill_one(o, v, so, why, n))
+        if (v && fill_one(o, v, so, why))
             return -1;
     }
     return 0;
@@ -384,7 +391,7 @@ static const char *given(const json_t *v, char *buf, size_t n)
  * the configuration's list, or for anything when the configuration is "on";
  * wider only with the operator's opt-in. */
 static int net_ceiling(const dtier_grant *g, const kmcfg *cfg, const dtier_sessopt *o,
-                       const km_session_opts *so, char *why, size_t n)
+                       const km_session_opts *so, km_err *why)
 {
     if (so->network == KM_NET_OFF || (g->unsafe && (o->f.unsafe & DT_BIT(g->tier))))
         return 0;
@@ -410,7 +417,8 @@ static int net_ceiling(const dtier_grant *g, const kmcfg *cfg, const dtier_sesso
         free(want);
         if (so->network == KM_NET_ON || !bad)
             return 0;
-        snprintf(why, n, "field \"network\": %s (only the operator's own list may name one)", e);
+        km_err_set(why, KM_EUSAGE,
+                   "field \"network\": %s (only the operator's own list may name one)", e);
         return -1;
     }
     if (so->network == KM_NET_ALLOW && cfg->network == KM_NET_ALLOW) {
@@ -423,23 +431,23 @@ static int net_ceiling(const dtier_grant *g, const kmcfg *cfg, const dtier_sesso
         free(want);
         free(ceil);
         if (rc)
-            snprintf(why, n,
-                     "field \"network\": %s (config \"network\"; %s may only narrow it; the "
-                     "operator can allow more with %s)",
-                     e, dtier_clients(g->tier), tier_optin[g->tier]);
+            km_err_set(why, KM_EUSAGE,
+                       "field \"network\": %s (config \"network\"; %s may only narrow it; the "
+                       "operator can allow more with %s)",
+                       e, dtier_clients(g->tier), tier_optin[g->tier]);
         return rc;
     }
-    snprintf(why, n,
-             "field \"network\": %s is not available to %s (%s; the operator's configuration has "
-             "network %s; the operator can allow it with %s)",
-             so->network == KM_NET_ON ? "\"on\"" : "an allow list", dtier_clients(g->tier),
-             o->f.why ? o->f.why : "",
-             cfg->network == KM_NET_ALLOW ? "as an allow list" : "\"off\"", tier_optin[g->tier]);
+    km_err_set(why, KM_EUSAGE,
+               "field \"network\": %s is not available to %s (%s; the operator's configuration has "
+               "network %s; the operator can allow it with %s)",
+               so->network == KM_NET_ON ? "\"on\"" : "an allow list", dtier_clients(g->tier),
+               o->f.why ? o->f.why : "",
+               cfg->network == KM_NET_ALLOW ? "as an allow list" : "\"off\"", tier_optin[g->tier]);
     return -1;
 }
 
 int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *params,
-                        const km_session_opts *so, char *why, size_t n)
+                        const km_session_opts *so, km_err *why)
 {
     if (g->tier == DT_OWNER)
         return 0; /* the operator is the owner */
@@ -454,20 +462,21 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
         case DT_CEIL_MEMORY: {
             uint64_t lim = cfg->memory ? cfg->memory : DTIER_DEFAULT_MEMORY;
             if (so->memory > lim) {
-                snprintf(why, n, "field \"memory\": %s exceeds the operator's limit %s (%s)",
-                         given(v, gb, sizeof gb), fmt_size(lim, lb, sizeof lb),
-                         cfg->memory ? "config \"memory\""
-                                     : "the kernels' default; config \"memory\" is unset");
+                km_err_set(why, KM_EUSAGE,
+                           "field \"memory\": %s exceeds the operator's limit %s (%s)",
+                           given(v, gb, sizeof gb), fmt_size(lim, lb, sizeof lb),
+                           cfg->memory ? "config \"memory\""
+                                       : "the kernels' default; config \"memory\" is unset");
                 return -1;
             }
             break;
         }
         case DT_CEIL_SNAPSHOT:
             if (so->snapshot_max > cfg->snapshot_max) {
-                snprintf(why, n,
-                         "field \"snapshot_max\": %s exceeds the operator's limit %s (config "
-                         "\"snapshot_max\")",
-                         given(v, gb, sizeof gb), fmt_size(cfg->snapshot_max, lb, sizeof lb));
+                km_err_set(why, KM_EUSAGE,
+                           "field \"snapshot_max\": %s exceeds the operator's limit %s (config "
+                           "\"snapshot_max\")",
+                           given(v, gb, sizeof gb), fmt_size(cfg->snapshot_max, lb, sizeof lb));
                 return -1;
             }
             break;
@@ -476,14 +485,15 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
             int cpus = o->ceiling == DT_CEIL_CPUS;
             double lim = cpus ? cfg->cpus : cfg->cpu_time, want = cpus ? so->cpus : so->cpu_time;
             if (lim > 0 && want > lim) {
-                snprintf(why, n, "field \"%s\": %g exceeds the operator's limit %g (config \"%s\")",
-                         o->f.name, want, lim, o->f.name);
+                km_err_set(why, KM_EUSAGE,
+                           "field \"%s\": %g exceeds the operator's limit %g (config \"%s\")",
+                           o->f.name, want, lim, o->f.name);
                 return -1;
             }
             break;
         }
         case DT_CEIL_NETWORK:
-            if (net_ceiling(g, cfg, o, so, why, n))
+            if (net_ceiling(g, cfg, o, so, why))
                 return -1;
             break;
         case DT_CEIL_SANDBOX: {
@@ -493,11 +503,11 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
             int has = !strcmp(cfg->sandbox, o->relaxing);
             if (has || (g->unsafe && (o->f.unsafe & DT_BIT(g->tier))))
                 break;
-            snprintf(why, n,
-                     "field \"%s\": \"%s\" is not available to %s (%s; the operator's "
-                     "configuration has %s \"%s\"; the operator can allow it with %s)",
-                     o->f.name, s, dtier_clients(g->tier), o->f.why ? o->f.why : "", o->f.name,
-                     cfg->sandbox, tier_optin[g->tier]);
+            km_err_set(why, KM_EUSAGE,
+                       "field \"%s\": \"%s\" is not available to %s (%s; the operator's "
+                       "configuration has %s \"%s\"; the operator can allow it with %s)",
+                       o->f.name, s, dtier_clients(g->tier), o->f.why ? o->f.why : "", o->f.name,
+                       cfg->sandbox, tier_optin[g->tier]);
             return -1;
         }
         }

@@ -114,12 +114,12 @@ int dtier_field_allowed(const dtier_grant *g, const dtier_field *f);
  * "unknown field "x" (expected: the fields g may send)". 0, or -1 with the
  * reason in why. */
 int dtier_check_fields(const dtier_grant *g, const dtier_field *fields, int sopts,
-                       const json_t *params, char *why, size_t n);
+                       const json_t *params, km_err *why);
 
 /* Validates the session options of params (borrowed) by the table — type,
  * value, range — and fills so (km_session_opts_init first), borrowing its
  * strings and env from params. 0, or -1 with the reason naming the field. */
-int dtier_sopts_fill(const json_t *params, km_session_opts *so, char *why, size_t n);
+int dtier_sopts_fill(const json_t *params, km_session_opts *so, km_err *why);
 
 /* The operator's ceilings on the filled options so of params (both
  * borrowed) for grant g: nothing for owner; else memory, cpus and cpu_time
@@ -127,7 +127,7 @@ int dtier_sopts_fill(const json_t *params, km_session_opts *so, char *why, size_
  * configuration has them or the operator opted g in. "field "memory": 64G
  * exceeds the operator's limit 256M (config "memory")". 0, or -1 with why. */
 int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *params,
-                        const km_session_opts *so, char *why, size_t n);
+                        const km_session_opts *so, km_err *why);
 
 /* A reply (result, event params or error object; modified in place) for a
  * party of tier t carries no host path: for http, "home", "workspace" and

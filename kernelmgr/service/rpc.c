@@ -22,25 +22,25 @@ void rpc_msg_clear(rpc_msg *m)
     memset(m, 0, sizeof *m);
 }
 
-static int bad(rpc_msg *m, int code, char *why, size_t whylen, const char *msg)
+static int bad(rpc_msg *m, int code, km_err *why, const char *msg)
 {
-    snprintf(why, whylen, "%s", msg);
+    km_err_set(why, KM_EUSAGE, "%s", msg);
     (void)m;
     return code;
 }
 
-int rpc_parse(const char *line, size_t len, rpc_msg *m, char *why, size_t whylen)
+int rpc_parse(const char *line, size_t len, rpc_msg *m, km_err *why)
 {
     memset(m, 0, sizeof *m);
     json_error_t jerr;
     m->root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!m->root) {
-        snprintf(why, whylen, "Parse error: %s (line %d, column %d)", jerr.text, jerr.line,
-                 jerr.column);
+        km_err_set(why, KM_EUSAGE, "Parse error: %s (line %d, column %d)", jerr.text, jerr.line,
+                   jerr.column);
         return RPC_PARSE_ERROR;
     }
     if (!json_is_object(m->root))
-        return bad(m, RPC_INVALID_REQUEST, why, whylen,
+        return bad(m, RPC_INVALID_REQUEST, why,
                    json_is_array(m->root) ? "Invalid Request: batches are not supported"
                                           : "Invalid Request: a message must be a JSON object");
     json_t *id = json_object_get(m->root, "id");
@@ -49,22 +49,22 @@ int rpc_parse(const char *line, size_t len, rpc_msg *m, char *why, size_t whylen
     /* ids are strings or integers, never null; a bad id is answered with
      * id null since it cannot be echoed */
     if (id && !json_is_string(id) && !json_is_integer(id))
-        return bad(m, RPC_INVALID_REQUEST, why, whylen,
+        return bad(m, RPC_INVALID_REQUEST, why,
                    "Invalid Request: id must be a string or an integer");
     m->id = id;
     const char *ver = json_string_value(json_object_get(m->root, "jsonrpc"));
     if (!ver || strcmp(ver, "2.0") != 0)
-        return bad(m, RPC_INVALID_REQUEST, why, whylen, "Invalid Request: jsonrpc must be \"2.0\"");
+        return bad(m, RPC_INVALID_REQUEST, why, "Invalid Request: jsonrpc must be \"2.0\"");
     if (!method) {
         if (id && (json_object_get(m->root, "result") || json_object_get(m->root, "error")))
             return RPC_RESPONSE;
-        return bad(m, RPC_INVALID_REQUEST, why, whylen, "Invalid Request: method is missing");
+        return bad(m, RPC_INVALID_REQUEST, why, "Invalid Request: method is missing");
     }
     if (!json_is_string(method))
-        return bad(m, RPC_INVALID_REQUEST, why, whylen, "Invalid Request: method must be a string");
+        return bad(m, RPC_INVALID_REQUEST, why, "Invalid Request: method must be a string");
     if (params && !json_is_object(params)) {
         m->silent = !id;
-        return bad(m, RPC_INVALID_PARAMS, why, whylen, "Invalid params: params must be an object");
+        return bad(m, RPC_INVALID_PARAMS, why, "Invalid params: params must be an object");
     }
     if (!params) {
         json_object_set_new(m->root, "params", json_object());
@@ -98,6 +98,11 @@ json_t *rpc_error_km(const json_t *id, int km_code, const char *message)
 {
     return rpc_error(id, rpc_code_from_km(km_code), message,
                      json_pack("{s:i}", "km_code", km_code));
+}
+
+json_t *rpc_error_params(const json_t *id, const char *message)
+{
+    return rpc_error(id, RPC_INVALID_PARAMS, message, json_pack("{s:i}", "km_code", KM_EUSAGE));
 }
 
 json_t *rpc_notification(const char *method, json_t *params)
@@ -206,7 +211,7 @@ static const char *type_want(char t)
     }
 }
 
-int rpc_unpack(const json_t *params, char *why, size_t whylen, const char *fmt, ...)
+int rpc_unpack(const json_t *params, km_err *why, const char *fmt, ...)
 {
     va_list ap, walk;
     va_start(ap, fmt);
@@ -242,7 +247,7 @@ int rpc_unpack(const json_t *params, char *why, size_t whylen, const char *fmt, 
     }
     va_end(walk);
     if (!json_is_object(params)) {
-        snprintf(why, whylen, "params must be an object");
+        km_err_set(why, KM_EUSAGE, "params must be an object");
         return -1;
     }
     const char *k;
@@ -262,21 +267,21 @@ int rpc_unpack(const json_t *params, char *why, size_t whylen, const char *fmt, 
                     break;
                 used += (size_t)w;
             }
-            snprintf(why, whylen, "unknown field \"%.80s\" (expected: %s)", k,
-                     n ? list : "no fields");
+            km_err_set(why, KM_EUSAGE, "unknown field \"%.80s\" (expected: %s)", k,
+                       n ? list : "no fields");
             return -1;
         }
         if (!type_ok(types[known], v)) {
-            snprintf(why, whylen, "field \"%s\": expected %s, got %s", k, type_want(types[known]),
-                     rpc_type_name(v));
+            km_err_set(why, KM_EUSAGE, "field \"%s\": expected %s, got %s", k,
+                       type_want(types[known]), rpc_type_name(v));
             return -1;
         }
     }
     for (int i = 0; i < n; i++)
         if (required[i] && !json_object_get(params, keys[i])) {
-            snprintf(why, whylen, "missing field \"%s\"", keys[i]);
+            km_err_set(why, KM_EUSAGE, "missing field \"%s\"", keys[i]);
             return -1;
         }
-    snprintf(why, whylen, "invalid params: %s", jerr.text);
+    km_err_set(why, KM_EUSAGE, "invalid params: %s", jerr.text);
     return -1;
 }

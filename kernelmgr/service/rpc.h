@@ -13,12 +13,14 @@
  * Errors: the standard codes (-32700 parse error, -32600 invalid request,
  * -32601 method not found, -32602 invalid params, -32603 internal error)
  * and, for failures of the operation itself, the server range: a kernelmgr
- * error code KM_E* N (km.h) is -32000 - N (e.g. -32003 no such session),
+ * error code KM_E* N (kmerr.h) is -32000 - N (e.g. -32003 no such session),
  * with data {"km_code": N}. rpc_code_to_km() maps back (the CLI's exit
  * status).
  */
 #ifndef KERNELMGR_RPC_H
 #define KERNELMGR_RPC_H
+
+#include "kernelmgr/engine/kmerr.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -53,7 +55,7 @@ typedef struct rpc_msg {
  * "Invalid Request: ...") to answer to m->id (NULL: id null), unless
  * m->silent (a notification: never answered). Always free m with
  * rpc_msg_clear. */
-int rpc_parse(const char *line, size_t len, rpc_msg *m, char *why, size_t whylen);
+int rpc_parse(const char *line, size_t len, rpc_msg *m, km_err *why);
 void rpc_msg_clear(rpc_msg *m);
 
 /* new: {"jsonrpc":"2.0","id":id,"result":result}; steals result (NULL = {}). */
@@ -61,8 +63,12 @@ json_t *rpc_result(const json_t *id, json_t *result);
 /* new: {"jsonrpc":"2.0","id":id|null,"error":{"code","message","data"?}};
  * steals data (may be NULL). */
 json_t *rpc_error(const json_t *id, int code, const char *message, json_t *data);
-/* new: an error of the operation: code -32000 - km_code, data {"km_code"}. */
+/* new: an error of the operation: code -32000 - km_code, data {"km_code"}.
+ * With rpc_error_params and rpc_code_from_km/rpc_code_to_km, the one place
+ * a KM_E* code (kmerr.h) becomes a JSON-RPC code and back. */
 json_t *rpc_error_km(const json_t *id, int km_code, const char *message);
+/* new: invalid params of a request: -32602, data {"km_code": KM_EUSAGE}. */
+json_t *rpc_error_params(const json_t *id, const char *message);
 /* new: {"jsonrpc":"2.0","method":method,"params":params}; steals params. */
 json_t *rpc_notification(const char *method, json_t *params);
 /* new: {"jsonrpc":"2.0","id":id,"method":method,"params":params}; steals params. */
@@ -86,7 +92,7 @@ int rpc_code_to_km(int rpc_code);
  *   missing field "session"
  *   field "keep": expected a boolean, got an integer
  * Returns 0, or -1 with the reason in why. */
-int rpc_unpack(const json_t *params, char *why, size_t whylen, const char *fmt, ...);
+int rpc_unpack(const json_t *params, km_err *why, const char *fmt, ...);
 
 /* The JSON type of v as error messages name it ("an object", "a string",
  * "a number", ..., "null"); static. */

@@ -92,13 +92,129 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+/* What the options set. */
+typedef struct holder_opts {
+    sandbox_config cfg;
+    const char *listen_path;
+    const char *ro[HOLDER_MAX_RO + 1];
+    int nro, owner_fd;
+    holder_egress *eg;
+} holder_opts;
+
+/* One option's value: 0, or the exit status once the reason is said. */
+typedef int (*holder_opt_fn)(holder_opts *h, const char *v);
+
+static int opt_listen(holder_opts *h, const char *v)
+{
+    h->listen_path = v;
+    return 0;
+}
+
+static int opt_workspace(holder_opts *h, const char *v)
+{
+    h->cfg.workspace = v;
+    return 0;
+}
+
+static int opt_connection_file(holder_opts *h, const char *v)
+{
+    return 0; /* the launcher's connection file: not used */
+}
+
+static int opt_sandbox(holder_opts *h, const char *v)
+{
+    return strcmp(v, "strict") ? usage("--sandbox: only strict has a session sandbox") : 0;
+}
+
+static int opt_network(holder_opts *h, const char *v)
+{
+    char why[400];
+    if (egpolicy_is_text(v)) {
+        if (egpolicy_parse_text(&h->eg->policy, v, why, sizeof why) < 0) {
+            fprintf(stderr, "kernelmgr-sandbox: --network %s\n", why);
+            return 2;
+        }
+    } else if (strcmp(v, "on") && strcmp(v, "off")) {
+        return usage("--network: on, off or allow:HOST[,HOST...]");
+    } else {
+        egpolicy_init(&h->eg->policy); /* the last --network is the one */
+    }
+    h->cfg.network = !strcmp(v, "on");
+    h->cfg.loopback_listen_port = h->eg->policy.n ? KWORKER_EGRESS_PORT : 0;
+    return 0;
+}
+
+static int opt_log_max(holder_opts *h, const char *v)
+{
+    uint64_t n;
+    if (parse_u64(v, &n) < 0)
+        return usage("--log-max: a number of bytes");
+    h->eg->log_max = n;
+    return 0;
+}
+
+static int opt_memory(holder_opts *h, const char *v)
+{
+    uint64_t n;
+    if (parse_u64(v, &n) < 0)
+        return usage("--memory: a number of bytes");
+    h->cfg.memory_bytes = n;
+    return 0;
+}
+
+static int opt_tmp_size(holder_opts *h, const char *v)
+{
+    uint64_t n;
+    if (parse_u64(v, &n) < 0 || n == 0)
+        return usage("--tmp-size: a number of bytes");
+    h->cfg.tmp_bytes = n;
+    return 0;
+}
+
+static int opt_cpus(holder_opts *h, const char *v)
+{
+    char *end;
+    double c = strtod(v, &end);
+    if (end == v || *end || !(c > 0) || c > 4096)
+        return usage("--cpus: a number of CPUs above 0");
+    h->cfg.cpus = c;
+    return 0;
+}
+
+static int opt_ro_path(holder_opts *h, const char *v)
+{
+    if (h->nro >= HOLDER_MAX_RO || v[0] != '/')
+        return usage("--ro-path: an absolute path (at most 16)");
+    h->ro[h->nro++] = v;
+    return 0;
+}
+
+static int opt_owner_fd(holder_opts *h, const char *v)
+{
+    uint64_t n;
+    if (parse_u64(v, &n) < 0 || n < 3 || n > 1024 || fcntl((int)n, F_GETFD) < 0)
+        return usage("--owner-fd: an open fd above 2");
+    h->owner_fd = (int)n;
+    fcntl(h->owner_fd, F_SETFD, FD_CLOEXEC);
+    return 0;
+}
+
+/* Every option takes a value; a row per option. */
+static const struct {
+    const char *name;
+    holder_opt_fn fn;
+} holder_options[] = {
+    {"--listen", opt_listen},   {"--workspace", opt_workspace}, {"-f", opt_connection_file},
+    {"--sandbox", opt_sandbox}, {"--network", opt_network},     {"--log-max", opt_log_max},
+    {"--memory", opt_memory},   {"--tmp-size", opt_tmp_size},   {"--cpus", opt_cpus},
+    {"--ro-path", opt_ro_path}, {"--owner-fd", opt_owner_fd},
+};
+
 int main(int argc, char **argv)
 {
-    sandbox_config cfg;
-    sandbox_config_defaults(&cfg);
-    const char *listen_path = NULL, *ro[HOLDER_MAX_RO + 1] = {0};
-    int nro = 0, owner_fd = -1;
     static holder_egress eg;
+    static holder_opts h = {.owner_fd = -1, .eg = &eg};
+    sandbox_config_defaults(&h.cfg);
     egpolicy_init(&eg.policy);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -109,64 +225,21 @@ int main(int argc, char **argv)
         if (!v)
             return usage("an option without its value");
         i++;
-        uint64_t n;
-        if (!strcmp(o, "--listen")) {
-            listen_path = v;
-        } else if (!strcmp(o, "--workspace")) {
-            cfg.workspace = v;
-        } else if (!strcmp(o, "-f")) {
-            /* the launcher's connection file: not used */
-        } else if (!strcmp(o, "--sandbox")) {
-            if (strcmp(v, "strict"))
-                return usage("--sandbox: only strict has a session sandbox");
-        } else if (!strcmp(o, "--network")) {
-            char why[400];
-            if (egpolicy_is_text(v)) {
-                if (egpolicy_parse_text(&eg.policy, v, why, sizeof why) < 0) {
-                    fprintf(stderr, "kernelmgr-sandbox: --network %s\n", why);
-                    return 2;
-                }
-            } else if (strcmp(v, "on") && strcmp(v, "off")) {
-                return usage("--network: on, off or allow:HOST[,HOST...]");
-            } else {
-                egpolicy_init(&eg.policy); /* the last --network is the one */
-            }
-            cfg.network = !strcmp(v, "on");
-            cfg.loopback_listen_port = eg.policy.n ? KWORKER_EGRESS_PORT : 0;
-        } else if (!strcmp(o, "--log-max")) {
-            if (parse_u64(v, &n) < 0)
-                return usage("--log-max: a number of bytes");
-            eg.log_max = n;
-        } else if (!strcmp(o, "--memory")) {
-            if (parse_u64(v, &n) < 0)
-                return usage("--memory: a number of bytes");
-            cfg.memory_bytes = n;
-        } else if (!strcmp(o, "--tmp-size")) {
-            if (parse_u64(v, &n) < 0 || n == 0)
-                return usage("--tmp-size: a number of bytes");
-            cfg.tmp_bytes = n;
-        } else if (!strcmp(o, "--cpus")) {
-            char *end;
-            double c = strtod(v, &end);
-            if (end == v || *end || !(c > 0) || c > 4096)
-                return usage("--cpus: a number of CPUs above 0");
-            cfg.cpus = c;
-        } else if (!strcmp(o, "--ro-path")) {
-            if (nro >= HOLDER_MAX_RO || v[0] != '/')
-                return usage("--ro-path: an absolute path (at most 16)");
-            ro[nro++] = v;
-        } else if (!strcmp(o, "--owner-fd")) {
-            if (parse_u64(v, &n) < 0 || n < 3 || n > 1024 || fcntl((int)n, F_GETFD) < 0)
-                return usage("--owner-fd: an open fd above 2");
-            owner_fd = (int)n;
-            fcntl(owner_fd, F_SETFD, FD_CLOEXEC);
-        } else {
+        size_t k = 0, nopts = sizeof holder_options / sizeof *holder_options;
+        while (k < nopts && strcmp(o, holder_options[k].name))
+            k++;
+        if (k == nopts)
             return usage("unknown option");
-        }
+        int rc = holder_options[k].fn(&h, v);
+        if (rc)
+            return rc;
     }
+    sandbox_config cfg = h.cfg;
+    const char *listen_path = h.listen_path;
+    int owner_fd = h.owner_fd;
     if (!listen_path || !cfg.workspace)
         return usage("--listen and --workspace are required");
-    cfg.ro_paths = ro;
+    cfg.ro_paths = h.ro;
     struct sockaddr_un a;
     memset(&a, 0, sizeof a);
     a.sun_family = AF_UNIX;

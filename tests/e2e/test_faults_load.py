@@ -374,9 +374,10 @@ def test_stopped_client_does_not_hold_its_session(daemon_factory):
 # ------------------------------------------------------------------ memory
 
 # 1 GiB takes 40-60 s on a busy 2-core machine (kernel, daemon and client
-# each burn a core on it): the test uses 512 MiB unless told otherwise, and
-# `make bench` measures the full 1 GiB.
-BURST = os.environ.get("KM_TEST_BURST", "512M")
+# each burn a core on it): the test uses 384 MiB unless told otherwise, half
+# again the 256 MiB its peak must stay under (a daemon that held the whole
+# burst fails it), and `make bench` measures the full 1 GiB.
+BURST = os.environ.get("KM_TEST_BURST", "384M")
 
 
 @pytest.mark.flood

@@ -131,6 +131,16 @@ def test_configured_kernelspec_language(make_mgr):
     # a cell of a language without a cell magic is never dropped from an export
     p = mgr.run("export", "k", "-o", "/dev/null")
     assert p.returncode == 2 and "1 ipy cell(s)" in p.stderr, p.stderr
+    # the stop's automatic snapshot does not wait for ipykernel, which has
+    # no snapshot request to answer (it waited its 30 s limit): the python
+    # kernel's state is saved, the ipy one's named lost at once
+    t0 = time.monotonic()
+    p = mgr.run("serve", "--stop", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert time.monotonic() - t0 < 20, time.monotonic() - t0
+    man = json.loads((mgr.home / "sessions/k/snapshots/auto/manifest.json").read_text())
+    assert "python" in man["kernels"] and "ipy" not in man["kernels"], man
+    assert "not one of kernelmgr's" in man["failed"]["ipy"], man
 
 
 @pytest.mark.parametrize("kernels,needle", [

@@ -159,7 +159,8 @@ def test_cases_under_asan_and_ubsan(home, tmp_path):
     """The library's sources and the cases built with AddressSanitizer,
     LeakSanitizer and UBSan: any report fails."""
     src = [*sorted((ROOT / "libkernelmgr").glob("*.c")), ROOT / "kernelmgr/engine/kmhome.c",
-           ROOT / "kernelmgr/engine/kmfs.c", ROOT / "tests/e2e/clib/klib_cases.c"]
+           ROOT / "kernelmgr/engine/kmfs.c", ROOT / "kernelmgr/engine/kmerr.c",
+           ROOT / "tests/e2e/clib/klib_cases.c"]
     exe = tmp_path / "klib_cases_asan"
     jansson = subprocess.run(["pkg-config", "--cflags", "--libs", "jansson"], capture_output=True,
                              text=True, check=True).stdout.split()

@@ -235,12 +235,13 @@ static void netopt(void **state)
 {
     (void)state;
     int net;
-    char allow[KM_NET_ALLOW_MAX], why[700];
-    assert_int_equal(km_net_from_text("on", "--network", &net, allow, sizeof allow, why, 700), 0);
+    char allow[KM_NET_ALLOW_MAX];
+    km_err why = {0};
+    assert_int_equal(km_net_from_text("on", "--network", &net, allow, sizeof allow, &why), 0);
     assert_int_equal(net, KM_NET_ON);
-    assert_int_equal(km_net_from_text("allow:A.org,b.org:8080", "--network", &net, allow,
-                                      sizeof allow, why, 700),
-                     0);
+    assert_int_equal(
+        km_net_from_text("allow:A.org,b.org:8080", "--network", &net, allow, sizeof allow, &why),
+        0);
     assert_int_equal(net, KM_NET_ALLOW);
     assert_string_equal(allow, "allow:a.org,b.org:8080");
     json_t *j = km_net_json(net, allow);
@@ -249,16 +250,15 @@ static void netopt(void **state)
     free(s);
     int net2;
     char allow2[KM_NET_ALLOW_MAX];
-    assert_int_equal(km_net_from_json(j, "network", &net2, allow2, sizeof allow2, why, 700), 0);
+    assert_int_equal(km_net_from_json(j, "network", &net2, allow2, sizeof allow2, &why), 0);
     assert_true(km_net_equal(net, allow, net2, allow2));
     assert_false(km_net_equal(net, allow, KM_NET_ALLOW, "allow:a.org"));
     json_decref(j);
-    assert_int_equal(km_net_from_text("maybe", "--network", &net, allow, sizeof allow, why, 700),
-                     -1);
-    assert_non_null(strstr(why, "--network must be on, off or allow:HOST[,HOST...]"));
+    assert_int_equal(km_net_from_text("maybe", "--network", &net, allow, sizeof allow, &why), -1);
+    assert_non_null(strstr(why.msg, "--network must be on, off or allow:HOST[,HOST...]"));
     json_t *bad = json_integer(3);
-    assert_int_equal(km_net_from_json(bad, "network", &net, allow, sizeof allow, why, 700), -1);
-    assert_non_null(strstr(why, "network: must be \"on\", \"off\" or {\"allow\""));
+    assert_int_equal(km_net_from_json(bad, "network", &net, allow, sizeof allow, &why), -1);
+    assert_non_null(strstr(why.msg, "network: must be \"on\", \"off\" or {\"allow\""));
     json_decref(bad);
     assert_string_equal(km_net_text(KM_NET_OFF, ""), "off");
 }

@@ -91,25 +91,25 @@ static void host_allow_list(void **state)
 static void json_objects_and_config(void **state)
 {
     (void)state;
-    char err[512];
+    km_err err = {0};
     json_t *ok = json_pack("{s:s s:s}", "A", "1", "B", "");
-    assert_int_equal(kenv_check_object(NULL, "env", ok, err, sizeof err), 0);
+    assert_int_equal(kenv_check_object(NULL, "env", ok, err.msg, sizeof err.msg), 0);
     json_t *bad = json_pack("{s:i}", "A", 1);
-    assert_int_equal(kenv_check_object(NULL, "env", bad, err, sizeof err), -1);
-    assert_non_null(strstr(err, "must be a string"));
+    assert_int_equal(kenv_check_object(NULL, "env", bad, err.msg, sizeof err.msg), -1);
+    assert_non_null(strstr(err.msg, "must be a string"));
     json_t *arr = json_array();
-    assert_int_equal(kenv_check_object(NULL, "env", arr, err, sizeof err), -1);
-    assert_non_null(strstr(err, "must be an object"));
+    assert_int_equal(kenv_check_object(NULL, "env", arr, err.msg, sizeof err.msg), -1);
+    assert_non_null(strstr(err.msg, "must be an object"));
 
     kmcfg c;
     kmcfg_defaults(&c);
     json_t *cfg = json_pack("{s:O}", "env", ok);
-    assert_int_equal(kmcfg_apply_json(&c, cfg, err, sizeof err), 0);
+    assert_int_equal(kmcfg_apply_json(&c, cfg, &err), 0);
     assert_true(json_equal(c.env, ok));
-    assert_int_equal(kmcfg_apply_json(&c, cfg, err, sizeof err), 0); /* replaces, no leak */
+    assert_int_equal(kmcfg_apply_json(&c, cfg, &err), 0); /* replaces, no leak */
     json_t *badcfg = json_pack("{s:{s:s}}", "env", "1X", "y");
-    assert_int_equal(kmcfg_apply_json(&c, badcfg, err, sizeof err), -1);
-    assert_non_null(strstr(err, "env: invalid variable name '1X'"));
+    assert_int_equal(kmcfg_apply_json(&c, badcfg, &err), -1);
+    assert_non_null(strstr(err.msg, "env: invalid variable name '1X'"));
     assert_true(json_equal(c.env, ok)); /* the earlier value stays */
     kmcfg_clear(&c);
     assert_null(c.env);

@@ -25,11 +25,11 @@ static allowlist *load(const char *text)
     json_error_t jerr;
     json_t *cfg = json_loads(text, 0, &jerr);
     assert_non_null(cfg);
-    char err[512] = "";
-    allowlist *al = allowlist_from_json(cfg, err, sizeof err);
+    km_err err = {0};
+    allowlist *al = allowlist_from_json(cfg, &err);
     json_decref(cfg);
     if (!al)
-        print_message("allowlist error: %s\n", err);
+        print_message("allowlist error: %s\n", err.msg);
     return al;
 }
 
@@ -44,7 +44,9 @@ static const char *CFG = "{\"pip\": {\"index_url\": \"http://127.0.0.1:8765/simp
 static int check(allowlist *al, allowlist_mgr m, const char *req, char *name, char *spec, char *err)
 {
     name[0] = spec[0] = err[0] = '\0';
-    int rc = allowlist_check(al, m, req, name, spec, err, 512);
+    km_err e = {0};
+    int rc = allowlist_check(al, m, req, name, spec, &e);
+    snprintf(err, 512, "%.511s", e.msg);
     if (rc < 0)
         assert_true(strlen(err) > 0);
     return rc;
@@ -211,12 +213,12 @@ static void test_config_errors(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_t *cfg = json_loads(cases[i].cfg, 0, NULL);
         assert_non_null(cfg);
-        char err[512] = "";
-        allowlist *al = allowlist_from_json(cfg, err, sizeof err);
+        km_err err = {0};
+        allowlist *al = allowlist_from_json(cfg, &err);
         json_decref(cfg);
-        if (al || !strstr(err, cases[i].why)) {
+        if (al || !strstr(err.msg, cases[i].why)) {
             allowlist_destroy(&al);
-            fail_msg("config %s: err '%s', expected '%s'", cases[i].cfg, err, cases[i].why);
+            fail_msg("config %s: err.msg '%s', expected '%s'", cases[i].cfg, err.msg, cases[i].why);
         }
     }
 }
@@ -224,32 +226,29 @@ static void test_config_errors(void **state)
 static void test_url_parse(void **state)
 {
     (void)state;
-    char host[256], err[256];
+    char host[256];
+    km_err err = {0};
     unsigned port;
     int tls;
-    assert_int_equal(allowlist_parse_url("http://127.0.0.1:8765/simple/", host, sizeof host, &port,
-                                         &tls, err, sizeof err),
-                     0);
+    assert_int_equal(
+        allowlist_parse_url("http://127.0.0.1:8765/simple/", host, sizeof host, &port, &tls, &err),
+        0);
     assert_string_equal(host, "127.0.0.1");
     assert_int_equal(port, 8765);
     assert_int_equal(tls, 0);
-    assert_int_equal(allowlist_parse_url("https://registry.npmjs.org/", host, sizeof host, &port,
-                                         &tls, err, sizeof err),
-                     0);
+    assert_int_equal(
+        allowlist_parse_url("https://registry.npmjs.org/", host, sizeof host, &port, &tls, &err),
+        0);
     assert_string_equal(host, "registry.npmjs.org");
     assert_int_equal(port, 443);
     assert_int_equal(tls, 1);
-    assert_int_equal(
-        allowlist_parse_url("http://[::1]:81/x", host, sizeof host, &port, &tls, err, sizeof err),
-        0);
+    assert_int_equal(allowlist_parse_url("http://[::1]:81/x", host, sizeof host, &port, &tls, &err),
+                     0);
     assert_string_equal(host, "::1");
     assert_int_equal(port, 81);
-    assert_int_equal(
-        allowlist_parse_url("http:///x", host, sizeof host, &port, &tls, err, sizeof err), -1);
-    assert_int_equal(
-        allowlist_parse_url("http://a:b/x", host, sizeof host, &port, &tls, err, sizeof err), -1);
-    assert_int_equal(
-        allowlist_parse_url("http://a b/x", host, sizeof host, &port, &tls, err, sizeof err), -1);
+    assert_int_equal(allowlist_parse_url("http:///x", host, sizeof host, &port, &tls, &err), -1);
+    assert_int_equal(allowlist_parse_url("http://a:b/x", host, sizeof host, &port, &tls, &err), -1);
+    assert_int_equal(allowlist_parse_url("http://a b/x", host, sizeof host, &port, &tls, &err), -1);
 }
 
 static void test_allowed_hosts(void **state)
@@ -289,38 +288,40 @@ static void test_allowed_hosts(void **state)
          "at most 8"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char cfgtext[512], err[512] = "";
+        char cfgtext[512];
+        km_err err = {0};
         snprintf(cfgtext, sizeof cfgtext,
                  "{\"pip\": {\"index_url\": \"https://pypi.org/simple/\", \"allowed_hosts\": "
                  "[%s]}}",
                  bad[i].hosts);
         json_t *cfg = json_loads(cfgtext, 0, NULL);
         assert_non_null(cfg);
-        allowlist *x = allowlist_from_json(cfg, err, sizeof err);
+        allowlist *x = allowlist_from_json(cfg, &err);
         json_decref(cfg);
-        if (x || !strstr(err, bad[i].why) || !strstr(err, "pip.allowed_hosts")) {
+        if (x || !strstr(err.msg, bad[i].why) || !strstr(err.msg, "pip.allowed_hosts")) {
             allowlist_destroy(&x);
-            fail_msg("allowed_hosts [%s]: err '%s', expected '%s'", bad[i].hosts, err, bad[i].why);
+            fail_msg("allowed_hosts [%s]: err.msg '%s', expected '%s'", bad[i].hosts, err.msg,
+                     bad[i].why);
         }
     }
     json_t *cfg = json_loads("{\"npm\": {\"registry\": \"https://r.example/\", "
                              "\"allowed_hosts\": \"x:1\"}}",
                              0, NULL);
-    char err[512] = "";
-    assert_null(allowlist_from_json(cfg, err, sizeof err));
-    assert_non_null(strstr(err, "npm.allowed_hosts: must be an array"));
+    km_err err = {0};
+    assert_null(allowlist_from_json(cfg, &err));
+    assert_non_null(strstr(err.msg, "npm.allowed_hosts: must be an array"));
     json_decref(cfg);
 }
 
 static void test_load_file(void **state)
 {
     (void)state;
-    char err[512];
-    allowlist *al = allowlist_load("/nonexistent/allowlist.json", 0, err, sizeof err);
+    km_err err = {0};
+    allowlist *al = allowlist_load("/nonexistent/allowlist.json", 0, &err);
     assert_non_null(al);
     assert_int_equal(allowlist_count(al, ALLOWLIST_NPM), 0);
     allowlist_destroy(&al);
-    assert_null(allowlist_load("/nonexistent/allowlist.json", 1, err, sizeof err));
+    assert_null(allowlist_load("/nonexistent/allowlist.json", 1, &err));
 
     char path[] = "/tmp/test_km_allowlist_XXXXXX";
     int fd = mkstemp(path);
@@ -329,7 +330,7 @@ static void test_load_file(void **state)
                        "\"packages\": [\"is-number\"]}}";
     assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
-    al = allowlist_load(path, 1, err, sizeof err);
+    al = allowlist_load(path, 1, &err);
     assert_non_null(al);
     assert_int_equal(allowlist_count(al, ALLOWLIST_NPM), 1);
     assert_string_equal(allowlist_index(al, ALLOWLIST_NPM), "https://registry.npmjs.org/");
@@ -342,8 +343,8 @@ static void test_load_file(void **state)
     assert_true(fd >= 0);
     assert_int_equal(write(fd, "{bad", 4), 4);
     close(fd);
-    assert_null(allowlist_load(path, 1, err, sizeof err));
-    assert_non_null(strstr(err, path));
+    assert_null(allowlist_load(path, 1, &err));
+    assert_non_null(strstr(err.msg, path));
     unlink(path);
 }
 
@@ -371,30 +372,31 @@ static void test_load_refuses_what_is_not_a_regular_file(void **state)
     (void)state;
     char dir[] = "/tmp/test_km_allowlist_dir_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char good[PATH_MAX], link[PATH_MAX], fifo[PATH_MAX], err[512];
+    char good[PATH_MAX], link[PATH_MAX], fifo[PATH_MAX];
+    km_err err = {0};
     write_temp(good, "{}", 2);
     snprintf(link, sizeof link, "%s/link.json", dir);
     snprintf(fifo, sizeof fifo, "%s/fifo.json", dir);
     assert_int_equal(symlink(good, link), 0);
     assert_int_equal(mkfifo(fifo, 0600), 0);
 
-    assert_null(allowlist_load(link, 1, err, sizeof err));
-    assert_non_null(strstr(err, link));
-    assert_non_null(strstr(err, "symbolic link"));
+    assert_null(allowlist_load(link, 1, &err));
+    assert_non_null(strstr(err.msg, link));
+    assert_non_null(strstr(err.msg, "symbolic link"));
     /* even when a missing file would be an empty list */
-    assert_null(allowlist_load(link, 0, err, sizeof err));
+    assert_null(allowlist_load(link, 0, &err));
 
     /* a FIFO without a writer: a blocking open would wait forever; the
      * alarm turns that into a failure instead of a hung test */
     alarm(20);
     double t0 = now_s();
-    assert_null(allowlist_load(fifo, 0, err, sizeof err));
+    assert_null(allowlist_load(fifo, 0, &err));
     assert_true(now_s() - t0 < 2.0);
     alarm(0);
-    assert_non_null(strstr(err, "not a regular file"));
+    assert_non_null(strstr(err.msg, "not a regular file"));
 
-    assert_null(allowlist_load(dir, 0, err, sizeof err));
-    assert_non_null(strstr(err, "not a regular file"));
+    assert_null(allowlist_load(dir, 0, &err));
+    assert_non_null(strstr(err.msg, "not a regular file"));
 
     unlink(link);
     unlink(fifo);
@@ -412,9 +414,10 @@ static void test_load_size_cap(void **state)
     memset(text, ' ', n + 1);
     text[0] = '{';
     text[n - 1] = '}';
-    char path[PATH_MAX], err[512];
+    char path[PATH_MAX];
+    km_err err = {0};
     write_temp(path, text, n);
-    allowlist *al = allowlist_load(path, 1, err, sizeof err);
+    allowlist *al = allowlist_load(path, 1, &err);
     assert_non_null(al);
     allowlist_destroy(&al);
     unlink(path);
@@ -423,9 +426,9 @@ static void test_load_size_cap(void **state)
     text[n] = '}';
     write_temp(path, text, n + 1);
     free(text);
-    assert_null(allowlist_load(path, 1, err, sizeof err));
-    assert_non_null(strstr(err, path));
-    assert_non_null(strstr(err, "larger than the limit"));
+    assert_null(allowlist_load(path, 1, &err));
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, "larger than the limit"));
     unlink(path);
 }
 
@@ -467,15 +470,16 @@ static void test_load_errors_never_quote_the_file(void **state)
          "pip.allowed_hosts[0]: expected host:port (the port is required)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char path[PATH_MAX], err[512] = "";
+        char path[PATH_MAX];
+        km_err err = {0};
         write_temp(path, cases[i].text, strlen(cases[i].text));
-        allowlist *al = allowlist_load(path, 1, err, sizeof err);
+        allowlist *al = allowlist_load(path, 1, &err);
         unlink(path);
-        if (al || !strstr(err, path) || !strstr(err, cases[i].why) || strstr(err, "SECRET") ||
-            strstr(err, "root") || strstr(err, "hash")) {
+        if (al || !strstr(err.msg, path) || !strstr(err.msg, cases[i].why) ||
+            strstr(err.msg, "SECRET") || strstr(err.msg, "root") || strstr(err.msg, "hash")) {
             allowlist_destroy(&al);
-            fail_msg("file %s: err '%s', expected '%s' and no byte of the file", cases[i].text, err,
-                     cases[i].why);
+            fail_msg("file %s: err.msg '%s', expected '%s' and no byte of the file", cases[i].text,
+                     err.msg, cases[i].why);
         }
     }
 }

@@ -92,27 +92,27 @@ static void heuristic(void **state)
 static void code_checks(void **state)
 {
     (void)state;
-    char err[256];
+    km_err err = {0};
     const char *ok = "print('h\xc3\xa9 \xf0\x9f\x98\x80')";
-    assert_int_equal(cblocks_check_code(ok, strlen(ok), 0, err, sizeof err), 0);
+    assert_int_equal(cblocks_check_code(ok, strlen(ok), 0, &err), 0);
     /* a stray continuation byte at offset 3 */
-    assert_int_equal(cblocks_check_code("abc\x80", 4, 0, err, sizeof err), -1);
-    assert_string_equal(err, "code is not valid UTF-8 (byte 3)");
+    assert_int_equal(cblocks_check_code("abc\x80", 4, 0, &err), -1);
+    assert_string_equal(err.msg, "code is not valid UTF-8 (byte 3)");
     /* overlong, surrogate, above U+10FFFF, truncated */
-    assert_int_equal(cblocks_check_code("\xc0\xaf", 2, 0, err, sizeof err), -1);
-    assert_int_equal(cblocks_check_code("x\xed\xa0\x80", 4, 0, err, sizeof err), -1);
-    assert_string_equal(err, "code is not valid UTF-8 (byte 1)");
-    assert_int_equal(cblocks_check_code("\xf4\x90\x80\x80", 4, 0, err, sizeof err), -1);
-    assert_int_equal(cblocks_check_code("ab\xe2\x82", 4, 0, err, sizeof err), -1);
-    assert_string_equal(err, "code is not valid UTF-8 (byte 2)");
+    assert_int_equal(cblocks_check_code("\xc0\xaf", 2, 0, &err), -1);
+    assert_int_equal(cblocks_check_code("x\xed\xa0\x80", 4, 0, &err), -1);
+    assert_string_equal(err.msg, "code is not valid UTF-8 (byte 1)");
+    assert_int_equal(cblocks_check_code("\xf4\x90\x80\x80", 4, 0, &err), -1);
+    assert_int_equal(cblocks_check_code("ab\xe2\x82", 4, 0, &err), -1);
+    assert_string_equal(err.msg, "code is not valid UTF-8 (byte 2)");
     /* NUL inside the given length */
-    assert_int_equal(cblocks_check_code("ab\0cd", 5, 0, err, sizeof err), -1);
-    assert_string_equal(err, "code contains a NUL byte (byte 2)");
+    assert_int_equal(cblocks_check_code("ab\0cd", 5, 0, &err), -1);
+    assert_string_equal(err.msg, "code contains a NUL byte (byte 2)");
     /* the size limit comes first and names both numbers */
-    assert_int_equal(cblocks_check_code("x", 52428800, 16u << 20, err, sizeof err), -1);
-    assert_string_equal(err, "code is 52428800 bytes, more than code_max (16 MiB)");
-    assert_int_equal(cblocks_check_code("abcd", 4, 4, err, sizeof err), 0);
-    assert_int_equal(cblocks_check_code(NULL, 0, 4, err, sizeof err), 0);
+    assert_int_equal(cblocks_check_code("x", 52428800, 16u << 20, &err), -1);
+    assert_string_equal(err.msg, "code is 52428800 bytes, more than code_max (16 MiB)");
+    assert_int_equal(cblocks_check_code("abcd", 4, 4, &err), 0);
+    assert_int_equal(cblocks_check_code(NULL, 0, 4, &err), 0);
 }
 
 int main(void)

@@ -9,10 +9,10 @@
 
 #include "kernelmgr/engine/config.h"
 
-static int apply(kmcfg *c, const char *text, char *err, size_t n)
+static int apply(kmcfg *c, const char *text, km_err *err)
 {
     json_t *o = json_loads(text, 0, NULL);
-    int rc = kmcfg_apply_json(c, o, err, n);
+    int rc = kmcfg_apply_json(c, o, err);
     json_decref(o);
     return rc;
 }
@@ -26,12 +26,12 @@ static void defaults_and_valid(void **state)
     assert_int_equal(c.output_cap, 65536);
     assert_string_equal(c.sandbox, "strict");
     assert_string_equal(c.transport, "ipc");
-    char err[256] = "";
+    km_err err = {0};
     assert_int_equal(apply(&c,
                            "{\"languages\": [\"bash\"], \"timeout\": 5, \"memory\": \"1G\","
                            "\"network\": \"on\", \"pool\": 2, \"kernels\": {\"python\": "
                            "\"python3\"}, \"output_cap\": \"8K\", \"sandbox\": \"none\"}",
-                           err, sizeof err),
+                           &err),
                      0);
     assert_false(c.allow[kmcfg_lang_index(&c, "python")]);
     assert_true(c.allow[kmcfg_lang_index(&c, "bash")]);
@@ -44,7 +44,7 @@ static void defaults_and_valid(void **state)
     json_t *j = kmcfg_to_json(&c);
     kmcfg d;
     kmcfg_defaults(&d);
-    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0); /* round trip */
+    assert_int_equal(kmcfg_apply_json(&d, j, &err), 0); /* round trip */
     json_decref(j);
     assert_int_equal(d.memory, c.memory);
 }
@@ -56,21 +56,21 @@ static void tcp_needs_the_opt_in(void **state)
     kmcfg c;
     kmcfg_defaults(&c);
     assert_false(c.transport_tcp_exposed);
-    char err[256] = "";
-    assert_int_equal(
-        apply(&c, "{\"transport_tcp_exposed\": true, \"transport\": \"tcp\"}", err, sizeof err), 0);
+    km_err err = {0};
+    assert_int_equal(apply(&c, "{\"transport_tcp_exposed\": true, \"transport\": \"tcp\"}", &err),
+                     0);
     assert_string_equal(c.transport, "tcp");
     assert_true(c.transport_tcp_exposed);
     json_t *j = kmcfg_to_json(&c);
     assert_true(json_is_true(json_object_get(j, "transport_tcp_exposed")));
     kmcfg d;
     kmcfg_defaults(&d);
-    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0);
+    assert_int_equal(kmcfg_apply_json(&d, j, &err), 0);
     json_decref(j);
     assert_string_equal(d.transport, "tcp");
     /* the opt-in alone changes nothing; ipc never needs it */
     kmcfg_defaults(&c);
-    assert_int_equal(apply(&c, "{\"transport_tcp_exposed\": true}", err, sizeof err), 0);
+    assert_int_equal(apply(&c, "{\"transport_tcp_exposed\": true}", &err), 0);
     assert_string_equal(c.transport, "ipc");
 }
 
@@ -100,10 +100,10 @@ static void invalid_names_key_and_reason(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         kmcfg c;
         kmcfg_defaults(&c);
-        char err[256] = "";
-        assert_int_equal(apply(&c, cases[i].json, err, sizeof err), -1);
-        if (!strstr(err, cases[i].expect))
-            fail_msg("%s: got \"%s\", want \"%s\"", cases[i].json, err, cases[i].expect);
+        km_err err = {0};
+        assert_int_equal(apply(&c, cases[i].json, &err), -1);
+        if (!strstr(err.msg, cases[i].expect))
+            fail_msg("%s: got \"%s\", want \"%s\"", cases[i].json, err.msg, cases[i].expect);
     }
 }
 
@@ -122,7 +122,7 @@ static void sizes(void **state)
     assert_int_equal(kmcfg_parse_size("-1M", &b), -1);
     assert_int_equal(kmcfg_parse_size("1X", &b), -1);
     assert_int_equal(kmcfg_parse_size("1e30", &b), -1);
-    assert_int_equal(kmcfg_load_file(&(kmcfg){0}, "/nonexistent/x.json", 0, (char[64]){0}, 64), 0);
+    assert_int_equal(kmcfg_load_file(&(kmcfg){0}, "/nonexistent/x.json", 0, &(km_err){0}), 0);
 }
 
 /* "cpus" and "cpu_time": off by default, numbers in range, null or 0 for
@@ -133,17 +133,17 @@ static void cpu_limits(void **state)
     kmcfg c;
     kmcfg_defaults(&c);
     assert_true(c.cpus == 0 && c.cpu_time == 0);
-    char err[256] = "";
-    assert_int_equal(apply(&c, "{\"cpus\": 0.5, \"cpu_time\": 2}", err, sizeof err), 0);
+    km_err err = {0};
+    assert_int_equal(apply(&c, "{\"cpus\": 0.5, \"cpu_time\": 2}", &err), 0);
     assert_true(c.cpus == 0.5 && c.cpu_time == 2);
     json_t *j = kmcfg_to_json(&c);
     assert_true(json_real_value(json_object_get(j, "cpus")) == 0.5);
     kmcfg d;
     kmcfg_defaults(&d);
-    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0);
+    assert_int_equal(kmcfg_apply_json(&d, j, &err), 0);
     json_decref(j);
     assert_true(d.cpus == 0.5 && d.cpu_time == 2);
-    assert_int_equal(apply(&d, "{\"cpus\": null, \"cpu_time\": 0}", err, sizeof err), 0);
+    assert_int_equal(apply(&d, "{\"cpus\": null, \"cpu_time\": 0}", &err), 0);
     assert_true(d.cpus == 0 && d.cpu_time == 0);
     j = kmcfg_to_json(&d);
     assert_true(json_is_null(json_object_get(j, "cpus")));
@@ -161,10 +161,10 @@ static void cpu_limits(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         kmcfg_defaults(&c);
-        err[0] = 0;
-        assert_int_equal(apply(&c, bad[i].json, err, sizeof err), -1);
-        if (!strstr(err, bad[i].expect))
-            fail_msg("%s: got \"%s\", want \"%s\"", bad[i].json, err, bad[i].expect);
+        err.msg[0] = 0;
+        assert_int_equal(apply(&c, bad[i].json, &err), -1);
+        if (!strstr(err.msg, bad[i].expect))
+            fail_msg("%s: got \"%s\", want \"%s\"", bad[i].json, err.msg, bad[i].expect);
     }
 }
 
@@ -181,18 +181,18 @@ static void gateway_unauth_bounds(void **state)
     assert_int_equal(c.http_header_timeout, 10);
     assert_string_equal(c.http_host, "");
     assert_string_equal(c.node_id, "");
-    char err[256] = "";
+    km_err err = {0};
     assert_int_equal(apply(&c,
                            "{\"http_max_unauth_per_peer\": 4, \"http_max_unauth\": 40, "
                            "\"http_header_timeout\": 1, \"http_host\": \"lab.example.org\", "
                            "\"node_id\": \"kernelmgr_0\"}",
-                           err, sizeof err),
+                           &err),
                      0);
     assert_string_equal(c.node_id, "kernelmgr_0");
     json_t *j = kmcfg_to_json(&c);
     kmcfg d;
     kmcfg_defaults(&d);
-    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0);
+    assert_int_equal(kmcfg_apply_json(&d, j, &err), 0);
     json_decref(j);
     assert_int_equal(d.http_max_unauth_per_peer, 4);
     assert_int_equal(d.http_max_unauth, 40);
@@ -213,10 +213,10 @@ static void gateway_unauth_bounds(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         kmcfg_defaults(&c);
-        err[0] = 0;
-        assert_int_equal(apply(&c, bad[i].json, err, sizeof err), -1);
-        if (!strstr(err, bad[i].expect))
-            fail_msg("%s: got \"%s\", want \"%s\"", bad[i].json, err, bad[i].expect);
+        err.msg[0] = 0;
+        assert_int_equal(apply(&c, bad[i].json, &err), -1);
+        if (!strstr(err.msg, bad[i].expect))
+            fail_msg("%s: got \"%s\", want \"%s\"", bad[i].json, err.msg, bad[i].expect);
     }
 }
 
@@ -228,20 +228,20 @@ static void files_scan_bytes(void **state)
     kmcfg c;
     kmcfg_defaults(&c);
     assert_int_equal(c.files_scan_bytes, 16ull << 20);
-    char err[256] = "";
-    assert_int_equal(apply(&c, "{\"files_scan_bytes\": \"256K\"}", err, sizeof err), 0);
+    km_err err = {0};
+    assert_int_equal(apply(&c, "{\"files_scan_bytes\": \"256K\"}", &err), 0);
     assert_int_equal(c.files_scan_bytes, 256u << 10);
     json_t *j = kmcfg_to_json(&c);
     kmcfg d;
     kmcfg_defaults(&d);
-    assert_int_equal(kmcfg_apply_json(&d, j, err, sizeof err), 0);
+    assert_int_equal(kmcfg_apply_json(&d, j, &err), 0);
     json_decref(j);
     assert_int_equal(d.files_scan_bytes, 256u << 10);
-    assert_int_equal(apply(&c, "{\"files_scan_bytes\": \"1K\"}", err, sizeof err), -1);
-    assert_non_null(strstr(err, "files_scan_bytes: must be between 65536 and"));
-    assert_int_equal(apply(&c, "{\"files_scan_bytes\": \"33M\"}", err, sizeof err), -1);
-    assert_int_equal(apply(&c, "{\"files_scan_bytes\": true}", err, sizeof err), -1);
-    assert_non_null(strstr(err, "files_scan_bytes: must be a size"));
+    assert_int_equal(apply(&c, "{\"files_scan_bytes\": \"1K\"}", &err), -1);
+    assert_non_null(strstr(err.msg, "files_scan_bytes: must be between 65536 and"));
+    assert_int_equal(apply(&c, "{\"files_scan_bytes\": \"33M\"}", &err), -1);
+    assert_int_equal(apply(&c, "{\"files_scan_bytes\": true}", &err), -1);
+    assert_non_null(strstr(err.msg, "files_scan_bytes: must be a size"));
 }
 
 /* The table of options: every row named once, with help, a sane range and
@@ -316,9 +316,9 @@ static void defaults_validate(void **state)
         json_t *one = json_pack("{s:o}", o->name, v);
         kmcfg d;
         kmcfg_defaults(&d);
-        char err[256] = "";
-        if (kmcfg_apply_json(&d, one, err, sizeof err))
-            fail_msg("%s: its default is refused: %s", o->name, err);
+        km_err err = {0};
+        if (kmcfg_apply_json(&d, one, &err))
+            fail_msg("%s: its default is refused: %s", o->name, err.msg);
         json_t *k = kmcfg_to_json(&d);
         if (!json_equal(k, j))
             fail_msg("%s: applying its default changed the configuration", o->name);
@@ -371,9 +371,9 @@ static void round_trip_every_key(void **state)
     kmcfg_defaults(&c);
     kmcfg_defaults(&d);
     kmcfg_defaults(&e);
-    char err[256] = "";
-    if (kmcfg_apply_json(&c, set, err, sizeof err))
-        fail_msg("the other values are refused: %s", err);
+    km_err err = {0};
+    if (kmcfg_apply_json(&c, set, &err))
+        fail_msg("the other values are refused: %s", err.msg);
     json_t *jc = kmcfg_to_json(&c), *jd0 = kmcfg_to_json(&d);
     for (const kmcfg_opt *o = kmcfg_opts; o->name; o++) {
         if (o->flags & KMCFG_F_SECRET) {
@@ -383,7 +383,7 @@ static void round_trip_every_key(void **state)
         if (json_equal(json_object_get(jc, o->name), json_object_get(jd0, o->name)))
             fail_msg("%s: the test's value is its default", o->name);
     }
-    assert_int_equal(kmcfg_apply_json(&e, jc, err, sizeof err), 0);
+    assert_int_equal(kmcfg_apply_json(&e, jc, &err), 0);
     json_t *je = kmcfg_to_json(&e);
     const char *key;
     json_t *v;

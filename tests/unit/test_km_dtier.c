@@ -25,7 +25,9 @@ static int check(dtier t, int unsafe, const dtier_field *f, int sopts, const cha
     json_t *p = json_loads(json, 0, NULL);
     assert_non_null(p);
     dtier_grant g = {t, unsafe};
-    int rc = dtier_check_fields(&g, f, sopts, p, why, 600);
+    km_err e = {0};
+    int rc = dtier_check_fields(&g, f, sopts, p, &e);
+    snprintf(why, 600, "%.599s", e.msg);
     json_decref(p);
     return rc;
 }
@@ -49,33 +51,33 @@ static void names(void **state)
 static void fields_allowlist(void **state)
 {
     (void)state;
-    char why[600];
+    km_err why = {0};
     /* the owner may send every field */
-    assert_int_equal(check(DT_OWNER, 0, f_pkg, 0, "{\"session\":\"s\",\"allowlist\":\"/x\"}", why),
-                     0);
+    assert_int_equal(
+        check(DT_OWNER, 0, f_pkg, 0, "{\"session\":\"s\",\"allowlist\":\"/x\"}", why.msg), 0);
     /* a host path is refused for the others, naming the field and the tier */
-    assert_int_equal(check(DT_HTTP, 0, f_pkg, 0, "{\"session\":\"s\",\"allowlist\":\"/x\"}", why),
-                     -1);
-    assert_non_null(strstr(why, "field \"allowlist\" is not available to HTTP clients"));
-    assert_non_null(strstr(why, "host path"));
-    assert_int_equal(check(DT_MCP, 1, f_pkg, 0, "{\"allowlist\":\"/x\"}", why), -1);
-    assert_non_null(strstr(why, "MCP clients"));
+    assert_int_equal(
+        check(DT_HTTP, 0, f_pkg, 0, "{\"session\":\"s\",\"allowlist\":\"/x\"}", why.msg), -1);
+    assert_non_null(strstr(why.msg, "field \"allowlist\" is not available to HTTP clients"));
+    assert_non_null(strstr(why.msg, "host path"));
+    assert_int_equal(check(DT_MCP, 1, f_pkg, 0, "{\"allowlist\":\"/x\"}", why.msg), -1);
+    assert_non_null(strstr(why.msg, "MCP clients"));
     /* raw_text: owner and mcp, not http */
-    assert_int_equal(check(DT_MCP, 0, f_exec, 0, "{\"raw_text\":true}", why), 0);
-    assert_int_equal(check(DT_HTTP, 0, f_exec, 0, "{\"raw_text\":true}", why), -1);
-    assert_non_null(strstr(why, "raw_text"));
+    assert_int_equal(check(DT_MCP, 0, f_exec, 0, "{\"raw_text\":true}", why.msg), 0);
+    assert_int_equal(check(DT_HTTP, 0, f_exec, 0, "{\"raw_text\":true}", why.msg), -1);
+    assert_non_null(strstr(why.msg, "raw_text"));
     /* a field never heard of: unknown, with what the tier may send */
-    assert_int_equal(check(DT_HTTP, 0, f_exec, 1, "{\"frobnicate\":1}", why), -1);
-    assert_non_null(strstr(why, "unknown field \"frobnicate\""));
-    assert_non_null(strstr(why, "session, code"));
-    assert_null(strstr(why, "raw_text"));
+    assert_int_equal(check(DT_HTTP, 0, f_exec, 1, "{\"frobnicate\":1}", why.msg), -1);
+    assert_non_null(strstr(why.msg, "unknown field \"frobnicate\""));
+    assert_non_null(strstr(why.msg, "session, code"));
+    assert_null(strstr(why.msg, "raw_text"));
     /* the field "python" (a host path) is not listed; "ipython" is */
-    assert_null(strstr(why, " python,"));
-    assert_null(strstr(why, " python)"));
-    assert_non_null(strstr(why, " ipython"));
+    assert_null(strstr(why.msg, " python,"));
+    assert_null(strstr(why.msg, " python)"));
+    assert_non_null(strstr(why.msg, " ipython"));
     /* no params at all: nothing to refuse */
     dtier_grant g = {DT_HTTP, 0};
-    assert_int_equal(dtier_check_fields(&g, f_exec, 1, NULL, why, sizeof why), 0);
+    assert_int_equal(dtier_check_fields(&g, f_exec, 1, NULL, &why), 0);
 }
 
 static void sessopt_tiers(void **state)
@@ -109,7 +111,10 @@ static int fill(const char *json, km_session_opts *so, json_t **keep, char *why)
 {
     *keep = json_loads(json, 0, NULL);
     assert_non_null(*keep);
-    return dtier_sopts_fill(*keep, so, why, 600);
+    km_err e = {0};
+    int rc = dtier_sopts_fill(*keep, so, &e);
+    snprintf(why, 600, "%.599s", e.msg);
+    return rc;
 }
 
 static void sopts_values(void **state)
@@ -176,7 +181,9 @@ static int ceiling(dtier t, int unsafe, const kmcfg *cfg, const char *json, char
     json_t *p;
     assert_int_equal(fill(json, &so, &p, why), 0);
     dtier_grant g = {t, unsafe};
-    int rc = dtier_sopts_ceiling(&g, cfg, p, &so, why, 600);
+    km_err e = {0};
+    int rc = dtier_sopts_ceiling(&g, cfg, p, &so, &e);
+    snprintf(why, 600, "%.599s", e.msg);
     json_decref(p);
     return rc;
 }

@@ -51,8 +51,8 @@ static void started_finished_unreadable(void **state)
         "{\"event\":\"started\",\"id\":\"b\",\"language\":\"bash\",\"code\":\"sleep 99\","
         "\"time\":2,\"manager\":\"gone\"}\n");
     int bad = 0;
-    char err[256];
-    json_t *nb = export_notebook(dir, "s", NULL, "python3", &bad, err, sizeof err);
+    km_err err = {0};
+    json_t *nb = export_notebook(dir, "s", NULL, "python3", &bad, &err);
     assert_non_null(nb);
     json_t *cells = json_object_get(nb, "cells");
     assert_int_equal(json_array_size(cells), 4);
@@ -86,12 +86,11 @@ static void running_cell_of_this_manager(void **state)
 {
     (void)state;
     char *dir = make_dir("");
-    char err[256];
-    assert_int_equal(
-        session_history_start(dir, "x1", "python", NULL, "while True: pass", 0, err, sizeof err),
-        0);
+    km_err err = {0};
+    assert_int_equal(session_history_start(dir, "x1", "python", NULL, "while True: pass", 0, &err),
+                     0);
     int bad = 0;
-    json_t *nb = export_notebook(dir, "s", NULL, NULL, &bad, err, sizeof err);
+    json_t *nb = export_notebook(dir, "s", NULL, NULL, &bad, &err);
     assert_non_null(nb);
     json_t *cells = json_object_get(nb, "cells");
     assert_int_equal(json_array_size(cells), 1);
@@ -102,10 +101,9 @@ static void running_cell_of_this_manager(void **state)
     json_t *r = json_pack("{s:i s:s}", "execution_count", 1, "status", "ok");
     json_t *outs =
         json_pack("[{s:s s:s s:s}]", "output_type", "stream", "name", "stdout", "text", "done\n");
-    assert_int_equal(session_history_append(dir, "x1", "python", NULL, "while True: pass", r, outs,
-                                            0, err, sizeof err),
-                     0);
-    nb = export_notebook(dir, "s", NULL, NULL, &bad, err, sizeof err);
+    assert_int_equal(
+        session_history_append(dir, "x1", "python", NULL, "while True: pass", r, outs, 0, &err), 0);
+    nb = export_notebook(dir, "s", NULL, NULL, &bad, &err);
     cells = json_object_get(nb, "cells");
     assert_int_equal(json_array_size(cells), 1);
     out = json_array_get(json_object_get(json_array_get(cells, 0), "outputs"), 0);

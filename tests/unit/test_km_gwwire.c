@@ -54,9 +54,9 @@ static void round_trips(void **state)
                 assert_int_equal(binary, forms[f] == GW_FORM_V1 || nb > 0);
                 jp_channel ch;
                 jmsg *back = NULL;
-                char err[256] = "";
-                if (gwwire_decode(forms[f], binary, data, len, &ch, &back, err, sizeof err))
-                    fail_msg("form %d chan %d nbuf %d: %s", f, c, nb, err);
+                km_err err = {0};
+                if (gwwire_decode(forms[f], binary, data, len, &ch, &back, &err))
+                    fail_msg("form %d chan %d nbuf %d: %s", f, c, nb, err.msg);
                 assert_int_equal(ch, chans[c]);
                 same(m, back);
                 jmsg_destroy(&back);
@@ -105,8 +105,8 @@ static void legacy_binary_layout(void **state)
     memcpy(b + 16 + jl + 2, "cde", 3);
     jp_channel ch;
     jmsg *m = NULL;
-    char err[256];
-    assert_int_equal(gwwire_decode(GW_FORM_JSON, 1, b, total, &ch, &m, err, sizeof err), 0);
+    km_err err = {0};
+    assert_int_equal(gwwire_decode(GW_FORM_JSON, 1, b, total, &ch, &m, &err), 0);
     assert_int_equal(m->n_buffers, 2);
     assert_memory_equal(m->buffers[0].data, "ab", 2);
     assert_memory_equal(m->buffers[1].data, "cde", 3);
@@ -114,9 +114,9 @@ static void legacy_binary_layout(void **state)
     jmsg_destroy(&m);
     /* an offset past the end, or going backwards, is refused */
     b[8 + 3] = 0xff;
-    assert_int_equal(gwwire_decode(GW_FORM_JSON, 1, b, total, &ch, &m, err, sizeof err), -1);
+    assert_int_equal(gwwire_decode(GW_FORM_JSON, 1, b, total, &ch, &m, &err), -1);
     assert_null(m);
-    assert_non_null(strstr(err, "offsets"));
+    assert_non_null(strstr(err.msg, "offsets"));
     free(b);
 }
 
@@ -124,11 +124,11 @@ static void expect_refused(gw_form form, int binary, const char *data, size_t le
 {
     jp_channel ch;
     jmsg *m = NULL;
-    char err[256] = "";
-    assert_int_equal(gwwire_decode(form, binary, data, len, &ch, &m, err, sizeof err), -1);
+    km_err err = {0};
+    assert_int_equal(gwwire_decode(form, binary, data, len, &ch, &m, &err), -1);
     assert_null(m);
-    if (!strstr(err, why))
-        fail_msg("reason \"%s\" does not name \"%s\"", err, why);
+    if (!strstr(err.msg, why))
+        fail_msg("reason \"%s\" does not name \"%s\"", err.msg, why);
 }
 
 #define S(lit) lit, sizeof(lit) - 1
@@ -170,11 +170,11 @@ static void v1_channel_checked(void **state)
     assert_int_equal(gwwire_encode(GW_FORM_V1, JP_IOPUB, m, &data, &len, &binary), 0);
     jp_channel ch;
     jmsg *back = NULL;
-    char err[256];
-    assert_int_equal(gwwire_decode(GW_FORM_V1, 1, data, len, &ch, &back, err, sizeof err), -1);
-    assert_non_null(strstr(err, "iopub"));
+    km_err err = {0};
+    assert_int_equal(gwwire_decode(GW_FORM_V1, 1, data, len, &ch, &back, &err), -1);
+    assert_non_null(strstr(err.msg, "iopub"));
     /* truncated by one byte: the last offset no longer matches */
-    assert_int_equal(gwwire_decode(GW_FORM_V1, 1, data, len - 1, &ch, &back, err, sizeof err), -1);
+    assert_int_equal(gwwire_decode(GW_FORM_V1, 1, data, len - 1, &ch, &back, &err), -1);
     free(data);
     jmsg_destroy(&m);
 }

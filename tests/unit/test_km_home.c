@@ -74,36 +74,37 @@ static void dirs_checked_and_made(void **state)
 {
     (void)state;
     char *d = tmpdir();
-    char err[1024], p[512];
-    assert_int_equal(kmhome_prepare(d, 1, err, sizeof err), 0);
+    char p[512];
+    km_err err = {0};
+    assert_int_equal(kmhome_prepare(d, 1, &err), 0);
     snprintf(p, sizeof p, "%s/sessions", d);
     struct stat st;
     assert_int_equal(lstat(p, &st), 0);
     assert_true(S_ISDIR(st.st_mode));
     /* absent and not made: fine */
     snprintf(p, sizeof p, "%s/nothing", d);
-    assert_int_equal(kmhome_check_dir(p, 0, err, sizeof err), 1);
+    assert_int_equal(kmhome_check_dir(p, 0, &err), 1);
     /* a writable-by-others directory, as the home and below it */
     snprintf(p, sizeof p, "%s/pool", d);
     assert_int_equal(mkdir(p, 0700), 0);
     assert_int_equal(chmod(p, 0777), 0);
-    assert_int_equal(kmhome_prepare(d, 0, err, sizeof err), -1);
-    assert_non_null(strstr(err, p));
-    assert_non_null(strstr(err, "writable by group or others"));
-    assert_non_null(strstr(err, "mode 0777"));
+    assert_int_equal(kmhome_prepare(d, 0, &err), -1);
+    assert_non_null(strstr(err.msg, p));
+    assert_non_null(strstr(err.msg, "writable by group or others"));
+    assert_non_null(strstr(err.msg, "mode 0777"));
     /* kmhome_mkdir of an existing bad directory refuses it (not adopted) */
-    assert_int_equal(kmhome_mkdir(p, 0700, err, sizeof err), -1);
+    assert_int_equal(kmhome_mkdir(p, 0700, &err), -1);
     assert_int_equal(chmod(p, 0700), 0);
-    assert_int_equal(kmhome_mkdir(p, 0700, err, sizeof err), 0);
+    assert_int_equal(kmhome_mkdir(p, 0700, &err), 0);
     assert_int_equal(chmod(d, 0775), 0);
-    assert_int_equal(kmhome_prepare(d, 0, err, sizeof err), -1);
-    assert_non_null(strstr(err, "KERNELMGR_HOME"));
+    assert_int_equal(kmhome_prepare(d, 0, &err), -1);
+    assert_non_null(strstr(err.msg, "KERNELMGR_HOME"));
     assert_int_equal(chmod(d, 0700), 0);
     /* a symbolic link where a directory of the home should be */
     snprintf(p, sizeof p, "%s/run", d);
     assert_int_equal(symlink("/", p), 0);
-    assert_int_equal(kmhome_prepare(d, 0, err, sizeof err), -1);
-    assert_non_null(strstr(err, "symbolic link"));
+    assert_int_equal(kmhome_prepare(d, 0, &err), -1);
+    assert_non_null(strstr(err.msg, "symbolic link"));
     rmrf(d);
     free(d);
 }
@@ -121,24 +122,25 @@ static void put(const char *path, const char *text, mode_t mode)
  * the file's text. */
 static void expect_refused(const char *path, const char *text, mode_t mode, const char *reason)
 {
-    char why[1024] = "";
+    km_err why = {0};
     put(path, text, mode);
-    json_t *o = session_json_read(path, why, sizeof why);
+    json_t *o = session_json_read(path, &why);
     assert_null(o);
-    assert_non_null(strstr(why, path));
-    if (!strstr(why, reason))
-        fail_msg("\"%s\" does not say \"%s\"", why, reason);
+    assert_non_null(strstr(why.msg, path));
+    if (!strstr(why.msg, reason))
+        fail_msg("\"%s\" does not say \"%s\"", why.msg, reason);
     if (strlen(text) > 4)
-        assert_null(strstr(why, text));
+        assert_null(strstr(why.msg, text));
 }
 
 static void session_json_checked(void **state)
 {
     (void)state;
     char *d = tmpdir();
-    char path[512], why[1024];
+    char path[512];
+    km_err why = {0};
     snprintf(path, sizeof path, "%s/session.json", d);
-    assert_null(session_json_read(path, why, sizeof why));
+    assert_null(session_json_read(path, &why));
     assert_int_equal(errno, ENOENT);
     expect_refused(path, "", 0600, "is empty");
     expect_refused(path, "SECRETgarbage{", 0600, "is not valid JSON");
@@ -161,7 +163,7 @@ static void session_json_checked(void **state)
                        "{\"memory\": 314572800}}";
     expect_refused(path, good, 0620, "writable by group or others");
     put(path, good, 0600);
-    json_t *o = session_json_read(path, why, sizeof why);
+    json_t *o = session_json_read(path, &why);
     assert_non_null(o);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(o, "options"), "memory")),
                      314572800);
@@ -177,8 +179,8 @@ static void session_json_checked(void **state)
     assert_int_equal(session_set_aside_find(d, found, sizeof found), 1);
     /* a symbolic link is never followed */
     assert_int_equal(symlink(aside, path), 0);
-    assert_null(session_json_read(path, why, sizeof why));
-    assert_non_null(strstr(why, "symbolic link"));
+    assert_null(session_json_read(path, &why));
+    assert_non_null(strstr(why.msg, "symbolic link"));
     rmrf(d);
     free(d);
 }
@@ -187,23 +189,24 @@ static void home_config_owner_checked(void **state)
 {
     (void)state;
     char *d = tmpdir();
-    char path[512], err[1024];
+    char path[512];
+    km_err err = {0};
     snprintf(path, sizeof path, "%s/config.json", d);
     put(path, "{\"python\": \"/tmp/evil\"}", 0666);
     kmcfg c;
     kmcfg_defaults(&c);
-    assert_int_equal(kmcfg_load_file(&c, path, KMCFG_HOME_FILE, err, sizeof err), -1);
-    assert_non_null(strstr(err, "writable by group or others"));
+    assert_int_equal(kmcfg_load_file(&c, path, KMCFG_HOME_FILE, &err), -1);
+    assert_non_null(strstr(err.msg, "writable by group or others"));
     assert_string_equal(c.python, "");
     /* a file the user named (--config) is the user's choice */
-    assert_int_equal(kmcfg_load_file(&c, path, KMCFG_MUST_EXIST, err, sizeof err), 0);
+    assert_int_equal(kmcfg_load_file(&c, path, KMCFG_MUST_EXIST, &err), 0);
     assert_string_equal(c.python, "/tmp/evil");
     kmcfg_clear(&c);
     /* the text of a bad file is not quoted */
     put(path, "{\"python\": SECRET}", 0600);
     kmcfg_defaults(&c);
-    assert_int_equal(kmcfg_load_file(&c, path, KMCFG_HOME_FILE, err, sizeof err), -1);
-    assert_null(strstr(err, "SECRET"));
+    assert_int_equal(kmcfg_load_file(&c, path, KMCFG_HOME_FILE, &err), -1);
+    assert_null(strstr(err.msg, "SECRET"));
     kmcfg_clear(&c);
     rmrf(d);
     free(d);
@@ -214,20 +217,18 @@ static void history_owner_checked(void **state)
 {
     (void)state;
     char *d = tmpdir();
-    char path[512], err[1024] = "";
+    char path[512];
+    km_err err = {0};
     snprintf(path, sizeof path, "%s/history.jsonl", d);
-    assert_int_equal(
-        session_history_start(d, "id1", "bash", NULL, "echo 1", 1 << 20, err, sizeof err), 0);
+    assert_int_equal(session_history_start(d, "id1", "bash", NULL, "echo 1", 1 << 20, &err), 0);
     assert_int_equal(chmod(path, 0666), 0);
-    assert_int_equal(
-        session_history_start(d, "id2", "bash", NULL, "echo 2", 1 << 20, err, sizeof err), -1);
-    assert_non_null(strstr(err, "not this user's own file"));
-    assert_non_null(strstr(err, path));
+    assert_int_equal(session_history_start(d, "id2", "bash", NULL, "echo 2", 1 << 20, &err), -1);
+    assert_non_null(strstr(err.msg, "not this user's own file"));
+    assert_non_null(strstr(err.msg, path));
     assert_int_equal(unlink(path), 0);
     assert_int_equal(mkfifo(path, 0600), 0); /* never blocks */
-    assert_int_equal(
-        session_history_start(d, "id3", "bash", NULL, "echo 3", 1 << 20, err, sizeof err), -1);
-    assert_non_null(strstr(err, "not a regular file"));
+    assert_int_equal(session_history_start(d, "id3", "bash", NULL, "echo 3", 1 << 20, &err), -1);
+    assert_non_null(strstr(err.msg, "not a regular file"));
     rmrf(d);
     free(d);
 }

@@ -14,12 +14,12 @@
 #include "kernelmgr/engine/config.h"
 #include "kernelmgr/engine/lang.h"
 
-static int configure(km_langs *t, const char *name, const char *json, char *err, size_t len)
+static int configure(km_langs *t, const char *name, const char *json, km_err *err)
 {
     json_error_t je;
     json_t *v = json_loads(json, JSON_DECODE_ANY, &je);
     assert_non_null(v);
-    int rc = km_langs_configure(t, name, v, err, len);
+    int rc = km_langs_configure(t, name, v, err);
     json_decref(v);
     return rc;
 }
@@ -52,11 +52,11 @@ static void configured_backend_takes_builtin_alias(void **state)
     (void)state;
     km_langs t;
     km_langs_builtin(&t);
-    char err[512] = "";
+    km_err err = {0};
     int i = configure(&t, "sh",
                       "{\"backend\": \"kernel-bash\", \"aliases\": [\"posix\"], "
                       "\"file_extension\": \".sh\", \"cell_magic\": \"%%bash\"}",
-                      err, sizeof err);
+                      &err);
     assert_int_equal(i, 2);
     assert_string_equal(t.v[2].backend, "kernel-bash");
     assert_false(t.v[2].takes_python);
@@ -66,11 +66,11 @@ static void configured_backend_takes_builtin_alias(void **state)
     assert_int_equal(km_langs_find_nocase(&t, "POSIX"), 2);
     assert_int_equal(km_langs_find(&t, "shell"), 1);
     /* a kernelspec language, string form */
-    assert_int_equal(configure(&t, "ipy", "\"python3\"", err, sizeof err), 3);
+    assert_int_equal(configure(&t, "ipy", "\"python3\"", &err), 3);
     assert_string_equal(t.v[3].kernelspec, "python3");
     assert_string_equal(t.v[3].backend, "");
     /* a built-in given a kernelspec, then back */
-    assert_int_equal(configure(&t, "python", "\"python3\"", err, sizeof err), 0);
+    assert_int_equal(configure(&t, "python", "\"python3\"", &err), 0);
     assert_string_equal(t.v[0].kernelspec, "python3");
     json_t *j = km_langs_to_json(&t);
     assert_string_equal(json_string_value(json_object_get(j, "ipy")), "python3");
@@ -83,16 +83,16 @@ static void configured_backend_takes_builtin_alias(void **state)
     json_t *v;
     json_object_foreach(j, k, v)
     {
-        assert_true(km_langs_configure(&u, k, v, err, sizeof err) >= 0);
+        assert_true(km_langs_configure(&u, k, v, &err) >= 0);
     }
     json_decref(j);
     assert_int_equal(u.n, 4);
     assert_string_equal(u.v[2].aliases[0], "posix");
     assert_string_equal(u.v[2].cell_magic, "%%bash");
-    assert_int_equal(configure(&t, "python", "null", err, sizeof err), 0);
+    assert_int_equal(configure(&t, "python", "null", &err), 0);
     assert_string_equal(t.v[0].kernelspec, "");
     /* null removes a configured one */
-    assert_int_equal(configure(&t, "ipy", "null", err, sizeof err), 0);
+    assert_int_equal(configure(&t, "ipy", "null", &err), 0);
     assert_int_equal(t.n, 3);
 }
 
@@ -127,10 +127,10 @@ static void bad_entries_name_key_and_reason(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         km_langs t;
         km_langs_builtin(&t);
-        char err[512] = "";
-        assert_int_equal(configure(&t, cases[i].name, cases[i].json, err, sizeof err), -1);
-        if (!strstr(err, cases[i].expect))
-            fail_msg("%s %s: got \"%s\", want \"%s\"", cases[i].name, cases[i].json, err,
+        km_err err = {0};
+        assert_int_equal(configure(&t, cases[i].name, cases[i].json, &err), -1);
+        if (!strstr(err.msg, cases[i].expect))
+            fail_msg("%s %s: got \"%s\", want \"%s\"", cases[i].name, cases[i].json, err.msg,
                      cases[i].expect);
         assert_int_equal(t.n, 2); /* unchanged */
         assert_int_equal(km_langs_find(&t, "sh"), 1);
@@ -138,20 +138,19 @@ static void bad_entries_name_key_and_reason(void **state)
     /* a second configured language may not reuse the first one's words */
     km_langs t;
     km_langs_builtin(&t);
-    char err[512];
-    assert_int_equal(configure(&t, "sh", "{\"backend\": \"kernel-bash\", \"aliases\": [\"posix\"]}",
-                               err, sizeof err),
-                     2);
-    assert_int_equal(configure(&t, "posix", "\"x\"", err, sizeof err), -1);
-    assert_non_null(strstr(err, "kernels.posix: \"posix\" is already"));
+    km_err err = {0};
+    assert_int_equal(
+        configure(&t, "sh", "{\"backend\": \"kernel-bash\", \"aliases\": [\"posix\"]}", &err), 2);
+    assert_int_equal(configure(&t, "posix", "\"x\"", &err), -1);
+    assert_non_null(strstr(err.msg, "kernels.posix: \"posix\" is already"));
     /* at most KM_LANG_MAX */
     for (int n = 3; n < KM_LANG_MAX; n++) {
         char nm[16];
         snprintf(nm, sizeof nm, "l%d", n);
-        assert_int_equal(configure(&t, nm, "\"x\"", err, sizeof err), n);
+        assert_int_equal(configure(&t, nm, "\"x\"", &err), n);
     }
-    assert_int_equal(configure(&t, "one-more", "\"x\"", err, sizeof err), -1);
-    assert_non_null(strstr(err, "too many languages"));
+    assert_int_equal(configure(&t, "one-more", "\"x\"", &err), -1);
+    assert_non_null(strstr(err.msg, "too many languages"));
 }
 
 static void config_allow_list_and_fences(void **state)
@@ -159,12 +158,12 @@ static void config_allow_list_and_fences(void **state)
     (void)state;
     kmcfg c;
     kmcfg_defaults(&c);
-    char err[512] = "";
+    km_err err = {0};
     /* "languages" may name a language "kernels" defines, whatever the key order */
     json_t *o = json_loads("{\"languages\": [\"python\", \"sh\"], \"kernels\": {\"sh\": "
                            "{\"backend\": \"kernel-bash\", \"aliases\": [\"posix\"]}}}",
                            0, NULL);
-    assert_int_equal(kmcfg_apply_json(&c, o, err, sizeof err), 0);
+    assert_int_equal(kmcfg_apply_json(&c, o, &err), 0);
     json_decref(o);
     int sh = kmcfg_lang_index(&c, "sh");
     assert_int_equal(sh, 2);
@@ -173,14 +172,14 @@ static void config_allow_list_and_fences(void **state)
     kmcfg d;
     kmcfg_defaults(&d);
     o = json_loads("{\"kernels\": {\"ipy\": \"python3\"}}", 0, NULL);
-    assert_int_equal(kmcfg_apply_json(&d, o, err, sizeof err), 0);
+    assert_int_equal(kmcfg_apply_json(&d, o, &err), 0);
     json_decref(o);
     assert_true(d.allow[kmcfg_lang_index(&d, "ipy")]);
     /* the error names the entry */
     o = json_loads("{\"kernels\": {\"sh\": {\"backend\": \"x\", \"nope\": 1}}}", 0, NULL);
-    assert_int_equal(kmcfg_apply_json(&d, o, err, sizeof err), -1);
+    assert_int_equal(kmcfg_apply_json(&d, o, &err), -1);
     json_decref(o);
-    assert_non_null(strstr(err, "kernels.sh.nope: unknown key"));
+    assert_non_null(strstr(err.msg, "kernels.sh.nope: unknown key"));
     assert_int_equal(d.langs.n, 3); /* unchanged */
     /* fences route by the table, configured aliases included */
     cblock_list l;
@@ -206,23 +205,22 @@ static void backend_path(void **state)
     (void)state;
     km_langs t;
     km_langs_builtin(&t);
-    char err[512] = "";
-    assert_int_equal(configure(&t, "sh", "{\"backend\": \"/bin/sh\"}", err, sizeof err), 2);
-    assert_int_equal(
-        configure(&t, "gone", "{\"backend\": \"/nonexistent/kernel-x\"}", err, sizeof err), 3);
-    char *p = km_lang_backend_path(&t.v[2], NULL, err, sizeof err);
+    km_err err = {0};
+    assert_int_equal(configure(&t, "sh", "{\"backend\": \"/bin/sh\"}", &err), 2);
+    assert_int_equal(configure(&t, "gone", "{\"backend\": \"/nonexistent/kernel-x\"}", &err), 3);
+    char *p = km_lang_backend_path(&t.v[2], NULL, &err);
     assert_non_null(p);
     assert_string_equal(p, "/bin/sh");
     free(p);
     /* a missing backend is found out when its kernel starts, naming the path */
-    assert_null(km_lang_backend_path(&t.v[3], NULL, err, sizeof err));
-    assert_non_null(strstr(err, "/nonexistent/kernel-x"));
+    assert_null(km_lang_backend_path(&t.v[3], NULL, &err));
+    assert_non_null(strstr(err.msg, "/nonexistent/kernel-x"));
     /* a name is looked up in the kernel directory */
-    assert_null(km_lang_backend_path(&t.v[1], "/nonexistent-dir", err, sizeof err));
-    assert_non_null(strstr(err, "/nonexistent-dir/kernel-bash"));
-    assert_int_equal(configure(&t, "ks", "\"python3\"", err, sizeof err), 4);
-    assert_null(km_lang_backend_path(&t.v[4], NULL, err, sizeof err));
-    assert_non_null(strstr(err, "no kernel-server backend"));
+    assert_null(km_lang_backend_path(&t.v[1], "/nonexistent-dir", &err));
+    assert_non_null(strstr(err.msg, "/nonexistent-dir/kernel-bash"));
+    assert_int_equal(configure(&t, "ks", "\"python3\"", &err), 4);
+    assert_null(km_lang_backend_path(&t.v[4], NULL, &err));
+    assert_non_null(strstr(err.msg, "no kernel-server backend"));
 }
 
 int main(void)

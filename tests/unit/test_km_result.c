@@ -11,10 +11,10 @@
 
 static void assert_error_shape(const json_t *e, const char *name, const char *value)
 {
-    char why[200] = "";
-    int ok = result_error_valid(e, why, sizeof why);
+    km_err why = {0};
+    int ok = result_error_valid(e, &why);
     if (!ok)
-        fail_msg("%s", why);
+        fail_msg("%s", why.msg);
     assert_int_equal(json_object_size(e), 3);
     assert_string_equal(json_string_value(json_object_get(e, "name")), name);
     assert_string_equal(json_string_value(json_object_get(e, "value")), value);
@@ -130,34 +130,34 @@ static void error_builder_shapes(void **state)
     e = result_error("Timeout", "t", NULL);
     json_object_set_new(e, "timeout", json_true());
     json_object_set_new(e, "value_omitted_bytes", json_integer(5));
-    char why[200];
-    assert_true(result_error_valid(e, why, sizeof why));
+    km_err why = {0};
+    assert_true(result_error_valid(e, &why));
     json_decref(e);
 }
 
 static void validator_rejects_bad_shapes(void **state)
 {
     (void)state;
-    char why[200];
+    km_err why = {0};
     /* what json_pack("{s:s s:s s:[]}", "name", n, "value", v) used to give */
     json_t *e = json_pack("{s:s s:s s:[]}", "name", "x", "value", "KernelKilled", "traceback");
-    assert_true(result_error_valid(e, why, sizeof why));
+    assert_true(result_error_valid(e, &why));
     json_object_del(e, "traceback");
     json_object_set_new(e, "KernelKilled", json_array());
-    assert_false(result_error_valid(e, why, sizeof why));
-    assert_non_null(strstr(why, "KernelKilled"));
+    assert_false(result_error_valid(e, &why));
+    assert_non_null(strstr(why.msg, "KernelKilled"));
     json_decref(e);
     e = json_pack("{s:s s:s}", "name", "x", "value", "y");
-    assert_false(result_error_valid(e, why, sizeof why));
-    assert_non_null(strstr(why, "traceback"));
+    assert_false(result_error_valid(e, &why));
+    assert_non_null(strstr(why.msg, "traceback"));
     json_decref(e);
     e = json_pack("{s:s s:s s:[i]}", "name", "x", "value", "y", "traceback", 3);
-    assert_false(result_error_valid(e, why, sizeof why));
+    assert_false(result_error_valid(e, &why));
     json_decref(e);
     e = json_pack("{s:i s:s s:[]}", "name", 1, "value", "y", "traceback");
-    assert_false(result_error_valid(e, why, sizeof why));
+    assert_false(result_error_valid(e, &why));
     json_decref(e);
-    assert_false(result_error_valid(NULL, why, sizeof why));
+    assert_false(result_error_valid(NULL, &why));
 }
 
 static void kernel_member(void **state)

@@ -12,7 +12,10 @@
 
 static int parse(const char *line, rpc_msg *m, char *why)
 {
-    return rpc_parse(line, strlen(line), m, why, 300);
+    km_err e = {0};
+    int rc = rpc_parse(line, strlen(line), m, &e);
+    snprintf(why, 300, "%.299s", e.msg);
+    return rc;
 }
 
 static void parse_kinds(void **state)
@@ -103,7 +106,9 @@ static int unpack(const char *params, char *why, const char **s, int *b, double 
 {
     json_t *p = json_loads(params, 0, NULL);
     assert_non_null(p);
-    int rc = rpc_unpack(p, why, 300, "{s:s s?b s?F}", "session", s, "keep", b, "timeout", d);
+    km_err e = {0};
+    int rc = rpc_unpack(p, &e, "{s:s s?b s?F}", "session", s, "keep", b, "timeout", d);
+    snprintf(why, 300, "%.299s", e.msg);
     json_decref(p);
     return rc;
 }
@@ -112,12 +117,13 @@ static void unpack_names_the_field(void **state)
 {
     (void)state;
     char why[300];
+    km_err whye = {0};
     const char *s = NULL;
     int b = 0;
     double d = 0;
     json_t *p = json_loads("{\"session\":\"x\",\"keep\":true,\"timeout\":2}", 0, NULL);
     assert_int_equal(
-        rpc_unpack(p, why, 300, "{s:s s?b s?F}", "session", &s, "keep", &b, "timeout", &d), 0);
+        rpc_unpack(p, &whye, "{s:s s?b s?F}", "session", &s, "keep", &b, "timeout", &d), 0);
     assert_string_equal(s, "x");
     assert_true(b);
     assert_true(d == 2.0);
@@ -133,10 +139,10 @@ static void unpack_names_the_field(void **state)
     assert_int_equal(unpack("{\"session\":\"x\",\"timeout\":null}", why, &s, &b, &d), -1);
     assert_string_equal(why, "field \"timeout\": expected a number, got null");
     json_t *empty = json_object();
-    assert_int_equal(rpc_unpack(empty, why, 300, "{}"), 0);
+    assert_int_equal(rpc_unpack(empty, &whye, "{}"), 0);
     json_object_set_new(empty, "x", json_true());
-    assert_int_equal(rpc_unpack(empty, why, 300, "{}"), -1);
-    assert_string_equal(why, "unknown field \"x\" (expected: no fields)");
+    assert_int_equal(rpc_unpack(empty, &whye, "{}"), -1);
+    assert_string_equal(whye.msg, "unknown field \"x\" (expected: no fields)");
     json_decref(empty);
 }
 

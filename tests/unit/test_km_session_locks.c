@@ -144,11 +144,11 @@ static int setup(void **state)
     kmcfg_defaults(&w->cfg);
     json_t *conf = json_pack("{s:{s:{s:s}, s:{s:s}}, s:s}", "kernels", "fake", "backend", w->link,
                              "fake2", "backend", w->link, "sandbox", "none");
-    char why[512] = "";
-    int rc = kmcfg_apply_json(&w->cfg, conf, why, sizeof why);
+    km_err why = {0};
+    int rc = kmcfg_apply_json(&w->cfg, conf, &why);
     json_decref(conf);
     if (rc)
-        print_message("config: %s\n", why);
+        print_message("config: %s\n", why.msg);
     assert_int_equal(rc, 0);
     km_err err = {0};
     w->m = km_manager_new(w->home, &w->cfg, 0, &err);

@@ -53,28 +53,28 @@ static void put(const char *text)
 static void refused(const char *text, const char *want)
 {
     put(text);
-    char why[512] = "";
+    km_err why = {0};
     errno = 0;
-    json_t *o = session_json_read(path, why, sizeof why);
+    json_t *o = session_json_read(path, &why);
     assert_null(o);
     assert_int_equal(errno, EINVAL);
-    if (!strstr(why, want) || !strstr(why, path)) {
-        print_message("reason '%s' lacks '%s' or the path\n", why, want);
+    if (!strstr(why.msg, want) || !strstr(why.msg, path)) {
+        print_message("reason '%s' lacks '%s' or the path\n", why.msg, want);
         fail();
     }
-    assert_null(strstr(why, "SECRET"));
+    assert_null(strstr(why.msg, "SECRET"));
 }
 
 static void test_read_good_and_missing(void **state)
 {
     (void)state;
-    char why[512] = "";
+    km_err why = {0};
     errno = 0;
-    assert_null(session_json_read(path, why, sizeof why));
+    assert_null(session_json_read(path, &why));
     assert_int_equal(errno, ENOENT);
     put("{\"workspace\": \"/w\", \"own_workspace\": true, \"options\": {\"memory\": 5},"
         " \"kernels\": {}}");
-    json_t *o = session_json_read(path, why, sizeof why);
+    json_t *o = session_json_read(path, &why);
     assert_non_null(o);
     assert_string_equal(json_string_value(json_object_get(o, "workspace")), "/w");
     json_decref(o);
@@ -102,9 +102,9 @@ static void test_read_refuses_damage(void **state)
     /* not a regular file: refused by the trusted-state read, not parsed */
     unlink(path);
     assert_int_equal(mkfifo(path, 0600), 0);
-    char why[512] = "";
-    assert_null(session_json_read(path, why, sizeof why));
-    assert_non_null(strstr(why, path));
+    km_err why = {0};
+    assert_null(session_json_read(path, &why));
+    assert_non_null(strstr(why.msg, path));
     unlink(path);
 }
 

@@ -84,7 +84,7 @@ static int setup(void **state)
     /* the host's secret: would sniff as PNG, content must never be read */
     put(f->outside, "secret.bin", "\x89PNG\r\n\x1a\nHOSTSECRET");
     put(f->outside, "marker", "keep me");
-    f->rootfd = wsfile_root_open(f->ws, NULL, 0);
+    f->rootfd = wsfile_root_open(f->ws, NULL);
     assert_true(f->rootfd >= 0);
     *state = f;
     alarm(60); /* a hang (a FIFO opened for reading) fails the test */
@@ -123,16 +123,16 @@ static void middle_symlink_refused(void **state)
 {
     fx *f = *state;
     plant(f);
-    char err[256];
-    int fd = wsfile_openat(f->rootfd, "sub/ok.txt", O_RDONLY, 0, err, sizeof err);
+    km_err err = {0};
+    int fd = wsfile_openat(f->rootfd, "sub/ok.txt", O_RDONLY, 0, &err);
     assert_true(fd >= 0);
     close(fd);
     errno = 0;
-    assert_int_equal(wsfile_openat(f->rootfd, "link/secret.bin", O_RDONLY, 0, err, sizeof err), -1);
+    assert_int_equal(wsfile_openat(f->rootfd, "link/secret.bin", O_RDONLY, 0, &err), -1);
     assert_int_equal(errno, ELOOP);
-    assert_non_null(strstr(err, "symbolic link"));
-    assert_int_equal(wsfile_openat(f->rootfd, "rel/ok.txt", O_RDONLY, 0, err, sizeof err), -1);
-    assert_int_equal(wsfile_openat(f->rootfd, "link", O_RDONLY, 0, err, sizeof err), -1);
+    assert_non_null(strstr(err.msg, "symbolic link"));
+    assert_int_equal(wsfile_openat(f->rootfd, "rel/ok.txt", O_RDONLY, 0, &err), -1);
+    assert_int_equal(wsfile_openat(f->rootfd, "link", O_RDONLY, 0, &err), -1);
     /* the fallback walk without openat2 refuses the same */
     assert_int_equal(wsfile_openat_walk(f->rootfd, "link/secret.bin", O_RDONLY, 0), -1);
     assert_int_equal(errno, ELOOP);
@@ -142,18 +142,18 @@ static void middle_symlink_refused(void **state)
     assert_true(fd >= 0);
     close(fd);
     /* and so do the readers built on it */
-    assert_null(wsfile_read(f->ws, "link/secret.bin", 0, 0, "auto", err, sizeof err));
-    assert_null(strstr(err, "HOSTSECRET"));
-    assert_null(wsfile_write(f->ws, "link/marker", "x", 1, 0, 1, err, sizeof err));
-    assert_null(wsfile_write(f->ws, "link/new", "x", 1, 0, 1, err, sizeof err));
+    assert_null(wsfile_read(f->ws, "link/secret.bin", 0, 0, "auto", &err));
+    assert_null(strstr(err.msg, "HOSTSECRET"));
+    assert_null(wsfile_write(f->ws, "link/marker", "x", 1, 0, 1, &err));
+    assert_null(wsfile_write(f->ws, "link/new", "x", 1, 0, 1, &err));
     assert_false(exists(f->outside, "new"));
     struct stat st;
-    assert_int_equal(wsfile_open_regular(f->rootfd, "link/secret.bin", &st, NULL, 0), -1);
+    assert_int_equal(wsfile_open_regular(f->rootfd, "link/secret.bin", &st, NULL), -1);
     char *data = NULL;
     size_t len = 0;
-    assert_int_equal(wsfile_slurp(f->rootfd, "link/marker", 1024, &data, &len, NULL, 0), -1);
+    assert_int_equal(wsfile_slurp(f->rootfd, "link/marker", 1024, &data, &len, NULL), -1);
     assert_null(data);
-    assert_int_equal(wsfile_replace(f->rootfd, "link/marker", "x", 1, 0644, NULL, 0), -1);
+    assert_int_equal(wsfile_replace(f->rootfd, "link/marker", "x", 1, 0644, NULL), -1);
     /* MIME sniffing does not see the PNG behind the link */
     assert_string_equal(fsdiff_mime(f->rootfd, "link/secret.bin", S_IFREG),
                         "application/octet-stream");
@@ -170,21 +170,20 @@ static void middle_symlink_refused(void **state)
 static void dotdot_and_absolute_refused(void **state)
 {
     fx *f = *state;
-    char err[256];
-    assert_int_equal(wsfile_openat(f->rootfd, "../outside/marker", O_RDONLY, 0, err, sizeof err),
-                     -1);
+    km_err err = {0};
+    assert_int_equal(wsfile_openat(f->rootfd, "../outside/marker", O_RDONLY, 0, &err), -1);
     assert_int_equal(errno, EXDEV);
     char *abs = join(f->outside, "marker");
-    assert_int_equal(wsfile_openat(f->rootfd, abs, O_RDONLY, 0, err, sizeof err), -1);
+    assert_int_equal(wsfile_openat(f->rootfd, abs, O_RDONLY, 0, &err), -1);
     assert_int_equal(errno, EXDEV);
     assert_int_equal(wsfile_openat_walk(f->rootfd, abs, O_RDONLY, 0), -1);
     free(abs);
     assert_int_equal(wsfile_openat_walk(f->rootfd, "../outside/marker", O_RDONLY, 0), -1);
     assert_int_equal(errno, EXDEV);
     char norm[WSFILE_PATH_MAX + 1];
-    assert_int_equal(wsfile_normalize("a/../../x", 0, norm, err, sizeof err), -1);
-    assert_int_equal(wsfile_normalize("/etc/passwd", 0, norm, err, sizeof err), -1);
-    assert_null(wsfile_read(f->ws, "../outside/marker", 0, 0, "auto", err, sizeof err));
+    assert_int_equal(wsfile_normalize("a/../../x", 0, norm, &err), -1);
+    assert_int_equal(wsfile_normalize("/etc/passwd", 0, norm, &err), -1);
+    assert_null(wsfile_read(f->ws, "../outside/marker", 0, 0, "auto", &err));
 }
 
 static void magic_link_refused(void **state)
@@ -200,15 +199,15 @@ static void magic_link_refused(void **state)
         target = open("/dev/null", O_RDONLY | O_CLOEXEC);
     char rel[64];
     snprintf(rel, sizeof rel, "fd/%d", target);
-    char err[256];
-    assert_int_equal(wsfile_openat(proc, rel, O_RDONLY, 0, err, sizeof err), -1);
+    km_err err = {0};
+    assert_int_equal(wsfile_openat(proc, rel, O_RDONLY, 0, &err), -1);
     assert_int_equal(errno, ELOOP);
     assert_int_equal(wsfile_openat_walk(proc, rel, O_RDONLY, 0), -1);
     assert_int_equal(errno, ELOOP);
     snprintf(rel, sizeof rel, "fd/%d/x", proc); /* a magic link in the middle */
-    assert_int_equal(wsfile_openat(proc, rel, O_RDONLY, 0, err, sizeof err), -1);
-    assert_int_equal(wsfile_openat(proc, "root/etc/passwd", O_RDONLY, 0, err, sizeof err), -1);
-    assert_int_equal(wsfile_openat(proc, "cwd", O_PATH, 0, err, sizeof err), -1);
+    assert_int_equal(wsfile_openat(proc, rel, O_RDONLY, 0, &err), -1);
+    assert_int_equal(wsfile_openat(proc, "root/etc/passwd", O_RDONLY, 0, &err), -1);
+    assert_int_equal(wsfile_openat(proc, "cwd", O_PATH, 0, &err), -1);
     close(target);
     close(proc);
 }
@@ -219,18 +218,18 @@ static void fifo_never_opened(void **state)
     char *p = join(f->ws, "fifo");
     assert_int_equal(mkfifo(p, 0600), 0);
     free(p);
-    char err[256];
+    km_err err = {0};
     struct stat st;
     /* opening a FIFO for reading without a writer would block: no hang */
-    assert_int_equal(wsfile_open_regular(f->rootfd, "fifo", &st, err, sizeof err), -1);
+    assert_int_equal(wsfile_open_regular(f->rootfd, "fifo", &st, &err), -1);
     assert_int_equal(errno, EINVAL);
-    assert_null(wsfile_read(f->ws, "fifo", 0, 0, "auto", err, sizeof err));
-    assert_non_null(strstr(err, "not a regular file"));
+    assert_null(wsfile_read(f->ws, "fifo", 0, 0, "auto", &err));
+    assert_non_null(strstr(err.msg, "not a regular file"));
     char *data = NULL;
     size_t len;
-    assert_int_equal(wsfile_slurp(f->rootfd, "fifo", 100, &data, &len, NULL, 0), -1);
-    assert_null(wsfile_write(f->ws, "fifo", "x", 1, 0, 0, err, sizeof err));
-    assert_int_equal(wsfile_replace(f->rootfd, "fifo", "x", 1, 0644, NULL, 0), -1);
+    assert_int_equal(wsfile_slurp(f->rootfd, "fifo", 100, &data, &len, NULL), -1);
+    assert_null(wsfile_write(f->ws, "fifo", "x", 1, 0, 0, &err));
+    assert_int_equal(wsfile_replace(f->rootfd, "fifo", "x", 1, 0644, NULL), -1);
     assert_string_equal(fsdiff_mime(f->rootfd, "fifo", S_IFREG), "application/octet-stream");
     assert_string_equal(fsdiff_mime(f->rootfd, "fifo", S_IFIFO), "inode/fifo");
     fsdiff_snap *s = fsdiff_take(f->ws, 100, 1u << 20);
@@ -248,25 +247,25 @@ static void read_bounded_and_dirs_refused(void **state)
     put(f->ws, "big", "0123456789");
     char *data = NULL;
     size_t len = 0;
-    char err[256];
-    assert_int_equal(wsfile_slurp(f->rootfd, "big", 5, &data, &len, err, sizeof err), -1);
+    km_err err = {0};
+    assert_int_equal(wsfile_slurp(f->rootfd, "big", 5, &data, &len, &err), -1);
     assert_int_equal(errno, EFBIG);
-    assert_int_equal(wsfile_slurp(f->rootfd, "big", 10, &data, &len, err, sizeof err), 0);
+    assert_int_equal(wsfile_slurp(f->rootfd, "big", 10, &data, &len, &err), 0);
     assert_int_equal(len, 10);
     assert_string_equal(data, "0123456789");
     free(data);
-    assert_int_equal(wsfile_replace(f->rootfd, "big", "ab", 2, 0644, err, sizeof err), 0);
-    assert_int_equal(wsfile_slurp(f->rootfd, "big", 10, &data, &len, err, sizeof err), 0);
+    assert_int_equal(wsfile_replace(f->rootfd, "big", "ab", 2, 0644, &err), 0);
+    assert_int_equal(wsfile_slurp(f->rootfd, "big", 10, &data, &len, &err), 0);
     assert_string_equal(data, "ab");
     free(data);
     char *d = join(f->ws, "d");
     mkdir(d, 0755);
     free(d);
     struct stat st;
-    assert_int_equal(wsfile_open_regular(f->rootfd, "d", &st, err, sizeof err), -1);
+    assert_int_equal(wsfile_open_regular(f->rootfd, "d", &st, &err), -1);
     assert_int_equal(errno, EISDIR);
-    assert_null(wsfile_read(f->ws, "d", 0, 0, "auto", err, sizeof err));
-    assert_non_null(strstr(err, "directory"));
+    assert_null(wsfile_read(f->ws, "d", 0, 0, "auto", &err));
+    assert_non_null(strstr(err.msg, "directory"));
 }
 
 /* remove: files, links (never their targets), empty directories; a
@@ -276,33 +275,33 @@ static void remove_never_follows(void **state)
 {
     fx *f = *state;
     plant(f);
-    char err[256];
-    json_t *r = wsfile_remove(f->ws, "link", err, sizeof err);
+    km_err err = {0};
+    json_t *r = wsfile_remove(f->ws, "link", &err);
     assert_non_null(r);
     assert_string_equal(json_string_value(json_object_get(r, "type")), "symlink");
     json_decref(r);
     assert_true(exists(f->outside, "marker"));
-    err[0] = 0;
-    assert_null(wsfile_remove(f->ws, "rel/ok.txt", err, sizeof err));
-    assert_true(strlen(err) > 0);
+    err.msg[0] = 0;
+    assert_null(wsfile_remove(f->ws, "rel/ok.txt", &err));
+    assert_true(strlen(err.msg) > 0);
     assert_true(exists(f->ws, "sub/ok.txt"));
-    assert_null(wsfile_remove(f->ws, "sub", err, sizeof err));
-    assert_non_null(strstr(err, "not empty"));
-    assert_null(wsfile_remove(f->ws, "../outside/marker", err, sizeof err));
+    assert_null(wsfile_remove(f->ws, "sub", &err));
+    assert_non_null(strstr(err.msg, "not empty"));
+    assert_null(wsfile_remove(f->ws, "../outside/marker", &err));
     assert_true(exists(f->outside, "marker"));
-    r = wsfile_remove(f->ws, "sub/ok.txt", err, sizeof err);
+    r = wsfile_remove(f->ws, "sub/ok.txt", &err);
     assert_non_null(r);
     assert_string_equal(json_string_value(json_object_get(r, "type")), "file");
     json_decref(r);
-    r = wsfile_remove(f->ws, "sub", err, sizeof err);
+    r = wsfile_remove(f->ws, "sub", &err);
     assert_non_null(r);
     assert_string_equal(json_string_value(json_object_get(r, "type")), "dir");
     json_decref(r);
     assert_false(exists(f->ws, "sub"));
-    assert_null(wsfile_remove(f->ws, "sub", err, sizeof err));
-    assert_non_null(strstr(err, "no such file"));
-    assert_null(wsfile_remove(f->ws, "gone/x", err, sizeof err));
-    assert_non_null(strstr(err, "no such file"));
+    assert_null(wsfile_remove(f->ws, "sub", &err));
+    assert_non_null(strstr(err.msg, "no such file"));
+    assert_null(wsfile_remove(f->ws, "gone/x", &err));
+    assert_non_null(strstr(err.msg, "no such file"));
 }
 
 static void symlink_text_is_plain_text(void **state)
@@ -367,7 +366,7 @@ static void rename_exchange_race(void **state)
     for (int i = 0; i < 400; i++) {
         const char *m = fsdiff_mime(f->rootfd, "d/secret.bin", S_IFREG);
         png += !strcmp(m, "image/png");
-        json_t *r = wsfile_read(f->ws, "d/secret.bin", 0, 0, "auto", NULL, 0);
+        json_t *r = wsfile_read(f->ws, "d/secret.bin", 0, 0, "auto", NULL);
         if (r) {
             const char *c = json_string_value(json_object_get(r, "content"));
             secret += c && strstr(c, "HOSTSECRET") != NULL;
@@ -410,24 +409,24 @@ static void rmtree_never_follows(void **state)
     put(deep, "f", "x");
     assert_int_equal(chmod(deep, 0500), 0); /* read-only: still removed */
     free(deep);
-    char err[512] = "";
-    assert_int_equal(wsfile_rmtree(f->ws, err, sizeof err), 0);
+    km_err err = {0};
+    assert_int_equal(wsfile_rmtree(f->ws, &err), 0);
     assert_false(exists(f->top, "ws"));
     assert_true(exists(f->outside, "marker"));
     assert_true(exists(f->outside, "secret.bin"));
     /* a symlink given as the path itself: only the link goes */
     char *link = join(f->top, "tolink");
     assert_int_equal(symlink(f->outside, link), 0);
-    assert_int_equal(wsfile_rmtree(link, err, sizeof err), 0);
+    assert_int_equal(wsfile_rmtree(link, &err), 0);
     free(link);
     assert_false(exists(f->top, "tolink"));
     assert_true(exists(f->outside, "marker"));
     /* absent: fine; nonsense: refused */
-    assert_int_equal(wsfile_rmtree(f->ws, err, sizeof err), 0);
-    assert_int_equal(wsfile_rmtree("/", err, sizeof err), -1);
-    assert_int_equal(wsfile_rmtree("", err, sizeof err), -1);
+    assert_int_equal(wsfile_rmtree(f->ws, &err), 0);
+    assert_int_equal(wsfile_rmtree("/", &err), -1);
+    assert_int_equal(wsfile_rmtree("", &err), -1);
     char *dots = join(f->top, "..");
-    assert_int_equal(wsfile_rmtree(dots, err, sizeof err), -1);
+    assert_int_equal(wsfile_rmtree(dots, &err), -1);
     free(dots);
     assert_int_equal(mkdir(f->ws, 0700), 0); /* for teardown's symmetry */
 }
@@ -444,10 +443,10 @@ static void rmtree_deeper_than_fd_bound(void **state)
     }
     assert_int_equal(symlinkat(f->outside, dfd, "bottom"), 0);
     close(dfd);
-    char err[512] = "";
-    int rc = wsfile_rmtree(f->ws, err, sizeof err);
+    km_err err = {0};
+    int rc = wsfile_rmtree(f->ws, &err);
     if (rc)
-        fprintf(stderr, "%s\n", err);
+        fprintf(stderr, "%s\n", err.msg);
     assert_int_equal(rc, 0);
     assert_false(exists(f->top, "ws"));
     assert_true(exists(f->outside, "marker"));
@@ -471,12 +470,12 @@ static void rmtree_stops_at_other_filesystem(void **state)
         if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") < 0)
             _exit(77);
         put(mnt, "on-tmpfs", "keep");
-        char err[512] = "";
-        int rc = wsfile_rmtree(f->ws, err, sizeof err);
-        int ok = rc == -1 && strstr(err, "mount point") != NULL && exists(mnt, "on-tmpfs") &&
+        km_err err = {0};
+        int rc = wsfile_rmtree(f->ws, &err);
+        int ok = rc == -1 && strstr(err.msg, "mount point") != NULL && exists(mnt, "on-tmpfs") &&
                  !exists(f->ws, "plain") && exists(f->top, "ws");
         if (!ok)
-            fprintf(stderr, "rc=%d err=%s\n", rc, err);
+            fprintf(stderr, "rc=%d err.msg=%s\n", rc, err.msg);
         umount2(mnt, MNT_DETACH);
         _exit(ok ? 0 : 1);
     }
@@ -513,13 +512,13 @@ static int first_wrong_reason(int rootfd)
 {
     for (size_t i = 0; i < N_REASON_CASES; i++) {
         const struct reason_case *c = &reason_cases[i];
-        char err[256] = "";
+        km_err err = {0};
         errno = 0;
-        int fd = wsfile_openat(rootfd, c->rel, c->flags, 0, err, sizeof err);
+        int fd = wsfile_openat(rootfd, c->rel, c->flags, 0, &err);
         if (fd >= 0)
             close(fd);
-        if (fd >= 0 || errno != c->err || !strstr(err, c->reason) || !strstr(err, c->rel)) {
-            fprintf(stderr, "case %s: errno %d, reason '%s'\n", c->rel, errno, err);
+        if (fd >= 0 || errno != c->err || !strstr(err.msg, c->reason) || !strstr(err.msg, c->rel)) {
+            fprintf(stderr, "case %s: errno %d, reason '%s'\n", c->rel, errno, err.msg);
             return (int)i + 1;
         }
     }

@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/mkclient.h"
 #include "kernels/server/backend.h"
 
 #include "tests/unit/fake_kernel.h"
@@ -91,12 +91,12 @@ static fixture *start_kernel(const char *grace)
     }
     close(life[0]);
     current = fx;
-    char err[256] = "";
-    fx->kc = kclient_new(&conn, "fake", err, sizeof err);
+    km_err err = {0};
+    fx->kc = kclient_new(&conn, "fake", &err);
     assert_non_null(fx->kc);
-    json_t *info = kclient_wait_ready(fx->kc, 20.0, kernel_alive, fx, err, sizeof err);
+    json_t *info = kclient_wait_ready(fx->kc, 20.0, kernel_alive, fx, &err);
     if (!info) {
-        print_message("kernel not ready: %s\n", err);
+        print_message("kernel not ready: %s\n", err.msg);
         fail();
     }
     assert_string_equal(

@@ -1,5 +1,5 @@
-/* Unit tests of kernelmgr/engine/kevict.c (which session gives way when a
- * kernel must start at the cap or the memory budget) and of kmem.c's pure
+/* Unit tests of kernelmgr/engine/mkevict.c (which session gives way when a
+ * kernel must start at the cap or the memory budget) and of mkmem.c's pure
  * parts (the auto budget) and its measurement of this very process. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernelmgr/engine/kevict.h"
-#include "kernelmgr/engine/kmem.h"
+#include "kernelmgr/engine/mkevict.h"
+#include "kernelmgr/engine/mkmem.h"
 
 #define N(a) (sizeof(a) / sizeof *(a))
 

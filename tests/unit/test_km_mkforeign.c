@@ -1,4 +1,4 @@
-/* Unit tests of kernelmgr/engine/kforeign.c: another client's cell, fed as
+/* Unit tests of kernelmgr/engine/mkforeign.c: another client's cell, fed as
  * the kernel's IOPub sends it, becomes started and finished history records
  * with its outputs and client; the manager's own requests and other message
  * kinds are not foreign; a kernel that stops mid-cell leaves it "killed". */
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernelmgr/engine/kforeign.h"
+#include "kernelmgr/engine/mkforeign.h"
 #include "kernelmgr/engine/session.h"
 
 static char *make_dir(void)

@@ -1,7 +1,7 @@
 /*
- * kevict.c — the choice of the session that gives way (kevict.h).
+ * mkevict.c — the choice of the session that gives way (mkevict.h).
  */
-#include "kernelmgr/engine/kevict.h"
+#include "kernelmgr/engine/mkevict.h"
 
 long kevict_choose(const kevict_cand *c, size_t n)
 {

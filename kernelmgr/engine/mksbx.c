@@ -1,5 +1,5 @@
 /*
- * ksbx.c — a session's one sandbox: its holder process.
+ * mksbx.c — a session's one sandbox: its holder process.
  *
  * With "session_sandbox", a strict session's kernels do not each make a
  * sandbox: the session has one, owned by a holder (build/kernelmgr-sandbox,
@@ -89,7 +89,7 @@ static int share_dir(char *out, size_t size)
 }
 
 /* The holder's command: the session's limits, its workspace, the paths. */
-static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, size_t errlen)
+static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, km_err *err)
 {
     memset(cmd, 0, sizeof *cmd);
     /* where the kernels are (lang.c): $KERNELMGR_KERNEL_DIR, else beside
@@ -99,13 +99,13 @@ static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, si
     char bin[PATH_MAX], num[64];
     if (!dir || snprintf(bin, sizeof bin, "%s/kernelmgr-sandbox", dir) >= (int)sizeof bin) {
         free(dir);
-        snprintf(err, errlen, "cannot find kernelmgr-sandbox beside kernelmgr's helpers");
+        km_err_set(err, KM_EKERNEL, "cannot find kernelmgr-sandbox beside kernelmgr's helpers");
         return -1;
     }
     free(dir);
     if (access(bin, X_OK) < 0) {
-        snprintf(err, errlen, "%s: %s (the session sandbox's holder is not installed)", bin,
-                 strerror(errno));
+        km_err_set(err, KM_EKERNEL, "%s: %s (the session sandbox's holder is not installed)", bin,
+                   strerror(errno));
         return -1;
     }
     int rc = klaunch_cmd_add(cmd, bin);
@@ -152,13 +152,13 @@ static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, char *err, si
         }
     if (rc) {
         klaunch_cmd_clear(cmd);
-        snprintf(err, errlen, "the session sandbox's command is too long");
+        km_err_set(err, KM_EKERNEL, "the session sandbox's command is too long");
         return -1;
     }
     return 0;
 }
 
-int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen)
+int ksbx_ensure(km_manager *m, session *s, km_err *err)
 {
     if (!ksbx_wanted(m, s))
         return 0;
@@ -172,16 +172,15 @@ int ksbx_ensure(km_manager *m, session *s, char *err, size_t errlen)
     if (!s->sbx_sock[0] && snprintf(s->sbx_sock, sizeof s->sbx_sock, "%s/%s.sbx", m->run_dir, id) >=
                                (int)sizeof s->sbx_sock) {
         s->sbx_sock[0] = 0;
-        snprintf(err, errlen, "run directory path too long for the session sandbox's socket");
+        km_err_set(err, KM_EKERNEL, "run directory path too long for the session sandbox's socket");
         return -1;
     }
     klaunch_cmd cmd;
-    if (holder_cmd(m, s, &cmd, err, errlen) < 0)
+    if (holder_cmd(m, s, &cmd, err) < 0)
         return -1;
     char log[PATH_MAX];
     snprintf(log, sizeof log, "%.4000s/sandbox.log", s->dir);
-    s->sbx = klaunch_start(&cmd, m->run_dir, id, m->cfg.transport, log, "kernelmgr-sandbox", err,
-                           errlen);
+    s->sbx = klaunch_start(&cmd, m->run_dir, id, m->cfg.transport, log, "kernelmgr-sandbox", err);
     klaunch_cmd_clear(&cmd);
     return s->sbx ? 0 : -1;
 }

@@ -1,7 +1,7 @@
 /*
- * kevict.h — which session gives way when a kernel must start and the cap
+ * mkevict.h — which session gives way when a kernel must start and the cap
  * on live kernels (max_kernels) or the memory budget (memory_budget) is
- * reached: the rule as a pure function of what the caller saw. kslots.c
+ * reached: the rule as a pure function of what the caller saw. mkslots.c
  * gathers the candidates (under the manager's lock) and stops every kernel
  * of the one chosen.
  *
@@ -15,8 +15,8 @@
  *   its state is one thing to its user, and a half of it kept would only
  *   be taken at the next start.
  */
-#ifndef KERNELMGR_KEVICT_H
-#define KERNELMGR_KEVICT_H
+#ifndef KERNELMGR_MKEVICT_H
+#define KERNELMGR_MKEVICT_H
 
 #include <stddef.h>
 

@@ -1,11 +1,11 @@
 /*
- * kforeign.c — other clients' cells on a kernel, into the history (see
- * kforeign.h).
+ * mkforeign.c — other clients' cells on a kernel, into the history (see
+ * mkforeign.h).
  */
-#include "kernelmgr/engine/kforeign.h"
+#include "kernelmgr/engine/mkforeign.h"
 #include "common/cm_clock.h"
 #include "kernelmgr/engine/codeexec.h"
-#include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/mkclient.h"
 #include "kernelmgr/engine/session.h"
 
 #include <limits.h>
@@ -124,14 +124,13 @@ static void cell_finish(kforeign *f, fcell *c, const char *status, json_t *extra
                               status    ? status
                               : errored ? "error"
                                         : "ok");
-        char err[600];
+        km_err err = {0};
         if (!r || !outs)
             fprintf(stderr, "kernelmgr: cannot record a %s cell in %s: out of memory\n", c->client,
                     f->dir);
         else if (session_history_append(f->dir, c->tag, f->language, c->client,
-                                        c->code ? c->code : "", r, outs, f->history_max, err,
-                                        sizeof err))
-            fprintf(stderr, "kernelmgr: %s\n", err);
+                                        c->code ? c->code : "", r, outs, f->history_max, &err))
+            fprintf(stderr, "kernelmgr: %s\n", err.msg);
         json_decref(r);
         json_decref(outs);
     }
@@ -191,10 +190,10 @@ static void cell_started(kforeign *f, fcell *c, const json_t *content)
     c->code = strdup(code ? code : "");
     snprintf(c->tag, sizeof c->tag, "%lld-%04u-%s-%.8s-%s", (long long)cm_wall_s(), ++f->seq,
              c->client, c->msg_id, f->language);
-    char err[600];
+    km_err err = {0};
     if (session_history_start(f->dir, c->tag, f->language, c->client, c->code ? c->code : "",
-                              f->history_max, err, sizeof err))
-        fprintf(stderr, "kernelmgr: %s\n", err);
+                              f->history_max, &err))
+        fprintf(stderr, "kernelmgr: %s\n", err.msg);
 }
 
 int kforeign_feed(kforeign *f, jp_channel ch, const jmsg *m)

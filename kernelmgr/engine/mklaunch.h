@@ -1,5 +1,5 @@
 /*
- * klaunch.h — start and stop kernel processes.
+ * mklaunch.h — start and stop kernel processes.
  *
  * A kernel is started from an argv whose "{connection_file}" (and
  * "{resource_dir}") placeholders are substituted, as in a Jupyter kernelspec.
@@ -9,8 +9,10 @@
  * survive fork(), and a kernel holding the manager's sockets would keep them
  * alive after the manager closed them.
  */
-#ifndef KERNELMGR_KLAUNCH_H
-#define KERNELMGR_KLAUNCH_H
+#ifndef KERNELMGR_MKLAUNCH_H
+#define KERNELMGR_MKLAUNCH_H
+
+#include "kernelmgr/engine/kmerr.h"
 
 #include "jp.h"
 
@@ -40,7 +42,7 @@ int klaunch_cmd_add(klaunch_cmd *cmd, const char *arg);
 /* Finds kernelspec `name` in the Jupyter data paths ($JUPYTER_PATH,
  * ~/.local/share/jupyter, /usr/local/share/jupyter, /usr/share/jupyter) and
  * fills cmd from its kernel.json. 0, or -1 with a reason in err. */
-int klaunch_cmd_from_kernelspec(klaunch_cmd *cmd, const char *name, char *err, size_t errlen);
+int klaunch_cmd_from_kernelspec(klaunch_cmd *cmd, const char *name, km_err *err);
 
 /* cm_install_exe_dir() (common/cm_install.h) into out (size bytes). 0, or
  * -1 when it does not fit. */
@@ -53,7 +55,7 @@ int klaunch_self_dir(char *out, size_t size);
  * i.e. when the manager process has ended, however it ended (SIGKILL
  * included), from whichever thread it forked. fds[0] read, fds[1] write.
  * 0, or -1 with a reason in err. */
-int klaunch_lifeline_open(int fds[2], char *err, size_t errlen);
+int klaunch_lifeline_open(int fds[2], km_err *err);
 
 /* Owners. Every process that starts kernels (a daemon, a `kernelmgr run`)
  * holds a shared flock on RUN_DIR/owner-PID.lock for its life
@@ -68,7 +70,7 @@ int klaunch_lifeline_open(int fds[2], char *err, size_t errlen);
  * process share it: refcounted, thread-safe). 0, or -1 with err. Every
  * successful call is paired with klaunch_owner_release(run_dir), which
  * removes the lock file with the last reference. */
-int klaunch_owner_hold(const char *run_dir, char *err, size_t errlen);
+int klaunch_owner_hold(const char *run_dir, km_err *err);
 void klaunch_owner_release(const char *run_dir);
 
 /* Start time of process pid (clock ticks since boot); 0 when it does not
@@ -114,7 +116,7 @@ typedef struct kproc {
 /* Chooses where sockets and connection files of kernels live: home/run, or a
  * private directory under /tmp when unix socket paths would be too long.
  * Creates it (0700). 0 or -1 with err. */
-int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t errlen);
+int klaunch_run_dir(const char *home, char *out, size_t size, km_err *err);
 
 /* new: writes a fresh connection file run_dir/ID.json (0600; transport "ipc"
  * with sockets run_dir/ID-N, or "tcp" on 127.0.0.1) and starts cmd with its
@@ -126,7 +128,7 @@ int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t 
  * with a reason in err. */
 kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id,
                      const char *transport, const char *log_path, const char *kernel_name,
-                     char *err, size_t errlen);
+                     km_err *err);
 
 /* 1 while the process runs; reaps it (non-blocking) when it has exited. */
 int klaunch_alive(kproc *kp);

@@ -1,6 +1,6 @@
 /*
- * kmem.h — the memory kernels really use, measured from the outside, and
- * the host's: what admission under memory_budget counts (kslots.c).
+ * mkmem.h — the memory kernels really use, measured from the outside, and
+ * the host's: what admission under memory_budget counts (mkslots.c).
  *
  * A kernel is its kernel server process and everything it started (the
  * sandbox's monitor, init and worker, the cells' processes). A process in a
@@ -15,8 +15,8 @@
  *
  * No state: every call measures now. Thread-safe.
  */
-#ifndef KERNELMGR_KMEM_H
-#define KERNELMGR_KMEM_H
+#ifndef KERNELMGR_MKMEM_H
+#define KERNELMGR_MKMEM_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /*
- * kclient.c — the manager's side of the Jupyter wire protocol.
+ * mkclient.c — the manager's side of the Jupyter wire protocol.
  */
-#include "kernelmgr/engine/kclient.h"
+#include "kernelmgr/engine/mkclient.h"
 #include "common/cm_clock.h"
 
 #include <pthread.h>
@@ -97,16 +97,16 @@ void kclient_destroy(kclient **p)
     *p = NULL;
 }
 
-kclient *kclient_new(const jp_connection *conn, const char *label, char *err, size_t errlen)
+kclient *kclient_new(const jp_connection *conn, const char *label, km_err *err)
 {
     void *ctx = kclient_zctx();
     if (!ctx) {
-        snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+        km_err_set(err, KM_EKERNEL, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
         return NULL;
     }
     kclient *kc = calloc(1, sizeof *kc);
     if (!kc) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EKERNEL, "out of memory");
         return NULL;
     }
     snprintf(kc->label, sizeof kc->label, "%s", label ? label : "kernel");
@@ -114,7 +114,7 @@ kclient *kclient_new(const jp_connection *conn, const char *label, char *err, si
     jp_error jerr;
     kc->session = jp_session_new(conn->key, strlen(conn->key), conn->signature_scheme, &jerr);
     if (!kc->session) {
-        snprintf(err, errlen, "signing session: %s", jerr.reason);
+        km_err_set(err, KM_EKERNEL, "signing session: %s", jerr.reason);
         goto fail;
     }
     jp_session_set_max_bytes(kc->session, KCLIENT_MAX_BYTES);
@@ -123,7 +123,7 @@ kclient *kclient_new(const jp_connection *conn, const char *label, char *err, si
     for (int ch = 0; ch < JP_CHANNEL__COUNT; ch++) {
         kc->sock[ch] = zmq_socket(ctx, types[ch]);
         if (!kc->sock[ch]) {
-            snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+            km_err_set(err, KM_EKERNEL, "zmq_socket: %s", zmq_strerror(zmq_errno()));
             goto fail;
         }
         int zero = 0;
@@ -156,7 +156,7 @@ kclient *kclient_new(const jp_connection *conn, const char *label, char *err, si
         char ep[512];
         if (jp_connection_endpoint(conn, (jp_channel)ch, ep, sizeof ep) ||
             zmq_connect(kc->sock[ch], ep)) {
-            snprintf(err, errlen, "connect %s: %s", ep, zmq_strerror(zmq_errno()));
+            km_err_set(err, KM_EKERNEL, "connect %s: %s", ep, zmq_strerror(zmq_errno()));
             goto fail;
         }
     }
@@ -248,8 +248,8 @@ int kclient_recv(kclient *kc, int timeout_ms, jp_channel *ch, jmsg **out)
     }
 }
 
-json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), void *ud, char *err,
-                           size_t errlen)
+json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), void *ud,
+                           km_err *err)
 {
     double deadline = cm_mono_s() + timeout_s;
     double next_send = 0;
@@ -257,7 +257,7 @@ json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), 
     int iopub_seen = 0;
     while (cm_mono_s() < deadline) {
         if (alive && !alive(ud)) {
-            snprintf(err, errlen, "kernel process ended during start");
+            km_err_set(err, KM_EKERNEL, "kernel process ended during start");
             json_decref(reply);
             return NULL;
         }
@@ -287,7 +287,7 @@ json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), 
         }
     }
     json_decref(reply);
-    snprintf(err, errlen, "kernel did not answer kernel_info within %.0f s", timeout_s);
+    km_err_set(err, KM_EKERNEL, "kernel did not answer kernel_info within %.0f s", timeout_s);
     return NULL;
 }
 

@@ -1,5 +1,5 @@
 /*
- * kforeign.h — the cells other clients run on one kernel of a session: a
+ * mkforeign.h — the cells other clients run on one kernel of a session: a
  * Jupyter frontend on a gateway kernel WebSocket, `jupyter console
  * --existing`, anything holding the connection file.
  *
@@ -19,8 +19,8 @@
  * history.jsonl only; the kernel's own Jupyter history (khistory.c) is
  * another thing (history_request) and is not read for this.
  */
-#ifndef KERNELMGR_KFOREIGN_H
-#define KERNELMGR_KFOREIGN_H
+#ifndef KERNELMGR_MKFOREIGN_H
+#define KERNELMGR_MKFOREIGN_H
 
 #include "jp.h"
 

@@ -1,5 +1,5 @@
 /*
- * kclient.h — a ZeroMQ client of one kernel, built on protocol/jp.h.
+ * mkclient.h — a ZeroMQ client of one kernel, built on protocol/jp.h.
  *
  * Sockets: shell, control and stdin as DEALER, iopub as SUB (all topics),
  * hb as REQ. Every message received is verified (signature, replay, sizes)
@@ -8,8 +8,10 @@
  *
  * Not thread-safe: one thread at a time (the session's lock).
  */
-#ifndef KERNELMGR_KCLIENT_H
-#define KERNELMGR_KCLIENT_H
+#ifndef KERNELMGR_MKCLIENT_H
+#define KERNELMGR_MKCLIENT_H
+
+#include "kernelmgr/engine/kmerr.h"
 
 #include "jp.h"
 
@@ -19,7 +21,7 @@ typedef struct kclient kclient;
 void *kclient_zctx(void);
 
 /* new: connects to the kernel of conn. NULL with a reason in err. */
-kclient *kclient_new(const jp_connection *conn, const char *label, char *err, size_t errlen);
+kclient *kclient_new(const jp_connection *conn, const char *label, km_err *err);
 void kclient_destroy(kclient **kc);
 
 /* Sends a request msg_type with content (steals; NULL = {}) on ch (shell,
@@ -45,8 +47,8 @@ unsigned long kclient_discard_iopub(kclient *kc, unsigned long max);
  * has delivered a message too (so no output of the first execution is lost
  * to the PUB/SUB slow-joiner race), or until timeout_s passes, or alive()
  * returns 0. Returns the reply content (new) or NULL with a reason in err. */
-json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), void *ud, char *err,
-                           size_t errlen);
+json_t *kclient_wait_ready(kclient *kc, double timeout_s, int (*alive)(void *), void *ud,
+                           km_err *err);
 
 /* Heartbeat round trip within timeout_ms: 1 answered, 0 not. */
 int kclient_heartbeat(kclient *kc, int timeout_ms);

@@ -1,8 +1,8 @@
 /*
- * kmem.c — a kernel's memory measured from the outside, the host's memory
- * (kmem.h).
+ * mkmem.c — a kernel's memory measured from the outside, the host's memory
+ * (mkmem.h).
  */
-#include "kernelmgr/engine/kmem.h"
+#include "kernelmgr/engine/mkmem.h"
 #include "sandbox/sandbox.h"
 
 #include <dirent.h>

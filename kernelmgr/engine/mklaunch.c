@@ -1,7 +1,7 @@
 /*
- * klaunch.c — kernel processes: connection files, posix_spawn, stop.
+ * mklaunch.c — kernel processes: connection files, posix_spawn, stop.
  */
-#include "kernelmgr/engine/klaunch.h"
+#include "kernelmgr/engine/mklaunch.h"
 #include "common/cm_install.h"
 #include "kernelmgr/engine/kmhome.h"
 #include "common/cm_array.h"
@@ -96,12 +96,11 @@ static int kernelspec_dirs(cm_array *dirs)
 
 /* Loads DIR/kernel.json into cmd: 0, 1 when there is none, -1 with err set
  * when it is there but unusable. */
-static int load_kernelspec(klaunch_cmd *cmd, const char *name, const char *dir, char *err,
-                           size_t errlen)
+static int load_kernelspec(klaunch_cmd *cmd, const char *name, const char *dir, km_err *err)
 {
     char *path = cm_path_join(dir, "kernel.json");
     if (!path) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EKERNEL, "out of memory");
         return -1;
     }
     json_error_t jerr;
@@ -114,12 +113,13 @@ static int load_kernelspec(klaunch_cmd *cmd, const char *name, const char *dir, 
     json_t *argv = json_object_get(spec, "argv");
     if (!json_is_array(argv) || json_array_size(argv) == 0 ||
         json_array_size(argv) > KLAUNCH_MAX_ARGS) {
-        snprintf(err, errlen, "kernelspec %s (%s): \"argv\" must be a non-empty array", name, path);
+        km_err_set(err, KM_EKERNEL, "kernelspec %s (%s): \"argv\" must be a non-empty array", name,
+                   path);
         goto out;
     }
     if (strlen(dir) >= sizeof cmd->resource_dir) {
-        snprintf(err, errlen, "kernelspec %s: its directory's path is longer than %zu bytes", name,
-                 sizeof cmd->resource_dir - 1);
+        km_err_set(err, KM_EKERNEL, "kernelspec %s: its directory's path is longer than %zu bytes",
+                   name, sizeof cmd->resource_dir - 1);
         goto out;
     }
     klaunch_cmd_clear(cmd);
@@ -128,7 +128,7 @@ static int load_kernelspec(klaunch_cmd *cmd, const char *name, const char *dir, 
     json_array_foreach(argv, k, a)
     {
         if (!json_is_string(a) || klaunch_cmd_add(cmd, json_string_value(a))) {
-            snprintf(err, errlen, "kernelspec %s: argv[%zu] is not a string", name, k);
+            km_err_set(err, KM_EKERNEL, "kernelspec %s: argv[%zu] is not a string", name, k);
             klaunch_cmd_clear(cmd);
             goto out;
         }
@@ -145,28 +145,28 @@ out:
     return rc;
 }
 
-int klaunch_cmd_from_kernelspec(klaunch_cmd *cmd, const char *name, char *err, size_t errlen)
+int klaunch_cmd_from_kernelspec(klaunch_cmd *cmd, const char *name, km_err *err)
 {
     cm_array dirs = CM_ARRAY_INIT;
     int rc = kernelspec_dirs(&dirs) ? -1 : 1;
     if (rc < 0)
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EKERNEL, "out of memory");
     for (size_t i = 0; rc > 0 && i < dirs.len; i++) {
         char *dir = cm_path_fmt("%s/kernels/%s", (const char *)dirs.items[i], name);
         if (!dir) {
-            snprintf(err, errlen, "out of memory");
+            km_err_set(err, KM_EKERNEL, "out of memory");
             rc = -1;
             break;
         }
-        rc = load_kernelspec(cmd, name, dir, err, errlen);
+        rc = load_kernelspec(cmd, name, dir, err);
         free(dir);
     }
     cm_array_free(&dirs, free);
     if (rc > 0) {
-        snprintf(err, errlen,
-                 "no kernelspec named \"%s\" (looked in $JUPYTER_PATH, "
-                 "~/.local/share/jupyter, /usr/local/share/jupyter, /usr/share/jupyter)",
-                 name);
+        km_err_set(err, KM_EKERNEL,
+                   "no kernelspec named \"%s\" (looked in $JUPYTER_PATH, "
+                   "~/.local/share/jupyter, /usr/local/share/jupyter, /usr/share/jupyter)",
+                   name);
         rc = -1;
     }
     return rc;
@@ -205,16 +205,16 @@ static int runtime_dir(const char *base, const struct stat *home_st, char *out, 
 {
     int n = snprintf(out, size, "%s/kernelmgr-%u-%llx-%llx", base, (unsigned)geteuid(),
                      (unsigned long long)home_st->st_dev, (unsigned long long)home_st->st_ino);
-    char why[512];
+    km_err why = {0};
     if (n < 0 || (size_t)n >= size || (size_t)n + room >= sizeof((struct sockaddr_un *)0)->sun_path)
         return -1;
-    if (kmhome_mkdir(out, 0700, why, sizeof why))
+    if (kmhome_mkdir(out, 0700, &why))
         return -1;
     struct stat st; /* ours: nobody else even lists it */
     return lstat(out, &st) == 0 && (!(st.st_mode & 077) || chmod(out, 0700) == 0) ? 0 : -1;
 }
 
-int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t errlen)
+int klaunch_run_dir(const char *home, char *out, size_t size, km_err *err)
 {
     /* ipc endpoints are "STEM-N" with STEM = DIR/<32 hex>-<lang>: keep room */
     const size_t room = 48;
@@ -251,20 +251,21 @@ int klaunch_run_dir(const char *home, char *out, size_t size, char *err, size_t 
         snprintf(out, size, "/tmp/kernelmgr-%u-%08lx", (unsigned)getuid(), h & 0xffffffffUL);
     }
     /* the home's one check (kmhome.h): ours, writable by nobody else */
-    if (kmhome_mkdir(out, 0700, err, errlen))
+    if (kmhome_mkdir(out, 0700, err))
         return -1;
     struct stat st;
     if (lstat(out, &st) == 0 && (st.st_mode & 077) && chmod(out, 0700)) {
-        snprintf(err, errlen, "cannot chmod %s: %s", out, strerror(errno));
+        km_err_set(err, KM_EKERNEL, "cannot chmod %s: %s", out, strerror(errno));
         return -1;
     }
     return 0;
 }
 
-int klaunch_lifeline_open(int fds[2], char *err, size_t errlen)
+int klaunch_lifeline_open(int fds[2], km_err *err)
 {
     if (pipe2(fds, O_CLOEXEC)) {
-        snprintf(err, errlen, "cannot create the kernels' lifeline pipe: %s", strerror(errno));
+        km_err_set(err, KM_EKERNEL, "cannot create the kernels' lifeline pipe: %s",
+                   strerror(errno));
         fds[0] = fds[1] = -1;
         return -1;
     }
@@ -329,7 +330,7 @@ static char *owner_path(const char *run_dir, pid_t pid)
     return asprintf(&p, "%s/owner-%d.lock", run_dir, (int)pid) < 0 ? NULL : p;
 }
 
-int klaunch_owner_hold(const char *run_dir, char *err, size_t errlen)
+int klaunch_owner_hold(const char *run_dir, km_err *err)
 {
     pthread_mutex_lock(&owner_mu);
     for (owner_lock *o = owners; o; o = o->next)
@@ -341,7 +342,7 @@ int klaunch_owner_hold(const char *run_dir, char *err, size_t errlen)
     owner_lock *o = calloc(1, sizeof *o);
     char *path = owner_path(run_dir, getpid());
     if (!o || !path || !(o->dir = strdup(run_dir))) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EKERNEL, "out of memory");
         goto fail;
     }
     /* A scanner that found an earlier owner-PID.lock of a dead process with
@@ -351,10 +352,10 @@ int klaunch_owner_hold(const char *run_dir, char *err, size_t errlen)
         o->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         /* the last owner removed the (empty) run directory meanwhile (see
          * klaunch_owner_release): made again, with the home's check */
-        if (o->fd < 0 && errno == ENOENT && tries < 20 && !kmhome_mkdir(run_dir, 0700, err, errlen))
+        if (o->fd < 0 && errno == ENOENT && tries < 20 && !kmhome_mkdir(run_dir, 0700, err))
             continue;
         if (o->fd < 0) {
-            snprintf(err, errlen, "owner lock %s: %s", path, strerror(errno));
+            km_err_set(err, KM_EKERNEL, "owner lock %s: %s", path, strerror(errno));
             goto fail;
         }
         int rc;
@@ -367,7 +368,7 @@ int klaunch_owner_hold(const char *run_dir, char *err, size_t errlen)
         int e = rc ? errno : ESTALE;
         close(o->fd);
         if (tries >= 20) {
-            snprintf(err, errlen, "owner lock %s: %s", path, strerror(e));
+            km_err_set(err, KM_EKERNEL, "owner lock %s: %s", path, strerror(e));
             goto fail;
         }
     }
@@ -683,7 +684,7 @@ static void remove_ipc(const jp_connection *c)
 }
 
 /* Writes kp->pid_path (temp + rename): "KPID KSTART OPID OSTART". 0 or -1 with err. */
-static int write_pid_file(const kproc *kp, char *err, size_t errlen)
+static int write_pid_file(const kproc *kp, km_err *err)
 {
     static unsigned long long self_start;
     if (!self_start)
@@ -692,7 +693,7 @@ static int write_pid_file(const kproc *kp, char *err, size_t errlen)
     int len = snprintf(line, sizeof line, "%d %llu %d %llu\n", (int)kp->pid,
                        klaunch_proc_start(kp->pid), (int)getpid(), self_start);
     if (asprintf(&tmp, "%s.tmp", kp->pid_path) < 0) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EKERNEL, "out of memory");
         return -1;
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
@@ -702,7 +703,7 @@ static int write_pid_file(const kproc *kp, char *err, size_t errlen)
         int e = w >= 0 && w < len ? ENOSPC : errno;
         if (fd >= 0 && w != len)
             close(fd);
-        snprintf(err, errlen, "kernel pid file %s: %s", kp->pid_path, strerror(e));
+        km_err_set(err, KM_EKERNEL, "kernel pid file %s: %s", kp->pid_path, strerror(e));
         unlink(tmp);
     }
     free(tmp);
@@ -743,8 +744,7 @@ static char *spawn_path(const char *argv0, char *const envp[])
  * KLAUNCH_OWNER_FD, nothing else open, cwd dir. 0 with *pid, or -1 with
  * err (an exec that fails is reported here, not by the child). */
 static int spawn_kernel(int lifeline_fd, int nullfd, int logfd, const char *dir, const char *exe,
-                        char *const argv[], char *const envp[], pid_t *pid, char *err,
-                        size_t errlen)
+                        char *const argv[], char *const envp[], pid_t *pid, km_err *err)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -753,12 +753,12 @@ static int spawn_kernel(int lifeline_fd, int nullfd, int logfd, const char *dir,
     sigfillset(&all);
     int rc = posix_spawn_file_actions_init(&fa);
     if (rc) {
-        snprintf(err, errlen, "cannot start kernel %s: %s", exe, strerror(rc));
+        km_err_set(err, KM_EKERNEL, "cannot start kernel %s: %s", exe, strerror(rc));
         return -1;
     }
     if ((rc = posix_spawnattr_init(&at))) {
         posix_spawn_file_actions_destroy(&fa);
-        snprintf(err, errlen, "cannot start kernel %s: %s", exe, strerror(rc));
+        km_err_set(err, KM_EKERNEL, "cannot start kernel %s: %s", exe, strerror(rc));
         return -1;
     }
     /* 0-2 first (their sources are still intact), then the lifeline: a
@@ -790,7 +790,7 @@ static int spawn_kernel(int lifeline_fd, int nullfd, int logfd, const char *dir,
     posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
     if (rc) {
-        snprintf(err, errlen, "cannot start kernel %s: %s", exe, strerror(rc));
+        km_err_set(err, KM_EKERNEL, "cannot start kernel %s: %s", exe, strerror(rc));
         return -1;
     }
     return 0;
@@ -798,15 +798,15 @@ static int spawn_kernel(int lifeline_fd, int nullfd, int logfd, const char *dir,
 
 kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id,
                      const char *transport, const char *log_path, const char *kernel_name,
-                     char *err, size_t errlen)
+                     km_err *err)
 {
     if (!cmd->argv[0]) {
-        snprintf(err, errlen, "empty kernel command");
+        km_err_set(err, KM_EKERNEL, "empty kernel command");
         return NULL;
     }
     kproc *kp = calloc(1, sizeof *kp);
     if (!kp) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EKERNEL, "out of memory");
         return NULL;
     }
     kp->pid = -1;
@@ -817,19 +817,19 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
      * named absolutely so the connection file path still works. */
     char *run_abs = run_dir[0] == '/' ? strdup(run_dir) : realpath(run_dir, NULL);
     if (!run_abs) {
-        snprintf(err, errlen, "run directory %s: %s", run_dir, strerror(errno));
+        km_err_set(err, KM_EKERNEL, "run directory %s: %s", run_dir, strerror(errno));
         free(kp);
         return NULL;
     }
     char *stem = cm_path_join(run_abs, id);
     if (!stem || strlen(stem) + sizeof ".json" > sizeof kp->cf_path) {
         if (stem)
-            snprintf(err, errlen,
-                     "run directory %s: the connection file's path would be longer "
-                     "than %zu bytes",
-                     run_abs, sizeof kp->cf_path - 1);
+            km_err_set(err, KM_EKERNEL,
+                       "run directory %s: the connection file's path would be longer "
+                       "than %zu bytes",
+                       run_abs, sizeof kp->cf_path - 1);
         else
-            snprintf(err, errlen, "run directory %s: out of memory", run_abs);
+            km_err_set(err, KM_EKERNEL, "run directory %s: out of memory", run_abs);
         free(stem);
         free(run_abs);
         free(kp);
@@ -842,7 +842,7 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     if (jp_connection_init(&kp->conn, ipc ? "ipc" : "tcp", ipc ? stem : NULL, kernel_name, &jerr) !=
             JP_OK ||
         jp_connection_write(kp->cf_path, &kp->conn, &jerr) != JP_OK) {
-        snprintf(err, errlen, "connection file %s: %s", kp->cf_path, jerr.reason);
+        km_err_set(err, KM_EKERNEL, "connection file %s: %s", kp->cf_path, jerr.reason);
         free(stem);
         free(run_abs);
         free(kp);
@@ -865,19 +865,19 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
         open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (!ok || logfd < 0 || nullfd < 0) {
-        snprintf(err, errlen, "cannot prepare kernel start (log %s): %s", log_path,
-                 strerror(errno));
+        km_err_set(err, KM_EKERNEL, "cannot prepare kernel start (log %s): %s", log_path,
+                   strerror(errno));
         goto fail;
     }
     /* execvp semantics for kernelspecs that name a program on PATH, the
      * cleaned PATH (posix_spawnp would search the manager's own) */
     if (!(exe = spawn_path(argv[0], envp))) {
-        snprintf(err, errlen, "cannot start kernel %s: %s", argv[0],
-                 errno == ENOMEM ? "out of memory" : "not found on PATH");
+        km_err_set(err, KM_EKERNEL, "cannot start kernel %s: %s", argv[0],
+                   errno == ENOMEM ? "out of memory" : "not found on PATH");
         goto fail;
     }
     pid_t pid;
-    if (spawn_kernel(cmd->lifeline_fd, nullfd, logfd, run_abs, exe, argv, envp, &pid, err, errlen))
+    if (spawn_kernel(cmd->lifeline_fd, nullfd, logfd, run_abs, exe, argv, envp, &pid, err))
         goto fail;
     /* its process group exists already: posix_spawn returns after the
      * child's setpgid, so an early kill(-pid) cannot miss it */
@@ -885,7 +885,7 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
     close(logfd);
     close(nullfd);
     logfd = nullfd = -1;
-    if (write_pid_file(kp, err, errlen)) {
+    if (write_pid_file(kp, err)) {
         kill(-pid, SIGKILL);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);

@@ -1,5 +1,5 @@
 /*
- * kpool.c — the manager's periodic work (km_tick, km.h): the warm pool of
+ * mkpool.c — the manager's periodic work (km_tick, km.h): the warm pool of
  * pre-started kernels, culling of idle kernels, draining idle IOPub.
  */
 #include "kernelmgr/engine/kmhome.h"
@@ -106,19 +106,18 @@ static void pool_fill(km_manager *m)
             return;
         }
         s->own_workspace = 1;
-        char why[1024];
+        km_err why = {0};
         char pool[PATH_MAX];
         snprintf(pool, sizeof pool, "%.4000s/pool", m->home);
-        int ok = kmhome_mkdir(pool, 0700, why, sizeof why) == 0 &&
-                 kmhome_mkdir(s->pool_dir, 0700, why, sizeof why) == 0 &&
-                 session_make_workspace(s, why, sizeof why) >= 0;
+        int ok = kmhome_mkdir(pool, 0700, &why) == 0 &&
+                 kmhome_mkdir(s->pool_dir, 0700, &why) == 0 && session_make_workspace(s, &why) >= 0;
         if (!ok)
-            fprintf(stderr, "kernelmgr: warm pool: %s\n", why);
+            fprintf(stderr, "kernelmgr: warm pool: %s\n", why.msg);
         pthread_mutex_lock(&s->lock);
         for (int l = 0; ok && l < m->cfg.langs.n; l++)
             if (m->cfg.allow[l]) {
-                if (slot_start(m, s, l, why, sizeof why)) {
-                    fprintf(stderr, "kernelmgr: warm pool: %s\n", why);
+                if (slot_start(m, s, l, &why)) {
+                    fprintf(stderr, "kernelmgr: warm pool: %s\n", why.msg);
                     ok = 0;
                 } else {
                     pool_warm(&s->k[l], &m->cfg.langs.v[l]);

@@ -1,5 +1,5 @@
 /*
- * kcmd.c — the command line of a session's kernel (session_int.h): its
+ * mkcmd.c — the command line of a session's kernel (session_int.h): its
  * options, its environment file (package variables, the user's env) and the
  * Python interpreter resolved once for sessions that chose none.
  */
@@ -32,19 +32,22 @@ static json_t *session_env_merged(const km_manager *m, const json_t *own)
 
 /* Checks own (a session's env, or NULL), together with the configuration's,
  * against kenv.h's rules and limits. 0, or -1 with the reason. */
-int session_env_check(const km_manager *m, const json_t *own, char *err, size_t errlen)
+int session_env_check(const km_manager *m, const json_t *own, km_err *err)
 {
     if (own && !json_is_object(own)) {
-        snprintf(err, errlen, "env must be an object of NAME: \"value\"");
+        km_err_set(err, KM_EUSAGE, "env must be an object of NAME: \"value\"");
         return -1;
     }
     json_t *all = session_env_merged(m, own);
     if (!all) {
-        snprintf(err, errlen, "out of memory");
+        km_err_set(err, KM_EUSAGE, "out of memory");
         return -1;
     }
-    int rc = kenv_check_object(NULL, "env", all, err, errlen);
+    char why[sizeof err->msg];
+    int rc = kenv_check_object(NULL, "env", all, why, sizeof why);
     json_decref(all);
+    if (rc)
+        km_err_set(err, KM_EUSAGE, "%s", why);
     return rc;
 }
 
@@ -54,8 +57,7 @@ int session_env_check(const km_manager *m, const json_t *own, char *err, size_t 
  * created under a fresh name (O_EXCL | O_NOFOLLOW) and renamed over the old
  * one, so a kernel reads either the whole old or the whole new file; it goes
  * with the session directory. The path (new) or NULL with a reason. */
-static char *write_env_file(const session *s, const char *data, size_t len, char *err,
-                            size_t errlen)
+static char *write_env_file(const session *s, const char *data, size_t len, km_err *err)
 {
     char *path = NULL, *tmp = NULL;
     char u[37];
@@ -70,8 +72,8 @@ static char *write_env_file(const session *s, const char *data, size_t len, char
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot write the kernel's environment file %s: %s", tmp,
-                 strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot write the kernel's environment file %s: %s", tmp,
+                   strerror(errno));
         goto fail;
     }
     size_t off = 0;
@@ -80,8 +82,8 @@ static char *write_env_file(const session *s, const char *data, size_t len, char
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            snprintf(err, errlen, "cannot write the kernel's environment file %s: %s", tmp,
-                     w < 0 ? strerror(errno) : "short write");
+            km_err_set(err, KM_EUSAGE, "cannot write the kernel's environment file %s: %s", tmp,
+                       w < 0 ? strerror(errno) : "short write");
             close(fd);
             unlink(tmp);
             goto fail;
@@ -89,15 +91,15 @@ static char *write_env_file(const session *s, const char *data, size_t len, char
         off += (size_t)w;
     }
     if (close(fd) < 0 || rename(tmp, path) < 0) {
-        snprintf(err, errlen, "cannot write the kernel's environment file %s: %s", path,
-                 strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot write the kernel's environment file %s: %s", path,
+                   strerror(errno));
         unlink(tmp);
         goto fail;
     }
     free(tmp);
     return path;
 oom:
-    snprintf(err, errlen, "out of memory");
+    km_err_set(err, KM_EUSAGE, "out of memory");
 fail:
     free(tmp);
     free(path);
@@ -239,15 +241,15 @@ int kcmd_add_limits(km_manager *m, session *s, klaunch_cmd *cmd)
     return rc;
 }
 
-int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err, size_t errlen)
+int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, km_err *err)
 {
     memset(cmd, 0, sizeof *cmd);
     const km_lang *lg = &m->cfg.langs.v[lang];
     if (lg->kernelspec[0])
-        return klaunch_cmd_from_kernelspec(cmd, lg->kernelspec, err, errlen);
+        return klaunch_cmd_from_kernelspec(cmd, lg->kernelspec, err);
     /* a backend of the kernel server: the built-ins' binaries or a
      * configured one, all launched alike (sandbox options, lifeline) */
-    char *bin = km_lang_backend_path(lg, NULL, err, errlen);
+    char *bin = km_lang_backend_path(lg, NULL, err);
     if (!bin)
         return -1;
     char num[64];
@@ -304,8 +306,8 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
                             : NULL;
     if (!penv) {
         klaunch_cmd_clear(cmd);
-        snprintf(err, errlen, "cannot prepare the package directory of session %s: %s", s->name,
-                 strerror(errno));
+        km_err_set(err, KM_EUSAGE, "cannot prepare the package directory of session %s: %s",
+                   s->name, strerror(errno));
         return -1;
     }
     /* The package variables, then the user's (configuration "env", then the
@@ -330,14 +332,14 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
         mem_ok = 0;
     json_decref(uenv);
     pkgdirs_env_free(&penv);
-    char *env_path = mem_ok ? write_env_file(s, ebuf, elen, err, errlen) : NULL;
+    char *env_path = mem_ok ? write_env_file(s, ebuf, elen, err) : NULL;
     if (ebuf) {
         explicit_bzero(ebuf, elen);
         free(ebuf);
     }
     if (!env_path) {
         if (!mem_ok)
-            snprintf(err, errlen, "out of memory");
+            km_err_set(err, KM_EUSAGE, "out of memory");
         klaunch_cmd_clear(cmd);
         return -1;
     }
@@ -345,7 +347,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     free(env_path);
     if (ro[0])
         rc |= klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, ro);
-    /* the session's one sandbox (ksbx.c), when it has one */
+    /* the session's one sandbox (mksbx.c), when it has one */
     const char *sock = ksbx_socket(s);
     if (sock)
         rc |= klaunch_cmd_add(cmd, "--session-sandbox") | klaunch_cmd_add(cmd, sock);
@@ -357,7 +359,7 @@ int kernel_cmd(km_manager *m, session *s, int lang, klaunch_cmd *cmd, char *err,
     cmd->interrupt_signal = 0;
     if (rc) {
         klaunch_cmd_clear(cmd);
-        snprintf(err, errlen, "kernel command too long");
+        km_err_set(err, KM_EUSAGE, "kernel command too long");
         return -1;
     }
     return 0;

@@ -1,10 +1,10 @@
 /*
- * kslots.c — a session's kernel slots (session_int.h): start (launch, wait
+ * mkslots.c — a session's kernel slots (session_int.h): start (launch, wait
  * until ready), stop, admission under max_kernels and memory_budget, and
  * eviction.
  */
-#include "kernelmgr/engine/kevict.h"
-#include "kernelmgr/engine/kmem.h"
+#include "kernelmgr/engine/mkevict.h"
+#include "kernelmgr/engine/mkmem.h"
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
 #include "kernelmgr/engine/snapshot.h"
@@ -25,7 +25,7 @@
  *     run and kernels being started, and a start takes its unit with a
  *     compare-and-swap below max_kernels before it launches anything, so
  *     concurrent starts can never exceed it);
- *   - the memory the live kernels use, measured (kmem.h; each kernel read
+ *   - the memory the live kernels use, measured (mkmem.h; each kernel read
  *     again when its figure is older than KM_MEM_MAX_AGE, a kernel that has
  *     not answered yet counted as KM_ADMIT_HEADROOM), plus KM_ADMIT_HEADROOM
  *     for the new one, fits in the memory budget, and the host's
@@ -33,7 +33,7 @@
  *     kernel's charge are one step under m->mem_mu, so concurrent starts
  *     see each other.
  * A start that finds either reached stops the kernels of the session chosen
- * by kevict.h (a warm-pool entry first, then the least recently used
+ * by mkevict.h (a warm-pool entry first, then the least recently used
  * session not running code; never the session that asked); when none may
  * go it waits (polling every KM_ADMIT_POLL_S) up to admission_timeout
  * seconds instead of failing, unless every live kernel is its own session's
@@ -107,27 +107,26 @@ static uint64_t mem_count_locked(km_manager *m)
 
 /* The limit that refuses one more kernel now, in words for messages
  * ("max_kernels=4", "memory_budget=1 GiB (...)"), or ADMIT_OK. */
-static admit_limit admit_check_locked(km_manager *m, unsigned live, unsigned n, char *why,
-                                      size_t whylen)
+static admit_limit admit_check_locked(km_manager *m, unsigned live, unsigned n, km_err *why)
 {
     char a[32], b[32], c[32];
     if (live + n > m->cfg.max_kernels) {
-        snprintf(why, whylen, "max_kernels=%u", m->cfg.max_kernels);
+        km_err_set(why, KM_EKERNEL, "max_kernels=%u", m->cfg.max_kernels);
         return ADMIT_CAP;
     }
     uint64_t used = mem_count_locked(m);
     if (m->mem_budget != UINT64_MAX && used + n * KM_ADMIT_HEADROOM > m->mem_budget) {
-        snprintf(why, whylen,
-                 "memory_budget=%s (the live kernels use %s, and a new one is given %s)",
-                 cm_size_format(m->mem_budget, a, sizeof a), cm_size_format(used, b, sizeof b),
-                 cm_size_format(KM_ADMIT_HEADROOM, c, sizeof c));
+        km_err_set(why, KM_EKERNEL,
+                   "memory_budget=%s (the live kernels use %s, and a new one is given %s)",
+                   cm_size_format(m->mem_budget, a, sizeof a), cm_size_format(used, b, sizeof b),
+                   cm_size_format(KM_ADMIT_HEADROOM, c, sizeof c));
         return ADMIT_MEMORY;
     }
     if (m->host_avail && m->host_avail < n * KM_ADMIT_HEADROOM) {
-        snprintf(why, whylen,
-                 "the host's free memory (MemAvailable %s, below the %s a new kernel is given)",
-                 cm_size_format(m->host_avail, a, sizeof a),
-                 cm_size_format(KM_ADMIT_HEADROOM, b, sizeof b));
+        km_err_set(why, KM_EKERNEL,
+                   "the host's free memory (MemAvailable %s, below the %s a new kernel is given)",
+                   cm_size_format(m->host_avail, a, sizeof a),
+                   cm_size_format(KM_ADMIT_HEADROOM, b, sizeof b));
         return ADMIT_HOST;
     }
     return ADMIT_OK;
@@ -135,9 +134,9 @@ static admit_limit admit_check_locked(km_manager *m, unsigned live, unsigned n, 
 
 int slots_room(km_manager *m, unsigned n)
 {
-    char why[256];
+    km_err why = {0};
     pthread_mutex_lock(&m->mem_mu);
-    admit_limit lim = admit_check_locked(m, (unsigned)atomic_load(&m->live), n, why, sizeof why);
+    admit_limit lim = admit_check_locked(m, (unsigned)atomic_load(&m->live), n, &why);
     pthread_mutex_unlock(&m->mem_mu);
     return lim == ADMIT_OK;
 }
@@ -152,12 +151,12 @@ void slots_memory(km_manager *m, uint64_t *used, uint64_t *budget)
 
 /* Takes a unit of max_kernels for slot k and charges it, when both limits
  * allow one more kernel now; else the limit's words in why. */
-static admit_limit admit_try(km_manager *m, kslot *k, char *why, size_t whylen)
+static admit_limit admit_try(km_manager *m, kslot *k, km_err *why)
 {
     int cur = atomic_load(&m->live);
     for (;;) {
         if ((unsigned)cur >= m->cfg.max_kernels) {
-            snprintf(why, whylen, "max_kernels=%u", m->cfg.max_kernels);
+            km_err_set(why, KM_EKERNEL, "max_kernels=%u", m->cfg.max_kernels);
             return ADMIT_CAP;
         }
         if (atomic_compare_exchange_weak(&m->live, &cur, cur + 1))
@@ -165,7 +164,7 @@ static admit_limit admit_try(km_manager *m, kslot *k, char *why, size_t whylen)
     }
     pthread_mutex_lock(&m->mem_mu);
     /* the unit just taken is this start's: count the others */
-    admit_limit lim = admit_check_locked(m, 0, 1, why, whylen);
+    admit_limit lim = admit_check_locked(m, 0, 1, why);
     if (lim == ADMIT_OK) {
         k->mem_next = m->charged;
         m->charged = k;
@@ -231,20 +230,20 @@ static unsigned slots_live(const km_manager *m, const session *s)
 
 /* Takes one unit of max_kernels (and the memory charge) for a start of
  * slot l of s (caller holds s->lock). 0, or -1 with a reason in err. */
-static int admit(km_manager *m, session *s, int l, char *err, size_t errlen)
+static int admit(km_manager *m, session *s, int l, km_err *err)
 {
     double t0 = kclient_now();
     double deadline = t0 + (s->pool_entry ? 0 : m->cfg.admission_timeout);
     int evicted = 0;
-    char why[256];
+    km_err why = {0};
     for (;;) {
         pthread_mutex_lock(&m->slot_mu);
         unsigned long gen = m->slot_gen;
         pthread_mutex_unlock(&m->slot_mu);
-        admit_limit lim = admit_try(m, &s->k[l], why, sizeof why);
+        admit_limit lim = admit_try(m, &s->k[l], &why);
         if (lim == ADMIT_OK)
             break;
-        if (!s->pool_entry && evict_for(m, s, why) == 0) {
+        if (!s->pool_entry && evict_for(m, s, why.msg) == 0) {
             evicted++;
             continue;
         }
@@ -258,18 +257,18 @@ static int admit(km_manager *m, session *s, int l, char *err, size_t errlen)
         pthread_mutex_unlock(&m->lock);
         if (!s->pool_entry && pool_empty && (unsigned)atomic_load(&m->live) <= slots_live(m, s)) {
             /* only this session's own kernels run: none will ever give way */
-            snprintf(err, errlen,
-                     "%s (%s): every live kernel is this session's own, and a session's kernels "
-                     "are never stopped for its other languages; %s",
-                     what, why, raise);
+            km_err_set(err, KM_EKERNEL,
+                       "%s (%s): every live kernel is this session's own, and a session's kernels "
+                       "are never stopped for its other languages; %s",
+                       what, why.msg, raise);
             return -1;
         }
         if (kclient_now() >= deadline) {
-            snprintf(err, errlen,
-                     "%s (%s) and none idle to stop: every other kernel belongs to a session "
-                     "that is running code (waited %.1f s, admission_timeout=%g); retry later "
-                     "or %s",
-                     what, why, kclient_now() - t0, m->cfg.admission_timeout, raise);
+            km_err_set(err, KM_EKERNEL,
+                       "%s (%s) and none idle to stop: every other kernel belongs to a session "
+                       "that is running code (waited %.1f s, admission_timeout=%g); retry later "
+                       "or %s",
+                       what, why.msg, kclient_now() - t0, m->cfg.admission_timeout, raise);
             return -1;
         }
         /* until a slot may have freed (slot_changed), at most one poll */
@@ -282,7 +281,7 @@ static int admit(km_manager *m, session *s, int l, char *err, size_t errlen)
     double waited = kclient_now() - t0;
     if (waited >= 0.5)
         fprintf(stderr, "kernelmgr: %s/%s waited %.1f s for a kernel slot (%s, %d evicted)\n",
-                s->name, kmcfg_lang_name(&m->cfg, l), waited, why, evicted);
+                s->name, kmcfg_lang_name(&m->cfg, l), waited, why.msg, evicted);
     return 0;
 }
 
@@ -402,18 +401,19 @@ static void evict_session(km_manager *m, session *victim, const session *self, c
     slots_stop_all(m, victim);
     for (int l = 0; l < m->cfg.langs.n; l++)
         if (had[l])
-            snprintf(victim->k[l].pending, sizeof victim->k[l].pending,
-                     "evicted: the %s kernel was stopped to stay under %s (session \"%s\" needed "
-                     "one; this session was the least recently used of those not running code); "
-                     "state %s (workspace kept)",
-                     kmcfg_lang_name(&m->cfg, l), why, self->name,
-                     victim->k[l].restore[0] ? "was restored from a snapshot" : "was lost");
+            snprintf(
+                victim->k[l].pending, sizeof victim->k[l].pending,
+                "evicted: the %s kernel was stopped to stay under %.255s (session \"%s\" needed "
+                "one; this session was the least recently used of those not running code); "
+                "state %s (workspace kept)",
+                kmcfg_lang_name(&m->cfg, l), why, self->name,
+                victim->k[l].restore[0] ? "was restored from a snapshot" : "was lost");
     session_save(m, victim);
     fprintf(stderr, "kernelmgr: %s reached: stopped session %s (%s) for %s\n", why, victim->name,
             langs, self->name);
 }
 
-/* Makes room for one kernel of self by the rule of kevict.h: a warm-pool
+/* Makes room for one kernel of self by the rule of mkevict.h: a warm-pool
  * entry, else every kernel of the least recently used session that is not
  * running code (never self). why names the limit reached. A session whose
  * lock is held (a close, a file write) is passed over for the next. Caller
@@ -494,16 +494,16 @@ static void slot_log_path(const km_manager *m, const session *s, int l, char *lo
  * (try_only: only a free one, else returns -2 with nothing done), launches
  * the kernel and connects a client; slot_finish waits for it. Caller holds
  * s->lock. 0, or -1 with err (nothing left behind). */
-static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err, size_t errlen)
+static int slot_launch(km_manager *m, session *s, int l, int try_only, km_err *err)
 {
     kslot *k = &s->k[l];
     /* the kernel's unit of max_kernels and its memory charge, released by
      * slot_stop */
-    char why[256];
-    if (try_only ? admit_try(m, k, why, sizeof why) != ADMIT_OK : admit(m, s, l, err, errlen))
+    km_err why = {0};
+    if (try_only ? admit_try(m, k, &why) != ADMIT_OK : admit(m, s, l, err))
         return try_only ? -2 : -1;
     klaunch_cmd cmd;
-    if (ksbx_ensure(m, s, err, errlen) || kernel_cmd(m, s, l, &cmd, err, errlen)) {
+    if (ksbx_ensure(m, s, err) || kernel_cmd(m, s, l, &cmd, err)) {
         admit_release(m, k);
         return -1;
     }
@@ -529,19 +529,19 @@ static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err
     char kname[KM_LANG_NAME_MAX + 16];
     snprintf(kname, sizeof kname, "kernelmgr-%s", lg->name);
     k->proc = klaunch_start(&cmd, m->run_dir, id, m->cfg.transport, log,
-                            lg->kernelspec[0] ? lg->kernelspec : kname, err, errlen);
+                            lg->kernelspec[0] ? lg->kernelspec : kname, err);
     klaunch_cmd_clear(&cmd);
     if (!k->proc) {
         admit_release(m, k);
         return -1;
     }
-    k->client = kclient_new(&k->proc->conn, label, err, errlen);
+    k->client = kclient_new(&k->proc->conn, label, err);
     if (k->client)
         k->foreign = kforeign_new(kclient_session_id(k->client), s->dir, lg->name,
                                   m->cfg.history_max, m->cfg.output_cap, m->cfg.display_max);
     if (!k->client || !k->foreign) {
         if (k->client)
-            snprintf(err, errlen, "out of memory");
+            km_err_set(err, KM_EKERNEL, "out of memory");
         slot_stop(m, k);
         return -1;
     }
@@ -550,28 +550,28 @@ static int slot_launch(km_manager *m, session *s, int l, int try_only, char *err
 
 /* Second half: waits until the launched kernel of slot l answers. Caller
  * holds s->lock. 0, or -1 with err (the kernel stopped). */
-static int slot_finish(km_manager *m, session *s, int l, char *err, size_t errlen)
+static int slot_finish(km_manager *m, session *s, int l, km_err *err)
 {
     kslot *k = &s->k[l];
     char log[PATH_MAX];
     slot_log_path(m, s, l, log, sizeof log);
     json_t *info = NULL;
     if (k->client) {
-        char why[256];
-        info = kclient_wait_ready(k->client, m->cfg.start_timeout, proc_alive_cb, k->proc, why,
-                                  sizeof why);
+        km_err why = {0};
+        info = kclient_wait_ready(k->client, m->cfg.start_timeout, proc_alive_cb, k->proc, &why);
         if (!info) {
             char how[128] = "";
             if (!klaunch_alive(k->proc))
                 klaunch_describe_exit(k->proc, how, sizeof how);
-            snprintf(err, errlen, "%s kernel did not start: %s%s%s (log: %s)",
-                     kmcfg_lang_name(&m->cfg, l), why, how[0] ? "; " : "", how, log);
+            km_err_set(err, KM_EKERNEL, "%s kernel did not start: %s%s%s (log: %s)",
+                       kmcfg_lang_name(&m->cfg, l), why.msg, how[0] ? "; " : "", how, log);
         }
     }
     if (!info) {
         slot_stop(m, k);
         return -1;
     }
+    k->snap_none = !json_is_object(json_object_get(info, "kernelmgr"));
     json_decref(info);
     k->last_used = kclient_now();
     admit_ready(m, s, k);
@@ -580,11 +580,11 @@ static int slot_finish(km_manager *m, session *s, int l, char *err, size_t errle
 }
 
 /* Starts the kernel of slot l. Caller holds s->lock. */
-int slot_start(km_manager *m, session *s, int l, char *err, size_t errlen)
+int slot_start(km_manager *m, session *s, int l, km_err *err)
 {
-    if (slot_launch(m, s, l, 0, err, errlen))
+    if (slot_launch(m, s, l, 0, err))
         return -1;
-    return slot_finish(m, s, l, err, errlen);
+    return slot_finish(m, s, l, err);
 }
 
 /* When the blocks need kernels of several languages that are not running,
@@ -599,7 +599,7 @@ void slots_prestart(km_manager *m, session *s, const cblock_list *blocks)
 {
     int need[KM_LANG_MAX] = {0}, n = 0;
     for (int l = 0; l < m->cfg.langs.n; l++)
-        s->k[l].start_err[0] = 0; /* only ever about this execution */
+        s->k[l].start_err.msg[0] = 0; /* only ever about this execution */
     for (size_t i = 0; i < blocks->n; i++) {
         int l = blocks->v[i].lang;
         /* A Python kernel picks its interpreter from the workspace when it
@@ -619,27 +619,27 @@ void slots_prestart(km_manager *m, session *s, const cblock_list *blocks)
     for (int l = 0; l < m->cfg.langs.n; l++) {
         if (!need[l])
             continue;
-        int rc = slot_launch(m, s, l, 1, s->k[l].start_err, sizeof s->k[l].start_err);
+        int rc = slot_launch(m, s, l, 1, &s->k[l].start_err);
         launched[l] = rc == 0;
         if (rc == -2)
-            s->k[l].start_err[0] = 0; /* no free unit: started when needed */
+            s->k[l].start_err.msg[0] = 0; /* no free unit: started when needed */
     }
     for (int l = 0; l < m->cfg.langs.n; l++)
         if (launched[l])
-            slot_finish(m, s, l, s->k[l].start_err, sizeof s->k[l].start_err);
+            slot_finish(m, s, l, &s->k[l].start_err);
 }
 
 /* Makes sure slot l has a live kernel. *restarted / reason say whether the
  * result must report a fresh kernel that replaced a lost one. */
 int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *reason, size_t rsize,
-                char *err, size_t errlen)
+                km_err *err)
 {
     kslot *k = &s->k[l];
     *restarted = 0;
-    if (!k->proc && k->start_err[0]) {
+    if (!k->proc && k->start_err.msg[0]) {
         /* slots_prestart tried for this execution and failed */
-        snprintf(err, errlen, "%s", k->start_err);
-        k->start_err[0] = 0;
+        km_err_set(err, KM_EKERNEL, "%s", k->start_err.msg);
+        k->start_err.msg[0] = 0;
         return -1;
     }
     if (k->proc && !klaunch_alive(k->proc)) {
@@ -651,7 +651,7 @@ int slot_ensure(km_manager *m, session *s, int l, int *restarted, char *reason, 
         slot_stop(m, k);
     }
     if (!k->proc) {
-        if (slot_start(m, s, l, err, errlen))
+        if (slot_start(m, s, l, err))
             return -1;
         snap_after_start(m, s, l);
     }
