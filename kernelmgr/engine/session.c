@@ -13,6 +13,7 @@
 #include "kernelmgr/engine/pkgdirs.h"
 #include "kernelmgr/engine/result.h"
 #include "kernelmgr/engine/session_int.h"
+#include "kernelmgr/engine/sessopt.h"
 #include "kernelmgr/engine/snapshot.h"
 #include "kernelmgr/engine/wsfile.h"
 #include "common/cm_clock.h"
@@ -44,10 +45,8 @@ int km_name_valid(const char *name)
 void km_session_opts_init(km_session_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->network = -1;
     o->network_allow = NULL;
-    o->zygote = -1;
-    o->ipython = -1;
+    km_sessopt_init(o);
 }
 
 /* ---------------------------------------------------------------- manager */
@@ -243,17 +242,6 @@ void session_put(km_manager *m, session *s)
         session_free(s);
 }
 
-static int opts_default(const km_manager *m, const km_session_opts *o)
-{
-    return !o ||
-           ((o->network < 0 ||
-             km_net_equal(o->network, o->network_allow, m->cfg.network, m->cfg.network_allow)) &&
-            !o->memory && !(o->cpus > 0) && !(o->cpu_time > 0) && !o->python && !o->workspace &&
-            !o->snapshot_max && (!o->sandbox || !strcmp(o->sandbox, m->cfg.sandbox)) &&
-            (o->zygote < 0 || o->zygote == m->cfg.zygote) &&
-            (o->ipython < 0 || o->ipython == m->cfg.ipython) && !json_object_size(o->env));
-}
-
 /* What creating a session made, to take back when its first save fails. */
 typedef struct create_undo {
     int made_dir, made_ws, made_link, pooled;
@@ -342,7 +330,7 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     }
     /* a warm-pool entry when the options are the defaults */
     session *pooled = NULL;
-    if (opts_default(m, o) && m->pool) {
+    if (km_sessopt_default(m, o) && m->pool) {
         /* Its kernels see its package directory, which becomes the
          * session's; packages installed for the name before the session
          * existed win, and the pool entry is then not used. */
@@ -385,20 +373,11 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         }
         /* the pool's kernel logs stay where they are; point at them */
     } else {
-        s->network = o && o->network >= 0 ? o->network : m->cfg.network;
-        snprintf(s->net_allow, sizeof s->net_allow, "%s",
-                 o && o->network >= 0
-                     ? (o->network == KM_NET_ALLOW && o->network_allow ? o->network_allow : "")
-                     : m->cfg.network_allow);
-        s->memory = o && o->memory ? o->memory : 0;
-        s->cpus = o && o->cpus > 0 ? o->cpus : 0;
-        s->cpu_time = o && o->cpu_time > 0 ? o->cpu_time : 0;
-        s->snapshot_max = o && o->snapshot_max ? o->snapshot_max : 0;
-        s->zygote = o && o->zygote >= 0 ? o->zygote : -1;
-        s->ipython = o && o->ipython >= 0 ? o->ipython : -1;
-        snprintf(s->python, sizeof s->python, "%s", o && o->python ? o->python : "");
-        snprintf(s->sandbox, sizeof s->sandbox, "%s",
-                 o && o->sandbox ? o->sandbox : m->cfg.sandbox);
+        /* every option by the table (sessopt.c) */
+        if (km_sessopt_create(m, s, o)) {
+            km_err_set(err, KM_EINTERNAL, "out of memory");
+            goto fail;
+        }
         if (s->network == KM_NET_ALLOW && !strcmp(s->sandbox, "none")) {
             /* nothing but the sandbox keeps the code to the proxy */
             km_err_set(
@@ -406,10 +385,6 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
                 "network allow-list (%.200s) needs the strict sandbox: with sandbox \"none\" "
                 "the code has the host's network",
                 s->net_allow);
-            goto fail;
-        }
-        if (o && json_object_size(o->env) && !(s->env = json_deep_copy(o->env))) {
-            km_err_set(err, KM_EINTERNAL, "out of memory");
             goto fail;
         }
         if (o && o->workspace) {
@@ -477,62 +452,6 @@ static int create_finish(km_manager *m, session *s, const create_undo *undo, km_
 
 /* ---------------------------------------------------------------- code_exec */
 
-/* Appends to arr the warning that option opt (value given) was ignored
- * because session sname keeps what kept_fmt formats. */
-__attribute__((format(printf, 5, 6))) static void warn_ignored(json_t *arr, const char *sname,
-                                                               const char *opt, const char *given,
-                                                               const char *kept_fmt, ...)
-{
-    va_list ap;
-    va_start(ap, kept_fmt);
-    char *kept = NULL;
-    int n = vasprintf(&kept, kept_fmt, ap);
-    va_end(ap);
-    json_array_append_new(arr, json_sprintf("session \"%s\" already exists: %s %s was ignored "
-                                            "(the session keeps %s); options of a session are "
-                                            "fixed when it is created: close it to change them",
-                                            sname, opt, given, n < 0 ? "another value" : kept));
-    free(n < 0 ? NULL : kept);
-}
-
-/* new: "A,B,C", the names of env's variables (not their values), or NULL
- * when out of memory */
-static char *env_names(const json_t *env)
-{
-    char *out = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&out, &len);
-    if (!f)
-        return NULL;
-    const char *n;
-    json_t *v;
-    int first = 1;
-    json_object_foreach((json_t *)env, n, v)
-    {
-        fprintf(f, "%s%s", first ? "" : ",", n);
-        first = 0;
-    }
-    if (fclose(f)) {
-        free(out);
-        return NULL;
-    }
-    return out;
-}
-
-/* The same for a numeric limit: kept 0 means the session has none (what
- * unlimited says). */
-static void warn_ignored_limit(json_t *arr, const char *sname, const char *opt, double given,
-                               const char *unit, const char *kept_name, double kept,
-                               const char *unlimited)
-{
-    char g[80];
-    snprintf(g, sizeof g, "%.15g%s", given, unit);
-    if (kept > 0)
-        warn_ignored(arr, sname, opt, g, "%s %.15g%s", kept_name, kept, unit);
-    else
-        warn_ignored(arr, sname, opt, g, "%s", unlimited);
-}
-
 /* new: warnings for session options given to an existing session whose value
  * differs from the session's, or NULL when there are none. They are reported
  * rather than applied: applying them means a restart, and silently losing an
@@ -542,50 +461,7 @@ static json_t *ignored_options(km_manager *m, session *s, const km_session_opts 
     if (!o)
         return NULL;
     json_t *arr = json_array();
-    int net = s->network < 0 ? m->cfg.network : s->network;
-    const char *net_allow = s->network < 0 ? m->cfg.network_allow : s->net_allow;
-    if (o->network >= 0 && !km_net_equal(o->network, o->network_allow, net, net_allow))
-        warn_ignored(arr, s->name, "--network", km_net_text(o->network, o->network_allow),
-                     "network %s", km_net_text(net, net_allow));
-    unsigned long long mem = s->memory ? s->memory : m->cfg.memory;
-    if (o->memory && o->memory != mem)
-        warn_ignored_limit(arr, s->name, "--memory", (double)o->memory, " bytes", "memory",
-                           (double)mem, "the kernel's default memory limit");
-    double cpus = s->cpus > 0 ? s->cpus : m->cfg.cpus;
-    if (o->cpus > 0 && o->cpus != cpus)
-        warn_ignored_limit(arr, s->name, "--cpus", o->cpus, "", "cpus", cpus, "no CPU rate cap");
-    double cpu_time = s->cpu_time > 0 ? s->cpu_time : m->cfg.cpu_time;
-    if (o->cpu_time > 0 && o->cpu_time != cpu_time)
-        warn_ignored_limit(arr, s->name, "--cpu-time", o->cpu_time, " s per block", "cpu_time",
-                           cpu_time, "no CPU-time limit per block");
-    const char *py = s->python[0] ? s->python : m->cfg.python;
-    if (o->python && strcmp(o->python, py))
-        warn_ignored(arr, s->name, "--python", o->python, "python %s", py[0] ? py : "(detected)");
-    if (o->workspace) {
-        char *real = realpath(o->workspace, NULL);
-        if (strcmp(real ? real : o->workspace, s->workspace))
-            warn_ignored(arr, s->name, "--workspace", o->workspace, "workspace %s", s->workspace);
-        free(real);
-    }
-    if (json_object_size(o->env) && !(s->env && json_equal((json_t *)o->env, s->env))) {
-        /* names only: values may be secrets, and warnings are shown and logged */
-        char *given = env_names(o->env), *kept = env_names(s->env);
-        if (json_object_size(s->env))
-            warn_ignored(arr, s->name, "--env", given ? given : "(names unknown)", "its env (%s)",
-                         kept ? kept : "names unknown");
-        else
-            warn_ignored(arr, s->name, "--env", given ? given : "(names unknown)", "%s",
-                         "no env of its own");
-        free(given);
-        free(kept);
-    }
-    const char *sb = s->sandbox[0] ? s->sandbox : m->cfg.sandbox;
-    if (o->sandbox && strcmp(o->sandbox, sb))
-        warn_ignored(arr, s->name, "--sandbox", o->sandbox, "sandbox %s", sb);
-    int ipy = s->ipython >= 0 ? s->ipython : m->cfg.ipython;
-    if (o->ipython >= 0 && o->ipython != ipy)
-        warn_ignored(arr, s->name, "--ipython", o->ipython ? "on" : "off", "ipython %s",
-                     ipy ? "on" : "off");
+    km_sessopt_warn(m, s, o, arr);
     if (!json_array_size(arr)) {
         json_decref(arr);
         return NULL;
@@ -1701,17 +1577,8 @@ json_t *km_fork(km_manager *m, const char *src, const char *dst, const char *tag
     /* the new session has the source's options, and a workspace of its own */
     km_session_opts o;
     km_session_opts_init(&o);
-    o.network = s->network;
-    o.memory = s->memory;
-    o.cpus = s->cpus;
-    o.cpu_time = s->cpu_time;
-    o.snapshot_max = s->snapshot_max;
-    o.zygote = s->zygote;
-    o.ipython = s->ipython;
-    o.python = s->python[0] ? s->python : NULL;
-    o.sandbox = s->sandbox;
-    json_t *env = s->env ? json_deep_copy(s->env) : NULL;
-    o.env = env;
+    json_t *env = NULL;
+    km_sessopt_fork(s, &o, &env);
     pthread_mutex_unlock(&s->lock);
     json_t *created = km_session_create(m, dst, &o, err);
     json_decref(env);

@@ -6,6 +6,7 @@
 #include "kernelmgr/engine/export.h"
 #include "kernelmgr/engine/session.h"
 #include "kernelmgr/engine/session_int.h"
+#include "kernelmgr/engine/sessopt.h"
 #include "kernelmgr/engine/snapshot.h"
 #include "kernelmgr/engine/wsfile.h"
 #include "kernelmgr/engine/kmhome.h"
@@ -325,30 +326,15 @@ static int save(km_manager *m, session *s, int sync_dir, km_err *err)
             json_object_set_new(kernels, kmcfg_lang_name(&m->cfg, l),
                                 json_pack("{s:i s:s}", "pid", (int)s->k[l].proc->pid,
                                           "connection_file", s->k[l].proc->cf_path));
-    json_t *o =
-        json_pack("{s:s s:s s:b s:s s:f s:i s:b s:{s:b s:I s:s s:s} s:o}", "name", s->name,
-                  "workspace", s->workspace, "own_workspace", s->own_workspace, "pool_dir",
-                  s->pool_dir, "created", s->created, "manager_pid", (int)getpid(), "from_pool",
-                  s->from_pool, "options", "network", s->network, "memory", (json_int_t)s->memory,
-                  "python", s->python, "sandbox", s->sandbox, "kernels", kernels);
-    /* the session's variables (the directory and the file are the user's
-     * alone: 0700 and 0600), so a restarted manager gives them back */
-    if (o && s->env)
-        json_object_set(json_object_get(o, "options"), "env", s->env);
-    if (o && s->network == KM_NET_ALLOW)
-        json_object_set_new(json_object_get(o, "options"), "network",
-                            km_net_json(s->network, s->net_allow));
-    if (o && s->cpus > 0)
-        json_object_set_new(json_object_get(o, "options"), "cpus", json_real(s->cpus));
-    if (o && s->cpu_time > 0)
-        json_object_set_new(json_object_get(o, "options"), "cpu_time", json_real(s->cpu_time));
-    if (o && s->snapshot_max)
-        json_object_set_new(json_object_get(o, "options"), "snapshot_max",
-                            json_integer((json_int_t)s->snapshot_max));
-    if (o && s->zygote >= 0)
-        json_object_set_new(json_object_get(o, "options"), "zygote", json_boolean(s->zygote));
-    if (o && s->ipython >= 0)
-        json_object_set_new(json_object_get(o, "options"), "ipython", json_boolean(s->ipython));
+    json_t *o = json_pack("{s:s s:s s:b s:s s:f s:i s:b s:{} s:o}", "name", s->name, "workspace",
+                          s->workspace, "own_workspace", s->own_workspace, "pool_dir", s->pool_dir,
+                          "created", s->created, "manager_pid", (int)getpid(), "from_pool",
+                          s->from_pool, "options", "kernels", kernels);
+    /* every option by the table (sessopt.c) */
+    if (o && km_sessopt_save(s, json_object_get(o, "options"))) {
+        json_decref(o);
+        o = NULL;
+    }
     json_t *restore = json_object();
     for (int l = 0; l < m->cfg.langs.n; l++)
         if (s->k[l].restore[0])
@@ -423,7 +409,9 @@ session *session_alloc(const char *name)
         return NULL;
     snprintf(s->name, sizeof s->name, "%s", name);
     pthread_mutex_init(&s->lock, NULL);
-    s->network = -1;
+    /* every option the configuration's (a warm-pool entry or a repaired
+     * session keeps that; zygote and ipython were 0, "off", from calloc) */
+    km_sessopt_unset(s);
     s->created = s->last_used = cm_wall_s();
     return s;
 }
@@ -590,42 +578,7 @@ session *session_load(km_manager *m, const char *name, km_err *why)
     json_t *created = json_object_get(o, "created");
     if (json_is_number(created))
         s->created = json_number_value(created);
-    json_t *opt = json_object_get(o, "options");
-    s->network = json_is_boolean(json_object_get(opt, "network"))
-                     ? json_is_true(json_object_get(opt, "network"))
-                     : m->cfg.network;
-    snprintf(s->net_allow, sizeof s->net_allow, "%s",
-             json_is_boolean(json_object_get(opt, "network")) ? "" : m->cfg.network_allow);
-    if (json_is_object(json_object_get(opt, "network"))) {
-        km_err nwhy = {0};
-        /* a list the session was created with: kept; a damaged one: network off, never wider */
-        if (km_net_from_json(json_object_get(opt, "network"), "network", &s->network, s->net_allow,
-                             sizeof s->net_allow, &nwhy))
-            s->network = KM_NET_OFF;
-    }
-    s->memory = (unsigned long long)json_integer_value(json_object_get(opt, "memory"));
-    /* absent, or not a positive number: the configuration's */
-    double cpus = json_number_value(json_object_get(opt, "cpus"));
-    double cpu_time = json_number_value(json_object_get(opt, "cpu_time"));
-    s->cpus = cpus >= 0.01 && cpus <= 4096 ? cpus : 0;
-    s->cpu_time = cpu_time >= 0.001 && cpu_time <= 86400.0 * 365 ? cpu_time : 0;
-    json_t *smax = json_object_get(opt, "snapshot_max");
-    s->snapshot_max = json_is_integer(smax) && json_integer_value(smax) >= 4096
-                          ? (unsigned long long)json_integer_value(smax)
-                          : 0;
-    json_t *zyg = json_object_get(opt, "zygote");
-    s->zygote = json_is_boolean(zyg) ? json_is_true(zyg) : -1;
-    json_t *ipy = json_object_get(opt, "ipython");
-    s->ipython = json_is_boolean(ipy) ? json_is_true(ipy) : -1;
-    const char *py = json_string_value(json_object_get(opt, "python"));
-    snprintf(s->python, sizeof s->python, "%s", py ? py : "");
-    const char *sb = json_string_value(json_object_get(opt, "sandbox"));
-    snprintf(s->sandbox, sizeof s->sandbox, "%s", sb && *sb ? sb : m->cfg.sandbox);
-    json_t *env = json_object_get(opt, "env");
-    if (env && session_env_check(m, env, &reason) == 0)
-        s->env = json_deep_copy(env);
-    else if (env)
-        fprintf(stderr, "kernelmgr: session %s: its saved env is not used: %s\n", name, reason.msg);
+    km_sessopt_load(m, s, json_object_get(o, "options"), name);
     const char *lk;
     json_t *kv;
     json_object_foreach(json_object_get(o, "kernels"), lk, kv)

@@ -10,6 +10,7 @@
 #include "common/cm_text.h"
 #include "kernelmgr/engine/codeblocks.h"
 #include "kernelmgr/engine/config.h"
+#include "kernelmgr/engine/sessopt.h"
 #include "kernelmgr/service/daemon.h"
 #include "kernelmgr/service/dtier.h"
 #include "kernelmgr/frontends/doctor.h"
@@ -82,13 +83,13 @@ typedef struct cli {
     json_t *env; /* --env: {NAME: "value"}, NULL when none was given */
     kenv_budget env_budget;
     double timeout;
-    double cpus, cpu_time;            /* 0 unset */
     int network;                      /* -1 unset, else KM_NET_* */
     char net_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list */
     uint64_t memory;
-    uint64_t snapshot_max; /* --snapshot-max; 0 unset */
-    int zygote;            /* --zygote on|off: 1, 0; -1 unset */
-    int ipython;           /* --ipython on|off: 1, 0; -1 unset */
+    /* the session options the CLI keeps as km_session_opts has them (their
+     * flags' rows name the field: --zygote, --ipython, --cpus, --cpu-time,
+     * --snapshot-max), unset when not given; the others are the fields above */
+    km_session_opts so;
     int json, continue_on_error, keep, user, stop, pool;
     const char *repair; /* sessions --repair NAME */
     size_t code_len;    /* bytes of the code read from FILE or stdin */
@@ -455,15 +456,10 @@ static void print_json(const json_t *o);
 
 static void fill_session_opts(cli *c, km_session_opts *so)
 {
-    km_session_opts_init(so);
+    *so = c->so;
     so->network = c->network;
     so->network_allow = c->network == KM_NET_ALLOW ? c->net_allow : NULL;
     so->memory = c->memory;
-    so->snapshot_max = c->snapshot_max;
-    so->zygote = c->zygote;
-    so->ipython = c->ipython;
-    so->cpus = c->cpus;
-    so->cpu_time = c->cpu_time;
     so->python = c->python;
     so->workspace = c->workspace;
     so->sandbox = c->sandbox;
@@ -626,16 +622,7 @@ static void add_session_opts(const cli *c, json_t *req, const char *ws)
         json_object_set_new(req, "network", km_net_json(c->network, c->net_allow));
     if (c->memory_s)
         json_object_set_new(req, "memory", json_string(c->memory_s));
-    if (c->snapshot_max)
-        json_object_set_new(req, "snapshot_max", json_integer((json_int_t)c->snapshot_max));
-    if (c->zygote >= 0)
-        json_object_set_new(req, "zygote", json_boolean(c->zygote));
-    if (c->ipython >= 0)
-        json_object_set_new(req, "ipython", json_boolean(c->ipython));
-    if (c->cpus > 0)
-        json_object_set_new(req, "cpus", json_real(c->cpus));
-    if (c->cpu_time > 0)
-        json_object_set_new(req, "cpu_time", json_real(c->cpu_time));
+    km_sessopt_params(&c->so, req);
     if (c->python)
         json_object_set_new(req, "python", json_string(c->python));
     if (ws)
@@ -1855,9 +1842,9 @@ static int cmd_kernelspec(cli *c)
         .memory = c->memory_s,
         .network = c->network,
         .network_allow = c->net_allow,
-        .cpus = c->cpus,
-        .cpu_time = c->cpu_time,
-        .ipython = c->ipython,
+        .cpus = c->so.cpus,
+        .cpu_time = c->so.cpu_time,
+        .ipython = c->so.ipython,
         .version = KM_VERSION,
     };
     km_err why = {0};
@@ -2175,10 +2162,11 @@ static int opt_memory(cli *c, const cli_opt *o, const char *arg)
 
 static int opt_snapshot_max(cli *c, const cli_opt *o, const char *arg)
 {
-    if (kmcfg_parse_size(arg, &c->snapshot_max) ||
-        c->snapshot_max < (uint64_t)dtier_sessopt_find("snapshot_max")->min)
+    uint64_t bytes;
+    if (kmcfg_parse_size(arg, &bytes) || bytes < (uint64_t)dtier_sessopt_find("snapshot_max")->min)
         return usage_error("--snapshot-max must be a size of at least 4K, like 64M (got \"%s\")",
                            arg);
+    c->so.snapshot_max = bytes;
     return 0;
 }
 
@@ -2279,15 +2267,15 @@ static const cli_opt cli_opts[] = {
      "memory limit of the session's sandbox, which its\nkernels share, e.g. 1G (new sessions)"},
     {"snapshot-max", 0, "SIZE", opt_snapshot_max, 0,
      "largest snapshot of the session, e.g. 64M (new\nsessions; default the configuration's)"},
-    {"zygote", 0, "on|off", opt_onoff, OFF(zygote),
+    {"zygote", 0, "on|off", opt_onoff, OFF(so.zygote),
      "off: every Python kernel of the session starts cold\n(new sessions; default the "
      "configuration's zygote)"},
-    {"ipython", 0, "on|off", opt_onoff, OFF(ipython),
+    {"ipython", 0, "on|off", opt_onoff, OFF(so.ipython),
      "on: every Python cell runs through IPython's shell,\nas in ipykernel (new sessions; "
      "default the\nconfiguration's ipython, off)"},
-    {"cpus", 0, "N", opt_sessnum, OFF(cpus),
+    {"cpus", 0, "N", opt_sessnum, OFF(so.cpus),
      "CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)"},
-    {"cpu-time", 0, "SECONDS", opt_sessnum, OFF(cpu_time),
+    {"cpu-time", 0, "SECONDS", opt_sessnum, OFF(so.cpu_time),
      "CPU-time budget per block (new sessions)"},
     {"workspace", 0, "DIR", opt_str, OFF(workspace), "use DIR as the workspace (new sessions)"},
     {"python", 0, "PATH", opt_abs_path, OFF(python),
@@ -2402,8 +2390,7 @@ static int cli_dispatch(int argc, char **argv)
     cli c;
     memset(&c, 0, sizeof c);
     c.network = -1;
-    c.zygote = -1;
-    c.ipython = -1;
+    km_session_opts_init(&c.so);
     c.pool = -1;
     if (argc < 2)
         return usage_error("no command given");
@@ -2481,10 +2468,10 @@ static int cli_dispatch(int argc, char **argv)
     }
     if (c.memory)
         c.cfg.memory = c.memory;
-    if (c.cpus > 0)
-        c.cfg.cpus = c.cpus;
-    if (c.cpu_time > 0)
-        c.cfg.cpu_time = c.cpu_time;
+    if (c.so.cpus > 0)
+        c.cfg.cpus = c.so.cpus;
+    if (c.so.cpu_time > 0)
+        c.cfg.cpu_time = c.so.cpu_time;
     if (c.python)
         snprintf(c.cfg.python, sizeof c.cfg.python, "%s", c.python);
     if (c.sandbox)

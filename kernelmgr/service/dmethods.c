@@ -24,16 +24,19 @@
 
 /* The session options every method that may create a session takes: the
  * table dtier_sessopts says their types, ranges, ceilings and tiers
- * (dtier.h); rpc_unpack only has to know their names (JSON_STRICT). */
-typedef struct sopts_raw {
-    json_t *v[11];
-} sopts_raw;
-
-#define SOPTS_FMT "s?o s?o s?o s?o s?o s?o s?o s?o s?o s?o s?o"
-#define SOPTS_ARGS(s)                                                                              \
-    "network", &(s).v[0], "memory", &(s).v[1], "cpus", &(s).v[2], "cpu_time", &(s).v[3], "python", \
-        &(s).v[4], "workspace", &(s).v[5], "sandbox", &(s).v[6], "snapshot_max", &(s).v[7], "env", \
-        &(s).v[8], "zygote", &(s).v[9], "ipython", &(s).v[10]
+ * (dtier.h), and sopts_fill reads them; a method's rpc_unpack (JSON_STRICT)
+ * sees params without them (new; params itself, a new reference, when it
+ * is no object: rpc_unpack says so). The strings rpc_unpack gives are
+ * params' own (the copy is shallow). */
+static json_t *sopts_strip(const json_t *p)
+{
+    if (!json_is_object(p))
+        return json_incref((json_t *)p);
+    json_t *own = json_copy((json_t *)p);
+    for (const dtier_sessopt *o = dtier_sessopts; own && o->f.name; o++)
+        json_object_del(own, o->f.name);
+    return own;
+}
 
 /* Checks the session options of params by the table and against the
  * operator's ceilings for r's tier, and fills so (borrowing from params).
@@ -105,10 +108,11 @@ static void m_initialize(dreq *r, const json_t *p)
 static void m_session_create(dreq *r, const json_t *p)
 {
     const char *name;
-    sopts_raw sr = {0};
     km_session_opts so;
-    if (rpc_unpack(p, &r->why, "{s:s " SOPTS_FMT "}", "session", &name, SOPTS_ARGS(sr)) ||
-        sopts_fill(r, p, &so))
+    json_t *own = sopts_strip(p);
+    int bad = rpc_unpack(own, &r->why, "{s:s}", "session", &name);
+    json_decref(own);
+    if (bad || sopts_fill(r, p, &so))
         return dreq_invalid(r, r->why.msg);
     dreq_reply(r, km_session_create(daemon_mgr, name, &so, &r->err));
 }
@@ -126,12 +130,13 @@ static void m_exec(dreq *r, const json_t *p)
     const char *name, *code, *lang = NULL;
     double timeout = 0;
     int coe = 0, stream = 0, raw = 0, create = create_default(r);
-    sopts_raw sr = {0};
     km_session_opts so;
-    if (rpc_unpack(p, &r->why, "{s:s s:s s?s s?F s?b s?b s?b s?b " SOPTS_FMT "}", "session", &name,
-                   "code", &code, "lang", &lang, "timeout", &timeout, "continue_on_error", &coe,
-                   "stream", &stream, "raw_text", &raw, "create", &create, SOPTS_ARGS(sr)) ||
-        sopts_fill(r, p, &so))
+    json_t *own = sopts_strip(p);
+    int bad = rpc_unpack(own, &r->why, "{s:s s:s s?s s?F s?b s?b s?b s?b}", "session", &name,
+                         "code", &code, "lang", &lang, "timeout", &timeout, "continue_on_error",
+                         &coe, "stream", &stream, "raw_text", &raw, "create", &create);
+    json_decref(own);
+    if (bad || sopts_fill(r, p, &so))
         return dreq_invalid(r, r->why.msg);
     so.no_create = !create;
     /* the one check of the language: the configuration's table (lang.h);
@@ -318,12 +323,13 @@ static void m_files_write(dreq *r, const json_t *p)
 {
     const char *name, *path, *content, *enc = "text";
     int append = 0, create = 0;
-    sopts_raw sr = {0};
     km_session_opts so;
-    if (rpc_unpack(p, &r->why, "{s:s s:s s:s s?s s?b s?b " SOPTS_FMT "}", "session", &name, "path",
-                   &path, "content", &content, "encoding", &enc, "append", &append, "create",
-                   &create, SOPTS_ARGS(sr)) ||
-        sopts_fill(r, p, &so))
+    json_t *own = sopts_strip(p);
+    int bad =
+        rpc_unpack(own, &r->why, "{s:s s:s s:s s?s s?b s?b}", "session", &name, "path", &path,
+                   "content", &content, "encoding", &enc, "append", &append, "create", &create);
+    json_decref(own);
+    if (bad || sopts_fill(r, p, &so))
         return dreq_invalid(r, r->why.msg);
     if (strcmp(enc, "text") && strcmp(enc, "base64"))
         return dreq_invalid(r, "field \"encoding\": must be \"text\" or \"base64\"");
@@ -517,11 +523,12 @@ static void m_session_import(dreq *r, const json_t *p)
     const char *name, *data;
     json_int_t off = 0;
     int final = 0;
-    sopts_raw sr = {0};
     km_session_opts so;
-    if (rpc_unpack(p, &r->why, "{s:s s:s s:I s?b " SOPTS_FMT "}", "session", &name, "data", &data,
-                   "offset", &off, "final", &final, SOPTS_ARGS(sr)) ||
-        sopts_fill(r, p, &so))
+    json_t *own = sopts_strip(p);
+    int bad = rpc_unpack(own, &r->why, "{s:s s:s s:I s?b}", "session", &name, "data", &data,
+                         "offset", &off, "final", &final);
+    json_decref(own);
+    if (bad || sopts_fill(r, p, &so))
         return dreq_invalid(r, r->why.msg);
     if (off < 0)
         return dreq_invalid(r, "field \"offset\" must be >= 0");

@@ -6,6 +6,7 @@
 #include "kernelmgr/service/dtier.h"
 #include "kernelmgr/service/rpc.h"
 #include "kernelmgr/engine/kmlimits.h"
+#include "kernelmgr/engine/sessopt.h"
 #include "kernels/server/kenv.h"
 #include "kernels/egress/egproxy.h"
 
@@ -235,6 +236,10 @@ static const char *fmt_size(uint64_t b, char *buf, size_t n)
     return buf;
 }
 
+/* The field of session option name in so: its row in sessopt.c's table
+ * (every row here has one: tests/unit/test_km_sessopt.c). */
+#define SO_FIELD(T, so, name) ((T *)(void *)((char *)(so) + km_sessopt_find(name)->o_off))
+
 static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so, km_err *why)
 {
     const char *name = o->f.name;
@@ -283,7 +288,7 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
                        name, o->values[0], o->values[1], s);
             return -1;
         }
-        so->sandbox = s;
+        *SO_FIELD(const char *, so, name) = s;
         return 0;
     }
     case DT_SO_SIZE: {
@@ -300,10 +305,7 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
                        name, fmt_size((uint64_t)o->min, mb, sizeof mb));
             return -1;
         }
-        if (!strcmp(name, "snapshot_max"))
-            so->snapshot_max = bytes;
-        else
-            so->memory = bytes;
+        *SO_FIELD(unsigned long long, so, name) = bytes;
         return 0;
     }
     case DT_SO_NUMBER: {
@@ -319,10 +321,7 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
                        !strcmp(name, "cpus") ? "of CPUs" : "of seconds", o->min, o->max);
             return -1;
         }
-        if (!strcmp(name, "cpus"))
-            so->cpus = d;
-        else
-            so->cpu_time = d;
+        *SO_FIELD(double, so, name) = d;
         return 0;
     }
     case DT_SO_PATH: {
@@ -336,10 +335,7 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
             km_err_set(why, KM_EUSAGE, "field \"%s\": must be an absolute path", name);
             return -1;
         }
-        if (!strcmp(name, "python"))
-            so->python = s;
-        else
-            so->workspace = s;
+        *SO_FIELD(const char *, so, name) = s;
         return 0;
     }
     case DT_SO_BOOL:
@@ -348,10 +344,7 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
                        rpc_type_name(v));
             return -1;
         }
-        if (!strcmp(name, "ipython"))
-            so->ipython = json_is_true(v);
-        else
-            so->zygote = json_is_true(v);
+        *SO_FIELD(int, so, name) = json_is_true(v);
         return 0;
     case DT_SO_ENV: {
         char what[40];

@@ -114,6 +114,25 @@ def test_warm_pool_serves_first_execution_and_refills(make_mgr):
 
 
 @needs_kernels
+def test_pool_session_has_the_configurations_options(make_mgr):
+    """A session served by the warm pool (or recreated by a repair) has no
+    options of its own: zygote and ipython are the configuration's, as for a
+    session created cold with the same (default) options, not "off"."""
+    mgr = make_mgr()
+    start_daemon(mgr, "--pool", "1")
+    poll(lambda: ask(mgr, "ping")["pool"], lambda p: p["ready"] == 1)
+    rc, _, p = mgr.exec("pw", "1")
+    assert rc == 0, p.stderr
+    assert sessions(mgr)["pw"]["from_pool"] is True
+    rc, _, p = mgr.exec("cold", "1", "--memory", "512M")
+    assert rc == 0, p.stderr
+    assert sessions(mgr)["cold"]["from_pool"] is False
+    for name in ("pw", "cold"):
+        opts = json.loads((mgr.home / "sessions" / name / "session.json").read_text())["options"]
+        assert "zygote" not in opts and "ipython" not in opts, (name, opts)
+
+
+@needs_kernels
 def test_pool_entry_whose_session_cannot_be_saved_is_taken_back(make_mgr):
     """A session is listed before its session.json is written (the fsyncs run
     outside the manager's lock); when that write fails, the session is taken
