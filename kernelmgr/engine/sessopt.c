@@ -183,6 +183,8 @@ static void net_load(const km_manager *m, session *s, const json_t *opt, const c
 static void net_fork(const session *s, km_session_opts *o, json_t **hold)
 {
     o->network = s->network;
+    /* the allow-list too (borrowed from s, which the fork holds) */
+    o->network_allow = s->network == KM_NET_ALLOW ? s->net_allow : NULL;
 }
 
 static const km_sessopt_hooks net_hooks = {net_default, net_create, net_warn,

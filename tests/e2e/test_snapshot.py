@@ -204,6 +204,24 @@ def test_fork_is_independent(make_mgr):
     assert p.returncode != 0 and "exists" in p.stderr, p.stderr
 
 
+def test_fork_keeps_the_network_allow_list(make_mgr):
+    """A fork has its source's network policy: an allow-list session's fork
+    lists the same hosts (it had none: every host refused)."""
+    mgr = make_mgr(STRICT)
+    rc, res, p = mgr.exec("asrc", "echo up", "--lang", "bash",
+                          "--network", "allow:example.com,pypi.org:443")
+    assert rc == 0, p.stderr
+    p = mgr.run("fork", "asrc", "adst", "--json")
+    assert p.returncode == 0, p.stderr
+
+    def network(name):
+        o = json.loads((mgr.home / "sessions" / name / "session.json").read_text())
+        return o["options"]["network"]
+
+    assert network("adst") == network("asrc"), (network("asrc"), network("adst"))
+    assert "example.com" in json.dumps(network("adst")), network("adst")
+
+
 def test_oversize_snapshot_is_refused_by_name_and_the_session_goes_on(make_mgr):
     mgr = make_mgr(dict(STRICT, snapshot_max="64K"))
     r = py(mgr, "big", "blob = b'x' * 300000\nsmall = 5")
