@@ -20,6 +20,7 @@ _Static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "kmcfg sizes are 
 
 #define FIELD(T, base, off) ((T *)(void *)((char *)(base) + (off)))
 #define CFIELD(T, base, off) ((const T *)(const void *)((const char *)(base) + (off)))
+typedef const char *sessopt_cstr; /* CFIELD's T for a const char * field */
 
 static int o_bool(const km_sessopt *r, const km_session_opts *o)
 {
@@ -35,7 +36,7 @@ static double o_num(const km_sessopt *r, const km_session_opts *o)
 }
 static const char *o_str(const km_sessopt *r, const km_session_opts *o)
 {
-    return *CFIELD(const char *, o, r->o_off);
+    return *CFIELD(sessopt_cstr, o, r->o_off);
 }
 
 /* 1 when o gives the option */
