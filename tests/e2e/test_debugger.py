@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kutil  # noqa: E402
 
 from jupyter_client import BlockingKernelClient  # noqa: E402
-from jupyter_client.connect import write_connection_file  # noqa: E402
 
 SYS_PYTHON = "/usr/bin/python3"
 # strict unless a run asks for the functional tests without the sandbox
@@ -54,12 +53,35 @@ class IPyKernel(kutil.Kernel):
         self.workspace = self.workdir / "ws"
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.cf = str(self.workdir / "kernel.json")
-        write_connection_file(self.cf, transport="tcp", key=os.urandom(16).hex().encode())
+        # ports 0: ipykernel binds ports of its own choosing and writes them
+        # into the file (ports picked here and closed again could be taken by
+        # another test's process before ipykernel binds them)
+        ports = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+        Path(self.cf).write_text(json.dumps(dict(
+            {p: 0 for p in ports}, ip="127.0.0.1", transport="tcp", key=os.urandom(16).hex(),
+            signature_scheme="hmac-sha256", kernel_name="")))
         self.log = open(self.workdir / "kernel.log", "wb")
         env = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
         self.proc = subprocess.Popen([SYS_PYTHON, "-m", "ipykernel_launcher", "-f", self.cf],
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.workspace, env=env)
+
+        def bound():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ipykernel exited {self.proc.returncode}: {self.log_text()}")
+            try:
+                info = json.loads(Path(self.cf).read_text())
+            except ValueError:  # being rewritten
+                return False
+            return all(info.get(p) for p in ports)
+
+        try:
+            kutil.poll_until(bound, bool, 60, "ipykernel's ports in its connection file")
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+            self.log.close()
+            raise
         self.kc = BlockingKernelClient(connection_file=self.cf)
         self.kc.load_connection_file()
         self.kc.start_channels()
