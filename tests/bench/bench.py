@@ -573,7 +573,7 @@ def cold_samples(specs, n):
     return out, bad
 
 
-# issue 13's absolute targets for a strict cold start (ms)
+# the absolute targets for a strict cold start (ms)
 COLD_TARGET_MS = {"python": 25, "bash": 12}
 
 
@@ -596,7 +596,7 @@ def bench_cold(num):
         lang = "python" if "python" in s.name else "bash"
         if "--sandbox" not in s.name and s.name not in bad:
             o = st[s.name]
-            row(num, f"cold start {s.name}, absolute (issue 13)", fmt_ms(o), "", "",
+            row(num, f"cold start {s.name}, absolute", fmt_ms(o), "", "",
                 f"<= {COLD_TARGET_MS[lang]} ms", verdict(o["median"] <= COLD_TARGET_MS[lang]))
         if s.name in bad:
             row(num, lab, bad[s.name])
