@@ -264,6 +264,17 @@ static void create_undo_run(km_manager *m, session *s, const create_undo *u)
     }
 }
 
+/* The first save of a new session: 0, or -1 with err. A session that
+ * cannot be saved would vanish with its manager: it is refused. */
+static int create_save(km_manager *m, session *s, km_err *err)
+{
+    km_err why = {0};
+    if (session_save_err(m, s, &why) == 0)
+        return 0;
+    km_err_set(err, KM_EINTERNAL, "cannot create session \"%s\": %s", s->name, why.msg);
+    return -1;
+}
+
 /* Creates (or reopens a kept) session. Caller holds m->lock. A new session
  * is listed with its lock held and *undo filled (*pending 1): the caller
  * saves it after releasing m->lock (create_finish), so that the fsyncs of
@@ -352,7 +363,6 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
     /* what this call creates, to take back on failure */
     struct stat dst;
     int made_dir = lstat(s->dir, &dst) != 0, made_ws = 0, made_link = 0;
-    km_err save_err = {0};
     if (kmhome_mkdir(s->dir, 0700, &why)) {
         km_err_set(err, KM_EINTERNAL, "%s", why.msg);
         goto fail;
@@ -404,13 +414,10 @@ static session *create_locked(km_manager *m, const char *name, const km_session_
         }
     }
     *undo = (create_undo){made_dir, made_ws, made_link, pooled != NULL};
-    if (pthread_mutex_trylock(&s->lock) == 0) {
+    if (pthread_mutex_trylock(&s->lock) == 0)
         *pending = 1;
-    } else if (session_save_err(m, s, &save_err)) {
-        /* a session that cannot be saved would vanish with its manager: refuse it */
-        km_err_set(err, KM_EINTERNAL, "cannot create session \"%s\": %s", name, save_err.msg);
+    else if (create_save(m, s, err))
         goto fail;
-    }
     s->next = m->list;
     m->list = s;
     return s;
@@ -428,13 +435,10 @@ fail:
  * reference dropped. */
 static int create_finish(km_manager *m, session *s, const create_undo *undo, km_err *err)
 {
-    km_err why = {0};
-    if (session_save_err(m, s, &why) == 0) {
+    if (create_save(m, s, err) == 0) {
         pthread_mutex_unlock(&s->lock);
         return 0;
     }
-    /* a session that cannot be saved would vanish with its manager: refuse it */
-    km_err_set(err, KM_EINTERNAL, "cannot create session \"%s\": %s", s->name, why.msg);
     snprintf(s->gone_why, sizeof s->gone_why, "%s", err->msg);
     pthread_mutex_lock(&m->lock); /* lock order: the session's, then m->lock */
     s->gone = 1;

@@ -108,7 +108,7 @@ typedef struct session {
     int gone; /* closed: no new work */
     /* why it is gone when not by a close (its creation failed), for the
      * requests that found it meanwhile; "" = closed */
-    char gone_why[PATH_MAX + 300];
+    char gone_why[sizeof(((km_err *)0)->msg)];
     int from_pool; /* its kernels were pre-started by the warm pool */
     /* the session's one sandbox (mksbx.c): its holder, NULL while there is
      * none, and the holder's socket (stable for the session's life, so
