@@ -38,16 +38,6 @@ _drv = None  # the driver module
 _shell = None  # the one KShell
 
 
-def cell_file(code, number):
-    """The file a cell compiles under: the driver's name for it (the one a
-    Jupyter debugger computes, Murmur2 of the raw cell), noted as cell
-    `number` so that kdebug serves its `source` before a debugger attached."""
-    d = _drv._DBG.mod
-    path = d.cell_file(code) if d is not None else _drv._cell_path(code)
-    _drv._CELL_NAMES[path] = "<cell-%s>" % number
-    return path
-
-
 def _encode(data):
     """A MIME bundle as JSON can carry it (ipykernel's encode_images and
     json_clean): binary images base64, bytes of text decoded."""
@@ -80,7 +70,10 @@ def _classes():
         Jupyter debugger computes from its raw code."""
 
         def get_code_name(self, raw_code, code, number):
-            return cell_file(raw_code, number)
+            # the driver's name (one Murmur2, one tmpFilePrefix), noted as
+            # cell `number` so that kdebug serves its `source` before a
+            # debugger attached
+            return _drv._cell_filename(int(number), raw_code)
 
     class KHistory(HistoryManager):
         """IPython's history in memory only: no database, no saving thread,
