@@ -542,10 +542,16 @@ def test_bash_cell_magic(py2):
     assert interrupt(py)["msg_type"] == "interrupt_reply"
     r = py.collect(msg_id, timeout=30)
     if py.ipython:
-        # IPython's script magic catches the interrupt, ends the script and
-        # says so (the cell succeeds), as in ipykernel
+        # IPython's script magic catches the interrupt and ends the script (the
+        # cell succeeds), as in ipykernel. What it prints is IPython's race, not
+        # ours: the SIGINT reaches the whole process group, so bash may already
+        # be gone when the magic signals it (ProcessLookupError, nothing
+        # printed); otherwise it reports how the script ended, and a loaded
+        # machine can overrun its 0.1 s waits for SIGINT and SIGTERM.
+        assert r["reply"]["content"]["status"] == "ok", r
         out = stream_text(r["iopub"])
-        assert "Process is interrupted." in out and "not-reached" not in out, r
+        ended = ("", "Process is interrupted.\n", "Process is terminated.\n", "Process is killed.\n")
+        assert out in ended and "not-reached" not in out, r
     else:
         assert r["reply"]["content"]["ename"] == "KeyboardInterrupt"
     c, io = run(py, "kept")
