@@ -411,14 +411,6 @@ const kmcfg_opt kmcfg_opts[] = {
                 "`session_sandbox` false, per kernel) in bytes or \"512M\"/\"2G\"; at least 16M, 0 "
                 "= the kernels' "
                 "default"),
-    OPT_SECS("cpus", cpus, KM_CPUS_MIN, KM_CPUS_MAX, 0, KMCFG_F_NONE, "no cap", "CPUs",
-             "CPU rate cap per sandbox (a session's, or per kernel with `session_sandbox` "
-             "false), in CPUs (`0.5` = half of one CPU)"),
-    OPT_SECS(
-        "cpu_time", cpu_time, KM_CPU_TIME_MIN, KM_CPU_TIME_MAX, 0, KMCFG_F_NONE, "no budget",
-        "seconds",
-        "CPU seconds a block may use (all processes of the sandbox together); past it the block "
-        "is stopped like a timeout and the result says so"),
     OPT_SPECIAL("network", &sp_network, 0, "`\"off\"`",
                 "network in the sandbox: \"on\", \"off\" (or true/false), or an egress allow-list "
                 "`{\"allow\": [\"pypi.org\", \"*.example.com:443\"]}` (also "
@@ -431,23 +423,19 @@ const kmcfg_opt kmcfg_opts[] = {
              "`true`: every kernel of a strict session runs in the session's one sandbox (one "
              "network namespace, `/tmp`, process list and cgroup, whose limits are the "
              "session's); `false`: a sandbox per kernel"),
-    OPT_BOOL("zygote", zygote, 1,
-             "`true`: a session sandbox's first Python kernel starts cold, every later one (a "
-             "restart, another Python kernel) is forked by the session's zygote, a Python "
-             "started in that sandbox with the second and kept, the driver loaded (it runs no "
-             "code of the session's); `false`: every kernel starts cold. A workspace venv's "
-             "interpreter always starts cold"),
+/* the plain session options' keys (sessopt.def) */
+#define KM_SO_DEF_BOOL(n, fl, sf, t, d, ch, ah, lh) OPT_BOOL(#n, n, d, ch),
+#define KM_SO_DEF_NUMBER(n, fl, sf, t, lo, hi, z, u, wu, wn, mv, ch, ah, lh)                       \
+    OPT_SECS(#n, n, lo, hi, 0, KMCFG_F_NONE, z, u, ch),
+#define KM_SO_DEF_SIZE(n, fl, sf, t, lo, hi, d, wu, wn, mv, ch, ah, lh)                            \
+    OPT_SIZE(#n, n, lo, hi, d, ch),
+#include "kernelmgr/engine/sessopt.def"
+#undef KM_SO_DEF_BOOL
+#undef KM_SO_DEF_NUMBER
+#undef KM_SO_DEF_SIZE
     OPT_UINT("zygote_forks", zygote_forks, 1, 100000, 64, 0, NULL,
              "kernels one zygote forks before a fresh one replaces it (a count; the forks share "
              "its memory layout)"),
-    OPT_BOOL("ipython", ipython, 0,
-             "`true`: every Python cell runs through IPython's own shell, as in ipykernel "
-             "(magics, `?` help, `_i`/`In`/`Out`, the pretty printer; IPython must be importable "
-             "by the kernel's interpreter, else the stdlib path and the first cell says so); "
-             "it costs each cold start the import of IPython and its shell (160-230 ms in "
-             "`make bench`), which the session's zygote pays once; `false`: the driver's own "
-             "stdlib path, IPython "
-             "imported only for a cell that needs it (KERNELS.md)"),
     OPT_ENUM(
         "transport", transport, "ipc", "tcp",
         "the kernels' ZeroMQ transport; `tcp` is refused unless `transport_tcp_exposed` is set"),
@@ -494,9 +482,6 @@ const kmcfg_opt kmcfg_opts[] = {
     OPT_SIZE("kernel_log_max", kernel_log_max, 4096, 1ull << 40, MIB,
              "bytes of each kernel log file"),
     OPT_SIZE("history_max", history_max, 4096, 1ull << 40, 8 * MIB, "bytes of each history file"),
-    OPT_SIZE("snapshot_max", snapshot_max, 4096, 1ull << 44, 256 * MIB,
-             "bytes of one snapshot of a session (its kernels' states and the workspace copy); "
-             "a larger one is refused by name and the session goes on"),
     OPT_SIZE("import_max_bytes", import_max_bytes, 64 * 1024, 1ull << 44, 1024 * MIB,
              "bytes of a session archive `session.import` accepts (its entries' data, and the "
              "archive itself); a larger one is refused before anything is written"),

@@ -20,26 +20,32 @@
 #include "kernelmgr/engine/lang.h"
 
 typedef struct kmcfg {
-    km_langs langs;             /* the languages: the built-ins and "kernels" (lang.h) */
-    int allow[KM_LANG_MAX];     /* "languages": allowed, by index in langs (default: all) */
-    int languages_set;          /* "languages" was given: a language configured later is
-                                   not allowed unless listed */
-    double timeout;             /* "timeout": seconds per execution (default 60) */
-    double interrupt_grace;     /* "interrupt_grace": seconds after interrupt (default 5) */
-    double start_timeout;       /* "start_timeout": kernel start (default 60) */
-    uint64_t memory;            /* "memory": bytes, 0 = kernel default */
-    double cpus;                /* "cpus": CPU rate cap per sandbox, 0 = none */
-    double cpu_time;            /* "cpu_time": CPU seconds per block, 0 = none */
-    int network;                /* "network": KM_NET_OFF (default), KM_NET_ON, KM_NET_ALLOW */
-    char python[4096];          /* "python": interpreter path, "" = detected */
-    char sandbox[16];           /* "sandbox": "strict" (default) | "none" */
-    int session_sandbox;        /* "session_sandbox": a strict session's kernels share one
-                                   sandbox (mksbx.c); 0: one sandbox per kernel */
-    int zygote;                 /* "zygote": Python kernels of a session sandbox are forked
-                                   by the session's zygote (sbx_zygote.c); 0: cold starts */
-    unsigned zygote_forks;      /* "zygote_forks": forks before a zygote is replaced */
-    int ipython;                /* "ipython": Python cells run through IPython's shell
-                                   (kipython.py); 0: the driver's own stdlib path */
+    km_langs langs;         /* the languages: the built-ins and "kernels" (lang.h) */
+    int allow[KM_LANG_MAX]; /* "languages": allowed, by index in langs (default: all) */
+    int languages_set;      /* "languages" was given: a language configured later is
+                               not allowed unless listed */
+    double timeout;         /* "timeout": seconds per execution (default 60) */
+    double interrupt_grace; /* "interrupt_grace": seconds after interrupt (default 5) */
+    double start_timeout;   /* "start_timeout": kernel start (default 60) */
+    uint64_t memory;        /* "memory": bytes, 0 = kernel default */
+    int network;            /* "network": KM_NET_OFF (default), KM_NET_ON, KM_NET_ALLOW */
+    char python[4096];      /* "python": interpreter path, "" = detected */
+    char sandbox[16];       /* "sandbox": "strict" (default) | "none" */
+    int session_sandbox;    /* "session_sandbox": a strict session's kernels share one
+                               sandbox (mksbx.c); 0: one sandbox per kernel */
+    unsigned zygote_forks;  /* "zygote_forks": forks before a zygote is replaced */
+    /* the plain session options' configuration values (sessopt.def): cpus
+     * (CPU rate cap per sandbox, 0 = none), cpu_time (CPU seconds per block,
+     * 0 = none), zygote (later Python kernels of a session sandbox forked by
+     * its zygote, sbx_zygote.c), ipython (Python cells through IPython's
+     * shell, kipython.py), snapshot_max (bytes of one snapshot) */
+#define KM_SO_DEF_BOOL(name, ...) int name;
+#define KM_SO_DEF_NUMBER(name, ...) double name;
+#define KM_SO_DEF_SIZE(name, ...) uint64_t name;
+#include "kernelmgr/engine/sessopt.def"
+#undef KM_SO_DEF_BOOL
+#undef KM_SO_DEF_NUMBER
+#undef KM_SO_DEF_SIZE
     char transport[8];          /* "transport": "ipc" (default) | "tcp" */
     int transport_tcp_exposed;  /* "transport_tcp_exposed": the operator accepts that with
                                    "tcp" any local user can read every kernel's IOPub
@@ -66,7 +72,6 @@ typedef struct kmcfg {
     uint64_t session_outputs_max; /* "session_outputs_max": outputs/ bytes per session (512M) */
     uint64_t kernel_log_max;      /* "kernel_log_max": a kernel log file's size (1M) */
     uint64_t history_max;         /* "history_max": each history file's size (8M) */
-    uint64_t snapshot_max;        /* "snapshot_max": bytes of one snapshot (256M) */
     uint64_t import_max_bytes;    /* "import_max_bytes": bytes of a session archive (1G) */
     unsigned import_max_entries;  /* "import_max_entries": entries of one (100000) */
     double snapshot_interval;     /* "snapshot_interval": cell seconds between automatic

@@ -38,21 +38,24 @@ typedef struct km_session_opts {
     /* where dtier_sopts_fill writes network_allow */
     char network_allow_buf[KM_NET_ALLOW_MAX];
 
-    unsigned long long memory;       /* 0 = config */
-    double cpus;                     /* CPU rate cap in CPUs (1.5 = one and a half); 0 = config */
-    double cpu_time;                 /* CPU-time budget per block in seconds; 0 = config */
-    const char *python;              /* interpreter path */
-    const char *workspace;           /* existing directory used instead of a fresh one */
-    const char *sandbox;             /* "strict" | "none" */
-    int zygote;                      /* -1 (config), 0 (Python kernels start cold), 1 */
-    int ipython;                     /* -1 (config), 0 (the stdlib path), 1 (cells through
-                                        IPython's shell) */
-    const json_t *env;               /* borrowed: {NAME: "value"} for the code's environment,
-                                        on top of the configuration's "env"; NULL = none */
-    unsigned long long snapshot_max; /* bytes of one snapshot; 0 = config */
-    int no_create;                   /* 1: a session that does not exist (neither live nor kept
-                                        on disk) is KM_ENOSESSION, never made (the API's
-                                        "create": false) */
+    unsigned long long memory; /* 0 = config */
+    const char *python;        /* interpreter path */
+    const char *workspace;     /* existing directory used instead of a fresh one */
+    const char *sandbox;       /* "strict" | "none" */
+    const json_t *env;         /* borrowed: {NAME: "value"} for the code's environment,
+                                  on top of the configuration's "env"; NULL = none */
+    /* the plain options (sessopt.def): a BOOL -1 (config), 0, 1; a NUMBER
+     * or SIZE 0 (config) */
+#define KM_SO_DEF_BOOL(name, ...) int name;
+#define KM_SO_DEF_NUMBER(name, ...) double name;
+#define KM_SO_DEF_SIZE(name, ...) unsigned long long name;
+#include "kernelmgr/engine/sessopt.def"
+#undef KM_SO_DEF_BOOL
+#undef KM_SO_DEF_NUMBER
+#undef KM_SO_DEF_SIZE
+    int no_create; /* 1: a session that does not exist (neither live nor kept
+                      on disk) is KM_ENOSESSION, never made (the API's
+                      "create": false) */
 } km_session_opts;
 
 void km_session_opts_init(km_session_opts *o);

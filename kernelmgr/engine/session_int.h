@@ -91,13 +91,17 @@ typedef struct session {
     int network;                      /* KM_NET_* (netopt.h), -1: the configuration's */
     char net_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list, else "" */
     unsigned long long memory;
-    double cpus;                     /* --cpus of its kernels; 0 = the configuration's */
-    double cpu_time;                 /* --cpu-time of its kernels; 0 = the configuration's */
-    unsigned long long snapshot_max; /* bytes of one snapshot; 0 = the configuration's */
     char python[1024];
     char sandbox[16];
-    int zygote;  /* its own "zygote" option: -1 the configuration's, 0, 1 */
-    int ipython; /* its own "ipython" option: -1 the configuration's, 0, 1 */
+    /* its own plain options (sessopt.def): a BOOL -1 (the configuration's),
+     * 0, 1; a NUMBER or SIZE 0 (the configuration's) */
+#define KM_SO_DEF_BOOL(name, ...) int name;
+#define KM_SO_DEF_NUMBER(name, ...) double name;
+#define KM_SO_DEF_SIZE(name, ...) unsigned long long name;
+#include "kernelmgr/engine/sessopt.def"
+#undef KM_SO_DEF_BOOL
+#undef KM_SO_DEF_NUMBER
+#undef KM_SO_DEF_SIZE
     json_t *env; /* owned: the session's own {NAME: "value"} (on top of the
                     configuration's), NULL when none; persisted in session.json */
     pthread_mutex_t lock;

@@ -282,10 +282,6 @@ const km_sessopt km_sessopts[] = {
      KM_SO_WARN | KM_SO_INT_UNSET, NULL, NULL, &net_hooks},
     {"memory", "--memory", KM_SO_SIZE, OO(memory), SO(memory), CO(memory),
      KM_SO_SAVE_UNSET | KM_SO_WARN, " bytes", "the kernel's default memory limit", NULL},
-    {"cpus", "--cpus", KM_SO_NUMBER, OO(cpus), SO(cpus), CO(cpus), KM_SO_WARN, "",
-     "no CPU rate cap", NULL},
-    {"cpu_time", "--cpu-time", KM_SO_NUMBER, OO(cpu_time), SO(cpu_time), CO(cpu_time), KM_SO_WARN,
-     " s per block", "no CPU-time limit per block", NULL},
     {"python", "--python", KM_SO_STRING, OO(python), SO(python), CO(python),
      KM_SO_SAVE_UNSET | KM_SO_WARN, NULL, "(detected)", NULL},
     {"workspace", "--workspace", KM_SO_SPECIAL, OO(workspace), SO(workspace), 0,
@@ -293,12 +289,17 @@ const km_sessopt km_sessopts[] = {
     {"env", "--env", KM_SO_SPECIAL, OO(env), SO(env), CO(env), KM_SO_WARN, NULL, NULL, &env_hooks},
     {"sandbox", "--sandbox", KM_SO_STRING, OO(sandbox), SO(sandbox), CO(sandbox),
      KM_SO_POOL_SAME | KM_SO_SAVE_UNSET | KM_SO_CFG_FILL | KM_SO_WARN, NULL, NULL, NULL},
-    {"ipython", "--ipython", KM_SO_BOOL, OO(ipython), SO(ipython), CO(ipython),
-     KM_SO_POOL_SAME | KM_SO_WARN, NULL, NULL, NULL},
-    {"zygote", "--zygote", KM_SO_BOOL, OO(zygote), SO(zygote), CO(zygote), KM_SO_POOL_SAME, NULL,
-     NULL, NULL},
-    {"snapshot_max", "--snapshot-max", KM_SO_SIZE, OO(snapshot_max), SO(snapshot_max),
-     CO(snapshot_max), 0, NULL, NULL, NULL},
+/* the plain ones (sessopt.def) */
+#define KM_SO_DEF_BOOL(n, fl, sf, t, d, ch, ah, lh)                                                \
+    {#n, "--" fl, KM_SO_BOOL, OO(n), SO(n), CO(n), sf, NULL, NULL, NULL},
+#define KM_SO_DEF_NUMBER(n, fl, sf, t, lo, hi, z, u, wu, wn, mv, ch, ah, lh)                       \
+    {#n, "--" fl, KM_SO_NUMBER, OO(n), SO(n), CO(n), sf, wu, wn, NULL},
+#define KM_SO_DEF_SIZE(n, fl, sf, t, lo, hi, d, wu, wn, mv, ch, ah, lh)                            \
+    {#n, "--" fl, KM_SO_SIZE, OO(n), SO(n), CO(n), sf, wu, wn, NULL},
+#include "kernelmgr/engine/sessopt.def"
+#undef KM_SO_DEF_BOOL
+#undef KM_SO_DEF_NUMBER
+#undef KM_SO_DEF_SIZE
     {NULL, NULL, KM_SO_SPECIAL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 

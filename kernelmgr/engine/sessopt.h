@@ -12,9 +12,12 @@
  * is dtier.c's dtier_sessopts, checked against this one by
  * tests/unit/test_km_sessopt.c.
  *
- * Adding a session option: a field in km_session_opts and in session, a row
- * here, a row in dtier_sessopts (and its config key in kmcfg_opts), and the
- * code that uses it.
+ * Adding a plain session option (on/off, a number, a size) is one row in
+ * sessopt.def, from which its fields, its row here, its config key, its API
+ * row and its CLI flag are made, and the code that uses it. An option of
+ * another shape needs a field in km_session_opts and in session, a row here
+ * (with hooks when no type fits), a row in dtier_sessopts, its config key in
+ * kmcfg_opts and its CLI flag.
  */
 #ifndef KERNELMGR_SESSOPT_H
 #define KERNELMGR_SESSOPT_H

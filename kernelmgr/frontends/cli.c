@@ -22,6 +22,7 @@
 #include "kernelmgr/engine/km.h"
 #include "kernelmgr/engine/kmhome.h"
 #include "kernelmgr/engine/result.h"
+#include "common/cm_size.h"
 #include "common/cm_termsafe.h"
 #include "kernels/server/kenv.h"
 #include "common/cm_clock.h"
@@ -86,9 +87,8 @@ typedef struct cli {
     int network;                      /* -1 unset, else KM_NET_* */
     char net_allow[KM_NET_ALLOW_MAX]; /* KM_NET_ALLOW: the canonical list */
     uint64_t memory;
-    /* the session options the CLI keeps as km_session_opts has them (their
-     * flags' rows name the field: --zygote, --ipython, --cpus, --cpu-time,
-     * --snapshot-max), unset when not given; the others are the fields above */
+    /* the plain session options (sessopt.def: their flags' rows name the
+     * field), unset when not given; the others are the fields above */
     km_session_opts so;
     int json, continue_on_error, keep, user, stop, pool;
     const char *repair; /* sessions --repair NAME */
@@ -2160,13 +2160,29 @@ static int opt_memory(cli *c, const cli_opt *o, const char *arg)
     return 0;
 }
 
-static int opt_snapshot_max(cli *c, const cli_opt *o, const char *arg)
+/* The API's row of the session option a flag sets ("cpu-time": cpu_time);
+ * every flag of sessopt.def has one. */
+static const dtier_sessopt *flag_sessopt(const cli_opt *o)
 {
+    char key[32];
+    snprintf(key, sizeof key, "%s", o->name);
+    for (char *p = key; *p; p++)
+        *p = *p == '-' ? '_' : *p;
+    return dtier_sessopt_find(key);
+}
+
+/* A size of at least its session option's minimum into the unsigned long
+ * long field at o->off (--snapshot-max). */
+static int opt_sesssize(cli *c, const cli_opt *o, const char *arg)
+{
+    const dtier_sessopt *so = flag_sessopt(o);
     uint64_t bytes;
-    if (kmcfg_parse_size(arg, &bytes) || bytes < (uint64_t)dtier_sessopt_find("snapshot_max")->min)
-        return usage_error("--snapshot-max must be a size of at least 4K, like 64M (got \"%s\")",
-                           arg);
-    c->so.snapshot_max = bytes;
+    if (kmcfg_parse_size(arg, &bytes) || bytes < (uint64_t)so->min) {
+        char mb[32];
+        return usage_error("--%s must be a size of at least %s, like 64M (got \"%s\")", o->name,
+                           cm_size_format((uint64_t)so->min, mb, sizeof mb), arg);
+    }
+    *CLI_FIELD(unsigned long long, c, o) = bytes;
     return 0;
 }
 
@@ -2179,20 +2195,16 @@ static int opt_onoff(cli *c, const cli_opt *o, const char *arg)
     return 0;
 }
 
-/* A number in the range of the session option of the same name ("cpu-time":
- * cpu_time). */
+/* A number in the range of its session option into the double field at
+ * o->off (--cpus, --cpu-time). */
 static int opt_sessnum(cli *c, const cli_opt *o, const char *arg)
 {
-    char key[32];
-    snprintf(key, sizeof key, "%s", o->name);
-    for (char *p = key; *p; p++)
-        *p = *p == '-' ? '_' : *p;
-    const dtier_sessopt *so = dtier_sessopt_find(key);
+    const dtier_sessopt *so = flag_sessopt(o);
     char *end;
     double v = strtod(arg, &end);
     if (*end || end == arg || !(v >= so->min) || v > so->max)
-        return usage_error("--%s must be a number%s from %g to %.0f (got \"%s\")", o->name,
-                           strcmp(key, "cpus") ? " of seconds" : " of CPUs", so->min, so->max, arg);
+        return usage_error("--%s must be a number of %s from %g to %.0f (got \"%s\")", o->name,
+                           kmcfg_opt_find(so->f.name)->unit, so->min, so->max, arg);
     *CLI_FIELD(double, c, o) = v;
     return 0;
 }
@@ -2265,18 +2277,16 @@ static const cli_opt cli_opts[] = {
      "the filtering proxy;\nat most 32 entries"},
     {"memory", 0, "SIZE", opt_memory, 0,
      "memory limit of the session's sandbox, which its\nkernels share, e.g. 1G (new sessions)"},
-    {"snapshot-max", 0, "SIZE", opt_snapshot_max, 0,
-     "largest snapshot of the session, e.g. 64M (new\nsessions; default the configuration's)"},
-    {"zygote", 0, "on|off", opt_onoff, OFF(so.zygote),
-     "off: every Python kernel of the session starts cold\n(new sessions; default the "
-     "configuration's zygote)"},
-    {"ipython", 0, "on|off", opt_onoff, OFF(so.ipython),
-     "on: every Python cell runs through IPython's shell,\nas in ipykernel (new sessions; "
-     "default the\nconfiguration's ipython, off)"},
-    {"cpus", 0, "N", opt_sessnum, OFF(so.cpus),
-     "CPU rate cap of each kernel in CPUs, e.g. 1.5 (new sessions)"},
-    {"cpu-time", 0, "SECONDS", opt_sessnum, OFF(so.cpu_time),
-     "CPU-time budget per block (new sessions)"},
+/* the plain session options (sessopt.def) */
+#define KM_SO_DEF_BOOL(n, fl, sf, t, d, ch, ah, lh) {fl, 0, "on|off", opt_onoff, OFF(so.n), lh},
+#define KM_SO_DEF_NUMBER(n, fl, sf, t, lo, hi, z, u, wu, wn, mv, ch, ah, lh)                       \
+    {fl, 0, mv, opt_sessnum, OFF(so.n), lh},
+#define KM_SO_DEF_SIZE(n, fl, sf, t, lo, hi, d, wu, wn, mv, ch, ah, lh)                            \
+    {fl, 0, mv, opt_sesssize, OFF(so.n), lh},
+#include "kernelmgr/engine/sessopt.def"
+#undef KM_SO_DEF_BOOL
+#undef KM_SO_DEF_NUMBER
+#undef KM_SO_DEF_SIZE
     {"workspace", 0, "DIR", opt_str, OFF(workspace), "use DIR as the workspace (new sessions)"},
     {"python", 0, "PATH", opt_abs_path, OFF(python),
      "Python interpreter of the python kernel (new sessions)"},

@@ -69,22 +69,6 @@ const dtier_sessopt dtier_sessopts[] = {
      NULL,
      DT_CEIL_MEMORY,
      "Memory limit of each kernel, e.g. \"1G\" (at least 16M, at most the operator's)."},
-    {{"cpus", DT_ALL, 0, NULL},
-     DT_SO_NUMBER,
-     KM_CPUS_MIN,
-     KM_CPUS_MAX,
-     {NULL},
-     NULL,
-     DT_CEIL_CPUS,
-     "CPU rate cap of each kernel in CPUs, e.g. 0.5 (at most the operator's)."},
-    {{"cpu_time", DT_ALL, 0, NULL},
-     DT_SO_NUMBER,
-     KM_CPU_TIME_MIN,
-     KM_CPU_TIME_MAX,
-     {NULL},
-     NULL,
-     DT_CEIL_CPU_TIME,
-     "CPU-time budget of each block in seconds (at most the operator's)."},
     {{"python", DT_O, DT_H, HOST_PATH},
      DT_SO_PATH,
      0,
@@ -109,14 +93,6 @@ const dtier_sessopt dtier_sessopts[] = {
      "none",
      DT_CEIL_SANDBOX,
      "Sandbox level (default strict)."},
-    {{"snapshot_max", DT_ALL, 0, NULL},
-     DT_SO_SIZE,
-     4096,
-     0,
-     {NULL},
-     NULL,
-     DT_CEIL_SNAPSHOT,
-     "Bytes of one snapshot of the session, e.g. \"64M\" (at most the operator's)."},
     {{"env", DT_ALL, 0, NULL},
      DT_SO_ENV,
      0,
@@ -127,25 +103,18 @@ const dtier_sessopt dtier_sessopts[] = {
      "Environment variables for the code, {NAME: value} (a session keeps the variables it was "
      "created with; the code sees no other variable of the server's but LANG, LC_*, TERM and "
      "TZ)."},
-    {{"zygote", DT_ALL, 0, NULL},
-     DT_SO_BOOL,
-     0,
-     0,
-     {NULL},
-     NULL,
-     DT_CEIL_NONE,
-     "false: every Python kernel of the session starts cold; true: its later ones are forked by "
-     "the session's zygote (default the configuration's)."},
-    {{"ipython", DT_ALL, 0, NULL},
-     DT_SO_BOOL,
-     0,
-     0,
-     {NULL},
-     NULL,
-     DT_CEIL_NONE,
-     "true: every Python cell runs through IPython's shell, as in ipykernel (IPython must be "
-     "importable by the kernel's interpreter; each cold start pays its import, the session's "
-     "zygote once); false: the stdlib path (default the configuration's)."},
+/* the plain ones (sessopt.def); the configuration's value is a number's
+ * or size's ceiling */
+#define KM_SO_DEF_BOOL(n, fl, sf, t, d, ch, ah, lh)                                                \
+    {{#n, t, 0, NULL}, DT_SO_BOOL, 0, 0, {NULL}, NULL, DT_CEIL_NONE, ah},
+#define KM_SO_DEF_NUMBER(n, fl, sf, t, lo, hi, z, u, wu, wn, mv, ch, ah, lh)                       \
+    {{#n, t, 0, NULL}, DT_SO_NUMBER, lo, hi, {NULL}, NULL, DT_CEIL_CFG, ah},
+#define KM_SO_DEF_SIZE(n, fl, sf, t, lo, hi, d, wu, wn, mv, ch, ah, lh)                            \
+    {{#n, t, 0, NULL}, DT_SO_SIZE, lo, hi, {NULL}, NULL, DT_CEIL_CFG, ah},
+#include "kernelmgr/engine/sessopt.def"
+#undef KM_SO_DEF_BOOL
+#undef KM_SO_DEF_NUMBER
+#undef KM_SO_DEF_SIZE
     {{NULL, 0, 0, NULL}, 0, 0, 0, {NULL}, NULL, DT_CEIL_NONE, NULL},
 };
 
@@ -317,8 +286,8 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
         double d = json_number_value(v);
         /* 0: the configuration's (as before: not a value of its own) */
         if (d != 0 && !(d >= o->min && d <= o->max)) {
-            km_err_set(why, KM_EUSAGE, "field \"%s\": must be a number %s from %g to %.0f", name,
-                       !strcmp(name, "cpus") ? "of CPUs" : "of seconds", o->min, o->max);
+            km_err_set(why, KM_EUSAGE, "field \"%s\": must be a number of %s from %g to %.0f", name,
+                       kmcfg_opt_find(name)->unit, o->min, o->max);
             return -1;
         }
         *SO_FIELD(double, so, name) = d;
@@ -471,24 +440,29 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
             }
             break;
         }
-        case DT_CEIL_SNAPSHOT:
-            if (so->snapshot_max > cfg->snapshot_max) {
-                km_err_set(why, KM_EUSAGE,
-                           "field \"snapshot_max\": %s exceeds the operator's limit %s (config "
-                           "\"snapshot_max\")",
-                           given(v, gb, sizeof gb), fmt_size(cfg->snapshot_max, lb, sizeof lb));
-                return -1;
-            }
-            break;
-        case DT_CEIL_CPUS:
-        case DT_CEIL_CPU_TIME: {
-            int cpus = o->ceiling == DT_CEIL_CPUS;
-            double lim = cpus ? cfg->cpus : cfg->cpu_time, want = cpus ? so->cpus : so->cpu_time;
-            if (lim > 0 && want > lim) {
-                km_err_set(why, KM_EUSAGE,
-                           "field \"%s\": %g exceeds the operator's limit %g (config \"%s\")",
-                           o->f.name, want, lim, o->f.name);
-                return -1;
+        case DT_CEIL_CFG: {
+            /* the configuration's value of the same key, when it has one */
+            const km_sessopt *r = km_sessopt_find(o->f.name);
+            const kmcfg_opt *c = kmcfg_opt_find(o->f.name);
+            if (o->type == DT_SO_SIZE) {
+                uint64_t lim = *(const uint64_t *)(const void *)((const char *)cfg + r->c_off);
+                unsigned long long want = *SO_FIELD(unsigned long long, so, o->f.name);
+                if (lim && want > lim) {
+                    km_err_set(why, KM_EUSAGE,
+                               "field \"%s\": %s exceeds the operator's limit %s (config \"%s\")",
+                               o->f.name, given(v, gb, sizeof gb), fmt_size(lim, lb, sizeof lb),
+                               c->name);
+                    return -1;
+                }
+            } else {
+                double lim = *(const double *)(const void *)((const char *)cfg + r->c_off);
+                double want = *SO_FIELD(double, so, o->f.name);
+                if (lim > 0 && want > lim) {
+                    km_err_set(why, KM_EUSAGE,
+                               "field \"%s\": %g exceeds the operator's limit %g (config \"%s\")",
+                               o->f.name, want, lim, c->name);
+                    return -1;
+                }
             }
             break;
         }

@@ -73,13 +73,12 @@ typedef enum dtier_sotype {
 /* Where a session option's ceiling comes from in the configuration. */
 typedef enum dtier_ceil {
     DT_CEIL_NONE,
-    DT_CEIL_MEMORY,   /* cfg->memory, or the kernels' default (DTIER_DEFAULT_MEMORY) */
-    DT_CEIL_CPUS,     /* cfg->cpus when set */
-    DT_CEIL_CPU_TIME, /* cfg->cpu_time when set */
-    DT_CEIL_NETWORK,  /* "on" only when cfg->network is on; an allow-list only within
-                         cfg's (or with cfg on) */
-    DT_CEIL_SANDBOX,  /* "none" only when cfg->sandbox is none */
-    DT_CEIL_SNAPSHOT, /* cfg->snapshot_max */
+    DT_CEIL_MEMORY,  /* cfg->memory, or the kernels' default (DTIER_DEFAULT_MEMORY) */
+    DT_CEIL_CFG,     /* a number or size: the configuration's value of the same
+                        key (its kmcfg_opts row), when set */
+    DT_CEIL_NETWORK, /* "on" only when cfg->network is on; an allow-list only within
+                        cfg's (or with cfg on) */
+    DT_CEIL_SANDBOX, /* "none" only when cfg->sandbox is none */
 } dtier_ceil;
 
 /* The kernels' memory limit when the configuration sets none

@@ -288,6 +288,105 @@ static void unset_round_trip(void **state)
     manager_free(m);
 }
 
+/* The plain options as sessopt.def declares them, expanded here once more:
+ * each is in every table made from it, with the type, range, default and
+ * help of its row, and survives create -> save -> load -> fork with a
+ * value that is not the configuration's (a row added there is checked
+ * without a line here). */
+typedef struct plain_row {
+    const char *name;
+    km_sotype type;
+    double min, max, def;
+    const char *api_help;
+} plain_row;
+
+static const plain_row plain_rows[] = {
+#define KM_SO_DEF_BOOL(n, fl, sf, t, d, ch, ah, lh) {#n, KM_SO_BOOL, 0, 1, d, ah},
+#define KM_SO_DEF_NUMBER(n, fl, sf, t, lo, hi, z, u, wu, wn, mv, ch, ah, lh)                       \
+    {#n, KM_SO_NUMBER, lo, hi, 0, ah},
+#define KM_SO_DEF_SIZE(n, fl, sf, t, lo, hi, d, wu, wn, mv, ch, ah, lh)                            \
+    {#n, KM_SO_SIZE, lo, hi, d, ah},
+#include "kernelmgr/engine/sessopt.def"
+#undef KM_SO_DEF_BOOL
+#undef KM_SO_DEF_NUMBER
+#undef KM_SO_DEF_SIZE
+};
+#define NPLAIN (sizeof plain_rows / sizeof plain_rows[0])
+
+static void plain_rows_everywhere(void **state)
+{
+    (void)state;
+    km_manager *m = manager();
+    km_session_opts o;
+    km_session_opts_init(&o);
+    for (size_t i = 0; i < NPLAIN; i++) {
+        const plain_row *p = &plain_rows[i];
+        const km_sessopt *r = km_sessopt_find(p->name);
+        const kmcfg_opt *c = kmcfg_opt_find(p->name);
+        const dtier_sessopt *d = dtier_sessopt_find(p->name);
+        assert_non_null(r);
+        assert_non_null(c);
+        assert_non_null(d);
+        assert_int_equal(r->type, p->type);
+        assert_string_equal(d->help, p->api_help);
+        char *cv = (char *)&m->cfg + r->c_off;
+        char *ov = (char *)&o + r->o_off;
+        switch (p->type) {
+        case KM_SO_BOOL:
+            assert_int_equal(c->type, KMCFG_BOOL);
+            assert_int_equal(d->type, DT_SO_BOOL);
+            assert_int_equal(*(int *)(void *)cv, (int)p->def);
+            *(int *)(void *)ov = !(int)p->def;
+            break;
+        case KM_SO_NUMBER:
+            assert_int_equal(c->type, KMCFG_SECONDS);
+            assert_int_equal(d->type, DT_SO_NUMBER);
+            assert_true(c->min == p->min && c->max == p->max);
+            assert_true(d->min == p->min && d->max == p->max);
+            assert_int_equal(d->ceiling, DT_CEIL_CFG);
+            *(double *)(void *)ov = p->min * 2;
+            break;
+        case KM_SO_SIZE:
+            assert_int_equal(c->type, KMCFG_SIZE);
+            assert_int_equal(d->type, DT_SO_SIZE);
+            assert_true(c->min == p->min && c->max == p->max && d->min == p->min);
+            assert_true(*(uint64_t *)(void *)cv == (uint64_t)p->def);
+            assert_int_equal(d->ceiling, DT_CEIL_CFG);
+            *(unsigned long long *)(void *)ov = (unsigned long long)p->min * 2;
+            break;
+        default:
+            fail();
+        }
+    }
+    session *s = calloc(1, sizeof *s), *t = calloc(1, sizeof *t);
+    assert_non_null(s);
+    assert_non_null(t);
+    km_sessopt_unset(s);
+    km_sessopt_unset(t);
+    snprintf(s->name, sizeof s->name, "p");
+    assert_int_equal(km_sessopt_create(m, s, &o), 0);
+    json_t *saved = json_object();
+    assert_int_equal(km_sessopt_save(s, saved), 0);
+    km_sessopt_load(m, t, saved, "p");
+    km_session_opts f;
+    km_session_opts_init(&f);
+    json_t *hold = NULL;
+    km_sessopt_fork(t, &f, &hold);
+    for (size_t i = 0; i < NPLAIN; i++) {
+        const km_sessopt *r = km_sessopt_find(plain_rows[i].name);
+        assert_non_null(json_object_get(saved, r->name));
+        assert_memory_equal((char *)s + r->s_off, (char *)t + r->s_off, r->s_size);
+        assert_memory_equal((char *)&o + r->o_off, (char *)&f + r->o_off, r->s_size);
+    }
+    json_decref(hold);
+    json_decref(saved);
+    json_decref(s->env);
+    json_decref(t->env);
+    free(s);
+    free(t);
+    manager_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -295,6 +394,7 @@ int main(void)
         cmocka_unit_test(pool_default),
         cmocka_unit_test(round_trip),
         cmocka_unit_test(unset_round_trip),
+        cmocka_unit_test(plain_rows_everywhere),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
