@@ -637,6 +637,19 @@ def jc_kernelspecs():
     if p.returncode:
         raise RuntimeError(f"kernelspec install: {p.stderr.strip()[-200:]}")
     share = d / "prefix" / "share" / "jupyter"
+    # the same Python kernel with IPython loaded (kernelspec install --ipython on)
+    ipy = json.loads((share / "kernels" / "kernelmgr-python" / "kernel.json").read_text())
+    ipy["argv"] += ["--ipython", "on"]
+    ipy["display_name"] += " (IPython)"
+    k = share / "kernels" / "kernelmgr-python-ipython"
+    k.mkdir(parents=True, exist_ok=True)
+    (k / "kernel.json").write_text(json.dumps(ipy))
+    # the floor: a "kernel" that does nothing, so start_kernel is only
+    # jupyter_client's launcher (connection file, ports, Popen)
+    k = share / "kernels" / "noop"
+    k.mkdir(parents=True, exist_ok=True)
+    (k / "kernel.json").write_text(json.dumps({
+        "argv": ["/bin/sleep", "60"], "display_name": "no-op", "language": "none"}))
     if importlib.util.find_spec("ipykernel") is not None:
         k = share / "kernels" / "python3"
         k.mkdir(parents=True, exist_ok=True)
@@ -823,8 +836,21 @@ def jc_exec_once(name, rt):
     return t1 - t0, cpu
 
 
-# the target for a strict bash kernel through the stock client (ms)
-JC_EXEC_TARGET_MS = {"kernelmgr-bash": 12}
+def jc_noop_once(rt):
+    """start_kernel of the no-op kernelspec alone: what the launcher costs
+    before any kernel runs (seconds)."""
+    from jupyter_client import KernelManager
+    km = KernelManager(kernel_name="noop")
+    t0 = time.perf_counter()
+    km.start_kernel(cwd=str(rt), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t = time.perf_counter() - t0
+    km.shutdown_kernel(now=True)
+    return t
+
+
+# the targets through the stock client (ms): strict, Python with IPython
+# loaded and bash
+JC_EXEC_TARGET_MS = {"kernelmgr-python-ipython": 15, "kernelmgr-bash": 12}
 
 
 def bench_jc_exec(num):
@@ -833,10 +859,11 @@ def bench_jc_exec(num):
                                           "PYDEVD_DISABLE_FILE_VALIDATION")}
     os.environ.update(JUPYTER_PATH=str(share), JUPYTER_RUNTIME_DIR=str(d / "rt"),
                       PYDEVD_DISABLE_FILE_VALIDATION="1")
-    names = ["kernelmgr-python", "kernelmgr-bash"]
+    names = ["kernelmgr-python", "kernelmgr-python-ipython", "kernelmgr-bash"]
     if (share / "kernels" / "python3").exists():
         names.append("python3")
     res = {n: {"ms": [], "cpu_ms": []} for n in names}
+    noop = []
     bad = {}
     try:
         for n in names:  # untimed warm-up: caches, page cache, jupyter_client's imports
@@ -844,10 +871,14 @@ def bench_jc_exec(num):
                 jc_exec_once(n, d)
             except Exception as e:  # noqa: BLE001
                 bad[n] = f"error: {str(e)[:200]}"
+        jc_noop_once(d)
         for _ in range(n_of("jc_exec")):
-            order = [n for n in names if n not in bad]
+            order = [n for n in names if n not in bad] + ["noop"]
             random.shuffle(order)
             for n in order:
+                if n == "noop":
+                    noop.append(jc_noop_once(d) * 1000)
+                    continue
                 try:
                     t, cpu = jc_exec_once(n, d)
                 except Exception as e:  # noqa: BLE001
@@ -862,13 +893,15 @@ def bench_jc_exec(num):
             else:
                 os.environ[k] = v
     st = {n: {"first_reply": stats(r["ms"]), "cpu": stats(r["cpu_ms"])} for n, r in res.items()}
-    DATA["jc_exec_ms"] = {"stats": st, "failed": bad,
+    DATA["jc_exec_ms"] = {"stats": st, "failed": bad, "start_kernel_noop": stats(noop),
                           "measures": "KernelManager.start_kernel -> execute_reply of a first "
                                       "cell sent right after start_channels (no "
                                       "wait_for_ready, jupyter_client's default context); cpu: "
                                       "the kernel's process tree, spawn to exit"}
     ref = st.get("python3") if "python3" not in bad else None
-    for n in ("kernelmgr-python", "kernelmgr-bash"):
+    row(num, "start_kernel alone of a kernel that does nothing (/bin/sleep): jupyter_client's "
+        "launcher, the floor under every row below", fmt_ms(stats(noop)), "", "", "(info)")
+    for n in ("kernelmgr-python", "kernelmgr-python-ipython", "kernelmgr-bash"):
         lab = f"start_kernel -> first execute_reply, stock jupyter_client, {n} (strict)"
         if n in bad:
             row(num, lab, bad[n])
