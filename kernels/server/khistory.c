@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <dirent.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,4 +350,39 @@ json_t *khistory_query(const khistory *h, const json_t *content)
         json_decref(rev);
     }
     return out;
+}
+
+void khistory_sweep(const char *path)
+{
+    static const char suffix[] = ".history.jsonl";
+    static const char record[] = "{\"session\":";
+    const size_t sl = sizeof suffix - 1;
+    const char *slash = path ? strrchr(path, '/') : NULL;
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    const char *own = slash ? slash + 1 : path;
+    DIR *d = dir && path ? opendir(dir) : NULL;
+    free(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len <= sl || strcmp(de->d_name + len - sl, suffix) || !strcmp(de->d_name, own))
+            continue;
+        char base[NAME_MAX + 1];
+        snprintf(base, sizeof base, "%.*s", (int)(len - sl), de->d_name);
+        struct stat st;
+        if (faccessat(dirfd(d), base, F_OK, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+            continue; /* its connection file is there: a live or restartable kernel's */
+        int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        char head[sizeof record - 1];
+        int ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+                   (st.st_size == 0 || (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head &&
+                                        !memcmp(head, record, sizeof head)));
+        close(fd);
+        if (ours)
+            unlinkat(dirfd(d), de->d_name, 0);
+    }
+    if (d)
+        closedir(d);
 }

@@ -34,4 +34,14 @@ int khistory_add(khistory *h, int line, const char *input);
  * (pattern as a glob, n, unique); output true gives [input, null] pairs. */
 json_t *khistory_query(const khistory *h, const json_t *content);
 
+/* Removes the history files that outlived their connection files in the
+ * directory of path (this kernel's own history file, which is kept): a
+ * Jupyter client makes a connection file per kernel and removes it after
+ * the kernel ends, so each kernel it started would leave its history file
+ * behind in the runtime directory. Only regular files of this user named
+ * NAME.history.jsonl whose NAME is gone, empty or starting as a record of
+ * ours, are removed. Called as a kernel ends: off the start path, and every
+ * ended kernel's file goes at the next end. */
+void khistory_sweep(const char *path);
+
 #endif

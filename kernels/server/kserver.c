@@ -834,6 +834,7 @@ int kserver_main(int argc, char **argv, const kbackend *backend)
     if (!ks->protections)
         ks->protections = json_array();
     run_loop(ks);
+    khistory_sweep(ks->history_path);
     status = 0;
 out:
     server_free(ks);

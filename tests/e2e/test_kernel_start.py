@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,48 @@ def test_wait_for_ready_needs_no_second_kernel_info(lang, tmp_path, monkeypatch)
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_history_files_go_with_the_connection_files_jupyter_removes(tmp_path, monkeypatch):
+    """A Jupyter client makes a connection file per kernel in its runtime
+    directory and removes it after the kernel ends; the kernel's history file
+    beside it must not pile up there (one per kernel ever started). A kernel
+    that ends removes the ones whose connection file is gone; a live
+    kernel's, and a file that is not a history of ours, stay."""
+    monkeypatch.setenv("JUPYTER_PATH", spec_dir(tmp_path, "bash"))
+    rt = tmp_path / "rt"
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(rt))
+    rt.mkdir()
+    foreign = rt / "notes.json.history.jsonl"  # someone else's file of that name
+    foreign.write_text("my notes\n")
+
+    def one_kernel():
+        km = KernelManager(kernel_name="km-bash")
+        # where jupyter_server's MultiKernelManager puts it (a KernelManager
+        # alone would take a temporary file in /tmp)
+        km.connection_file = str(rt / f"kernel-{uuid.uuid4()}.json")
+        km.start_kernel(cwd=str(tmp_path))
+        kc = km.client()
+        try:
+            kc.start_channels()
+            kc.wait_for_ready(timeout=60)
+            reply = kc.execute_interactive("echo hi", timeout=60, output_hook=lambda m: None)
+            assert reply["content"]["status"] == "ok"
+            hist = Path(km.connection_file + ".history.jsonl")
+            assert hist.exists()
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel()  # a shutdown_request, as a frontend ends a kernel
+        assert not os.path.exists(km.connection_file)
+        return hist
+
+    first = one_kernel()
+    assert first.exists()  # its end came before jupyter_client removed its file
+    second = one_kernel()
+    assert not first.exists(), sorted(p.name for p in rt.iterdir())
+    assert second.exists() and foreign.read_text() == "my notes\n"
+    histories = [p.name for p in rt.iterdir() if p.name.endswith(".history.jsonl")]
+    assert sorted(histories) == sorted([second.name, foreign.name])
 
 
 def recv_msg(sock, session, timeout_ms=10000):

@@ -401,6 +401,65 @@ static void assert_json(json_t *got, const char *want)
     json_decref(got);
 }
 
+/* A history file whose connection file is gone is swept at a kernel's end;
+ * its own, a live kernel's, one that is not a history of ours and a
+ * symlink's target stay. */
+static void put(const char *dir, const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int present(const char *dir, const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+static void test_khistory_sweep(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_kserver_sweepXXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const char *rec = "{\"session\":1,\"line\":1,\"input\":\"1\"}\n";
+    put(dir, "own.json", "{}");
+    put(dir, "own.json.history.jsonl", rec);
+    put(dir, "live.json", "{}");
+    put(dir, "live.json.history.jsonl", rec);
+    put(dir, "gone.json.history.jsonl", rec);
+    put(dir, "empty.json.history.jsonl", "");
+    put(dir, "notes.history.jsonl", "my notes\n");
+    put(dir, "target", rec);
+    char link[512], target[512];
+    snprintf(link, sizeof link, "%s/link.json.history.jsonl", dir);
+    snprintf(target, sizeof target, "%s/target", dir);
+    assert_int_equal(symlink(target, link), 0);
+    char own[512];
+    snprintf(own, sizeof own, "%s/own.json.history.jsonl", dir);
+    /* this kernel's own file stays even when its connection file went first */
+    char cf[512];
+    snprintf(cf, sizeof cf, "%s/own.json", dir);
+    unlink(cf);
+    khistory_sweep(own);
+    assert_true(present(dir, "own.json.history.jsonl"));
+    assert_true(present(dir, "live.json.history.jsonl"));
+    assert_false(present(dir, "gone.json.history.jsonl"));
+    assert_false(present(dir, "empty.json.history.jsonl"));
+    assert_true(present(dir, "notes.history.jsonl"));
+    assert_true(present(dir, "link.json.history.jsonl"));
+    assert_true(present(dir, "target"));
+    khistory_sweep(NULL); /* nothing to do */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_khistory(void **state)
 {
     (void)state;
@@ -483,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_kopts_parse),
         cmocka_unit_test(test_kopts_env_file),
         cmocka_unit_test(test_khistory),
+        cmocka_unit_test(test_khistory_sweep),
         cmocka_unit_test(test_kspec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
