@@ -240,7 +240,7 @@ def main():
     driver = _load_driver()
     pre = getattr(driver, "preload", None)
     if pre is not None:
-        pre()
+        pre(for_zygote=True)
     for name in os.environ.get("KERNELMGR_ZYGOTE_PRELOAD", "").split(","):
         name = name.strip()
         if name:
