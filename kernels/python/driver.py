@@ -1119,10 +1119,13 @@ class _PostImportFinder:
 class _KIP:
     mod = None  # kipython, once preloaded
     shell_class = None
+    premade = None  # (KShell, its user module) a zygote made before forking
     shell = None  # the KShell, once made (from then on every cell goes to it)
     inline = False  # matplotlib_inline is the backend: it sends the figures
     failed = None  # why IPython could not be used (logged after "ready")
     note = None  # the same for the first cell's stderr, when the option asked for it
+    later = None  # a note for the log, once "ready" is said
+    premade_used = False  # the shell is the zygote's (kipython.finish made it this worker's)
 
 
 def _ipython_wanted():
@@ -1147,7 +1150,7 @@ def _findable(name):
         return False
 
 
-def _kipython_preload():
+def _kipython_preload(for_zygote=False):
     if _KIP.mod is not None or _KIP.failed or not _ipython_wanted():
         return
     if not _findable("IPython"):
@@ -1162,6 +1165,8 @@ def _kipython_preload():
         spec.loader.exec_module(mod)
         _KIP.shell_class = mod.preload(_SELF)
         _KIP.mod = mod
+        if for_zygote:
+            _KIP.premade = mod.premake(_SELF, _KIP.shell_class)
     except Exception as e:
         # said in the log once the worker is ready (nothing comes before "ready")
         _IP.error = _IP.error or "%s: %s" % (type(e).__name__, e)
@@ -1175,7 +1180,18 @@ def _kipython_start():
     import builtins
 
     try:
-        shell = _KIP.mod.make_shell(_SELF, _KIP.shell_class, sys.modules["__main__"])
+        pre, _KIP.premade = _KIP.premade, None
+        shell = None
+        if pre is not None and sys.modules.get("__main__") is pre[1]:
+            try:
+                shell = _KIP.mod.finish(_SELF, pre[0])
+                _KIP.premade_used = True
+            except Exception as e:
+                _KIP.later = ("driver: the zygote's IPython shell could not be used (one "
+                              "made here instead): %s: %s" % (type(e).__name__, e))
+                _KIP.shell_class.clear_instance()
+        if shell is None:
+            shell = _KIP.mod.make_shell(_SELF, _KIP.shell_class, sys.modules["__main__"])
     except Exception as e:
         _IP.error = "%s: %s" % (type(e).__name__, e)
         _kipython_unusable("its shell could not be made: %s" % (_IP.error,))
@@ -2497,7 +2513,9 @@ def _setup():
     except ImportError:
         _lock = None
 
-    main = types.ModuleType("__main__")
+    # the zygote's IPython shell's user module when it made one (see
+    # _kipython_start), else a new one
+    main = _KIP.premade[1] if _KIP.premade is not None else types.ModuleType("__main__")
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
     _ns = main.__dict__
@@ -2615,13 +2633,16 @@ _FALLBACK = {
 }
 
 
-def preload():
+def preload(for_zygote=False):
     """What a worker needs that does not depend on its kernel: IPython
     imported and the shell's classes defined (kipython.py), the tokenizer
-    warm. A zygote calls it once and forks workers from it; a cold start
-    calls it, then post_fork(). The IPython shell itself is made in
-    post_fork(): its profile directory and namespace are the worker's."""
-    _kipython_preload()
+    warm. A zygote calls it once (for_zygote) and forks workers from it; a
+    cold start calls it, then post_fork(). A zygote also makes the IPython
+    shell (kipython.premake: no thread, no file left open, no code of the
+    session's); post_fork() then redoes in the worker what of it is the
+    worker's (environment, profile directory, stdio, builtins, __main__).
+    A cold start makes the shell in post_fork()."""
+    _kipython_preload(for_zygote)
     try:
         import io
         import tokenize
@@ -2673,8 +2694,9 @@ def _serve():
 
         _thread.start_new_thread(_debug_reader, ())
     _os_write(_EVT_FD, ('{"type":"ready","features":%s}\n' % _j().dumps(features)).encode())
-    if _KIP.failed:
-        _log(_KIP.failed)
+    for note in (_KIP.failed, _KIP.later):
+        if note:
+            _log(note)
     while True:
         try:
             kind, fields = _requests.request()

@@ -467,16 +467,112 @@ def preload(drv):
     return _classes()
 
 
+def premake(drv, shell_class):
+    """In a zygote, before any fork: the shell made as make_shell would make
+    it, less what belongs to a worker, which finish() redoes in each one
+    (its environment, home and IPython directory, cwd, stdio, builtins).
+    Returns (shell, its user module: the worker's __main__ to be), or None
+    when it could not be made (the worker then makes its own).
+
+    What runs here is IPython's own InteractiveShell construction and this
+    module's: no configuration file, profile startup file or extension
+    (those are an IPython application's, never loaded here), no thread (the
+    history is KHistory, disabled: no database, no saving thread), no file
+    left open. The profile directory it wants is a private temporary one,
+    removed at once; the zygote's __main__, builtins and environment are
+    put back as they were."""
+    global _drv
+    _drv = drv
+    import builtins
+    import shutil
+    import tempfile
+    import types
+    import warnings
+
+    saved_env = dict(os.environ)
+    saved_main = sys.modules.get("__main__")
+    saved_b = {k: builtins.__dict__[k] for k in _BUILTINS if k in builtins.__dict__}
+    tmp = None
+    try:
+        tmp = tempfile.mkdtemp(prefix="kernelmgr-zygote-ipython-")
+        os.environ["IPYTHONDIR"] = tmp
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            shell = shell_class.instance(user_module=main)
+        return shell, main
+    except Exception:
+        try:
+            shell_class.clear_instance()
+        except Exception:
+            pass
+        return None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        for k in _BUILTINS:
+            builtins.__dict__.pop(k, None)
+        builtins.__dict__.update(saved_b)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+_BUILTINS = ("__IPYTHON__", "display")  # what InteractiveShell.init_builtins sets
+
+
+def finish(drv, shell):
+    """In the worker, after the driver's _setup made premake's module its
+    __main__: what make_shell's construction took from the worker, done
+    again here (InteractiveShell's init_* steps that read the environment,
+    the cwd, stdio or builtins), then make_shell's own last steps."""
+    import pathlib
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _rewire(shell)
+    return _made(drv, shell)
+
+
+def _rewire(shell):
+    import pathlib
+
+    shell.init_ipython_dir(None)  # IPYTHONDIR / HOME: the worker's
+    shell.init_profile_dir(None)
+    shell.db = type(shell.db)(os.path.join(shell.profile_dir.location, "db"))
+    shell.starting_dir = os.getcwd()
+    shell.init_environment()
+    shell.save_sys_module_state()  # the worker's stdio
+    shell.init_sys_modules()
+    shell.init_encoding()
+    shell.init_pushd_popd_magic()  # home_dir
+    shell.init_logger()
+    hm = shell.history_manager
+    hm.hist_file = hm._get_hist_file_name()
+    hm.dir_hist[:] = [pathlib.Path.cwd()]
+    shell.init_user_ns()  # In, Out, _ih, _oh over the driver's own
+    shell.init_builtins()  # IPython's display over the driver's
+    shell.sys_excepthook = sys.excepthook
+
+
 def make_shell(drv, shell_class, main):
     """The one shell, its user namespace the driver's __main__ (call after
     the driver's _setup, in the worker)."""
-    global _shell, _drv
+    global _drv
     _drv = drv
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         shell = shell_class.instance(user_module=main)
+    return _made(drv, shell)
+
+
+def _made(drv, shell):
+    global _shell
     shell.kernel = None
     _shell = shell
     if drv._findable("matplotlib_inline"):

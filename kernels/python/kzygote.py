@@ -4,9 +4,9 @@ The session's init (sandbox/sbx_zygote.c) starts this file as it starts a
 worker (the same interpreter, boot and sandbox; fd 3 a SOCK_SEQPACKET
 socket to init, fds 0-2 /dev/null, only the start-up part of the worker's
 environment). It loads the driver (driver.py beside this file) without
-running it, calls the driver's `preload()` when it has one (with the
-`ipython` option on, KERNELMGR_IPYTHON=1 in its environment: IPython and
-the shell's classes, kipython.py), imports the modules named in
+running it, calls the driver's `preload(for_zygote=True)` when it has one
+(with the `ipython` option on, KERNELMGR_IPYTHON=1 in its environment:
+IPython, the shell's classes and the shell itself, kipython.py), imports the modules named in
 KERNELMGR_ZYGOTE_PRELOAD (comma-separated, e.g. "numpy"), freezes the heap for the garbage
 collector, says ready and waits. It never runs code of the session's: the
 workspace is off sys.path while it imports, and it only forks. It makes
@@ -240,7 +240,7 @@ def main():
     driver = _load_driver()
     pre = getattr(driver, "preload", None)
     if pre is not None:
-        pre()
+        pre(for_zygote=True)
     for name in os.environ.get("KERNELMGR_ZYGOTE_PRELOAD", "").split(","):
         name = name.strip()
         if name:

@@ -177,3 +177,58 @@ def test_ipython_on_zygote_preloads_it(mgr):
     z2 = forked(mgr, "ipy-off")
     assert z2["ipython"] is False, z2
     assert mgr.ok("ipy-off", "import sys\nprint('IPython' in sys.modules)", "python") == "False\n"
+
+
+SHELL_STATE = r'''
+import builtins, json, os, random
+ip = get_ipython()
+zpid = builtins.__kernelmgr_driver__._ZYGOTE["zygote_pid"]
+print(json.dumps({
+    "zygote": builtins.__kernelmgr_driver__._ZYGOTE,
+    "random": random.random(),
+    "premade": builtins.__kernelmgr_driver__._KIP.premade_used,
+    "planted": "planted" in ip.user_ns_hidden or "planted" in ip.magics_manager.magics["line"],
+    "main": ip.user_module is __import__("sys").modules["__main__"] and ip.user_ns is globals(),
+    "in": [c for c in In if c], "in_len": len(In) - ip.execution_count,
+    "history_session": ip.history_manager.session_number,
+    "ipython_dir": ip.ipython_dir, "home": ip.home_dir, "cwd": str(ip.history_manager.dir_hist[0]),
+    "display": builtins.display.__module__,
+    "zygote_threads": [l.split()[1] for l in open("/proc/%d/status" % zpid)
+                       if l.startswith("Threads:")],
+}))
+'''
+PLANT = ("ip = get_ipython()\nip.user_ns_hidden['planted'] = 1\n"
+         "ip.magics_manager.register_alias('planted', 'time')\nIn.append('planted')\n")
+
+
+def test_ipython_shell_made_by_the_zygote_is_each_workers_own(mgr):
+    """With ipython on, the zygote makes the IPython shell before it forks
+    (kipython.premake) and each worker redoes what is its own: two kernels
+    forked by one zygote have their own PRNG state, a fresh history and
+    namespace (their __main__ is the shell's user module), the worker's
+    IPython directory, home and cwd, IPython's display as the builtin; what
+    a cell changes in one kernel's shell is not in a kernel forked later;
+    the zygote has no thread."""
+    s = "ipy-own"
+    assert mgr.ok(s, "print(1)", "python", "--ipython", "on") == "1\n"  # cold
+    new_worker(mgr, s)
+    a = json.loads(mgr.ok(s, SHELL_STATE, "python"))
+    mgr.ok(s, PLANT, "python")
+    new_worker(mgr, s)
+    b = json.loads(mgr.ok(s, SHELL_STATE, "python"))
+    for st in (a, b):
+        assert st["zygote"] and st["zygote"]["ipython"] is True, st
+        assert st["premade"] is True, st
+        assert st["main"] is True and st["planted"] is False, st
+        assert st["display"] == "IPython.core.display_functions", st
+        assert st["zygote_threads"] == ["1"], st
+        assert "zygote-ipython" not in st["ipython_dir"], st
+        assert st["cwd"] == a["cwd"] and st["home"] == a["home"], st
+    assert a["zygote"]["zygote_pid"] == b["zygote"]["zygote_pid"], (a, b)
+    assert a["zygote"]["fork"] != b["zygote"]["fork"], (a, b)
+    assert a["random"] != b["random"], (a, b)
+    # a fresh history in each (the execution count is the session's): the
+    # worker's two cells (new_worker's and this one) in In, padded to its number
+    for st in (a, b):
+        assert len(st["in"]) == 2 and not any("register_alias" in c for c in st["in"]), st
+        assert st["in_len"] == 1 and st["history_session"] == a["history_session"], st
