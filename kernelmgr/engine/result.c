@@ -92,6 +92,20 @@ json_t *result_error(const char *name, const char *value, json_t *traceback)
     return e;
 }
 
+/* The members a result's error may have, a row each with the JSON types it
+ * may be (JT bits). */
+#define JT(t) (1u << (t))
+static const struct {
+    const char *key;
+    unsigned types;
+} error_members[] = {
+    {"name", JT(JSON_STRING)},
+    {"value", JT(JSON_STRING)},
+    {"traceback", JT(JSON_ARRAY)},
+    {"timeout", JT(JSON_TRUE) | JT(JSON_FALSE)},
+    {"value_omitted_bytes", JT(JSON_INTEGER)},
+};
+
 int result_error_valid(const json_t *e, km_err *why)
 {
     if (!json_is_object(e)) {
@@ -102,11 +116,9 @@ int result_error_valid(const json_t *e, km_err *why)
     json_t *v;
     json_object_foreach((json_t *)e, k, v)
     {
-        int ok = (!strcmp(k, "name") && json_is_string(v)) ||
-                 (!strcmp(k, "value") && json_is_string(v)) ||
-                 (!strcmp(k, "traceback") && json_is_array(v)) ||
-                 (!strcmp(k, "timeout") && json_is_boolean(v)) ||
-                 (!strcmp(k, "value_omitted_bytes") && json_is_integer(v));
+        int ok = 0;
+        for (size_t i = 0; !ok && i < sizeof error_members / sizeof *error_members; i++)
+            ok = !strcmp(k, error_members[i].key) && (error_members[i].types & JT(json_typeof(v)));
         if (!ok) {
             km_err_set(why, KM_EUSAGE, "error member \"%.64s\" is unexpected or of the wrong type",
                        k);
@@ -176,6 +188,55 @@ static int has_image(const json_t *bundle)
     return 0;
 }
 
+/* The text printer's lines for the result's "truncated" members: a row per
+ * member that is not a stream (docs/CLI.md "The result"); any other key is
+ * a stream's (trunc_stream). */
+static void trunc_images(FILE *out, const char *key, const json_t *t)
+{
+    fprintf(out, "[%lld images %s]\n", (long long)json_integer_value(json_object_get(t, "omitted")),
+            json_string_value(json_object_get(t, "reason")) ?: "not saved");
+}
+
+static void trunc_files(FILE *out, const char *key, const json_t *t)
+{
+    /* names the sandbox's directories: escaped */
+    char *why = field(json_string_value(json_object_get(t, "reason")));
+    fprintf(out, "[file report incomplete: %s]\n", why);
+    free(why);
+}
+
+static void trunc_displays(FILE *out, const char *key, const json_t *t)
+{
+    fprintf(out, "[%lld rich outputs omitted: %lld bytes received, %lld kept (%s)]\n",
+            (long long)json_integer_value(json_object_get(t, "omitted")),
+            (long long)json_integer_value(json_object_get(t, "total_bytes")),
+            (long long)json_integer_value(json_object_get(t, "kept_bytes")),
+            json_string_value(json_object_get(t, "limit")) ?: "display_max");
+}
+
+/* A stream's (stdout, stderr, ...) truncation and where its spill went. */
+static void trunc_stream(FILE *out, const char *key, const json_t *t)
+{
+    const char *sp = json_string_value(json_object_get(t, "spill"));
+    const char *note = json_string_value(json_object_get(t, "spill_truncated"));
+    const char *serr = json_string_value(json_object_get(t, "spill_error"));
+    fprintf(out, "[%s truncated: %lld bytes total, %lld kept; %s %s%s%s%s]\n", key,
+            (long long)json_integer_value(json_object_get(t, "total_bytes")),
+            (long long)json_integer_value(json_object_get(t, "kept_bytes")),
+            sp ? (note ? "the start of the output in" : "complete output in") : "no spill file:",
+            sp ? sp : (serr ? serr : "(unavailable)"), note ? " (" : "", note ? note : "",
+            note ? ")" : "");
+}
+
+static const struct {
+    const char *key;
+    void (*fn)(FILE *out, const char *key, const json_t *t);
+} trunc_notes[] = {
+    {"images", trunc_images},
+    {"files", trunc_files},
+    {"displays", trunc_displays},
+};
+
 void result_render(FILE *out, const json_t *r, int streamed)
 {
     const char *lang = json_string_value(json_object_get(r, "language"));
@@ -228,33 +289,13 @@ void result_render(FILE *out, const json_t *r, int streamed)
     json_t *t;
     json_object_foreach(json_object_get(r, "truncated"), key, t)
     {
-        const char *sp = json_string_value(json_object_get(t, "spill"));
-        const char *note = json_string_value(json_object_get(t, "spill_truncated"));
-        const char *serr = json_string_value(json_object_get(t, "spill_error"));
-        if (!strcmp(key, "images")) {
-            fprintf(out, "[%lld images %s]\n",
-                    (long long)json_integer_value(json_object_get(t, "omitted")),
-                    json_string_value(json_object_get(t, "reason")) ?: "not saved");
-        } else if (!strcmp(key, "files")) {
-            /* names the sandbox's directories: escaped */
-            char *why = field(json_string_value(json_object_get(t, "reason")));
-            fprintf(out, "[file report incomplete: %s]\n", why);
-            free(why);
-        } else if (!strcmp(key, "displays")) {
-            fprintf(out, "[%lld rich outputs omitted: %lld bytes received, %lld kept (%s)]\n",
-                    (long long)json_integer_value(json_object_get(t, "omitted")),
-                    (long long)json_integer_value(json_object_get(t, "total_bytes")),
-                    (long long)json_integer_value(json_object_get(t, "kept_bytes")),
-                    json_string_value(json_object_get(t, "limit")) ?: "display_max");
-        } else {
-            fprintf(out, "[%s truncated: %lld bytes total, %lld kept; %s %s%s%s%s]\n", key,
-                    (long long)json_integer_value(json_object_get(t, "total_bytes")),
-                    (long long)json_integer_value(json_object_get(t, "kept_bytes")),
-                    sp ? (note ? "the start of the output in" : "complete output in")
-                       : "no spill file:",
-                    sp ? sp : (serr ? serr : "(unavailable)"), note ? " (" : "", note ? note : "",
-                    note ? ")" : "");
-        }
+        size_t row = 0;
+        while (row < sizeof trunc_notes / sizeof *trunc_notes && strcmp(key, trunc_notes[row].key))
+            row++;
+        if (row < sizeof trunc_notes / sizeof *trunc_notes)
+            trunc_notes[row].fn(out, key, t);
+        else
+            trunc_stream(out, key, t);
     }
     const char *herr = json_string_value(json_object_get(r, "history_error"));
     if (herr)

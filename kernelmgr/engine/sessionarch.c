@@ -356,6 +356,19 @@ static int octal(const unsigned char *f, size_t n, uint64_t *out)
 /* What kind of entry path is, by the layout of sessionarch.h. */
 enum { E_HEADER, E_SNAPDIR, E_MANIFEST, E_LANGDIR, E_LANGFILE, E_WSDIR, E_WS };
 
+/* The entries of an archive at fixed paths: a row each (path, a directory
+ * or a file, its kind); the rest are below snapshot/LANG/ and workspace/. */
+static const struct {
+    const char *path;
+    int dir;
+    int kind;
+} sarch_fixed[] = {
+    {SARCH_HEADER, 0, E_HEADER},
+    {"snapshot", 1, E_SNAPDIR},
+    {"snapshot/manifest.json", 0, E_MANIFEST},
+    {"workspace", 1, E_WSDIR},
+};
+
 /* Checks path (a file, or a directory when dir) by the layout and the path
  * rules; *kind, *lang. 0 or -1 (r->err). */
 static int r_path(rctx *r, char *path, int dir, int *kind, int *lang)
@@ -386,22 +399,11 @@ static int r_path(rctx *r, char *path, int dir, int *kind, int *lang)
         c = e ? e + 1 : c + cl;
     }
     *lang = -1;
-    if (!strcmp(path, SARCH_HEADER) && !dir) {
-        *kind = E_HEADER;
-        return 0;
-    }
-    if (!strcmp(path, "snapshot") && dir) {
-        *kind = E_SNAPDIR;
-        return 0;
-    }
-    if (!strcmp(path, "snapshot/manifest.json") && !dir) {
-        *kind = E_MANIFEST;
-        return 0;
-    }
-    if (!strcmp(path, "workspace") && dir) {
-        *kind = E_WSDIR;
-        return 0;
-    }
+    for (size_t i = 0; i < sizeof sarch_fixed / sizeof *sarch_fixed; i++)
+        if (!strcmp(path, sarch_fixed[i].path) && dir == sarch_fixed[i].dir) {
+            *kind = sarch_fixed[i].kind;
+            return 0;
+        }
     if (!strncmp(path, "workspace/", 10)) {
         if (depth > SARCH_DEPTH_MAX + 1)
             return r_fail(r, path, "deeper than %d directories", SARCH_DEPTH_MAX);

@@ -357,6 +357,70 @@ typedef struct render_ctx {
     int colour[2]; /* stdout/stderr: a colour sequence was passed in this block */
 } render_ctx;
 
+/* The streaming printer's events, a row per event type (others are not
+ * shown); each runs under out_lock, the ticker cleared. */
+static void ev_stream(render_ctx *rc, const json_t *ev)
+{
+    if (rc->c->json)
+        return;
+    const char *name = json_string_value(json_object_get(ev, "name"));
+    const char *text = json_string_value(json_object_get(ev, "text"));
+    FILE *f = name && !strcmp(name, "stderr") ? stderr : stdout;
+    if (text) {
+        /* on a terminal, escape what could drive it (termsafe.h) */
+        if (isatty(fileno(f)))
+            rc->colour[f == stderr] |= termsafe_fputs(f, text, TERMSAFE_KEEP_SGR);
+        else
+            fputs(text, f);
+        if (f == stdout)
+            out_flush();
+        else
+            fflush(f);
+    }
+    rc->streamed = 1;
+}
+
+static void ev_notice(render_ctx *rc, const json_t *ev)
+{
+    /* e.g. waiting for a cell another client started: stderr in every mode */
+    put_msg("kernelmgr: ", json_string_value(json_object_get(ev, "message")));
+}
+
+static void ev_result(render_ctx *rc, const json_t *ev)
+{
+    json_t *r = json_object_get(ev, "result");
+    if (rc->c->json) {
+        char *s = json_dumps(r, JSON_COMPACT);
+        if (s) {
+            puts(s);
+            free(s);
+        }
+        out_flush();
+    } else {
+        /* colours a cell left on are not ours to keep */
+        for (int i = 0; i < 2; i++)
+            if (rc->colour[i]) {
+                fputs("\033[0m", i ? stderr : stdout);
+                fflush(i ? stderr : stdout);
+                rc->colour[i] = 0;
+            }
+        /* live output may not end with a newline */
+        result_render(stdout, r, 1);
+        out_flush();
+    }
+    rc->streamed = 0;
+    rc->c->ticker.t0 = kclient_now();
+}
+
+static const struct {
+    const char *type;
+    void (*fn)(render_ctx *rc, const json_t *ev);
+} ev_printers[] = {
+    {"stream", ev_stream},
+    {"notice", ev_notice},
+    {"result", ev_result},
+};
+
 static void on_event(void *ud, const json_t *ev)
 {
     render_ctx *rc = ud;
@@ -365,49 +429,11 @@ static void on_event(void *ud, const json_t *ev)
         return;
     pthread_mutex_lock(&out_lock);
     clear_ticker_locked(&rc->c->ticker);
-    if (!strcmp(type, "stream") && !rc->c->json) {
-        const char *name = json_string_value(json_object_get(ev, "name"));
-        const char *text = json_string_value(json_object_get(ev, "text"));
-        FILE *f = name && !strcmp(name, "stderr") ? stderr : stdout;
-        if (text) {
-            /* on a terminal, escape what could drive it (termsafe.h) */
-            if (isatty(fileno(f)))
-                rc->colour[f == stderr] |= termsafe_fputs(f, text, TERMSAFE_KEEP_SGR);
-            else
-                fputs(text, f);
-            if (f == stdout)
-                out_flush();
-            else
-                fflush(f);
+    for (size_t i = 0; i < sizeof ev_printers / sizeof *ev_printers; i++)
+        if (!strcmp(type, ev_printers[i].type)) {
+            ev_printers[i].fn(rc, ev);
+            break;
         }
-        rc->streamed = 1;
-    } else if (!strcmp(type, "notice")) {
-        /* e.g. waiting for a cell another client started: stderr in every mode */
-        put_msg("kernelmgr: ", json_string_value(json_object_get(ev, "message")));
-    } else if (!strcmp(type, "result")) {
-        json_t *r = json_object_get(ev, "result");
-        if (rc->c->json) {
-            char *s = json_dumps(r, JSON_COMPACT);
-            if (s) {
-                puts(s);
-                free(s);
-            }
-            out_flush();
-        } else {
-            /* colours a cell left on are not ours to keep */
-            for (int i = 0; i < 2; i++)
-                if (rc->colour[i]) {
-                    fputs("\033[0m", i ? stderr : stdout);
-                    fflush(i ? stderr : stdout);
-                    rc->colour[i] = 0;
-                }
-            /* live output may not end with a newline */
-            result_render(stdout, r, 1);
-            out_flush();
-        }
-        rc->streamed = 0;
-        rc->c->ticker.t0 = kclient_now();
-    }
     pthread_mutex_unlock(&out_lock);
 }
 

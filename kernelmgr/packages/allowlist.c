@@ -506,11 +506,56 @@ static int parse_packages(allowlist *al, allowlist_mgr m, const json_t *val, con
     return -1;
 }
 
+/* The key naming a manager's index in its configuration. */
+static const char *mgr_index_key(allowlist_mgr m)
+{
+    return m == ALLOWLIST_PIP ? "index_url" : "registry";
+}
+
+/* The manager's index (pip: "index_url", npm: "registry"). */
+static int parse_index(allowlist *al, allowlist_mgr m, const json_t *val, const cfg_ctx *c)
+{
+    km_err *err = c->err;
+    const char *mname = allowlist_mgr_name(m);
+    const char *index_key = mgr_index_key(m);
+    char host[256];
+    unsigned port;
+    int tls;
+    const char *why;
+    if (!json_is_string(val)) {
+        ERR("%s.%s: must be a string", mname, index_key);
+        return -1;
+    }
+    if (parse_url(json_string_value(val), host, sizeof host, &port, &tls, &why) < 0) {
+        if (c->quote && *json_string_value(val))
+            ERR("%s.%s: '%s': %s", mname, index_key, json_string_value(val), why);
+        else
+            ERR("%s.%s: %s", mname, index_key, why);
+        return -1;
+    }
+    free(al->index[m]);
+    if (!(al->index[m] = strdup(json_string_value(val)))) {
+        ERR("out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* A manager's keys, a row each; key NULL: the manager's index key. */
+static const struct {
+    const char *key;
+    int (*parse)(allowlist *al, allowlist_mgr m, const json_t *val, const cfg_ctx *c);
+} mgr_keys[] = {
+    {NULL, parse_index},
+    {"allowed_hosts", parse_hosts},
+    {"packages", parse_packages},
+};
+
 static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, const cfg_ctx *c)
 {
     km_err *err = c->err;
     const char *mname = allowlist_mgr_name(m);
-    const char *index_key = m == ALLOWLIST_PIP ? "index_url" : "registry";
+    const char *index_key = mgr_index_key(m);
     if (!json_is_object(obj)) {
         ERR("%s: must be an object", mname);
         return -1;
@@ -521,34 +566,11 @@ static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, cons
     json_object_foreach((json_t *)obj, key, val)
     {
         pos++;
-        if (strcmp(key, index_key) == 0) {
-            char host[256];
-            unsigned port;
-            int tls;
-            const char *why;
-            if (!json_is_string(val)) {
-                ERR("%s.%s: must be a string", mname, index_key);
-                return -1;
-            }
-            if (parse_url(json_string_value(val), host, sizeof host, &port, &tls, &why) < 0) {
-                if (c->quote && *json_string_value(val))
-                    ERR("%s.%s: '%s': %s", mname, index_key, json_string_value(val), why);
-                else
-                    ERR("%s.%s: %s", mname, index_key, why);
-                return -1;
-            }
-            free(al->index[m]);
-            if (!(al->index[m] = strdup(json_string_value(val)))) {
-                ERR("out of memory");
-                return -1;
-            }
-        } else if (strcmp(key, "allowed_hosts") == 0) {
-            if (parse_hosts(al, m, val, c) < 0)
-                return -1;
-        } else if (strcmp(key, "packages") == 0) {
-            if (parse_packages(al, m, val, c) < 0)
-                return -1;
-        } else {
+        size_t row = 0;
+        while (row < sizeof mgr_keys / sizeof *mgr_keys &&
+               strcmp(key, mgr_keys[row].key ? mgr_keys[row].key : index_key))
+            row++;
+        if (row == sizeof mgr_keys / sizeof *mgr_keys) {
             if (c->quote)
                 ERR("%s.%s: unknown key (expected %s, allowed_hosts, packages)", mname, key,
                     index_key);
@@ -557,6 +579,8 @@ static int parse_manager(allowlist *al, allowlist_mgr m, const json_t *obj, cons
                     index_key);
             return -1;
         }
+        if (mgr_keys[row].parse(al, m, val, c) < 0)
+            return -1;
     }
     if (al->n[m] > 0 && !al->index[m]) {
         ERR("%s.%s: required when packages are listed", mname, index_key);

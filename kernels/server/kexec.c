@@ -570,6 +570,17 @@ static int expect(kserver *ks, kreq_kind kind, const char *type)
     return 0;
 }
 
+/* The features a worker's ready event may list, a row each. */
+static const struct {
+    const char *name;
+    unsigned flag;
+} kfeat_names[] = {
+    {"interrupt", KFEAT_INTERRUPT},
+    {"execute_options", KFEAT_EXEC_OPTIONS},
+    {"debugger", KFEAT_DEBUG},
+    {"snapshot", KFEAT_SNAPSHOT},
+};
+
 static void ev_ready(kserver *ks, json_t *ev)
 {
     ks->worker_ready = 1;
@@ -580,14 +591,13 @@ static void ev_ready(kserver *ks, json_t *ev)
     json_array_foreach(json_object_get(ev, "features"), i, f)
     {
         const char *name = json_string_value(f);
-        if (name && !strcmp(name, "interrupt"))
-            ks->worker_features |= KFEAT_INTERRUPT;
-        else if (name && !strcmp(name, "execute_options"))
-            ks->worker_features |= KFEAT_EXEC_OPTIONS;
-        else if (name && !strcmp(name, "debugger") && kworker_has_debug(ks->worker))
-            ks->worker_features |= KFEAT_DEBUG;
-        else if (name && !strcmp(name, "snapshot"))
-            ks->worker_features |= KFEAT_SNAPSHOT;
+        for (size_t k = 0; name && k < sizeof kfeat_names / sizeof *kfeat_names; k++)
+            if (!strcmp(name, kfeat_names[k].name)) {
+                /* the debugger only when this worker was started with one */
+                if (kfeat_names[k].flag != KFEAT_DEBUG || kworker_has_debug(ks->worker))
+                    ks->worker_features |= kfeat_names[k].flag;
+                break;
+            }
     }
     ks->debugger_seen = (ks->worker_features & KFEAT_DEBUG) != 0;
     kdbg_worker_ready(ks);

@@ -297,6 +297,68 @@ static int get_int(const json_t *content, const char *key, int dflt)
     return json_is_integer(v) ? (int)json_integer_value(v) : dflt;
 }
 
+/* The history requests, a row per hist_access_type: each appends to out
+ * the entries it selects (output: with their outputs, as null). */
+static void hist_tail(const khistory *h, const json_t *content, int output, json_t *out)
+{
+    int n = get_int(content, "n", 10);
+    size_t start = (n > 0 && (size_t)n < h->n) ? h->n - (size_t)n : 0;
+    for (size_t i = start; i < h->n; i++)
+        json_array_append_new(out, entry_json(&h->v[i], output));
+}
+
+static void hist_range(const khistory *h, const json_t *content, int output, json_t *out)
+{
+    int session = get_int(content, "session", 0);
+    if (session <= 0)
+        session = h->session + session; /* 0: this one, -1: the previous ... */
+    int start = get_int(content, "start", 0);
+    int stop = get_int(content, "stop", 0); /* exclusive; 0 or less: to the end */
+    for (size_t i = 0; i < h->n; i++) {
+        const khentry *e = &h->v[i];
+        if (e->session == session && e->line >= start && (stop <= 0 || e->line < stop))
+            json_array_append_new(out, entry_json(e, output));
+    }
+}
+
+static void hist_search(const khistory *h, const json_t *content, int output, json_t *out)
+{
+    const char *pattern = json_string_value(json_object_get(content, "pattern"));
+    int n = get_int(content, "n", 0);
+    int unique = json_is_true(json_object_get(content, "unique"));
+    if (!pattern)
+        pattern = "*";
+    /* Newest first, so "n" and "unique" keep the most recent matches. */
+    json_t *rev = json_array();
+    for (size_t i = h->n; i-- > 0;) {
+        const khentry *e = &h->v[i];
+        if (fnmatch(pattern, e->input, 0) != 0)
+            continue;
+        if (unique) {
+            int seen = 0;
+            for (size_t k = i + 1; k < h->n && !seen; k++)
+                seen = !strcmp(h->v[k].input, e->input) && !fnmatch(pattern, h->v[k].input, 0);
+            if (seen)
+                continue;
+        }
+        json_array_append_new(rev, entry_json(e, output));
+        if (n > 0 && json_array_size(rev) >= (size_t)n)
+            break;
+    }
+    for (size_t i = json_array_size(rev); i-- > 0;)
+        json_array_append(out, json_array_get(rev, i));
+    json_decref(rev);
+}
+
+static const struct {
+    const char *type;
+    void (*fn)(const khistory *h, const json_t *content, int output, json_t *out);
+} hist_types[] = {
+    {"tail", hist_tail},
+    {"range", hist_range},
+    {"search", hist_search},
+};
+
 json_t *khistory_query(const khistory *h, const json_t *content)
 {
     json_t *out = json_array();
@@ -306,49 +368,11 @@ json_t *khistory_query(const khistory *h, const json_t *content)
     int output = json_is_true(json_object_get(content, "output"));
     if (!type)
         type = "tail";
-    if (!strcmp(type, "tail")) {
-        int n = get_int(content, "n", 10);
-        size_t start = (n > 0 && (size_t)n < h->n) ? h->n - (size_t)n : 0;
-        for (size_t i = start; i < h->n; i++)
-            json_array_append_new(out, entry_json(&h->v[i], output));
-    } else if (!strcmp(type, "range")) {
-        int session = get_int(content, "session", 0);
-        if (session <= 0)
-            session = h->session + session; /* 0: this one, -1: the previous ... */
-        int start = get_int(content, "start", 0);
-        int stop = get_int(content, "stop", 0); /* exclusive; 0 or less: to the end */
-        for (size_t i = 0; i < h->n; i++) {
-            const khentry *e = &h->v[i];
-            if (e->session == session && e->line >= start && (stop <= 0 || e->line < stop))
-                json_array_append_new(out, entry_json(e, output));
+    for (size_t i = 0; i < sizeof hist_types / sizeof *hist_types; i++)
+        if (!strcmp(type, hist_types[i].type)) {
+            hist_types[i].fn(h, content, output, out);
+            break;
         }
-    } else if (!strcmp(type, "search")) {
-        const char *pattern = json_string_value(json_object_get(content, "pattern"));
-        int n = get_int(content, "n", 0);
-        int unique = json_is_true(json_object_get(content, "unique"));
-        if (!pattern)
-            pattern = "*";
-        /* Newest first, so "n" and "unique" keep the most recent matches. */
-        json_t *rev = json_array();
-        for (size_t i = h->n; i-- > 0;) {
-            const khentry *e = &h->v[i];
-            if (fnmatch(pattern, e->input, 0) != 0)
-                continue;
-            if (unique) {
-                int seen = 0;
-                for (size_t k = i + 1; k < h->n && !seen; k++)
-                    seen = !strcmp(h->v[k].input, e->input) && !fnmatch(pattern, h->v[k].input, 0);
-                if (seen)
-                    continue;
-            }
-            json_array_append_new(rev, entry_json(e, output));
-            if (n > 0 && json_array_size(rev) >= (size_t)n)
-                break;
-        }
-        for (size_t i = json_array_size(rev); i-- > 0;)
-            json_array_append(out, json_array_get(rev, i));
-        json_decref(rev);
-    }
     return out;
 }
 
