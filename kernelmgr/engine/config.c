@@ -807,24 +807,48 @@ static const char *doc_size(uint64_t b, char *buf, size_t n)
     return buf;
 }
 
-/* "`KEY` | default | help (range)" of one row into buf. */
-static void doc_row(const kmcfg_opt *o, char *buf, size_t n)
+const char *kmcfg_doc_default(const kmcfg_opt *o, char *buf, size_t n)
 {
-    char def[96] = "", range[128] = "", a[32], b[32];
+    char a[32];
     switch (o->type) {
     case KMCFG_BOOL:
-        snprintf(def, sizeof def, "`%s`", o->def ? "true" : "false");
+        snprintf(buf, n, "`%s`", o->def ? "true" : "false");
         break;
     case KMCFG_UINT:
     case KMCFG_SECONDS:
         if (o->flags & KMCFG_F_AUTO)
-            snprintf(def, sizeof def, "%s", o->sdef);
+            snprintf(buf, n, "%s", o->sdef);
         else if ((o->flags & KMCFG_F_NONE) && o->def == 0)
-            snprintf(def, sizeof def, "`null` (%s)", o->zero);
+            snprintf(buf, n, "`null` (%s)", o->zero);
         else if (o->def == 0 && o->zero)
-            snprintf(def, sizeof def, "0 (%s)", o->zero);
+            snprintf(buf, n, "0 (%s)", o->zero);
         else
-            snprintf(def, sizeof def, "%.10g", o->def);
+            snprintf(buf, n, "%.10g", o->def);
+        break;
+    case KMCFG_SIZE:
+        snprintf(buf, n, "`\"%s\"`", doc_size((uint64_t)o->def, a, sizeof a));
+        break;
+    case KMCFG_STRING:
+        snprintf(buf, n, "`null`");
+        break;
+    case KMCFG_ENUM:
+        snprintf(buf, n, "`\"%s\"`", o->sdef);
+        break;
+    case KMCFG_SPECIAL:
+        snprintf(buf, n, "%s", o->sdef);
+        break;
+    }
+    return buf;
+}
+
+/* "`KEY` | default | help (range)" of one row into buf. */
+static void doc_row(const kmcfg_opt *o, char *buf, size_t n)
+{
+    char def[96], range[128] = "", a[32], b[32];
+    kmcfg_doc_default(o, def, sizeof def);
+    switch (o->type) {
+    case KMCFG_UINT:
+    case KMCFG_SECONDS:
         snprintf(range, sizeof range, " (%s%.10g–%.10g%s%s%s%s)",
                  (o->flags & KMCFG_F_NONE) ? "0 or " : "", o->min, o->max,
                  o->type == KMCFG_SECONDS && o->unit ? " " : "",
@@ -833,20 +857,17 @@ static void doc_row(const kmcfg_opt *o, char *buf, size_t n)
                  o->zero && !(o->flags & KMCFG_F_NONE) && o->def != 0 ? o->zero : "");
         break;
     case KMCFG_SIZE:
-        snprintf(def, sizeof def, "`\"%s\"`", doc_size((uint64_t)o->def, a, sizeof a));
         snprintf(range, sizeof range, " (%s–%s)", doc_size((uint64_t)o->min, a, sizeof a),
                  doc_size((uint64_t)o->max, b, sizeof b));
         break;
     case KMCFG_STRING:
-        snprintf(def, sizeof def, "`null`");
         snprintf(range, sizeof range, " (at most %zu bytes)", o->size - 1);
         break;
     case KMCFG_ENUM:
-        snprintf(def, sizeof def, "`\"%s\"`", o->sdef);
         snprintf(range, sizeof range, " (`%s` or `%s`)", o->values[0], o->values[1]);
         break;
+    case KMCFG_BOOL:
     case KMCFG_SPECIAL:
-        snprintf(def, sizeof def, "%s", o->sdef);
         break;
     }
     snprintf(buf, n, "| `%s` | %s | %s%s |", o->name, def, o->help, range);

@@ -174,6 +174,11 @@ const kmcfg_opt *kmcfg_opt_find(const char *name);
  * range) to f: the docs' configuration table. 0, or -1 on a write error. */
 int kmcfg_doc(FILE *f);
 
+/* o's default as the configuration table says it (`"256M"`, `null` (no
+ * cap), detected) into buf (n bytes; 96 hold every row's); returns buf.
+ * For other docs that name a key's default (dtier_sessopt_doc). */
+const char *kmcfg_doc_default(const kmcfg_opt *o, char *buf, size_t n);
+
 /* The default max_kernels: a safety cap, not the memory rule (that is
  * memory_budget): min(KMCFG_MAX_KERNELS_CAP, RLIMIT_NOFILE's hard limit / 2
  * / KMCFG_FDS_PER_KERNEL), at least 2. A kernel holds about 12 of the

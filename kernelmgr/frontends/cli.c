@@ -1928,12 +1928,39 @@ static int cmd_code(cli *c)
     return !strcmp(c->cmd, "run") ? cmd_run(c) : cmd_exec(c);
 }
 
-/* `config --doc`: the docs' configuration table, from config.c's table */
+/* The docs' tables `config --doc [WHICH]` prints, each a loop over its code
+ * table; the first is the default. */
+static const struct {
+    const char *name;
+    int (*write)(FILE *f);
+    const char *what;
+} config_docs[] = {
+    /* docs/CONFIGURATION.md, from config.c's kmcfg_opts */
+    {"keys", kmcfg_doc, "the configuration keys"},
+    /* docs/API.md's "Session options", from dtier.c's dtier_sessopts */
+    {"session-options", dtier_sessopt_doc, "the API's session options"},
+};
+
+/* `config --doc [keys|session-options]`: a docs' table in markdown */
 static int cmd_config(cli *c)
 {
-    if (c->argc != 3 || strcmp(c->argv[2], "--doc"))
-        return usage_error("config takes --doc (print the configuration table in markdown)");
-    return kmcfg_doc(stdout) ? KM_EOUTPUT : 0;
+    if ((c->argc != 3 && c->argc != 4) || strcmp(c->argv[2], "--doc"))
+        return usage_error("config takes --doc [keys|session-options] (print a docs' table in "
+                           "markdown)");
+    const char *which = c->argc == 4 ? c->argv[3] : config_docs[0].name;
+    for (size_t i = 0; i < sizeof config_docs / sizeof config_docs[0]; i++)
+        if (!strcmp(which, config_docs[i].name))
+            return config_docs[i].write(stdout) ? KM_EOUTPUT : 0;
+    size_t n = sizeof config_docs / sizeof config_docs[0], len = 0;
+    char names[160] = "";
+    for (size_t i = 0; i < n && len < sizeof names; i++)
+        len +=
+            (size_t)snprintf(names + len, sizeof names - len, "%s%s (%s%s)",
+                             !i          ? ""
+                             : i + 1 < n ? ", "
+                                         : " or ",
+                             config_docs[i].name, config_docs[i].what, !i ? ", the default" : "");
+    return usage_error("config --doc takes %s, not \"%s\"", names, which);
 }
 
 static int cmd_mcp(cli *c)
@@ -2035,8 +2062,9 @@ static const cli_command cli_commands[] = {
      "mcp [--allowlist FILE]\nmcp install --client claude|cursor|vscode|generic [--print] "
      "[--python PATH]",
      "MCP server on stdio\nadd kernelmgr to an MCP client's configuration"},
-    {"config", cmd_config, NULL, 0, NULL, NULL, NULL, NULL, 1, "config --doc",
-     "the configuration keys as a markdown table"},
+    {"config", cmd_config, NULL, 0, NULL, NULL, NULL, NULL, 1,
+     "config --doc [keys|session-options]",
+     "the configuration keys (or the API's session\noptions) as a markdown table"},
 };
 
 static int cmd_simple(cli *c, const cli_command *k)

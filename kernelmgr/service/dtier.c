@@ -11,6 +11,7 @@
 #include "kernels/egress/egproxy.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,8 @@ const dtier_sessopt dtier_sessopts[] = {
      DT_CEIL_NETWORK,
      "Network inside the sandbox: \"off\" (default), \"on\", or {\"allow\": [\"pypi.org\", "
      "\"*.example.com:443\"]}: only those hosts (ports 80 and 443 unless given), through a "
-     "filtering proxy (HTTPS_PROXY); at most the operator's list."},
+     "filtering proxy (HTTPS_PROXY); at most the operator's list.",
+     NULL},
     {{"memory", DT_ALL, 0, NULL},
      DT_SO_SIZE,
      KM_MEMORY_MIN,
@@ -68,7 +70,9 @@ const dtier_sessopt dtier_sessopts[] = {
      {NULL},
      NULL,
      DT_CEIL_MEMORY,
-     "Memory limit of each kernel, e.g. \"1G\" (at least 16M, at most the operator's)."},
+     "Memory limit of the session's sandbox, which its kernels share (per kernel when the "
+     "operator's session_sandbox is false), e.g. \"1G\" (at least 16M, at most the operator's).",
+     NULL},
     {{"python", DT_O, DT_H, HOST_PATH},
      DT_SO_PATH,
      0,
@@ -76,7 +80,8 @@ const dtier_sessopt dtier_sessopts[] = {
      {NULL},
      NULL,
      DT_CEIL_NONE,
-     "Absolute path of the Python kernel's interpreter."},
+     "Absolute path of the Python kernel's interpreter.",
+     NULL},
     {{"workspace", DT_O, DT_H, HOST_PATH},
      DT_SO_PATH,
      0,
@@ -84,7 +89,8 @@ const dtier_sessopt dtier_sessopts[] = {
      {NULL},
      NULL,
      DT_CEIL_NONE,
-     "Absolute path of an existing directory used as the workspace."},
+     "Absolute path of an existing directory used as the workspace.",
+     "a fresh `sessions/NAME/workspace`"},
     {{"sandbox", DT_ALL, DT_M | DT_H, RELAXES},
      DT_SO_CHOICE,
      0,
@@ -92,7 +98,8 @@ const dtier_sessopt dtier_sessopts[] = {
      {"strict", "none", NULL},
      "none",
      DT_CEIL_SANDBOX,
-     "Sandbox level (default strict)."},
+     "Sandbox level (default strict).",
+     NULL},
     {{"env", DT_ALL, 0, NULL},
      DT_SO_ENV,
      0,
@@ -100,22 +107,24 @@ const dtier_sessopt dtier_sessopts[] = {
      {NULL},
      NULL,
      DT_CEIL_NONE,
-     "Environment variables for the code, {NAME: value} (a session keeps the variables it was "
+     "Environment variables for the code, {NAME: value}, on top of the operator's (a session "
+     "keeps the variables it was "
      "created with; the code sees no other variable of the server's but LANG, LC_*, TERM and "
-     "TZ)."},
+     "TZ).",
+     NULL},
 /* the plain ones (sessopt.def); the configuration's value is a number's
  * or size's ceiling */
 #define KM_SO_DEF_BOOL(n, fl, sf, t, d, ch, ah, lh)                                                \
-    {{#n, t, 0, NULL}, DT_SO_BOOL, 0, 0, {NULL}, NULL, DT_CEIL_NONE, ah},
+    {{#n, t, 0, NULL}, DT_SO_BOOL, 0, 0, {NULL}, NULL, DT_CEIL_NONE, ah, NULL},
 #define KM_SO_DEF_NUMBER(n, fl, sf, t, lo, hi, z, u, wu, wn, mv, ch, ah, lh)                       \
-    {{#n, t, 0, NULL}, DT_SO_NUMBER, lo, hi, {NULL}, NULL, DT_CEIL_CFG, ah},
+    {{#n, t, 0, NULL}, DT_SO_NUMBER, lo, hi, {NULL}, NULL, DT_CEIL_CFG, ah, NULL},
 #define KM_SO_DEF_SIZE(n, fl, sf, t, lo, hi, d, wu, wn, mv, ch, ah, lh)                            \
-    {{#n, t, 0, NULL}, DT_SO_SIZE, lo, hi, {NULL}, NULL, DT_CEIL_CFG, ah},
+    {{#n, t, 0, NULL}, DT_SO_SIZE, lo, hi, {NULL}, NULL, DT_CEIL_CFG, ah, NULL},
 #include "kernelmgr/engine/sessopt.def"
 #undef KM_SO_DEF_BOOL
 #undef KM_SO_DEF_NUMBER
 #undef KM_SO_DEF_SIZE
-    {{NULL, 0, 0, NULL}, 0, 0, 0, {NULL}, NULL, DT_CEIL_NONE, NULL},
+    {{NULL, 0, 0, NULL}, 0, 0, 0, {NULL}, NULL, DT_CEIL_NONE, NULL, NULL},
 };
 
 const dtier_sessopt *dtier_sessopt_find(const char *name)
@@ -487,6 +496,150 @@ int dtier_sopts_ceiling(const dtier_grant *g, const kmcfg *cfg, const json_t *pa
         }
     }
     return 0;
+}
+
+/* ---------------------------------------------------------------- doc */
+
+/* "`mcp` and `http`": the names of the tier bits into buf (n bytes). */
+static const char *tier_list(unsigned bits, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int t = 0; t < DT_NTIERS; t++)
+        if ((bits & DT_BIT(t)) && len < n)
+            len +=
+                (size_t)snprintf(buf + len, n - len, "%s`%s`", len ? " and " : "", tier_names[t]);
+    return buf;
+}
+
+/* Appends ", " or " (" and the formatted text to the type cell t (n bytes,
+ * *len used), counting the parts in *parts. */
+static void type_part(char *t, size_t n, size_t *len, int *parts, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void type_part(char *t, size_t n, size_t *len, int *parts, const char *fmt, ...)
+{
+    if (*len >= n)
+        return;
+    *len += (size_t)snprintf(t + *len, n - *len, "%s", (*parts)++ ? "; " : " (");
+    if (*len >= n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    *len += (size_t)vsnprintf(t + *len, n - *len, fmt, ap);
+    va_end(ap);
+}
+
+/* The type cell of o: its values or kind, its limits, the tiers that may
+ * send it when not all, and its ceiling below owner. */
+static void doc_type(const dtier_sessopt *o, char *t, size_t n)
+{
+    const kmcfg_opt *c = kmcfg_opt_find(o->f.name);
+    char a[32], b[32], names[64];
+    size_t len = 0;
+    int parts = 0;
+    t[0] = 0;
+    switch (o->type) {
+    case DT_SO_CHOICE:
+    case DT_SO_NETWORK:
+        for (int i = 0; o->values[i] && len < n; i++)
+            len += (size_t)snprintf(t + len, n - len, "%s`\"%s\"`", i ? " \\| " : "", o->values[i]);
+        if (o->type == DT_SO_NETWORK && len < n)
+            len += (size_t)snprintf(t + len, n - len, " \\| `{\"allow\": [\"host[:port]\", ...]}`");
+        break;
+    case DT_SO_SIZE:
+        len = (size_t)snprintf(t, n, "string (`\"64M\"`) or integer bytes, ≥ %s",
+                               fmt_size((uint64_t)o->min, a, sizeof a));
+        break;
+    case DT_SO_NUMBER:
+        len = (size_t)snprintf(t, n, "number%s%s from %g to %.0f", c && c->unit ? " of " : "",
+                               c && c->unit ? c->unit : "", o->min, o->max);
+        break;
+    case DT_SO_PATH:
+        len = (size_t)snprintf(t, n, "absolute path");
+        break;
+    case DT_SO_ENV:
+        len = (size_t)snprintf(t, n, "object `{NAME: \"value\"}`");
+        type_part(t, n, &len, &parts, "%d variables, %s per value, %s in all", KENV_MAX_VARS,
+                  fmt_size(KENV_MAX_VALUE, a, sizeof a), fmt_size(KENV_MAX_TOTAL, b, sizeof b));
+        break;
+    case DT_SO_BOOL:
+        len = (size_t)snprintf(t, n, "boolean");
+        break;
+    }
+    if (len >= n)
+        return;
+    /* who may send it; a choice's unsafe bits gate its relaxing value
+     * (dtier_field_allowed), said with the ceiling */
+    int gates_value = o->type == DT_SO_CHOICE || o->type == DT_SO_NETWORK;
+    unsigned optin = o->f.unsafe & ~o->f.tiers & DT_ALL;
+    if ((o->f.tiers & DT_ALL) != DT_ALL) {
+        if ((o->f.tiers & DT_ALL) == DT_O)
+            type_part(t, n, &len, &parts, "owner only");
+        else
+            type_part(t, n, &len, &parts, "%s only", tier_list(o->f.tiers, names, sizeof names));
+        if (optin && !gates_value)
+            type_part(t, n, &len, &parts, "%s with the operator's opt-in",
+                      tier_list(optin, names, sizeof names));
+    }
+    /* the relaxing value: also with the opt-in of these tiers (all below
+     * owner, or named) */
+    char also[96] = "";
+    unsigned below = (DT_ALL & ~DT_O) & o->f.unsafe;
+    if (below == (DT_ALL & ~DT_O))
+        snprintf(also, sizeof also, " or with the operator's opt-in");
+    else if (below)
+        snprintf(also, sizeof also, " or, for %s, with the operator's opt-in",
+                 tier_list(below, names, sizeof names));
+    switch (o->ceiling) {
+    case DT_CEIL_NONE:
+        break;
+    case DT_CEIL_MEMORY:
+    case DT_CEIL_CFG:
+        type_part(t, n, &len, &parts, "below owner: ≤ the configuration's");
+        break;
+    case DT_CEIL_NETWORK:
+        type_part(t, n, &len, &parts,
+                  "below owner: an allow-list within the configuration's, `\"%s\"` only when it "
+                  "is `\"%s\"`%s",
+                  o->relaxing, o->relaxing, also);
+        break;
+    case DT_CEIL_SANDBOX:
+        type_part(t, n, &len, &parts,
+                  "below owner: `\"%s\"` only when the configuration's is `\"%s\"`%s", o->relaxing,
+                  o->relaxing, also);
+        break;
+    }
+    if (parts && len < n)
+        snprintf(t + len, n - len, ")");
+}
+
+/* Writes s to f with every '|' escaped for a markdown table cell. */
+static int put_cell(FILE *f, const char *s)
+{
+    int bad = 0;
+    for (; *s; s++)
+        bad |= (*s == '|' ? fputs("\\|", f) : fputc(*s, f)) == EOF;
+    return bad;
+}
+
+int dtier_sessopt_doc(FILE *f)
+{
+    char type[512], def[128];
+    int bad = fprintf(f, "| field | type | default | meaning |\n|---|---|---|---|\n") < 0;
+    for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++) {
+        const kmcfg_opt *c = kmcfg_opt_find(o->f.name);
+        doc_type(o, type, sizeof type);
+        bad |= fprintf(f, "| `%s` | %s | ", o->f.name, type) < 0;
+        if (o->def || !c)
+            bad |= put_cell(f, o->def ? o->def : "");
+        else
+            bad |=
+                fprintf(f, "config `%s`: %s", c->name, kmcfg_doc_default(c, def, sizeof def)) < 0;
+        bad |= fputs(" | ", f) == EOF;
+        bad |= put_cell(f, o->help);
+        bad |= fputs(" |\n", f) == EOF;
+    }
+    return bad || ferror(f) ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- scrub */

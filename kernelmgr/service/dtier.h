@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "kernelmgr/engine/config.h"
 #include "kernelmgr/engine/km.h"
@@ -95,6 +96,8 @@ typedef struct dtier_sessopt {
     const char *relaxing;  /* DT_SO_CHOICE: the value that relaxes the sandbox */
     dtier_ceil ceiling;
     const char *help; /* one line, for schemas and docs */
+    const char *def;  /* the default as the docs say it, for an option the configuration
+                         has no key of; NULL: that key's (its kmcfg_opts row) */
 } dtier_sessopt;
 
 /* The session options, terminated by a row with f.name NULL. */
@@ -102,6 +105,12 @@ extern const dtier_sessopt dtier_sessopts[];
 
 /* borrowed: the row of a session option, or NULL. */
 const dtier_sessopt *dtier_sessopt_find(const char *name);
+
+/* Writes the markdown table of the session options (field, type with the
+ * tiers that may send it and the ceiling, default, meaning), one row per
+ * row of dtier_sessopts, to f: docs/API.md's "Session options" table
+ * (`kernelmgr config --doc session-options`). 0, or -1 on a write error. */
+int dtier_sessopt_doc(FILE *f);
 
 /* 1 when grant g may send field f (its name; not its value). */
 int dtier_field_allowed(const dtier_grant *g, const dtier_field *f);

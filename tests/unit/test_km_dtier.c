@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -351,6 +352,60 @@ static void sessopts_agree_with_config(void **state)
     assert_true(dtier_sessopt_find("memory")->min == (double)KM_MEMORY_MIN);
 }
 
+/* The docs' table (docs/API.md "Session options") has one row per row of
+ * dtier_sessopts, in order, each with four cells: the tiers, the ceiling
+ * and the default come from the row. */
+static void sessopt_doc(void **state)
+{
+    (void)state;
+    char *doc = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&doc, &len);
+    assert_non_null(f);
+    assert_int_equal(dtier_sessopt_doc(f), 0);
+    assert_int_equal(fclose(f), 0);
+    const char *line = doc;
+    static const char header[] = "| field | type | default | meaning |\n|---|---|---|---|\n";
+    assert_memory_equal(line, header, sizeof header - 1);
+    line += sizeof header - 1;
+    int rows = 0;
+    for (const dtier_sessopt *o = dtier_sessopts; o->f.name; o++, rows++) {
+        const char *end = strchr(line, '\n');
+        assert_non_null(end);
+        char head[64], text[2048];
+        snprintf(head, sizeof head, "| `%s` | ", o->f.name);
+        snprintf(text, sizeof text, "%.*s", (int)(end - line), line);
+        if (strncmp(text, head, strlen(head)))
+            fail_msg("row %d is not %s: %s", rows, o->f.name, text);
+        int cells = 0; /* unescaped '|' */
+        for (const char *p = text; *p; p++)
+            cells += *p == '|' && (p == text || p[-1] != '\\');
+        if (cells != 5)
+            fail_msg("%s: %d separators, not 5: %s", o->f.name, cells, text);
+        /* a default of its own, or its config key's, never both nor none */
+        const kmcfg_opt *c = kmcfg_opt_find(o->f.name);
+        assert_true(!o->def != !c);
+        char def[128];
+        if (c) {
+            char want[160];
+            snprintf(want, sizeof want, "| config `%s`: %s |", c->name,
+                     kmcfg_doc_default(c, def, sizeof def));
+            if (!strstr(text, want))
+                fail_msg("%s lacks its default %s: %s", o->f.name, want, text);
+        }
+        if (!strstr(text, o->help))
+            fail_msg("%s lacks its help: %s", o->f.name, text);
+        if (o->f.tiers == DT_O && !strstr(text, "owner only"))
+            fail_msg("%s does not say owner only: %s", o->f.name, text);
+        if (o->ceiling != DT_CEIL_NONE && !strstr(text, "below owner: "))
+            fail_msg("%s does not say its ceiling: %s", o->f.name, text);
+        line = end + 1;
+    }
+    assert_string_equal(line, "");
+    assert_true(rows > 0);
+    free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +416,7 @@ int main(void)
         cmocka_unit_test(sopts_values),
         cmocka_unit_test(ceilings),
         cmocka_unit_test(scrub),
+        cmocka_unit_test(sessopt_doc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
