@@ -46,13 +46,7 @@ typedef struct km_session_opts {
                                   on top of the configuration's "env"; NULL = none */
     /* the plain options (sessopt.def): a BOOL -1 (config), 0, 1; a NUMBER
      * or SIZE 0 (config) */
-#define KM_SO_DEF_BOOL(name, ...) int name;
-#define KM_SO_DEF_NUMBER(name, ...) double name;
-#define KM_SO_DEF_SIZE(name, ...) unsigned long long name;
-#include "kernelmgr/engine/sessopt.def"
-#undef KM_SO_DEF_BOOL
-#undef KM_SO_DEF_NUMBER
-#undef KM_SO_DEF_SIZE
+#include "kernelmgr/engine/sessopt_fields.def"
     int no_create; /* 1: a session that does not exist (neither live nor kept
                       on disk) is KM_ENOSESSION, never made (the API's
                       "create": false) */

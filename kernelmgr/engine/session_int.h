@@ -95,13 +95,7 @@ typedef struct session {
     char sandbox[16];
     /* its own plain options (sessopt.def): a BOOL -1 (the configuration's),
      * 0, 1; a NUMBER or SIZE 0 (the configuration's) */
-#define KM_SO_DEF_BOOL(name, ...) int name;
-#define KM_SO_DEF_NUMBER(name, ...) double name;
-#define KM_SO_DEF_SIZE(name, ...) unsigned long long name;
-#include "kernelmgr/engine/sessopt.def"
-#undef KM_SO_DEF_BOOL
-#undef KM_SO_DEF_NUMBER
-#undef KM_SO_DEF_SIZE
+#include "kernelmgr/engine/sessopt_fields.def"
     json_t *env; /* owned: the session's own {NAME: "value"} (on top of the
                     configuration's), NULL when none; persisted in session.json */
     pthread_mutex_t lock;
