@@ -8,6 +8,7 @@
 #   make demo    deps + build + run examples/quickstart.md
 #   make fuzz    libFuzzer targets, FUZZ_SECONDS each (default 60)
 #   make bench   benchmarks against ipykernel (not a test)
+#   make coverage  line coverage of each area by the unit tests alone (mk/coverage.mk)
 #   make format / lint
 #   make install / uninstall   PREFIX (/usr/local), DESTDIR, BINDIR, LIBEXECDIR,
 #                DATADIR, MANDIR (docs/INSTALL.md); make deb: the Debian package

@@ -94,7 +94,7 @@ $(KLIB_EXAMPLE): examples/c/code_exec.c libkernelmgr/kernelmgr.h $(KLIB_DIR)/lib
 # after it, the manager's (kmcfg_home: the CLI's home, compared).
 $(BUILD)/tests/test_klib: tests/unit/test_klib.c $(KLIB_A) $(ALL_LIBS) $(KLIB_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(KLIB_A) $(ALL_LIBS) -lcmocka $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(KLIB_A) $(ALL_LIBS) -lcmocka $(LDLIBS)
 
 install-lib: libkernelmgr
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
