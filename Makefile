@@ -63,7 +63,8 @@ LIB_KERN   := $(BUILD)/libkernels.a
 LIB_MGR    := $(BUILD)/libkm.a
 KERNEL_LIBS := $(LIB_KERN) $(LIB_PROTO) $(LIB_SBX) $(LIB_COMMON)
 ALL_LIBS    := $(LIB_MGR) $(KERNEL_LIBS)
-HEADERS  := $(wildcard common/*.h sandbox/*.h protocol/*.h kernels/*/*.h kernelmgr/*/*.h)
+HEADERS  := $(wildcard common/*.h sandbox/*.h protocol/*.h kernels/*/*.h kernelmgr/*/*.h \
+  kernelmgr/*/*.def)
 BINS     := $(BUILD)/kernelmgr $(BUILD)/kernelmgr-gateway $(BUILD)/kernel-python $(BUILD)/kernel-bash \
             $(BUILD)/kernelmgr-sandbox
 SHARE    := $(patsubst kernels/%,$(BUILD)/share/kernelmgr/%,$(wildcard kernels/python/*.py kernels/bash/*.sh))

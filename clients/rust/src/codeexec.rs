@@ -40,11 +40,11 @@ impl Options {
         self.session.push((key.to_string(), v));
         self
     }
-    /// Memory limit of each kernel: "512M", "2G".
+    /// Memory limit of the session's sandbox, which its kernels share: "512M", "2G".
     pub fn memory(self, m: &str) -> Options {
         self.set("memory", Value::from(m))
     }
-    /// CPU rate cap of each kernel, in CPUs.
+    /// CPU rate cap of the session's sandbox, which its kernels share, in CPUs.
     pub fn cpus(self, n: f64) -> Options {
         self.set("cpus", Value::Float(n))
     }
