@@ -508,14 +508,58 @@ out:
 
 /* ---------------------------------------------------------------- MCP tools */
 
+static const struct {
+    const char *name;
+    wsfile_enc enc;
+    int dirs; /* WSFILE_ENC_READ | WSFILE_ENC_WRITE */
+} encodings[] = {
+    {"auto", WSFILE_ENC_AUTO, WSFILE_ENC_READ},
+    {"text", WSFILE_ENC_TEXT, WSFILE_ENC_READ | WSFILE_ENC_WRITE},
+    {"base64", WSFILE_ENC_BASE64, WSFILE_ENC_READ | WSFILE_ENC_WRITE},
+};
+#define N_ENCODINGS (sizeof encodings / sizeof encodings[0])
+
+int wsfile_encoding(const char *name, int dir, km_err *err)
+{
+    for (size_t i = 0; name && i < N_ENCODINGS; i++)
+        if ((encodings[i].dirs & dir) && !strcmp(name, encodings[i].name))
+            return (int)encodings[i].enc;
+    char list[128] = "";
+    size_t n = 0, k = 0;
+    for (size_t i = 0; i < N_ENCODINGS; i++)
+        n += encodings[i].dirs & dir ? 1 : 0;
+    for (size_t i = 0; i < N_ENCODINGS; i++) {
+        if (!(encodings[i].dirs & dir))
+            continue;
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s\"%s\"",
+                 k == 0       ? ""
+                 : k + 1 == n ? " or "
+                              : ", ",
+                 encodings[i].name);
+        k++;
+    }
+    km_err_set(err, KM_EUSAGE, "must be %s (got \"%.40s\")", list, name ? name : "");
+    return -1;
+}
+
+json_t *wsfile_encodings_json(int dir)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < N_ENCODINGS; i++)
+        if (encodings[i].dirs & dir)
+            json_array_append_new(a, json_string(encodings[i].name));
+    return a;
+}
+
 json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t length,
                     const char *encoding, km_err *err)
 {
     char norm[WSFILE_PATH_MAX + 1];
-    if (!encoding)
-        encoding = "auto";
-    if (strcmp(encoding, "auto") && strcmp(encoding, "text") && strcmp(encoding, "base64")) {
-        km_err_set(err, KM_EUSAGE, "encoding '%s' is not one of auto, text, base64", encoding);
+    km_err why = {0};
+    int enc = encoding ? wsfile_encoding(encoding, WSFILE_ENC_READ, &why) : WSFILE_ENC_AUTO;
+    if (enc < 0) {
+        km_err_set(err, KM_EUSAGE, "encoding: %s", why.msg);
         return NULL;
     }
     if (wsfile_normalize(rel, 0, norm, err) < 0)
@@ -565,9 +609,9 @@ json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t
 
     int as_text = 0;
     size_t text_len = got;
-    if (strcmp(encoding, "text") == 0) {
+    if (enc == WSFILE_ENC_TEXT) {
         as_text = 1;
-    } else if (strcmp(encoding, "auto") == 0) {
+    } else if (enc == WSFILE_ENC_AUTO) {
         /* A chunk may end inside a character: judge the complete prefix,
          * and return only that much so the next offset starts cleanly. */
         size_t clean = (offset + got < size) ? cm_utf8_complete_prefix(buf, got) : got;

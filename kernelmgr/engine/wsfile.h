@@ -97,10 +97,28 @@ char *wsfile_readlinkat(int dirfd, const char *name);
  * failures and the first one in err; with err NULL they go to stderr. */
 int wsfile_rmtree(const char *path, km_err *err);
 
+/* The encodings a file's content travels in (files.read, files.write and
+ * the MCP tools), declared once in wsfile.c's table: "auto" (read only:
+ * text when the bytes are UTF-8 without NUL, else base64), "text" and
+ * "base64". The JSON lists are for the MCP schemas' "enum"; a unit test
+ * checks them against the table. */
+typedef enum { WSFILE_ENC_AUTO, WSFILE_ENC_TEXT, WSFILE_ENC_BASE64 } wsfile_enc;
+#define WSFILE_ENC_READ 1  /* an encoding a read may ask for */
+#define WSFILE_ENC_WRITE 2 /* ... a write may send */
+#define WSFILE_ENC_READ_JSON "[\"auto\",\"text\",\"base64\"]"
+#define WSFILE_ENC_WRITE_JSON "[\"text\",\"base64\"]"
+
+/* The encoding named name for dir (WSFILE_ENC_READ or WSFILE_ENC_WRITE), or
+ * -1 with err (KM_EUSAGE): "must be \"auto\", \"text\" or \"base64\" (got
+ * \"NAME\")", naming those dir takes; the caller says which field. */
+int wsfile_encoding(const char *name, int dir, km_err *err);
+/* The JSON list of the encodings dir takes (new), as the table says. */
+json_t *wsfile_encodings_json(int dir);
+
 /* new: reads up to length bytes (0: WSFILE_READ_MAX; capped there) from
- * offset of the regular file rel under root. encoding: "auto" (text when the
- * bytes are UTF-8 without NUL, else base64), "text" (invalid bytes become
- * U+FFFD) or "base64". Returns {"path","size","offset","length","encoding",
+ * offset of the regular file rel under root. encoding (NULL: "auto"; see
+ * wsfile_encoding): "auto", "text" (invalid bytes become U+FFFD) or
+ * "base64". Returns {"path","size","offset","length","encoding",
  * "content","eof","mime"} or NULL with a reason. */
 json_t *wsfile_read(const char *root, const char *rel, uint64_t offset, uint64_t length,
                     const char *encoding, km_err *err);

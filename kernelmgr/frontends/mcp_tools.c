@@ -339,9 +339,9 @@ static json_t *tool_read_file(mcp_call *call, json_t *args)
         (l && (!json_is_integer(l) || json_integer_value(l) < 1)))
         return tool_error("`offset` must be an integer >= 0 and `length` an integer >= 1");
     json_t *e = json_object_get(args, "encoding");
-    if (e && !json_is_string(e))
-        return tool_error("`encoding` must be \"auto\", \"text\" or \"base64\"");
     km_err err = {0};
+    if (e && wsfile_encoding(json_string_value(e), WSFILE_ENC_READ, &err) < 0)
+        return tool_error("`encoding` %s", err.msg);
     json_t *req = json_pack("{s:s,s:s}", "session", session, "path", path);
     if (o)
         json_object_set(req, "offset", o);
@@ -383,9 +383,9 @@ static json_t *tool_write_file(mcp_call *call, json_t *args)
     if (!path || !json_is_string(content))
         return tool_error("`path` and `content` (strings) are required");
     const char *enc = json_string_value(json_object_get(args, "encoding"));
-    if (json_object_get(args, "encoding") &&
-        (!enc || (strcmp(enc, "text") && strcmp(enc, "base64"))))
-        return tool_error("`encoding` must be \"text\" or \"base64\"");
+    km_err bad = {0};
+    if (json_object_get(args, "encoding") && wsfile_encoding(enc, WSFILE_ENC_WRITE, &bad) < 0)
+        return tool_error("`encoding` %s", bad.msg);
     json_t *app = json_object_get(args, "append");
     if (app && !json_is_boolean(app))
         return tool_error("`append` must be a boolean");
@@ -663,7 +663,7 @@ const mcpt_tool mcpt_tools[] = {
             "offset to start at.\"},"
             "\"length\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1048576,\"description\":"
             "\"Bytes to read (default and maximum 1 MiB).\"},"
-            "\"encoding\":{\"type\":\"string\",\"enum\":[\"auto\",\"text\",\"base64\"],\"default\":"
+            "\"encoding\":{\"type\":\"string\",\"enum\":" WSFILE_ENC_READ_JSON ",\"default\":"
             "\"auto\",\"description\":\"auto: text when the bytes are UTF-8, else base64.\"}},"
             "\"required\":[\"session\",\"path\"],\"additionalProperties\":false}",
         .annotations = "{\"readOnlyHint\":true,\"openWorldHint\":false}",
@@ -684,7 +684,8 @@ const mcpt_tool mcpt_tools[] = {
             "\"path\":{\"type\":\"string\",\"description\":\"File path relative to the "
             "workspace.\"},"
             "\"content\":{\"type\":\"string\",\"description\":\"The file's content.\"},"
-            "\"encoding\":{\"type\":\"string\",\"enum\":[\"text\",\"base64\"],\"default\":\"text\"}"
+            "\"encoding\":{\"type\":\"string\",\"enum\":" WSFILE_ENC_WRITE_JSON
+            ",\"default\":\"text\"}"
             ","
             "\"append\":{\"type\":\"boolean\",\"default\":false,\"description\":\"Append instead "
             "of "

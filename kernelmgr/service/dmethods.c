@@ -291,20 +291,21 @@ static void m_files_read(dreq *r, const json_t *p)
         return dreq_invalid(r, r->why.msg);
     if (off < 0 || (json_object_get(p, "length") && len < 1))
         return dreq_invalid(r, "field \"offset\" must be >= 0 and field \"length\" >= 1");
-    if (strcmp(enc, "auto") && strcmp(enc, "text") && strcmp(enc, "base64"))
-        return dreq_invalid(r, "field \"encoding\": must be \"auto\", \"text\" or \"base64\"");
+    km_err bad = {0};
+    if (wsfile_encoding(enc, WSFILE_ENC_READ, &bad) < 0)
+        return dreq_invalidf(r, "field \"encoding\": %s", bad.msg);
     dreq_reply(r, km_file_read(daemon_mgr, name, path, (uint64_t)off, (uint64_t)len, enc, &r->err));
 }
 
-/* content in encoding enc as bytes: *data borrows content ("text") or is
+/* content in encoding enc (wsfile_enc) as bytes: *data borrows content ("text") or is
  * *bin (new, "base64"); *len its length in, its bytes out. 0, or -1: not
  * valid base64. */
-static int content_bytes(const char *content, const char *enc, const void **data,
-                         unsigned char **bin, size_t *len)
+static int content_bytes(const char *content, int enc, const void **data, unsigned char **bin,
+                         size_t *len)
 {
     *data = content;
     *bin = NULL;
-    if (strcmp(enc, "base64"))
+    if (enc != WSFILE_ENC_BASE64)
         return 0;
     size_t binlen = 0;
     *bin = malloc(*len / 4 * 3 + 3);
@@ -331,8 +332,10 @@ static void m_files_write(dreq *r, const json_t *p)
     json_decref(own);
     if (bad || sopts_fill(r, p, &so))
         return dreq_invalid(r, r->why.msg);
-    if (strcmp(enc, "text") && strcmp(enc, "base64"))
-        return dreq_invalid(r, "field \"encoding\": must be \"text\" or \"base64\"");
+    km_err why = {0};
+    int e = wsfile_encoding(enc, WSFILE_ENC_WRITE, &why);
+    if (e < 0)
+        return dreq_invalidf(r, "field \"encoding\": %s", why.msg);
     char norm[WSFILE_PATH_MAX + 1];
     /* a bad path is refused before a session is created for it */
     if (wsfile_normalize(path, 0, norm, &r->why) < 0)
@@ -340,7 +343,7 @@ static void m_files_write(dreq *r, const json_t *p)
     size_t len = json_string_length(json_object_get(p, "content"));
     unsigned char *bin;
     const void *data;
-    if (content_bytes(content, enc, &data, &bin, &len))
+    if (content_bytes(content, e, &data, &bin, &len))
         return dreq_invalid(r, "field \"content\": not valid base64");
     json_t *created = NULL;
     if (create && !(created = km_session_create(daemon_mgr, name, &so, &r->err))) {
@@ -535,7 +538,7 @@ static void m_session_import(dreq *r, const json_t *p)
     size_t len = json_string_length(json_object_get(p, "data"));
     unsigned char *bin;
     const void *bytes;
-    if (content_bytes(data, "base64", &bytes, &bin, &len))
+    if (content_bytes(data, WSFILE_ENC_BASE64, &bytes, &bin, &len))
         return dreq_invalid(r, "field \"data\": not valid base64");
     json_t *res =
         km_session_import(daemon_mgr, name, &so, (uint64_t)off, bytes, len, final, &r->err);

@@ -201,6 +201,16 @@ def test_every_method(api, tmp_path):
     for bad in ("../x", "/etc/passwd"):
         e = c.error("files.read", {"session": "s1", "path": bad})
         assert e["data"]["km_code"] == 2, e
+    # an encoding the direction does not take: refused naming the field and
+    # the ones it takes, before anything is done (no session s9 is made)
+    e = c.error("files.read", {"session": "s1", "path": "bin.dat", "encoding": "latin1"})
+    assert e["code"] == -32602 and e["message"] == (
+        'files.read: field "encoding": must be "auto", "text" or "base64" (got "latin1")'), e
+    e = c.error("files.write", {"session": "s9", "path": "a", "content": "x",
+                                "encoding": "auto", "create": True})
+    assert e["code"] == -32602 and e["message"] == (
+        'files.write: field "encoding": must be "text" or "base64" (got "auto")'), e
+    assert "s9" not in {s["name"] for s in c.ok("sessions.list")["sessions"]}
     assert c.error("files.write", {"session": "nosuch", "path": "a", "content": ""})[
         "code"] == -32003
     # files.write with create makes the session

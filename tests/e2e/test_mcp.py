@@ -222,6 +222,11 @@ def test_file_tools_confined_to_workspace(mgr, tmp_path):
         call("write_file", {"session": "fs", "path": "etcdir/kernelmgr-test", "content": "x"}),
         call("write_file", {"session": "fs", "path": "../outside.txt", "content": "x"}),
         call("read_file", {"session": "nosuch", "path": "a"}),
+        # an encoding the direction does not take: named with the ones it takes
+        call("read_file", {"session": "fs", "path": "bin.dat", "encoding": "latin1"}),
+        call("write_file", {"session": "fs", "path": "e.txt", "content": "x",
+                            "encoding": "auto"}),
+        call("list_files", {"session": "fs"}),
     ])
     s = out["steps"]
     assert not ok_result(s[0])["isError"], text_of(s[0]["result"])
@@ -247,6 +252,11 @@ def test_file_tools_confined_to_workspace(mgr, tmp_path):
     assert secret.read_text() == "host secret"
     assert not Path("/etc/kernelmgr-test").exists()
     assert ok_result(s[16])["isError"] is True and "no session" in text_of(s[16]["result"])
+    for i, says in ((17, '`encoding` must be "auto", "text" or "base64" (got "latin1")'),
+                    (18, '`encoding` must be "text" or "base64" (got "auto")')):
+        res = ok_result(s[i])
+        assert res["isError"] is True and text_of(res) == says, (i, text_of(res))
+    assert "e.txt" not in {f["path"] for f in ok_result(s[19])["structuredContent"]["files"]}
 
 
 # ------------------------------------------------------------------ long cells

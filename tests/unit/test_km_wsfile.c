@@ -583,9 +583,47 @@ static void refusal_reasons_both_paths(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* The encodings are one table: each direction takes its own, a refusal
+ * names exactly those, and the JSON lists the MCP schemas carry are the
+ * table's. */
+static void encodings_one_table(void **state)
+{
+    (void)state;
+    km_err err = {0};
+    assert_int_equal(wsfile_encoding("auto", WSFILE_ENC_READ, &err), WSFILE_ENC_AUTO);
+    assert_int_equal(wsfile_encoding("text", WSFILE_ENC_READ, &err), WSFILE_ENC_TEXT);
+    assert_int_equal(wsfile_encoding("base64", WSFILE_ENC_WRITE, &err), WSFILE_ENC_BASE64);
+    assert_int_equal(wsfile_encoding("auto", WSFILE_ENC_WRITE, &err), -1);
+    assert_int_equal(err.code, KM_EUSAGE);
+    assert_string_equal(err.msg, "must be \"text\" or \"base64\" (got \"auto\")");
+    assert_int_equal(wsfile_encoding("utf-8", WSFILE_ENC_READ, &err), -1);
+    assert_string_equal(err.msg, "must be \"auto\", \"text\" or \"base64\" (got \"utf-8\")");
+    assert_int_equal(wsfile_encoding(NULL, WSFILE_ENC_READ, &err), -1);
+    assert_int_equal(wsfile_encoding("TEXT", WSFILE_ENC_READ, &err), -1);
+    const struct {
+        int dir;
+        const char *json;
+    } lists[] = {{WSFILE_ENC_READ, WSFILE_ENC_READ_JSON},
+                 {WSFILE_ENC_WRITE, WSFILE_ENC_WRITE_JSON}};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *want = wsfile_encodings_json(lists[i].dir);
+        json_t *got = json_loads(lists[i].json, 0, NULL);
+        assert_non_null(got);
+        assert_true(json_equal(want, got));
+        json_decref(want);
+        json_decref(got);
+    }
+    /* a read refuses an unknown encoding before touching anything */
+    json_t *r = wsfile_read("/nonexistent-root", "x", 0, 0, "latin1", &err);
+    assert_null(r);
+    assert_string_equal(err.msg,
+                        "encoding: must be \"auto\", \"text\" or \"base64\" (got \"latin1\")");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(encodings_one_table),
         cmocka_unit_test_setup_teardown(middle_symlink_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(refusal_reasons_both_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(dotdot_and_absolute_refused, setup, teardown),
