@@ -143,9 +143,21 @@ $(PYC_STAMP): $(BUILD)/share/kernelmgr/python/driver.py $(BUILD)/share/kernelmgr
 
 # Unit tests that need a kernel but not Python or Bash link the fake one
 # (tests/unit/fake_kernel.h).
-FAKE_KERNEL_TESTS := test_kserver_fake test_km_session_locks
+FAKE_KERNEL_TESTS := test_kserver_fake test_km_session_locks test_km_dmethods test_cli test_km_slot_start \
+  test_mcp test_gateway
 $(FAKE_KERNEL_TESTS:%=$(BUILD)/tests/%): $(BUILD)/obj/tests/unit/fake_kernel.o
-$(BUILD)/tests/%: tests/unit/%.c $(ALL_LIBS) $(HEADERS) tests/unit/fake_kernel.h
+# ... and a manager on a fresh home whose languages it backs (fake_manager.h).
+FAKE_MANAGER_TESTS := test_km_session_locks test_km_dmethods test_km_slot_start
+$(FAKE_MANAGER_TESTS:%=$(BUILD)/tests/%): $(BUILD)/obj/tests/unit/fake_manager.o
+# The CLI's and MCP's tests link what the kernelmgr binary does (the gateway's
+# stand-in) and run it in a child (cli_child.h).
+$(BUILD)/tests/test_cli $(BUILD)/tests/test_mcp: $(BUILD)/obj/kernelmgr/frontends/gateway_none.o \
+  $(BUILD)/obj/tests/unit/cli_child.o $(BUILD)/obj/tests/unit/fake_daemon.o
+# The gateway's test links the gateway itself (the lws files, as
+# kernelmgr-gateway does).
+$(BUILD)/tests/test_gateway: $(GW_LWS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/unit/cli_child.o \
+  $(BUILD)/obj/tests/unit/fake_daemon.o
+$(BUILD)/tests/%: tests/unit/%.c $(ALL_LIBS) $(HEADERS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(filter %.o,$^) $(ALL_LIBS) -lcmocka $(LDLIBS)
 

@@ -49,3 +49,39 @@ char *cm_path_fmt(const char *fmt, ...)
     }
     return p;
 }
+
+int cm_path_under(const char *path, const char *base)
+{
+    if (!path || !base || !*base)
+        return 0;
+    size_t n = strlen(base);
+    while (n > 1 && base[n - 1] == '/')
+        n--;
+    if (n == 1 && base[0] == '/')
+        return 1;
+    return strncmp(path, base, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+char *cm_path_absolute(const char *path)
+{
+    if (!path) {
+        errno = EINVAL;
+        return NULL;
+    }
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+        errno = EINVAL;
+        return NULL;
+    }
+    char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+    if (!dir)
+        return NULL;
+    char *real = realpath(*dir ? dir : "/", NULL);
+    free(dir);
+    if (!real)
+        return NULL;
+    char *abs = cm_path_join(real, base);
+    free(real);
+    return abs;
+}

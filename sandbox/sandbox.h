@@ -276,4 +276,12 @@ const char *sandbox_identity(void);
 /* 0 when this host can provide cfg->level, else -1 with what is missing in err. */
 int sandbox_check(const sandbox_config *cfg, char *err, size_t errlen);
 
+/* The host's system directories every strict sandbox binds read-only (those
+ * that exist), NULL-ended: a read-only path at or below one of them needs
+ * no bind of its own. */
+extern const char *const sandbox_system_dirs[];
+/* 1 when path is one of sandbox_system_dirs or below one, lexically (path
+ * is not resolved). */
+int sandbox_is_system_path(const char *path);
+
 #endif

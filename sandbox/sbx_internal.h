@@ -38,6 +38,10 @@ int sbx_util_send_fd(int sock, int fd);
 /* Receives an fd sent by sbx_util_send_fd() without blocking: the new fd
  * (O_CLOEXEC), or -1 with errno (EAGAIN: nothing was sent). */
 int sbx_util_recv_fd(int sock);
+/* 1 when path p is dir or below it, lexically ("/a/b" is under "/a" and
+ * "/a/", not under "/ab"). The sandbox includes nothing of ours, so this is
+ * common/cm_path_under's twin. */
+int sbx_util_path_under(const char *p, const char *dir);
 
 /* ---- sbx_ns.c: namespaces and the uid/gid mapping ------------------------ */
 

@@ -6,7 +6,8 @@
  *   /etc                  generated passwd, group, hosts, hostname (+resolv.conf
  *                         with network on) and ro binds of the pieces programs
  *                         read: ld.so.cache, alternatives, ssl, localtime, ...
- *   cfg->ro_paths         ro binds at the same absolute path
+ *   cfg->ro_paths         ro binds at the same absolute path (one inside the
+ *                         workspace stays read-only there)
  *   workspace             rw bind at the same absolute path (tracebacks and
  *                         paths printed by the worker are valid on the host)
  *   /tmp, /dev/shm        tmpfs of cfg->tmp_bytes each
@@ -68,9 +69,18 @@ struct sbx_mount_plan {
     char user[64], group[64];
 };
 
-/* System directories bound read-only (or recreated as symlinks). */
-static const char *const sbx_mount_sysdirs[] = {"/usr",   "/bin",   "/sbin",   "/lib",
-                                                "/lib32", "/lib64", "/libx32", NULL};
+/* System directories bound read-only (or recreated as symlinks): the one
+ * list, sandbox.h. */
+const char *const sandbox_system_dirs[] = {"/usr",   "/bin",   "/sbin",   "/lib",
+                                           "/lib32", "/lib64", "/libx32", NULL};
+
+int sandbox_is_system_path(const char *path)
+{
+    for (const char *const *d = sandbox_system_dirs; *d; d++)
+        if (sbx_util_path_under(path, *d))
+            return 1;
+    return 0;
+}
 
 /* /etc pieces programs read. Missing ones are skipped. passwd, group, hosts,
  * hostname, mtab and resolv.conf are generated instead. */
@@ -203,12 +213,11 @@ static int sbx_mount_under_sysdir(const char *path)
     char real[PATH_MAX];
     if (!realpath(path, real))
         return 0;
-    for (const char *const *d = sbx_mount_sysdirs; *d; d++) {
+    for (const char *const *d = sandbox_system_dirs; *d; d++) {
         char rd[PATH_MAX];
         if (!realpath(*d, rd))
             continue;
-        size_t n = strlen(rd);
-        if (strncmp(real, rd, n) == 0 && (real[n] == 0 || real[n] == '/'))
+        if (sbx_util_path_under(real, rd))
             return 1;
     }
     return 0;
@@ -257,7 +266,7 @@ sbx_mount_plan *sbx_mount_prepare(const sandbox_config *cfg, const sbx_ids *ids,
         snprintf(err, len, "mount: out of memory");
         goto fail;
     }
-    for (const char *const *d = sbx_mount_sysdirs; *d; d++)
+    for (const char *const *d = sandbox_system_dirs; *d; d++)
         if (sbx_mount_clone(p, *d, *d, SBX_RO, 1, err, len) < 0)
             goto fail;
     for (const char *const *e = sbx_mount_etc; *e; e++)
@@ -544,16 +553,25 @@ int sbx_mount_build(sbx_mount_plan *p, const sandbox_config *cfg, const sbx_ids 
         return -1;
     if (symlink("../tmp", "var/tmp") < 0)
         return sbx_util_fail(err, len, "mount: symlink /var/tmp");
-    /* The remaining trees: ro_paths, then the workspace on top of them, so
-     * an ro path inside the workspace does not make the workspace ro. */
-    for (int pass = 0; pass < 2; pass++)
+    /* The remaining trees (ro_paths, the workspace), each before those
+     * nested in it: shortest target first, a read-only one before the
+     * workspace at the same path. So an ro path holding the workspace does
+     * not make the workspace ro, and one inside the workspace stays ro. */
+    for (;;) {
+        sbx_mount_tree *next = NULL;
         for (size_t i = 0; i < p->ntrees; i++) {
             sbx_mount_tree *t = &p->trees[i];
-            if (t->fd < 0 || (pass == 0) != (t->mode == SBX_RO))
+            if (t->fd < 0)
                 continue;
-            if (sbx_mount_attach(t, err, len) < 0)
-                return -1;
+            size_t n = strlen(t->target), best = next ? strlen(next->target) : 0;
+            if (!next || n < best || (n == best && t->mode == SBX_RO && next->mode != SBX_RO))
+                next = t;
         }
+        if (!next)
+            break;
+        if (sbx_mount_attach(next, err, len) < 0)
+            return -1;
+    }
 
     /* pivot_root(".", ".") stacks the old root on top of the new one; the
      * lazy unmount then drops every host mount from this namespace. */

@@ -516,15 +516,6 @@ static void client_drop(sandbox *sb, sess_client *c)
     c->fd = c->pidfd = -1;
 }
 
-/* 1 when path p is dir or below it. */
-static int path_under(const char *p, const char *dir)
-{
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/')
-        n--;
-    return !strncmp(p, dir, n) && (p[n] == '/' || p[n] == 0);
-}
-
 typedef struct sess_state {
     sandbox_config cfg;
     const char *ro[SBX_SESS_MAX_ROC + 64 + 1]; /* the sandbox's read-only paths */
@@ -540,14 +531,11 @@ typedef struct sess_state {
  * paths or below one, or the workspace. NULL, or the first that is not. */
 static const char *ro_missing(const sess_state *st, char *const *ro, uint32_t n)
 {
-    static const char *const sys[] = {"/usr",   "/bin",   "/sbin",   "/lib",
-                                      "/lib32", "/lib64", "/libx32", NULL};
     for (uint32_t i = 0; i < n; i++) {
-        int ok = st->cfg.workspace && path_under(ro[i], st->cfg.workspace);
-        for (const char *const *s = sys; !ok && *s; s++)
-            ok = path_under(ro[i], *s);
+        int ok = st->cfg.workspace && sbx_util_path_under(ro[i], st->cfg.workspace);
+        ok = ok || sandbox_is_system_path(ro[i]);
         for (int k = 0; !ok && k < st->nro; k++)
-            ok = path_under(ro[i], st->ro[k]);
+            ok = sbx_util_path_under(ro[i], st->ro[k]);
         if (!ok)
             return ro[i];
     }

@@ -127,3 +127,15 @@ int sbx_util_recv_fd(int sock)
     memcpy(&fd, CMSG_DATA(c), sizeof fd);
     return fd;
 }
+
+int sbx_util_path_under(const char *p, const char *dir)
+{
+    if (!p || !dir || !*dir)
+        return 0;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    if (n == 1 && dir[0] == '/')
+        return 1;
+    return !strncmp(p, dir, n) && (p[n] == '/' || p[n] == 0);
+}

@@ -408,7 +408,8 @@ const kmcfg_opt kmcfg_opts[] = {
              "seconds for a kernel to answer"),
     OPT_SPECIAL("memory", &sp_memory, 0, "`0` (the kernels' 2G)",
                 "memory limit per sandbox (a session's, which its kernels share; with "
-                "`session_sandbox` false, per kernel) in bytes or \"512M\"/\"2G\"; at least 16M, 0 "
+                "`session_sandbox` false, per kernel) in bytes or \"512M\"/\"2G\"; at "
+                "least " KM_MEMORY_MIN_TEXT ", 0 "
                 "= the kernels' "
                 "default"),
     OPT_SPECIAL("network", &sp_network, 0, "`\"off\"`",

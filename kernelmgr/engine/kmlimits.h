@@ -10,8 +10,10 @@
 
 /* the kernels' memory limit when none is set (sandbox.c's default) */
 #define KM_MEMORY_DEFAULT (2ull << 30)
-/* the smallest memory limit a kernel starts with */
+/* the smallest memory limit a kernel starts with, and as the help texts
+ * write it (the two kept together) */
 #define KM_MEMORY_MIN (16ull << 20)
+#define KM_MEMORY_MIN_TEXT "16M"
 /* a CPU rate cap, in CPUs */
 #define KM_CPUS_MIN 0.01
 #define KM_CPUS_MAX 4096.0

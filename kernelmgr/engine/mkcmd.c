@@ -3,6 +3,7 @@
  * options, its environment file (package variables, the user's env) and the
  * Python interpreter resolved once for sessions that chose none.
  */
+#include "common/cm_path.h"
 #include "kernelmgr/engine/pkgdirs.h"
 #include "kernelmgr/engine/session_int.h"
 #include "kernels/python/pydetect.h"
@@ -130,14 +131,6 @@ static struct {
     double at;
 } pyres = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static int path_within(const char *p, const char *dir)
-{
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/')
-        n--;
-    return !strncmp(p, dir, n) && (p[n] == '/' || p[n] == 0);
-}
-
 /* new (free()): the interpreter to pass as --python, or NULL for "let the
  * kernel detect". explicit_py: the configuration's python ("" = none). */
 char *kcmd_python_resolved(const char *explicit_py, const char *workspace)
@@ -196,7 +189,7 @@ char *kcmd_python_resolved(const char *explicit_py, const char *workspace)
         key = NULL;
         pyres.at = kclient_now();
     }
-    if (pyres.interp && !path_within(pyres.interp, workspace))
+    if (pyres.interp && !cm_path_under(pyres.interp, workspace))
         out = strdup(pyres.interp);
     pthread_mutex_unlock(&pyres.mu);
     free(key);

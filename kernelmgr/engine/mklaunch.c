@@ -869,6 +869,8 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
                    strerror(errno));
         goto fail;
     }
+    struct stat lst;
+    kp->log_start = fstat(logfd, &lst) == 0 ? lst.st_size : 0;
     /* execvp semantics for kernelspecs that name a program on PATH, the
      * cleaned PATH (posix_spawnp would search the manager's own) */
     if (!(exe = spawn_path(argv[0], envp))) {
@@ -928,6 +930,26 @@ int klaunch_alive(kproc *kp)
         return 0;
     }
     return 1;
+}
+
+int klaunch_lost_port_race(kproc *kp, const char *log_path)
+{
+    if (!kp || strcmp(kp->conn.transport, "tcp") || klaunch_alive(kp))
+        return 0;
+    int fd = open(log_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    /* what a kernel says when its bind fails: a few lines, read at most 16 KiB */
+    char buf[16384];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, kp->log_start);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    for (char *p = buf; p < buf + n; p += strlen(p) + 1) /* NUL bytes in the log */
+        if (strstr(p, strerror(EADDRINUSE)))
+            return 1;
+    return 0;
 }
 
 void klaunch_signal(kproc *kp, int sig)

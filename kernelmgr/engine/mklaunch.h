@@ -110,7 +110,8 @@ typedef struct kproc {
     char pid_path[PATH_MAX]; /* RUN_DIR/ID.pid (see klaunch_owner_hold) */
     jp_connection conn;
     int interrupt_signal;
-    int term_sent; /* klaunch_stop_begin sent SIGTERM */
+    int term_sent;   /* klaunch_stop_begin sent SIGTERM */
+    off_t log_start; /* the log's size when this kernel was started */
 } kproc;
 
 /* Chooses where sockets and connection files of kernels live: home/run, or a
@@ -132,6 +133,14 @@ kproc *klaunch_start(const klaunch_cmd *cmd, const char *run_dir, const char *id
 
 /* 1 while the process runs; reaps it (non-blocking) when it has exited. */
 int klaunch_alive(kproc *kp);
+
+/* 1 when the kernel, on tcp, has ended because a port of its connection file
+ * was taken before it could bind it: its log since its start says
+ * "Address already in use" (ports are picked free and released, and the
+ * kernel binds them a moment later: another process can take one in
+ * between). A start on fresh ports then succeeds; no other failure is a
+ * reason to start again. */
+int klaunch_lost_port_race(kproc *kp, const char *log_path);
 
 /* Signals the kernel's whole process group. */
 void klaunch_signal(kproc *kp, int sig);

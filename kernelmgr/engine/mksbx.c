@@ -21,6 +21,7 @@
 #include "common/cm_install.h"
 #include "common/cm_path.h"
 #include "kernelmgr/engine/pkgdirs.h"
+#include "sandbox/sandbox.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -47,18 +48,22 @@ const char *ksbx_socket(const session *s)
     return s->sbx && s->sbx_sock[0] ? s->sbx_sock : NULL;
 }
 
-/* Adds "--ro-path dir" unless dir is empty or a system directory (always
- * there). */
-static int add_ro(klaunch_cmd *cmd, const char *dir)
+/* Adds "--ro-path dir" unless dir is empty, a system directory (always
+ * there) or in the workspace: the sandbox binds that read-write, and a
+ * read-only path inside it stays read-only there (sbx_mount.c), which would
+ * freeze a workspace venv the kernels install into. */
+static int add_ro(klaunch_cmd *cmd, const char *dir, const char *workspace)
 {
-    static const char *const sys[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", NULL};
-    if (!dir || dir[0] != '/' || !strcmp(dir, "/"))
+    if (!dir || dir[0] != '/' || !strcmp(dir, "/") || sandbox_is_system_path(dir))
         return 0;
-    for (const char *const *p = sys; *p; p++) {
-        size_t n = strlen(*p);
-        if (!strncmp(dir, *p, n) && (dir[n] == '/' || dir[n] == 0))
-            return 0;
-    }
+    if (cm_path_under(dir, workspace))
+        return 0;
+    char *rd = realpath(dir, NULL), *rw = workspace ? realpath(workspace, NULL) : NULL;
+    int inside = rd && rw && cm_path_under(rd, rw);
+    free(rd);
+    free(rw);
+    if (inside)
+        return 0;
     return klaunch_cmd_add(cmd, "--ro-path") | klaunch_cmd_add(cmd, dir);
 }
 
@@ -123,7 +128,7 @@ static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, km_err *err)
     rc |= kcmd_add_limits(m, s, cmd);
     char share[PATH_MAX];
     if (share_dir(share, sizeof share) == 0)
-        rc |= add_ro(cmd, share);
+        rc |= add_ro(cmd, share, s->workspace);
     /* the Python kernel's interpreter: a venv's prefix, the real
      * interpreter's prefix (bin/..) */
     const char *py = s->python[0] ? s->python : m->cfg.python;
@@ -132,11 +137,11 @@ static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, km_err *err)
     if (interp[0] == '/') {
         char a[PATH_MAX], b[PATH_MAX];
         snprintf(a, sizeof a, "%s", interp);
-        rc |= add_ro(cmd, dirname(dirname(a)));
+        rc |= add_ro(cmd, dirname(dirname(a)), s->workspace);
         if (realpath(interp, b)) {
             char *pre = dirname(dirname(b));
             if (strcmp(pre, a))
-                rc |= add_ro(cmd, pre);
+                rc |= add_ro(cmd, pre, s->workspace);
         }
     }
     free(shared_py);
@@ -147,7 +152,7 @@ static int holder_cmd(km_manager *m, session *s, klaunch_cmd *cmd, km_err *err)
         for (size_t i = 0; i < 2; i++) {
             char **penv = pkgdirs_kernel_env(root, kinds[i], ro);
             if (penv && ro[0])
-                rc |= add_ro(cmd, ro);
+                rc |= add_ro(cmd, ro, s->workspace);
             pkgdirs_env_free(&penv);
         }
     if (rc) {

@@ -42,6 +42,10 @@
  * threads. A warm-pool start never waits nor stops anything. */
 
 #define KM_ADMIT_POLL_S 0.05
+/* Starts of one kernel when, on tcp, another process takes a port it was
+ * given before it binds it (klaunch_lost_port_race): each start picks fresh
+ * ports. */
+#define KM_PORT_RACE_STARTS 3
 
 typedef enum admit_limit { ADMIT_OK, ADMIT_CAP, ADMIT_MEMORY, ADMIT_HOST } admit_limit;
 
@@ -556,9 +560,19 @@ static int slot_finish(km_manager *m, session *s, int l, km_err *err)
     char log[PATH_MAX];
     slot_log_path(m, s, l, log, sizeof log);
     json_t *info = NULL;
-    if (k->client) {
+    for (int attempt = 1; k->client; attempt++) {
         km_err why = {0};
         info = kclient_wait_ready(k->client, m->cfg.start_timeout, proc_alive_cb, k->proc, &why);
+        if (!info && attempt < KM_PORT_RACE_STARTS && klaunch_lost_port_race(k->proc, log)) {
+            fprintf(stderr,
+                    "kernelmgr: %s/%s: another process took a tcp port of the kernel before "
+                    "it could bind it: starting it again on fresh ports (start %d of %d)\n",
+                    s->name, kmcfg_lang_name(&m->cfg, l), attempt + 1, KM_PORT_RACE_STARTS);
+            slot_stop(m, k);
+            if (slot_launch(m, s, l, 0, err))
+                return -1;
+            continue;
+        }
         if (!info) {
             char how[128] = "";
             if (!klaunch_alive(k->proc))
@@ -566,6 +580,7 @@ static int slot_finish(km_manager *m, session *s, int l, km_err *err)
             km_err_set(err, KM_EKERNEL, "%s kernel did not start: %s%s%s (log: %s)",
                        kmcfg_lang_name(&m->cfg, l), why.msg, how[0] ? "; " : "", how, log);
         }
+        break;
     }
     if (!info) {
         slot_stop(m, k);

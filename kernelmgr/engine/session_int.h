@@ -2,7 +2,8 @@
  * session_int.h — the manager's shared state (struct km_manager, session,
  * kslot) and the internal calls between the files that implement km.h:
  *
- *   session.c        the km_* API: manager, session registry, exec, close...
+ *   session.c        the km_* API: manager, session registry, creation, close...
+ *   sessionexec.c    code_exec (km_exec): the execution lock, waits, blocks
  *   session_store.c  persistence: session.json, history.jsonl, load/resume
  *   mkcmd.c           a kernel's command line, environment file, interpreter
  *   mkslots.c         kernel slots: start/stop, admission under max_kernels
@@ -159,12 +160,23 @@ struct km_manager {
 
 /* ------------------------------------------------------------ session.c */
 
-/* Drops a reference taken under m->lock (refs++); frees a closed session
- * whose last reference it was. Caller holds no lock of m. */
 /* The live session named name with a reference taken (session_put), or
  * NULL: what engine files beside session.c look sessions up with. */
 session *session_ref(km_manager *m, const char *name);
+/* Drops a reference taken under m->lock (refs++); frees a closed session
+ * whose last reference it was. Caller holds no lock of m. */
 void session_put(km_manager *m, session *s);
+/* 0 when name is a valid session name, else KM_EUSAGE in err naming the
+ * rule. */
+int session_check_name(const char *name, km_err *err);
+/* The session named name with a reference taken (session_put), created
+ * with o when there is none (*existed then 0); NULL with err. */
+session *session_acquire(km_manager *m, const char *name, const km_session_opts *o, int *existed,
+                         km_err *err);
+/* New: warnings for options o given to the existing session s whose value
+ * differs from the session's (reported, not applied: applying them means a
+ * restart), or NULL when there are none. */
+json_t *session_ignored_options(km_manager *m, session *s, const km_session_opts *o);
 
 /* ------------------------------------------------------ session_store.c */
 

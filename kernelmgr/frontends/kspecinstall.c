@@ -96,16 +96,18 @@ static json_t *kspecinst_one(const kspecinst_opts *o, const char *base, const km
         km_err_set(err, KM_EUSAGE, "out of memory");
         goto done;
     }
+    /* the backend as the manager starts it: a symbolic link stays one (a
+     * multi-call binary may tell its part by the name it was started as) */
     errno = 0;
-    char *real = realpath(bin, NULL);
-    if (!real || access(real, X_OK)) {
+    char *exe = cm_path_absolute(bin);
+    if (!exe || access(exe, X_OK)) {
         km_err_set(err, KM_EUSAGE, "%s: %s (build the kernels first: make)", bin,
                    strerror(errno ? errno : ENOENT));
-        free(real);
+        free(exe);
         goto done;
     }
-    json_t *argv = json_pack("[s s s]", real, "-f", "{connection_file}");
-    free(real);
+    json_t *argv = json_pack("[s s s]", exe, "-f", "{connection_file}");
+    free(exe);
     if (o->sandbox)
         kspecinst_opt(argv, "--sandbox", o->sandbox);
     if (o->network >= 0)

@@ -71,7 +71,8 @@ const dtier_sessopt dtier_sessopts[] = {
      NULL,
      DT_CEIL_MEMORY,
      "Memory limit of the session's sandbox, which its kernels share (per kernel when the "
-     "operator's session_sandbox is false), e.g. \"1G\" (at least 16M, at most the operator's).",
+     "operator's session_sandbox is false), e.g. \"1G\" (at least " KM_MEMORY_MIN_TEXT
+     ", at most the operator's).",
      NULL},
     {{"python", DT_O, DT_H, HOST_PATH},
      DT_SO_PATH,
@@ -293,8 +294,10 @@ static int fill_one(const dtier_sessopt *o, const json_t *v, km_session_opts *so
             return -1;
         }
         double d = json_number_value(v);
-        /* 0: the configuration's (as before: not a value of its own) */
-        if (d != 0 && !(d >= o->min && d <= o->max)) {
+        /* the documented range (the schemas' minimum and maximum): 0 is
+         * no value of its own, leaving a field out is how to get the
+         * configuration's */
+        if (!(d >= o->min && d <= o->max)) {
             km_err_set(why, KM_EUSAGE, "field \"%s\": must be a number of %s from %g to %.0f", name,
                        kmcfg_opt_find(name)->unit, o->min, o->max);
             return -1;

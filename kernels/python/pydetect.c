@@ -4,6 +4,7 @@
 #include "kernels/python/pydetect.h"
 #include "common/cm_clock.h"
 #include "common/cm_io.h"
+#include "common/cm_path.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -145,19 +146,6 @@ static char *absolute(const char *path)
     return out;
 }
 
-/* 1 when path is base or below it (lexically). */
-static int under(const char *path, const char *base)
-{
-    if (!path || !base || !*base)
-        return 0;
-    size_t n = strlen(base);
-    while (n > 1 && base[n - 1] == '/')
-        n--;
-    if (n == 1 && base[0] == '/')
-        return 1;
-    return strncmp(path, base, n) == 0 && (path[n] == '\0' || path[n] == '/');
-}
-
 /* new: realpath of path's directory + "/" + its last component: a path
  * without symlinks in its directories (the last component may be one).
  * NULL when the directory does not resolve. */
@@ -184,16 +172,16 @@ static int in_workspace(const char *path, const char *ws, const char *ws_real)
     if (!ws && !ws_real)
         return 0;
     char *abs = absolute(path);
-    int in = !abs || under(abs, ws) || under(abs, ws_real);
+    int in = !abs || cm_path_under(abs, ws) || cm_path_under(abs, ws_real);
     free(abs);
     if (!in) {
         char *c = canonical_dir_path(path);
-        in = c && (under(c, ws) || under(c, ws_real));
+        in = c && (cm_path_under(c, ws) || cm_path_under(c, ws_real));
         free(c);
     }
     if (!in) {
         char *r = realpath(path, NULL);
-        in = r && (under(r, ws) || under(r, ws_real));
+        in = r && (cm_path_under(r, ws) || cm_path_under(r, ws_real));
         free(r);
     }
     return in;
@@ -349,14 +337,14 @@ static int check_prefix(const pydetect_info *info, const char *what, const char 
         snprintf(err, errlen, "%s is \"/\": the whole host would be exposed", what);
         return -1;
     }
-    if (under(dir, ws) || under(dir, ws_real)) {
+    if (cm_path_under(dir, ws) || cm_path_under(dir, ws_real)) {
         snprintf(err, errlen, "%s %s is inside the workspace", what, dir);
         return -1;
     }
-    if (under(info->real_executable, dir))
+    if (cm_path_under(info->real_executable, dir))
         return 0;
     char *idir = info->workspace_venv ? NULL : canonical_dir_path(info->interpreter);
-    int ok = idir && under(idir, dir);
+    int ok = idir && cm_path_under(idir, dir);
     free(idir);
     if (ok)
         return 0;
@@ -392,7 +380,7 @@ int pydetect_validate(const pydetect_info *info, const char *workspace, char *er
                  info->real_executable);
         goto out;
     }
-    if (under(info->real_executable, ws) || under(info->real_executable, ws_real)) {
+    if (cm_path_under(info->real_executable, ws) || cm_path_under(info->real_executable, ws_real)) {
         snprintf(err, errlen, "executable %s is inside the workspace", info->real_executable);
         goto out;
     }
@@ -401,8 +389,8 @@ int pydetect_validate(const pydetect_info *info, const char *workspace, char *er
         goto out;
     }
     if (info->workspace_venv) {
-        if (!(under(info->prefix, ws) || under(info->prefix, ws_real)) ||
-            !under(info->interpreter, info->prefix)) {
+        if (!(cm_path_under(info->prefix, ws) || cm_path_under(info->prefix, ws_real)) ||
+            !cm_path_under(info->interpreter, info->prefix)) {
             snprintf(err, errlen, "workspace venv %s is not in the workspace", info->prefix);
             goto out;
         }
@@ -1123,12 +1111,12 @@ static char *ws_venv_of(const char *path, const char *ws, const char *ws_real, c
 {
     const char *rel = NULL;
     size_t n;
-    if (under(path, ws)) {
+    if (cm_path_under(path, ws)) {
         n = strlen(ws);
         while (n > 1 && ws[n - 1] == '/')
             n--;
         rel = path + n;
-    } else if (under(path, ws_real)) {
+    } else if (cm_path_under(path, ws_real)) {
         rel = path + strlen(ws_real);
     }
     if (!rel || *rel != '/')

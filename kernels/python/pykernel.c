@@ -3,6 +3,9 @@
  */
 #include "kernels/python/pykernel.h"
 
+#include "common/cm_path.h"
+#include "sandbox/sandbox.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -41,39 +44,19 @@ json_t *pykernel_kernel_info(const pydetect_info *info)
     return ki;
 }
 
-/* 1 when path is base or below it. */
-static int is_under(const char *path, const char *base)
-{
-    size_t n = strlen(base);
-    if (n == 1 && base[0] == '/')
-        return 1;
-    return strncmp(path, base, n) == 0 && (path[n] == '\0' || path[n] == '/');
-}
-
-/* The sandbox always binds these (DESIGN.md); binding them again is waste. */
-static int is_system_dir(const char *path)
-{
-    static const char *const sys_dirs[] = {"/usr",   "/bin",   "/sbin",  "/lib",
-                                           "/lib32", "/lib64", "/libx32"};
-    for (size_t i = 0; i < sizeof sys_dirs / sizeof *sys_dirs; i++)
-        if (is_under(path, sys_dirs[i]))
-            return 1;
-    return 0;
-}
-
 /* Adds the real path of dir to list unless the sandbox already sees it. */
 static void add_ro(char **list, size_t *n, const char *dir, const char *workspace)
 {
     char *real = realpath(dir, NULL);
     if (!real)
         return;
-    if (real[0] != '/' || strcmp(real, "/") == 0 || is_system_dir(real) ||
-        (workspace && is_under(real, workspace)))
+    if (real[0] != '/' || strcmp(real, "/") == 0 || sandbox_is_system_path(real) ||
+        (workspace && cm_path_under(real, workspace)))
         goto skip;
     for (size_t i = 0; i < *n; i++) {
-        if (is_under(real, list[i]))
+        if (cm_path_under(real, list[i]))
             goto skip;
-        if (is_under(list[i], real)) { /* the new one covers an older one */
+        if (cm_path_under(list[i], real)) { /* the new one covers an older one */
             free(list[i]);
             list[i] = real;
             return;
@@ -129,8 +112,8 @@ int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const c
     /* An interpreter outside every prefix (a symlink in some bin directory
      * to the real one) would not exist in the sandbox: run its real file. */
     const char *exe = info->interpreter;
-    if (!info->is_venv && !is_under(bindir, info->prefix) && !is_under(bindir, info->base_prefix) &&
-        !is_system_dir(bindir)) {
+    if (!info->is_venv && !cm_path_under(bindir, info->prefix) &&
+        !cm_path_under(bindir, info->base_prefix) && !sandbox_is_system_path(bindir)) {
         exe = info->real_executable;
         free(bindir);
         bindir = dir_of(exe);
@@ -193,7 +176,7 @@ int pykernel_fill_spec(const pydetect_info *info, const char *share_dir, const c
      * the workspace, which the sandbox sees anyway: never bound. */
     /* A workspace venv's base was named by sandbox-written pyvenv.cfg: its
      * executable's directory is bound only inside the base's prefix. */
-    int exe_ok = !info->workspace_venv || is_under(exe_dir, info->base_prefix);
+    int exe_ok = !info->workspace_venv || cm_path_under(exe_dir, info->base_prefix);
     const char *dirs[] = {driver_dir, info->workspace_venv ? NULL : info->prefix, info->base_prefix,
                           info->workspace_venv ? NULL : bindir, exe_ok ? exe_dir : NULL};
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)

@@ -44,11 +44,12 @@ struct kiopub {
     const jp_session *session;
     kiopub_item *head, *tail;
     size_t pending;
-    size_t count;        /* items in the queue */
-    uint64_t stalled_ns; /* start of the current stall period; 0 = moving */
-    int stall_periods;   /* consecutive periods without progress */
-    int cut_in_period;   /* subscribers cut in the current period */
-    int lossy;           /* ZMQ_XPUB_NODROP is off */
+    size_t count;         /* items in the queue */
+    uint64_t stalled_ns;  /* start of the current stall period; 0 = moving */
+    int stall_periods;    /* consecutive periods without progress */
+    int cut_in_period;    /* subscribers cut in the current period */
+    int lossy;            /* ZMQ_XPUB_NODROP is off */
+    size_t subscriptions; /* see kiopub_subscriptions */
     kiopub_peer peers[KIOPUB_MAX_PEERS];
     size_t npeers;
     int peers_overflow; /* more connections than we track */
@@ -408,6 +409,11 @@ int kiopub_lossy(const kiopub *q)
     return q->lossy;
 }
 
+size_t kiopub_subscriptions(const kiopub *q)
+{
+    return q->subscriptions;
+}
+
 /* Publishes the JEP 65 welcome for one new subscription (see kiopub.h). */
 static void publish_welcome(kiopub *q, const char *session_id, const char *topic, size_t len)
 {
@@ -445,6 +451,10 @@ void kiopub_drain_subscriptions(kiopub *q, const char *session_id)
         int n = zmq_recv(q->zsock, buf, sizeof buf, ZMQ_DONTWAIT);
         if (n < 0)
             break;
+        if (n >= 1 && buf[0] == 1)
+            q->subscriptions++;
+        else if (n >= 1 && buf[0] == 0 && q->subscriptions)
+            q->subscriptions--;
         /* "\0topic": a subscriber left (XPUB_VERBOSER reports every one);
          * maybe the stuck one: lossless again until proven otherwise. */
         if (n >= 1 && buf[0] == 0 && q->lossy) {

@@ -80,6 +80,12 @@ int kiopub_congested(const kiopub *q);
 /* 1 while in lossy mode (a stalled subscriber was detected). */
 int kiopub_lossy(const kiopub *q);
 
+/* Subscriptions live now: every subscription counted (XPUB_VERBOSER shows
+ * each one, and each one's end when its subscriber leaves), never below 0.
+ * A subscriber that subscribes one topic twice counts twice until it leaves
+ * (libzmq reports one end): an overcount, never an undercount. */
+size_t kiopub_subscriptions(const kiopub *q);
+
 /* Receives subscription messages (XPUB delivers them to us) and monitor
  * events; a subscriber leaving re-arms lossless mode. Each new subscription
  * is answered with the welcome of Jupyter's kernel-subscription proposal

@@ -518,6 +518,37 @@ static void update_client_pause(kserver *ks)
     }
 }
 
+/* The IOPub join wait (see join_wait_ns in kserver.h): 1 while shell
+ * requests are held for a first subscriber. */
+static int join_waiting(kserver *ks, uint64_t now)
+{
+    if (kiopub_subscriptions(ks->iopub) > 0) {
+        ks->join_wait_ns = 0;
+        ks->join_waived = 0;
+        return 0;
+    }
+    if (!ks->join_wait_ns)
+        return 0;
+    if (now < ks->join_wait_ns)
+        return 1;
+    ks->join_wait_ns = 0;
+    ks->join_waived = 1;
+    kserver_log("no IOPub subscriber within %llu s: answering shell requests without one "
+                "(what they publish reaches nobody)",
+                KSERVER_IOPUB_JOIN_WAIT_NS / 1000000000ull);
+    return 0;
+}
+
+/* A shell request is pending: 1 when it has to wait for a subscriber
+ * (starts the wait). */
+static int join_wait_starts(kserver *ks, uint64_t now)
+{
+    if (ks->join_waived || kiopub_subscriptions(ks->iopub) > 0)
+        return 0;
+    ks->join_wait_ns = now + KSERVER_IOPUB_JOIN_WAIT_NS;
+    return 1;
+}
+
 static void run_loop(kserver *ks)
 {
     while (!ks->quit) {
@@ -525,8 +556,9 @@ static void run_loop(kserver *ks)
         int n = 0;
         update_client_pause(ks);
         short client_ev = ks->clients_paused ? 0 : ZMQ_POLLIN;
+        int joining = join_waiting(ks, kworker_now_ns());
         int i_shell = n;
-        items[n++] = (zmq_pollitem_t){ks->shell, 0, client_ev, 0};
+        items[n++] = (zmq_pollitem_t){ks->shell, 0, joining ? 0 : client_ev, 0};
         int i_control = n;
         items[n++] = (zmq_pollitem_t){ks->control, 0, client_ev, 0};
         int i_stdin = n;
@@ -587,6 +619,7 @@ static void run_loop(kserver *ks)
         due = min_deadline(due, ks->cpu_check_ns);
         due = min_deadline(due, ks->restart_at_ns);
         due = min_deadline(due, ks->kill_at_ns);
+        due = min_deadline(due, ks->join_wait_ns);
         if (ks->worker && !ks->worker_ready)
             due = min_deadline(due, ks->ready_by_ns);
         if (kreplyq_waiting(ks->replies))
@@ -619,7 +652,8 @@ static void run_loop(kserver *ks)
         if ((items[i_control].revents & ZMQ_POLLIN) && !ks->clients_paused)
             kshell_receive_all(ks, ks->control, 64);
         update_client_pause(ks);
-        if ((items[i_shell].revents & ZMQ_POLLIN) && !ks->clients_paused)
+        if ((items[i_shell].revents & ZMQ_POLLIN) && !ks->clients_paused &&
+            !join_wait_starts(ks, kworker_now_ns()))
             kshell_receive_all(ks, ks->shell, 64);
         if (items[i_stdin].revents & ZMQ_POLLIN)
             kshell_receive_all(ks, ks->stdin_sock, 64);

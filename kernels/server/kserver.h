@@ -81,6 +81,8 @@ typedef struct kqueued {
 
 /* How long an input_request waits for the client's stdin channel to connect. */
 #define KSERVER_STDIN_WAIT_NS (10ull * 1000000000ull)
+/* How long shell requests wait for a first IOPub subscriber (join_wait_ns). */
+#define KSERVER_IOPUB_JOIN_WAIT_NS (3ull * 1000000000ull)
 
 typedef struct kserver {
     const kbackend *backend;
@@ -166,6 +168,19 @@ typedef struct kserver {
      * high-water mark), cleared below the low-water mark; while set, no new
      * shell or control request is read (they wait in ZeroMQ's queues). */
     int clients_paused;
+
+    /* The IOPub join wait. A client connects its IOPub subscriber and its
+     * shell together, but the subscription can reach us after its first
+     * request (ZeroMQ reconnects every 100 ms; a loaded machine): what we
+     * publish before it is lost to that client, and one that waits for the
+     * request's "idle" (jupyter console) waits forever. So while IOPub has
+     * no subscriber, a pending shell request is left unread until one
+     * subscribes or join_wait_ns passes; a wait that ran out sets
+     * join_waived, cleared by the next subscriber: a client that never
+     * subscribes waits once, not at every request. Control and stdin are
+     * never held. */
+    uint64_t join_wait_ns; /* 0: not waiting */
+    int join_waived;
 
     jmsg *last_parent; /* owned: parent for output that arrives between requests */
     struct kdbg *dbg;  /* owned: debug requests in flight (kdbg.h); NULL until the first */

@@ -68,7 +68,10 @@ class Kernel:
     """A kernel process plus a connected BlockingKernelClient."""
 
     def __init__(self, lang, workdir, args=(), transport="tcp", key=None, env=None,
-                 start_timeout=30):
+                 start_timeout=120):
+        # start_timeout bounds a hang, not a start: a kernel starts in well
+        # under a second, but under the sanitizers beside the parallel pass
+        # and the background builds one has taken over 30 s
         self.lang = lang
         self.workdir = Path(workdir)
         self.workspace = self.workdir / "ws"
@@ -81,20 +84,29 @@ class Kernel:
         # off signature checks and replay protection. key="" tests that mode.
         key = os.urandom(32).hex() if key is None else key
         kw["key"] = key.encode() if isinstance(key, str) else key
-        write_connection_file(self.cf, transport=transport, **kw)
-        self.log = open(self.workdir / "kernel.log", "wb")
         cmd = [binary("kernel-" + lang), "-f", self.cf, "--workspace", str(self.workspace),
                *args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env)
-        self.kc = BlockingKernelClient(connection_file=self.cf)
-        self.kc.load_connection_file()
-        self.kc.start_channels()
-        try:
-            wait_ready(self.kc, self.proc, start_timeout, self.log_text)
-        except Exception:
-            self.close()
-            raise
+        # jupyter_client picks free tcp ports and closes them; the kernel binds
+        # them later, and on a machine starting many kernels at once another
+        # process can take one in between (the connection file's protocol has
+        # that window). Only that failure is started again, on fresh ports.
+        for attempt in range(3):
+            write_connection_file(self.cf, transport=transport, **kw)
+            self.log = open(self.workdir / "kernel.log", "wb")
+            self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env)
+            self.kc = BlockingKernelClient(connection_file=self.cf)
+            self.kc.load_connection_file()
+            self.kc.start_channels()
+            try:
+                wait_ready(self.kc, self.proc, start_timeout, self.log_text)
+                break
+            except Exception:
+                port_taken = (transport == "tcp" and self.proc.poll() is not None
+                              and "Address already in use" in self.log_text())
+                self.close()
+                if not port_taken or attempt == 2:
+                    raise
 
     def log_text(self):
         if not self.log.closed:

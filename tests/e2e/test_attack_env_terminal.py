@@ -1,4 +1,4 @@
-"""Issue 11, classes 2 and 6, attacked through the real manager and kernels.
+"""Environment and terminal attacks, through the real manager and kernels.
 
 Class 2 (environment leaks): whatever is in the environment of whoever
 starts `kernelmgr run`, the daemon or a kernel binary (cloud keys, tokens,

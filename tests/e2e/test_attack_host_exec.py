@@ -1,4 +1,4 @@
-"""Issue 11, class 1: host-side execution of workspace content.
+"""Host-side execution of workspace content.
 
 Sandboxed code writes the workspace. Nothing outside the sandbox may execute,
 import or load what it wrote: not the interpreter detection of kernel-python

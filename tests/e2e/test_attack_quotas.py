@@ -1,4 +1,4 @@
-"""Attacks on the kernel's per-user quotas (issue 11, class 5) and the seccomp
+"""Attacks on the kernel's per-user quotas and the seccomp
 additions of class 7.
 
 The kernel charges per-user objects (inotify instances, queued signals, POSIX

@@ -1,4 +1,4 @@
-"""Host-side symlink and rename races (issue 11, class 3), through the real
+"""Host-side symlink and rename races, through the real
 manager (build/kernelmgr, its daemon and a real Python kernel), as the
 invoking user and as nobody.
 

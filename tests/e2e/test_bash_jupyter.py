@@ -1,5 +1,5 @@
 """The Bash kernel under real Jupyter front ends: `jupyter console --existing`
-and nbclient running a notebook through a kernelspec. Issue 3."""
+and nbclient running a notebook through a kernelspec."""
 import json
 import os
 import subprocess

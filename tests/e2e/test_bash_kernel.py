@@ -1,6 +1,6 @@
 """The Bash kernel (build/kernel-bash) driven by the real jupyter_client:
 message choreography, state, exit status, interrupts, restarts, stdin,
-completion, display, output handling. Issue 3."""
+completion, display, output handling."""
 import base64
 import os
 import signal
@@ -361,17 +361,26 @@ def test_interrupt_while_waiting_for_input(bash):
 
 
 def signal_worker(k, sig=signal.SIGINT):
-    """Sends sig to the worker the way a late forward does: to its process
-    group (--sandbox none) or to the sandbox's init, which forwards it."""
+    """Sends sig to the worker's process group directly, the way the kernel
+    signals it: the signal is pending when this returns, so it reaches the
+    idle worker before the next request. (Through the sandbox's init it
+    would be forwarded whenever init gets to run, possibly inside the next
+    cell, and an unannounced SIGINT inside a cell is a real interrupt.)"""
     import subprocess
-    kids = subprocess.run(["pgrep", "-P", str(k.proc.pid)], capture_output=True,
-                          text=True).stdout.split()
-    assert kids, "the kernel has no worker process"
-    for pid in map(int, kids):
-        if SANDBOX == "none":
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
+
+    def children(pid):
+        return [int(p) for p in subprocess.run(
+            ["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
+    # kernel -> worker (--sandbox none) or kernel -> monitor -> init -> worker
+    tree, todo = [], children(k.proc.pid)
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children(pid)
+    workers = [pid for pid in tree if os.getpgid(pid) == pid and
+               open(f"/proc/{pid}/comm").read().strip() == "bash"]
+    assert len(workers) == 1, ("the kernel's bash worker", tree)
+    os.killpg(workers[0], sig)
 
 
 def test_sigint_between_cells_is_harmless(bash):

@@ -329,8 +329,16 @@ def test_agent_loop_example(home):
 
 def test_cli_files_get_put_round_trip(home, tmp_path):
     with session(home, "clifiles") as s:
-        blob = os.urandom((3 << 20) + 12345)  # more than one chunk each way
         src = tmp_path / "in.bin"
+        # a put sends 4 MiB per call: two calls exactly (the empty read after
+        # them sends nothing), two with one byte in the second, and one
+        for size in (8 << 20, (4 << 20) + 1):
+            big = os.urandom(size)
+            src.write_bytes(big)
+            p = run_cli(home, "files", "put", "clifiles", str(src), "big.bin")
+            assert p.returncode == 0 and f"({size} bytes".encode() in p.stdout, p
+            assert s.files.read("big.bin") == big
+        blob = os.urandom((3 << 20) + 12345)  # more than one chunk of a get
         src.write_bytes(blob)
         p = run_cli(home, "files", "put", "clifiles", str(src), "sub/in.bin")
         assert p.returncode == 0 and b"3158073 bytes" in p.stdout, p

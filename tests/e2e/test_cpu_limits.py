@@ -1,4 +1,4 @@
-"""CPU limits (issue 14, item 4): the rate cap `--cpus N` and the CPU-time
+"""CPU limits: the rate cap `--cpus N` and the CPU-time
 budget per block `--cpu-time S`.
 
 * `--cpus 0.5`: busy processes of one sandbox together get about half a CPU

@@ -66,7 +66,10 @@ def test_deb_builds_installs_runs_and_purges(tmp_path):
     copy_tree(src)
     # every core, no debug-symbol package: the build is most of this test's time
     env = dict(os.environ, DEB_BUILD_OPTIONS=f"parallel={os.cpu_count() or 1} noautodbgsym")
-    b = sh("dpkg-buildpackage", "-us", "-uc", "-b", cwd=src, env=env, timeout=1800)
+    # niced like the suite's other builds: its compilers must not starve the
+    # kernels the tests beside it start
+    b = sh("nice", "-n", "10", "dpkg-buildpackage", "-us", "-uc", "-b", cwd=src, env=env,
+           timeout=1800)
     assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]
     debs = list(tmp_path.glob("kernelmgr_*.deb"))
     assert len(debs) == 1, list(tmp_path.iterdir())

@@ -71,12 +71,16 @@ class IPyKernel(kutil.Kernel):
                 raise RuntimeError(f"ipykernel exited {self.proc.returncode}: {self.log_text()}")
             try:
                 info = json.loads(Path(self.cf).read_text())
-            except ValueError:  # being rewritten
+            except (ValueError, FileNotFoundError):
+                # being rewritten: jupyter_core's secure_write removes the
+                # file first, then writes it anew
                 return False
             return all(info.get(p) for p in ports)
 
         try:
-            kutil.poll_until(bound, bool, 60, "ipykernel's ports in its connection file")
+            # a bound on a hang (ipykernel with debugpy starts in about a
+            # second; beside the sanitized tier and the builds it took > 60 s)
+            kutil.poll_until(bound, bool, 180, "ipykernel's ports in its connection file")
         except Exception:
             self.proc.kill()
             self.proc.wait()

@@ -1,4 +1,4 @@
-"""The entry points' output path (issue 13): the daemon's "raw_text" stream
+"""The entry points' output path: the daemon's "raw_text" stream
 framing, and long outputs through `kernelmgr exec` and MCP arriving whole.
 Real daemon, real kernels, no timing assertions."""
 import json

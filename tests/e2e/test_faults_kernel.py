@@ -1,4 +1,4 @@
-"""Fault injection, kernel side (issue 12): a worker killed while idle, a
+"""Fault injection, kernel side: a worker killed while idle, a
 memory limit hit by a cell's child process, a huge heartbeat frame, a client
 flooding requests, the owner of the kernel dying. Each test asserts the
 honest result, that nothing is left behind, and that the kernel (or the

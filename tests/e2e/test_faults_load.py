@@ -1,4 +1,4 @@
-"""The daemon under load and slow clients (issue 12, "Load" and "No wedges").
+"""The daemon under load and slow clients.
 
 Real daemon, real kernels, real sockets: 100 sessions created at once all
 succeed; the kernel cap holds under 40 concurrent starts; 3000 idle

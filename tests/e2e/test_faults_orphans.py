@@ -1,4 +1,4 @@
-"""No orphans (issue 12): every process kernelmgr starts dies with its owner
+"""No orphans: every process kernelmgr starts dies with its owner
 or is adopted and reaped by the next manager.
 
 A `kernelmgr run` killed mid-cell by SIGTERM, SIGPIPE or SIGKILL, a daemon

@@ -1,4 +1,4 @@
-"""The Jupyter kernel gateway (issue 16): the kernels REST API and the kernel
+"""The Jupyter kernel gateway: the kernels REST API and the kernel
 WebSocket served by the daemon, tested with real clients — plain HTTP,
 python3-websocket in both message forms, and jupyter_server's own
 GatewayClient (a `jupyter server --gateway-url=...` whose kernels are ours).

@@ -1,4 +1,4 @@
-"""The gateway (issue 16) from a real browser: the classic Notebook 6
+"""The gateway from a real browser: the classic Notebook 6
 (Debian jupyter-notebook) started with `--gateway-url` at our daemon,
 driven in headless Chromium through chromedriver (python3-selenium).
 

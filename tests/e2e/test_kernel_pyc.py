@@ -1,4 +1,4 @@
-"""The Python worker's precompiled driver (issue 13): kernel-python runs
+"""The Python worker's precompiled driver: kernel-python runs
 share/kernelmgr/python/driver.py through PYKERNEL_BOOT (kernels/python/
 pykernel.h), which takes the driver's code from the checked-hash .pyc that
 `make` writes into share/kernelmgr/python/__pycache__ when -- and only when --

@@ -1,6 +1,6 @@
 """The generic kernel server (kernels/server/), exercised through the Bash
 kernel: signing and replay protection, channels served while code runs,
-history, shutdown, transports, command line. Issue 3."""
+history, shutdown, transports, command line."""
 import json
 import os
 import signal

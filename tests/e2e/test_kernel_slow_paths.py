@@ -1,4 +1,4 @@
-"""Regressions found by the benchmarks (issue 8): a subscriber that stops
+"""Regressions found by the benchmarks: a subscriber that stops
 reading must not stall the kernel for everyone, and the per-cell CPU-time
 query (a walk of /proc without cgroups) runs once per cell, not twice."""
 import collections

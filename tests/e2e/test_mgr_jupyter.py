@@ -7,6 +7,7 @@ Needs Debian's jupyter-client (jupyter-kernelspec), jupyter-console and
 jupyter-nbconvert (python3-nbconvert) besides python3-nbclient."""
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -149,12 +150,27 @@ def test_kernelspec_install_cpu_options_and_configured_languages(tmp_path):
 ])
 def test_jupyter_console_runs_code(specs, tmp_path, lang, code, expect):
     need_tool("console", "jupyter-console")
-    p = subprocess.run([JUPYTER, "console", "--kernel", f"kernelmgr-{lang}", "--simple-prompt",
-                        "--ZMQTerminalInteractiveShell.kernel_timeout=60"],
-                       input=code, env=specs["env"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=120)
-    assert expect in p.stdout, (p.stdout, p.stderr)
-    assert "Traceback" not in p.stdout
+    p = subprocess.Popen([JUPYTER, "console", "--kernel", f"kernelmgr-{lang}", "--simple-prompt",
+                          "--ZMQTerminalInteractiveShell.kernel_timeout=60"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=specs["env"], cwd=tmp_path, text=True)
+    hung = False
+    try:
+        out, err = p.communicate(code, timeout=120)
+    except subprocess.TimeoutExpired:
+        hung = True
+        # the kernel is in a process group of its own: end it with the console
+        for pid in reversed(kutil.descendants(p.pid)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.kill()
+        out, err = p.communicate()
+    if hung:  # everything the console and the kernel said, not pytest's cut repr
+        pytest.fail(f"jupyter console hung:\n--- stdout\n{out}\n--- stderr\n{err}")
+    assert expect in out, (out, err)
+    assert "Traceback" not in out
 
 
 # ------------------------------------------------------------------ nbconvert / nbclient

@@ -1,4 +1,4 @@
-"""The one-shot `kernelmgr run` (issue 13): it starts only the kernels its
+"""The one-shot `kernelmgr run`: it starts only the kernels its
 blocks need, starts the kernels of several languages at the same time, says
 which start failed on the block that needed it, and exits only once every
 kernel it started is gone (nothing left in KERNELMGR_HOME, no process).

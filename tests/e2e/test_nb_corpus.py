@@ -1,4 +1,4 @@
-"""Issue 15: the notebook corpus (tests/notebooks/*.ipynb) run through nbclient
+"""The notebook corpus (tests/notebooks/*.ipynb) run through nbclient
 on build/kernel-python and on ipykernel, compared cell by cell.
 
 How outputs are normalised before the comparison is described in
@@ -77,7 +77,7 @@ def test_reference_raises_exactly_in_tagged_cells(runs):
 
 
 def test_identical_cells_reach_the_target(runs):
-    """Issue 15's target: >= 98 % of code cells give identical outputs."""
+    """The target: >= 98 % of code cells give identical outputs."""
     pct = runs.percent()
     div = [c for c in runs.all_cells() if not c.identical]
     assert pct >= corpus.TARGET, "%.1f %% identical (target %.0f %%)\n%s\n\n%s" % (
@@ -115,7 +115,7 @@ def _order(items):
 def test_output_order_in_progress_loops(runs):
     """display / clear_output / update_display / print loops: the saved
     notebook has the same outputs in the same order as ipykernel's, in each
-    of several runs on our kernel (the order was racy, issue 15 item 1)."""
+    of several runs on our kernel (the order was racy)."""
     name = "08_display_progress"
     path = [p for p in corpus.notebooks() if p.stem == name][0]
     _, ref = runs.runs[name]

@@ -1,4 +1,4 @@
-"""The Python kernel's IPython compatibility (issue 15, items 2-7): magics,
+"""The Python kernel's IPython compatibility: magics,
 `!`/`?` syntax, the pretty printer, the inline backend and the requests, on
 both paths with IPython importable (Debian's python3): the `ipython` option
 on (KERNELMGR_IPYTHON=1, kernel-python's --ipython on: every cell through

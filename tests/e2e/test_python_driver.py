@@ -508,7 +508,7 @@ def test_shell_and_magics(drv, tmp_path):
     assert drv.out["stdout"] == (b"from shell\r\n" if drv.ipython else b"from shell\n")
     evs = drv.execute("if True:\n    !exit 3\n_exit_code")
     assert evs[0]["data"]["text/plain"] == "3"
-    # IPython is importable here: its magics run (issue 15; without IPython
+    # IPython is importable here: its magics run (without IPython
     # see test_py_ipython.py::test_no_ipython_named_errors)
     evs = drv.execute("%timeit -n1 -r1 1")
     assert types_of(evs) == ["done"] and b"per loop" in drv.out["stdout"]

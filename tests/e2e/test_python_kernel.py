@@ -1,5 +1,5 @@
 """build/kernel-python end to end: the real jupyter_client, jupyter console and
-nbclient against the kernel server + Python backend (issue 4)."""
+nbclient against the kernel server + Python backend."""
 import json
 import os
 import subprocess
@@ -530,7 +530,7 @@ def test_bash_cell_magic(py2):
         assert "exit status 2" in c["evalue"] and "--bogus" in stream_text(io, "stderr")
     else:
         assert c["status"] == "error" and "--bogus" in c["evalue"]
-    # other cell magics are IPython's (issue 15): an unknown one is IPython's
+    # other cell magics are IPython's: an unknown one is IPython's
     # UsageError, shown on stderr as IPython does
     c, io = run(py, "%%nosuchmagic\n1")
     assert c["status"] == "error"
@@ -690,7 +690,7 @@ def test_user_imports_of_workspace_modules_leave_the_driver_its_own(kernel_facto
     assert stream_text(io) == "traceback pprint\n", io
 
 
-# ------------------------------------------------------------------ output order (issue 15)
+# ------------------------------------------------------------------ output order
 # Streams, displays, clear_output, results and errors must reach IOPub in the
 # order the cell produced them (WORKER_PROTOCOL.md, "Ordering").
 

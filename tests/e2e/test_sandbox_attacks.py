@@ -1,4 +1,4 @@
-"""Attacks on the sandbox (issue 5). Each one runs as the invoking user and,
+"""Attacks on the sandbox. Each one runs as the invoking user and,
 when that is root, as nobody; through sandbox-run (the sandbox module alone)
 and through a kernel started with --sandbox strict (skipped while the kernel
 binary is not built). Each asserts that the attack failed and, for kernels,

@@ -1,4 +1,4 @@
-"""The sandbox must not break real work (issue 5): the scientific stack,
+"""The sandbox must not break real work: the scientific stack,
 subprocess, multiprocessing, pip, workspace files with sane ownership,
 signals, exit statuses, limit messages, clear errors."""
 import os

@@ -1,4 +1,4 @@
-"""How a strict sandbox starts (issue 13, cold start): the steps taken off
+"""How a strict sandbox starts (cold start): the steps taken off
 its critical path change nothing a process can observe. The cgroup v1
 grace-period warm-up (sbx_cgwarm.c) moves only a short-lived thread of the
 caller into the cgroup it is already in; the idmapped workspace's

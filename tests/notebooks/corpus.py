@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The notebook corpus (issue 15): runs tests/notebooks/*.ipynb through
+"""The notebook corpus: runs tests/notebooks/*.ipynb through
 nbclient on our Python kernel and on ipykernel, normalises what legitimately
 differs and compares the outputs cell by cell.
 
@@ -21,7 +21,7 @@ What is normalised, and why (everything else must be identical):
   * the name of the cell's code object in warnings and SyntaxError values:
     ipykernel's `/tmp/ipykernel_PID/HASH.py`, our `/tmp/kernelmgr-cells-UID/HASH.py`
     (warnings) and `<cell-N>` (SyntaxError values) -> `<cell>`
-    (issue 15 item 6 lets the kernel keep its own, better name);
+    (the kernel may keep its own, better name);
   * "\\r\\n" (and "\\r\\r\\n") -> "\\n" in streams: ipykernel runs `!cmd` on a
     pty, which turns every "\\n" of the command's output into "\\r\\n"; a
     frontend renders them the same;

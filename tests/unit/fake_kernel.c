@@ -3,7 +3,9 @@
  * (fake_kernel.h).
  */
 #include "tests/unit/fake_kernel.h"
+#include "jp.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -12,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- the worker
@@ -253,6 +257,45 @@ static int fake_prepare(const char *share_dir, const char *workspace, kworker_sp
 
 const kbackend fake_backend = {.name = "fake", .prepare = fake_prepare};
 
+/* FAKE_KERNEL_SQUAT beside the link (fake_kernel.h): a start takes one of
+ * its count and first listens on its own shell port, as another process
+ * that took the port between the manager's pick and the kernel's bind. */
+static void squat_if_asked(int argc, char **argv, int dirlen)
+{
+    char marker[PATH_MAX];
+    if (snprintf(marker, sizeof marker, "%.*s/%s", dirlen, argv[0], FAKE_KERNEL_SQUAT) >=
+        (int)sizeof marker)
+        return;
+    FILE *f = fopen(marker, "r");
+    int left = 0;
+    if (!f)
+        return;
+    if (fscanf(f, "%d", &left) != 1)
+        left = 1;
+    fclose(f);
+    if (left <= 1) {
+        unlink(marker);
+    } else if ((f = fopen(marker, "w"))) {
+        fprintf(f, "%d\n", left - 1);
+        fclose(f);
+    }
+    const char *cf = NULL;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "-f"))
+            cf = argv[i + 1];
+    jp_connection conn;
+    jp_error err;
+    if (!cf || jp_connection_read(cf, &conn, &err) != JP_OK || strcmp(conn.transport, "tcp"))
+        return;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)conn.ports[JP_SHELL])};
+    int fd = socket(AF_INET, SOCK_STREAM, 0); /* kept open: the kernel's bind fails */
+    if (fd < 0 || inet_pton(AF_INET, conn.ip, &sa.sin_addr) != 1 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 1))
+        fprintf(stderr, "fake-kernel: cannot squat port %d: %s\n", conn.ports[JP_SHELL],
+                strerror(errno));
+}
+
 int fake_kernel_main(int argc, char **argv)
 {
     ssize_t n = readlink("/proc/self/exe", fake_self_exe, sizeof fake_self_exe - 1);
@@ -266,9 +309,24 @@ int fake_kernel_main(int argc, char **argv)
     /* started by the manager as a language's backend binary: a link named
      * fake-kernel to this binary (fake_kernel_link) */
     const char *base = strrchr(argv[0], '/');
-    if (!strcmp(base ? base + 1 : argv[0], FAKE_KERNEL_LINK))
+    if (!strcmp(base ? base + 1 : argv[0], FAKE_KERNEL_LINK)) {
+        squat_if_asked(argc, argv, base ? (int)(base - argv[0]) : 0);
         return kserver_main(argc, argv, &fake_backend);
+    }
     return -1;
+}
+
+int fake_log_count(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
 }
 
 int fake_kernel_link(const char *dir, char *out, size_t size)

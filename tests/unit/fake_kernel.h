@@ -36,6 +36,12 @@
 #include "kernels/server/backend.h"
 
 #define FAKE_KERNEL_LINK "fake-kernel"
+/* A file of this name beside the link, holding a count N (none: 1): the
+ * next N starts of the link (each takes one; the last removes the file)
+ * listen on their own tcp shell port first, so their bind fails with
+ * "Address already in use" — a port another process took between the
+ * manager's pick and the kernel's bind. */
+#define FAKE_KERNEL_SQUAT "squat-next-start"
 
 /* This binary's path (set by fake_kernel_main). */
 extern char fake_self_exe[PATH_MAX];
@@ -43,6 +49,9 @@ extern const kbackend fake_backend;
 
 int fake_kernel_main(int argc, char **argv);
 int fake_worker(void);
+/* Lines of the kernel log at path that contain needle (0 when it cannot be
+ * read). Lines over 2047 bytes count once per piece. */
+int fake_log_count(const char *path, const char *needle);
 /* Creates DIR/fake-kernel, a symlink to this binary; its path in out. 0 or -1. */
 int fake_kernel_link(const char *dir, char *out, size_t size);
 

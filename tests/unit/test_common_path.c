@@ -5,8 +5,11 @@
 #include <cmocka.h>
 #include <errno.h>
 #include <limits.h>
+#include <sys/stat.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/cm_path.h"
 
@@ -60,11 +63,85 @@ static void fmt_has_no_length_limit(void **state)
     assert_null(cm_path_fmt(NULL));
 }
 
+static void under_is_lexical(void **state)
+{
+    (void)state;
+    assert_true(cm_path_under("/a/b", "/a"));
+    assert_true(cm_path_under("/a/b", "/a/"));
+    assert_true(cm_path_under("/a", "/a"));
+    assert_true(cm_path_under("/a/b/c", "/a/b//"));
+    assert_false(cm_path_under("/ab", "/a"));
+    assert_false(cm_path_under("/a", "/a/b"));
+    assert_true(cm_path_under("/anything", "/"));
+    assert_false(cm_path_under("/a", ""));
+    assert_false(cm_path_under(NULL, "/a"));
+    assert_false(cm_path_under("/a", NULL));
+    /* not resolved: ".." is a name like any other */
+    assert_true(cm_path_under("/a/../etc", "/a"));
+}
+
+/* The directory resolved, the last component kept: a symbolic link there
+ * stays one. */
+static void absolute_keeps_the_last_component(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_cm_pathXXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char sub[PATH_MAX], link[PATH_MAX], want[PATH_MAX];
+    snprintf(sub, sizeof sub, "%s/real", dir);
+    snprintf(link, sizeof link, "%s/via", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(symlink("real", link), 0); /* dir/via -> dir/real */
+    char *realdir = realpath(dir, NULL);
+    assert_non_null(realdir);
+    /* through the linked directory: resolved */
+    char in[PATH_MAX];
+    snprintf(in, sizeof in, "%s/via/file", dir);
+    snprintf(want, sizeof want, "%s/real/file", realdir);
+    char *p = cm_path_absolute(in);
+    assert_non_null(p);
+    assert_string_equal(p, want);
+    free(p);
+    /* the link itself, last: kept */
+    snprintf(want, sizeof want, "%s/via", realdir);
+    p = cm_path_absolute(link);
+    assert_non_null(p);
+    assert_string_equal(p, want);
+    free(p);
+    /* relative: from the working directory */
+    char *cwd = getcwd(NULL, 0);
+    assert_int_equal(chdir(dir), 0);
+    p = cm_path_absolute("via");
+    assert_non_null(p);
+    assert_string_equal(p, want);
+    free(p);
+    assert_int_equal(chdir(cwd), 0);
+    free(cwd);
+    /* refused */
+    errno = 0;
+    assert_null(cm_path_absolute("/nonexistent-dir/x"));
+    assert_int_equal(errno, ENOENT);
+    static const char *const bad[] = {"a/", ".", "x/..", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        errno = 0;
+        assert_null(cm_path_absolute(bad[i]));
+        assert_int_equal(errno, EINVAL);
+    }
+    assert_null(cm_path_absolute(NULL));
+    free(realdir);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(join_puts_one_slash),
         cmocka_unit_test(fmt_has_no_length_limit),
+        cmocka_unit_test(under_is_lexical),
+        cmocka_unit_test(absolute_keeps_the_last_component),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernelmgr/engine/config.h"
+#include "kernelmgr/engine/kmlimits.h"
 
 static int apply(kmcfg *c, const char *text, km_err *err)
 {
@@ -122,6 +123,9 @@ static void sizes(void **state)
     assert_int_equal(kmcfg_parse_size("-1M", &b), -1);
     assert_int_equal(kmcfg_parse_size("1X", &b), -1);
     assert_int_equal(kmcfg_parse_size("1e30", &b), -1);
+    /* the help texts' minimum memory is the minimum */
+    assert_int_equal(kmcfg_parse_size(KM_MEMORY_MIN_TEXT, &b), 0);
+    assert_int_equal(b, KM_MEMORY_MIN);
     assert_int_equal(kmcfg_load_file(&(kmcfg){0}, "/nonexistent/x.json", 0, &(km_err){0}), 0);
 }
 

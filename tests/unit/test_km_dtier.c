@@ -160,6 +160,8 @@ static void sopts_values(void **state)
         {"{\"network\":{\"allow\":[\"a.com:0\"]}}", "the port must be a number from 1 to 65535"},
         {"{\"network\":{\"allow\":[7]}}", "field \"network\": allow[0] must be a string"},
         {"{\"cpus\":5000}", "field \"cpus\": must be a number of CPUs from 0.01 to 4096"},
+        {"{\"cpus\":0}", "field \"cpus\": must be a number of CPUs from 0.01 to 4096"},
+        {"{\"cpu_time\":0}", "field \"cpu_time\": must be a number of seconds from 0.001"},
         {"{\"cpus\":\"2\"}", "field \"cpus\": expected a number"},
         {"{\"cpu_time\":1e9}", "field \"cpu_time\": must be a number of seconds from 0.001"},
         {"{\"python\":\"python3\"}", "field \"python\": must be an absolute path"},

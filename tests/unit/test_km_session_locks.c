@@ -31,15 +31,13 @@
 #include "common/cm_clock.h"
 #include "kernelmgr/engine/km.h"
 #include "tests/unit/fake_kernel.h"
+#include "tests/unit/fake_manager.h"
 
 #define WATCHDOG_S 60
 #define DEADLINE_S 30.0
 
 typedef struct world {
-    char home[64];
-    char link[PATH_MAX];
-    kmcfg cfg;
-    km_manager *m;
+    fake_home h;
 } world;
 
 /* One km_exec on a thread of its own; done and result once it returned. */
@@ -71,7 +69,7 @@ static void *run_main(void *arg)
 static void start(runner *r, world *w, const char *session, const char *lang, const char *code)
 {
     memset(r, 0, sizeof *r);
-    r->m = w->m;
+    r->m = w->h.m;
     r->session = session;
     r->lang = lang;
     r->code = code;
@@ -103,7 +101,7 @@ static void wait_busy(world *w, const char *session, const char *lang)
 {
     double end = cm_mono_s() + DEADLINE_S;
     for (;;) {
-        json_t *all = km_sessions(w->m);
+        json_t *all = km_sessions(w->h.m);
         size_t i;
         json_t *s;
         int busy = 0;
@@ -138,23 +136,8 @@ static int setup(void **state)
     alarm(WATCHDOG_S);
     world *w = calloc(1, sizeof *w);
     assert_non_null(w);
-    snprintf(w->home, sizeof w->home, "/tmp/test_kmlockXXXXXX");
-    assert_non_null(mkdtemp(w->home));
-    assert_int_equal(fake_kernel_link(w->home, w->link, sizeof w->link), 0);
-    kmcfg_defaults(&w->cfg);
-    json_t *conf = json_pack("{s:{s:{s:s}, s:{s:s}}, s:s}", "kernels", "fake", "backend", w->link,
-                             "fake2", "backend", w->link, "sandbox", "none");
-    km_err why = {0};
-    int rc = kmcfg_apply_json(&w->cfg, conf, &why);
-    json_decref(conf);
-    if (rc)
-        print_message("config: %s\n", why.msg);
-    assert_int_equal(rc, 0);
-    km_err err = {0};
-    w->m = km_manager_new(w->home, &w->cfg, 0, &err);
-    if (!w->m)
-        print_message("km_manager_new: %s\n", err.msg);
-    assert_non_null(w->m);
+    static const char *const langs[] = {"fake", "fake2", NULL};
+    fake_home_open(&w->h, "test_kmlock", langs);
     atomic_store(&finished, 0);
     *state = w;
     return 0;
@@ -163,12 +146,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     world *w = *state;
-    km_manager_destroy(&w->m);
-    kmcfg_clear(&w->cfg);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", w->home);
-    if (!getenv("KMLOCK_KEEP") && system(cmd)) {
-    }
+    fake_home_close(&w->h);
     free(w);
     alarm(0);
     return 0;
@@ -190,7 +168,7 @@ static void test_one_session_serialises_its_kernels(void **state)
         usleep(10 * 1000);
     assert_false(atomic_load(&b.done));
     km_err err = {0};
-    assert_int_equal(km_interrupt(w->m, "s", &err), 0);
+    assert_int_equal(km_interrupt(w->h.m, "s", &err), 0);
     wait_done(&a);
     wait_done(&b);
     assert_int_equal(a.order, 1);
@@ -218,7 +196,7 @@ static void test_sessions_run_concurrently(void **state)
     assert_false(atomic_load(&a.done));
     assert_string_equal(field_str(first(&b), "stdout"), "other session\n");
     km_err err = {0};
-    assert_int_equal(km_interrupt(w->m, "s1", &err), 0);
+    assert_int_equal(km_interrupt(w->h.m, "s1", &err), 0);
     wait_done(&a);
     assert_int_equal(b.order, 1);
     json_decref(a.result);
@@ -235,7 +213,7 @@ static void test_interrupt_reaches_the_running_cell(void **state)
     start(&a, w, "s", "fake", "wait");
     wait_busy(w, "s", "fake");
     km_err err = {0};
-    assert_int_equal(km_interrupt(w->m, "s", &err), 0);
+    assert_int_equal(km_interrupt(w->h.m, "s", &err), 0);
     wait_done(&a);
     json_t *r = first(&a);
     assert_string_not_equal(field_str(r, "status"), "ok");
@@ -261,10 +239,10 @@ static void test_close_stops_the_running_cell(void **state)
     start(&a, w, "s", "fake", "wait");
     wait_busy(w, "s", "fake");
     km_err err = {0};
-    assert_int_equal(km_close(w->m, "s", 0, &err), 0);
+    assert_int_equal(km_close(w->h.m, "s", 0, &err), 0);
     assert_true(atomic_load(&a.done)); /* close returned after the cell */
     join(&a);
-    json_t *all = km_sessions(w->m);
+    json_t *all = km_sessions(w->h.m);
     assert_int_equal(json_array_size(all), 0);
     json_decref(all);
     start(&b, w, "s", "fake", "out fresh");
@@ -298,14 +276,14 @@ static void test_file_write_waits_for_the_cell(void **state)
     runner a;
     start(&a, w, "s", "fake", "wait");
     wait_busy(w, "s", "fake");
-    writer wr = {.m = w->m};
+    writer wr = {.m = w->h.m};
     assert_int_equal(pthread_create(&wr.thread, NULL, write_main, &wr), 0);
     double until = cm_mono_s() + 1.0;
     while (cm_mono_s() < until && !atomic_load(&wr.done))
         usleep(10 * 1000);
     assert_false(atomic_load(&wr.done));
     km_err err = {0};
-    assert_int_equal(km_interrupt(w->m, "s", &err), 0);
+    assert_int_equal(km_interrupt(w->h.m, "s", &err), 0);
     wait_done(&a);
     double end = cm_mono_s() + DEADLINE_S;
     while (!atomic_load(&wr.done)) {

@@ -28,6 +28,8 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include <zmq.h>
+
 #include "kernelmgr/engine/mkclient.h"
 #include "kernels/server/backend.h"
 
@@ -53,7 +55,8 @@ static int kernel_alive(void *ud)
     return waitpid(fx->pid, NULL, WNOHANG) == 0;
 }
 
-static fixture *start_kernel(const char *grace)
+/* Starts the kernel (no client yet); its connection in *conn. */
+static fixture *spawn_kernel(const char *grace, jp_connection *conn)
 {
     fixture *fx = calloc(1, sizeof *fx);
     assert_non_null(fx);
@@ -63,10 +66,9 @@ static fixture *start_kernel(const char *grace)
     snprintf(fx->log_path, sizeof fx->log_path, "%s/kernel.log", fx->dir);
     char stem[128];
     snprintf(stem, sizeof stem, "%s/k", fx->dir);
-    jp_connection conn;
     jp_error jerr;
-    assert_int_equal(jp_connection_init(&conn, "ipc", stem, "fake", &jerr), JP_OK);
-    assert_int_equal(jp_connection_write(fx->conn_path, &conn, &jerr), JP_OK);
+    assert_int_equal(jp_connection_init(conn, "ipc", stem, "fake", &jerr), JP_OK);
+    assert_int_equal(jp_connection_write(fx->conn_path, conn, &jerr), JP_OK);
 
     int life[2];
     assert_int_equal(pipe2(life, O_CLOEXEC), 0);
@@ -91,8 +93,14 @@ static fixture *start_kernel(const char *grace)
     }
     close(life[0]);
     current = fx;
+    return fx;
+}
+
+/* Connects fx->kc (IOPub subscribed first) and waits for kernel_info. */
+static void connect_client(fixture *fx, const jp_connection *conn)
+{
     km_err err = {0};
-    fx->kc = kclient_new(&conn, "fake", &err);
+    fx->kc = kclient_new(conn, "fake", &err);
     assert_non_null(fx->kc);
     json_t *info = kclient_wait_ready(fx->kc, 20.0, kernel_alive, fx, &err);
     if (!info) {
@@ -102,6 +110,13 @@ static fixture *start_kernel(const char *grace)
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(info, "language_info"), "name")), "fake");
     json_decref(info);
+}
+
+static fixture *start_kernel(const char *grace)
+{
+    jp_connection conn;
+    fixture *fx = spawn_kernel(grace, &conn);
+    connect_client(fx, &conn);
     return fx;
 }
 
@@ -670,6 +685,151 @@ static void test_debug_requests(void **state)
     stop_kernel(&fx);
 }
 
+/* ---------------------------------------------------------------- IOPub join wait */
+
+/* Lines of the kernel's log that contain needle. */
+static int log_count(const fixture *fx, const char *needle)
+{
+    return fake_log_count(fx->log_path, needle);
+}
+
+/* Waits until the kernel's log has said it listens (its sockets are bound). */
+static void wait_listening(const fixture *fx)
+{
+    double until = kclient_now() + 20.0;
+    while (!log_count(fx, "listening (")) {
+        assert_true(waitpid(fx->pid, NULL, WNOHANG) == 0);
+        if (kclient_now() > until) {
+            print_message("the kernel did not say it listens within 20 s\n");
+            fail();
+        }
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL); /* polls a condition, with a deadline */
+    }
+}
+
+/* One raw socket of a client of our own: shell without IOPub, or IOPub late. */
+static void *raw_connect(const jp_connection *conn, jp_channel ch)
+{
+    void *s = zmq_socket(kclient_zctx(), ch == JP_IOPUB ? ZMQ_SUB : ZMQ_DEALER);
+    assert_non_null(s);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    if (ch == JP_IOPUB)
+        zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
+    char ep[512];
+    assert_int_equal(jp_connection_endpoint(conn, ch, ep, sizeof ep), 0);
+    assert_int_equal(zmq_connect(s, ep), 0);
+    return s;
+}
+
+static void raw_kernel_info(jp_session *sess, void *shell, char id[37])
+{
+    jmsg *m = jmsg_new("kernel_info_request", "raw-client", "test", NULL);
+    assert_non_null(m);
+    jmsg_set_content(m, json_object());
+    snprintf(id, 37, "%s", jmsg_id(m));
+    jp_error err;
+    assert_int_equal(jp_session_send(sess, shell, m, 0, &err), JP_OK);
+    jmsg_destroy(&m);
+}
+
+/* The next message on sock within ms, or NULL. */
+static jmsg *raw_recv(jp_session *sess, void *sock, long ms)
+{
+    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, ms) <= 0)
+        return NULL;
+    jmsg *m = NULL;
+    jp_error err;
+    assert_int_equal(jp_session_recv(sess, sock, ZMQ_DONTWAIT, &m, &err), JP_OK);
+    return m;
+}
+
+static jp_session *raw_session(const jp_connection *conn)
+{
+    jp_error err;
+    jp_session *sess = jp_session_new(conn->key, strlen(conn->key), conn->signature_scheme, &err);
+    assert_non_null(sess);
+    return sess;
+}
+
+/* A client whose IOPub subscription reaches the kernel after its first shell
+ * request (ZeroMQ's reconnect, a loaded machine) still sees that request's
+ * busy and idle: the kernel holds shell requests while nobody subscribes. */
+static void test_late_subscriber_sees_the_first_request(void **state)
+{
+    (void)state;
+    jp_connection conn;
+    fixture *fx = spawn_kernel("2", &conn);
+    wait_listening(fx);
+    jp_session *sess = raw_session(&conn);
+    void *shell = raw_connect(&conn, JP_SHELL);
+    char id[37];
+    raw_kernel_info(sess, shell, id);
+    /* nobody subscribes yet: no reply either (without the wait, the reply
+     * and the request's status would all be out by now) */
+    jmsg *early = raw_recv(sess, shell, 100);
+    if (early)
+        print_message("answered before any subscriber: %s\n", jmsg_type(early));
+    assert_null(early);
+    void *sub = raw_connect(&conn, JP_IOPUB);
+    int reply = 0, busy = 0, idle = 0;
+    double until = kclient_now() + 20.0;
+    while (!(reply && busy && idle) && kclient_now() < until) {
+        jmsg *m = raw_recv(sess, shell, 0);
+        if (m) {
+            reply |= !strcmp(jmsg_type(m), "kernel_info_reply") && parent_id(m) &&
+                     !strcmp(parent_id(m), id);
+            jmsg_destroy(&m);
+        }
+        m = raw_recv(sess, sub, 20);
+        if (m && !strcmp(jmsg_type(m), "status") && parent_id(m) && !strcmp(parent_id(m), id)) {
+            const char *st = json_string_value(json_object_get(m->content, "execution_state"));
+            busy |= !strcmp(st, "busy");
+            idle |= busy && !strcmp(st, "idle");
+        }
+        jmsg_destroy(&m);
+    }
+    if (!(reply && busy && idle))
+        print_message("reply %d, busy %d, idle %d\n", reply, busy, idle);
+    assert_true(reply && busy && idle);
+    assert_int_equal(log_count(fx, "no IOPub subscriber"), 0);
+    zmq_close(shell);
+    zmq_close(sub);
+    jp_session_destroy(&sess);
+    connect_client(fx, &conn);
+    stop_kernel(&fx);
+}
+
+/* A client that never subscribes is answered all the same, after one wait:
+ * said once in the log, not again at its next request. */
+static void test_client_without_iopub_waits_once(void **state)
+{
+    (void)state;
+    jp_connection conn;
+    fixture *fx = spawn_kernel("2", &conn);
+    wait_listening(fx);
+    jp_session *sess = raw_session(&conn);
+    void *shell = raw_connect(&conn, JP_SHELL);
+    for (int round = 0; round < 2; round++) {
+        char id[37];
+        raw_kernel_info(sess, shell, id);
+        jmsg *m = raw_recv(sess, shell, 20000);
+        if (!m)
+            print_message("request %d: no reply within 20 s\n", round + 1);
+        assert_non_null(m);
+        assert_string_equal(jmsg_type(m), "kernel_info_reply");
+        assert_string_equal(parent_id(m), id);
+        jmsg_destroy(&m);
+        assert_int_equal(log_count(fx, "no IOPub subscriber within 3 s"), 1);
+    }
+    zmq_close(shell);
+    jp_session_destroy(&sess);
+    connect_client(fx, &conn);
+    stop_kernel(&fx);
+}
+
 int main(int argc, char **argv)
 {
     int part = fake_kernel_main(argc, argv);
@@ -683,6 +843,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_interrupt, teardown),
         cmocka_unit_test_teardown(test_kernel_info_while_busy, teardown),
         cmocka_unit_test_teardown(test_debug_requests, teardown),
+        cmocka_unit_test_teardown(test_late_subscriber_sees_the_first_request, teardown),
+        cmocka_unit_test_teardown(test_client_without_iopub_waits_once, teardown),
     };
     /* KFAKE_TEST=glob runs only the matching tests (while debugging) */
     if (getenv("KFAKE_TEST"))
