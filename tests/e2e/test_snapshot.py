@@ -140,7 +140,10 @@ def test_worker_sigkill_restores_the_periodic_snapshot(make_mgr):
     mgr = make_mgr(dict(STRICT, snapshot_interval=0.001))
     r = py(mgr, "k", "v = {'a': [1, 2, 3]}\nimport numpy as np\nz = np.ones(5)")
     assert r["status"] == "ok", r
-    r = py(mgr, "k", "v['a'].append(4)")  # the periodic snapshot after it has this
+    # the periodic snapshot after it has this: it runs longer than the
+    # interval of cell time (a bare append can take under 1 ms, and then no
+    # snapshot is due yet)
+    r = py(mgr, "k", "v['a'].append(4)\nimport time\ntime.sleep(0.01)")
     assert r["status"] == "ok", r
     kpid = sessions(mgr)["k"]["kernels"]["python"]["pid"]
     w = kutil.worker_pid(kpid)
