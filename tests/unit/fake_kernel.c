@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
@@ -334,4 +335,28 @@ int fake_kernel_link(const char *dir, char *out, size_t size)
     if ((size_t)snprintf(out, size, "%s/%s", dir, FAKE_KERNEL_LINK) >= size)
         return -1;
     return symlink(fake_self_exe, out);
+}
+
+int fake_tmp_dir(char *out, size_t size, const char *prefix)
+{
+    int n = snprintf(out, size, "/tmp/%sXXXXXX", prefix);
+    if (n < 0 || (size_t)n >= size)
+        return -1;
+    return mkdtemp(out) ? 0 : -1;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if ((type == FTW_DP ? rmdir(path) : unlink(path)) && errno != ENOENT)
+        fprintf(stderr, "fake_tmp_remove: %s: %s\n", path, strerror(errno));
+    return 0;
+}
+
+void fake_tmp_remove(const char *dir)
+{
+    if (!dir[0] || getenv("KM_TEST_KEEP_HOME"))
+        return;
+    nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -54,5 +54,11 @@ int fake_worker(void);
 int fake_log_count(const char *path, const char *needle);
 /* Creates DIR/fake-kernel, a symlink to this binary; its path in out. 0 or -1. */
 int fake_kernel_link(const char *dir, char *out, size_t size);
+/* A fresh directory /tmp/PREFIXxxxxxx (mkdtemp), a test's home, into out.
+ * 0 or -1. */
+int fake_tmp_dir(char *out, size_t size, const char *prefix);
+/* Removes dir and everything below it (symlinks removed, not followed),
+ * unless KM_TEST_KEEP_HOME is set (a failing test's home kept to read). */
+void fake_tmp_remove(const char *dir);
 
 #endif

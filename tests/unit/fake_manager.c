@@ -23,9 +23,7 @@ void fake_home_open(fake_home *h, const char *prefix, const char *const *langs)
 void fake_home_open_conf(fake_home *h, const char *prefix, const char *const *langs, json_t *extra)
 {
     memset(h, 0, sizeof *h);
-    int n = snprintf(h->home, sizeof h->home, "/tmp/%sXXXXXX", prefix);
-    assert_true(n > 0 && (size_t)n < sizeof h->home);
-    assert_non_null(mkdtemp(h->home));
+    assert_int_equal(fake_tmp_dir(h->home, sizeof h->home, prefix), 0);
     assert_int_equal(fake_kernel_link(h->home, h->link, sizeof h->link), 0);
     kmcfg_defaults(&h->cfg);
     json_t *kernels = json_object();
@@ -51,10 +49,5 @@ void fake_home_close(fake_home *h)
 {
     km_manager_destroy(&h->m);
     kmcfg_clear(&h->cfg);
-    if (!h->home[0] || getenv("KM_TEST_KEEP_HOME"))
-        return;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", h->home);
-    if (system(cmd)) {
-    }
+    fake_tmp_remove(h->home);
 }

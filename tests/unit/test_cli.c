@@ -81,8 +81,7 @@ static int setup(void **state)
     alarm(WATCHDOG_S);
     world *w = calloc(1, sizeof *w);
     assert_non_null(w);
-    snprintf(w->home, sizeof w->home, "/tmp/test_cliXXXXXX");
-    assert_non_null(mkdtemp(w->home));
+    assert_int_equal(fake_tmp_dir(w->home, sizeof w->home, "test_cli"), 0);
     fake_daemon_config(w->home, w->link, sizeof w->link, NULL);
     *state = w;
     return 0;
@@ -91,10 +90,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     world *w = *state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", w->home);
-    if (system(cmd)) {
-    }
+    fake_tmp_remove(w->home);
     free(w);
     alarm(0);
     return 0;

@@ -181,8 +181,7 @@ static int setup(void **state)
     alarm(WATCHDOG_S);
     world *w = calloc(1, sizeof *w);
     assert_non_null(w);
-    snprintf(w->home, sizeof w->home, "/tmp/test_gwdXXXXXX");
-    assert_non_null(mkdtemp(w->home));
+    assert_int_equal(fake_tmp_dir(w->home, sizeof w->home, "test_gwd"), 0);
     json_t *http = json_pack("{s:s, s:s, s:i}", "http", "127.0.0.1:0", "http_token", TOKEN,
                              "http_max_body", 4096);
     fake_daemon_config(w->home, w->link, sizeof w->link, http);
@@ -207,10 +206,7 @@ static int teardown(void **state)
 {
     world *w = *state;
     fake_daemon_stop(w->home, w->daemon);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", w->home);
-    if (system(cmd)) {
-    }
+    fake_tmp_remove(w->home);
     free(w);
     alarm(0);
     return 0;

@@ -146,8 +146,7 @@ static int setup(void **state)
     alarm(WATCHDOG_S);
     world *w = calloc(1, sizeof *w);
     assert_non_null(w);
-    snprintf(w->home, sizeof w->home, "/tmp/test_mcpXXXXXX");
-    assert_non_null(mkdtemp(w->home));
+    assert_int_equal(fake_tmp_dir(w->home, sizeof w->home, "test_mcp"), 0);
     *state = w;
     return 0;
 }
@@ -155,10 +154,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     world *w = *state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", w->home);
-    if (system(cmd)) {
-    }
+    fake_tmp_remove(w->home);
     free(w);
     alarm(0);
     return 0;
@@ -408,6 +404,17 @@ static void expect_text(const json_t *r, const char *want)
     free(t);
 }
 
+/* One call whose result must say isError as wanted and, unless want is
+ * NULL, hold want in its text. */
+static void tool_says(world *w, const char *name, const char *args, int want_error,
+                      const char *want)
+{
+    json_t *r = call_tool(w, name, args, want_error);
+    if (want)
+        expect_text(r, want);
+    json_decref(r);
+}
+
 /* code_exec through a real daemon: output, the result, an error the model
  * reads as an error; the session kept between calls. */
 static void code_exec_runs_in_a_session(void **state)
@@ -425,10 +432,8 @@ static void code_exec_runs_in_a_session(void **state)
     expect_text(r, "oops");
     expect_text(r, "FakeError");
     json_decref(r);
-    r = call_tool(w, "code_exec", "{\"code\":\"out x\",\"language\":\"cobol\",\"session\":\"m\"}",
-                  1);
-    expect_text(r, "cobol");
-    json_decref(r);
+    tool_says(w, "code_exec", "{\"code\":\"out x\",\"language\":\"cobol\",\"session\":\"m\"}", 1,
+              "cobol");
     r = call_tool(w, "list_sessions", "{}", 0);
     expect_text(r, "m: workspace ");
     expect_text(r, "; fake idle");
@@ -439,33 +444,19 @@ static void code_exec_runs_in_a_session(void **state)
 static void workspace_files(void **state)
 {
     world *w = *state;
-    json_t *r = call_tool(w, "write_file",
-                          "{\"session\":\"f\",\"path\":\"d/x.txt\",\"content\":\"abc\\n\"}", 0);
-    json_decref(r);
-    r = call_tool(w, "write_file",
-                  "{\"session\":\"f\",\"path\":\"d/x.txt\",\"content\":\"def\\n\",\"append\":true}",
-                  0);
-    json_decref(r);
-    r = call_tool(w, "list_files", "{\"session\":\"f\"}", 0);
-    expect_text(r, "d/x.txt");
-    json_decref(r);
-    r = call_tool(w, "read_file", "{\"session\":\"f\",\"path\":\"d/x.txt\"}", 0);
-    expect_text(r, "abc\ndef\n");
-    json_decref(r);
-    r = call_tool(w, "read_file", "{\"session\":\"f\",\"path\":\"d/x.txt\",\"offset\":4}", 0);
-    expect_text(r, "def\n");
-    json_decref(r);
-    r = call_tool(w, "read_file", "{\"session\":\"f\",\"path\":\"../../etc/passwd\"}", 1);
-    expect_text(r, "..");
-    json_decref(r);
-    r = call_tool(w, "read_file", "{\"session\":\"f\",\"path\":\"nope.txt\"}", 1);
-    expect_text(r, "no such file");
-    json_decref(r);
-    r = call_tool(w, "write_file",
-                  "{\"session\":\"f\",\"path\":\"y\",\"content\":\"!!\","
-                  "\"encoding\":\"base64\"}",
-                  1);
-    json_decref(r);
+    tool_says(w, "write_file", "{\"session\":\"f\",\"path\":\"d/x.txt\",\"content\":\"abc\\n\"}", 0,
+              NULL);
+    tool_says(w, "write_file",
+              "{\"session\":\"f\",\"path\":\"d/x.txt\",\"content\":\"def\\n\",\"append\":true}", 0,
+              NULL);
+    tool_says(w, "list_files", "{\"session\":\"f\"}", 0, "d/x.txt");
+    tool_says(w, "read_file", "{\"session\":\"f\",\"path\":\"d/x.txt\"}", 0, "abc\ndef\n");
+    tool_says(w, "read_file", "{\"session\":\"f\",\"path\":\"d/x.txt\",\"offset\":4}", 0, "def\n");
+    tool_says(w, "read_file", "{\"session\":\"f\",\"path\":\"../../etc/passwd\"}", 1, "..");
+    tool_says(w, "read_file", "{\"session\":\"f\",\"path\":\"nope.txt\"}", 1, "no such file");
+    tool_says(w, "write_file",
+              "{\"session\":\"f\",\"path\":\"y\",\"content\":\"!!\",\"encoding\":\"base64\"}", 1,
+              NULL);
 }
 
 /* The session tools: restart (files kept), snapshot and fork (the fake
@@ -474,36 +465,22 @@ static void workspace_files(void **state)
 static void session_lifecycle(void **state)
 {
     world *w = *state;
-    json_decref(call_tool(w, "code_exec",
-                          "{\"code\":\"out one\",\"language\":\"fake\",\"session\":\"s\"}", 0));
-    json_decref(call_tool(w, "write_file",
-                          "{\"session\":\"s\",\"path\":\"kept.txt\",\"content\":\"k\"}", 0));
-    json_t *r = call_tool(w, "restart_session", "{\"session\":\"s\"}", 0);
-    json_decref(r);
-    r = call_tool(w, "read_file", "{\"session\":\"s\",\"path\":\"kept.txt\"}", 0);
-    expect_text(r, "k");
-    json_decref(r);
+    tool_says(w, "code_exec", "{\"code\":\"out one\",\"language\":\"fake\",\"session\":\"s\"}", 0,
+              NULL);
+    tool_says(w, "write_file", "{\"session\":\"s\",\"path\":\"kept.txt\",\"content\":\"k\"}", 0,
+              NULL);
+    tool_says(w, "restart_session", "{\"session\":\"s\"}", 0, NULL);
+    tool_says(w, "read_file", "{\"session\":\"s\",\"path\":\"kept.txt\"}", 0, "k");
     /* the fake worker cannot save its state: both say so, and why */
-    r = call_tool(w, "snapshot_session", "{\"session\":\"s\"}", 1);
-    expect_text(r, "no \"snapshot\" feature");
-    json_decref(r);
-    r = call_tool(w, "fork_session", "{\"session\":\"s\",\"new_session\":\"s2\"}", 1);
-    expect_text(r, "no \"snapshot\" feature");
-    json_decref(r);
-    r = call_tool(w, "fork_session", "{\"session\":\"s\",\"new_session\":\"bad/name\"}", 1);
-    expect_text(r, "bad/name");
-    json_decref(r);
-    r = call_tool(w, "install_packages",
-                  "{\"session\":\"s\",\"manager\":\"pip\",\"packages\":[\"numpy\"]}", 1);
-    expect_text(r, "numpy");
-    json_decref(r);
-    r = call_tool(w, "close_session", "{\"session\":\"s\"}", 0);
-    json_decref(r);
-    r = call_tool(w, "read_file", "{\"session\":\"s\",\"path\":\"kept.txt\"}", 1);
-    json_decref(r);
-    r = call_tool(w, "list_sessions", "{}", 0);
-    expect_text(r, "no sessions");
-    json_decref(r);
+    tool_says(w, "snapshot_session", "{\"session\":\"s\"}", 1, "no \"snapshot\" feature");
+    tool_says(w, "fork_session", "{\"session\":\"s\",\"new_session\":\"s2\"}", 1,
+              "no \"snapshot\" feature");
+    tool_says(w, "fork_session", "{\"session\":\"s\",\"new_session\":\"bad/name\"}", 1, "bad/name");
+    tool_says(w, "install_packages",
+              "{\"session\":\"s\",\"manager\":\"pip\",\"packages\":[\"numpy\"]}", 1, "numpy");
+    tool_says(w, "close_session", "{\"session\":\"s\"}", 0, NULL);
+    tool_says(w, "read_file", "{\"session\":\"s\",\"path\":\"kept.txt\"}", 1, NULL);
+    tool_says(w, "list_sessions", "{}", 0, "no sessions");
 }
 
 int main(int argc, char **argv)
