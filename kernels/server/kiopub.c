@@ -451,19 +451,23 @@ void kiopub_drain_subscriptions(kiopub *q, const char *session_id)
         int n = zmq_recv(q->zsock, buf, sizeof buf, ZMQ_DONTWAIT);
         if (n < 0)
             break;
-        if (n >= 1 && buf[0] == 1)
+        if (n >= 1 && buf[0] == 0) {
+            /* "\0topic": a subscriber left (XPUB_VERBOSER reports every
+             * one); maybe the stuck one: lossless again until proven
+             * otherwise. */
+            if (q->subscriptions)
+                q->subscriptions--;
+            if (q->lossy) {
+                kserver_log("an IOPub subscriber left: IOPub is lossless again");
+                set_lossy(q, 0);
+            }
+        } else if (n >= 1 && buf[0] == 1) {
+            /* "\1topic": a new subscription (VERBOSER: every one, even a
+             * topic already subscribed by another client). n > sizeof buf:
+             * cut. */
             q->subscriptions++;
-        else if (n >= 1 && buf[0] == 0 && q->subscriptions)
-            q->subscriptions--;
-        /* "\0topic": a subscriber left (XPUB_VERBOSER reports every one);
-         * maybe the stuck one: lossless again until proven otherwise. */
-        if (n >= 1 && buf[0] == 0 && q->lossy) {
-            kserver_log("an IOPub subscriber left: IOPub is lossless again");
-            set_lossy(q, 0);
+            if ((size_t)n <= sizeof buf && session_id)
+                publish_welcome(q, session_id, buf + 1, (size_t)n - 1);
         }
-        /* "\1topic": a new subscription (VERBOSER: every one, even a topic
-         * already subscribed by another client). n > sizeof buf: cut. */
-        if (n >= 1 && buf[0] == 1 && (size_t)n <= sizeof buf && session_id)
-            publish_welcome(q, session_id, buf + 1, (size_t)n - 1);
     }
 }
