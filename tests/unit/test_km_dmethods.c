@@ -164,6 +164,18 @@ static const char *str_at(const json_t *o, const char *path)
     return json_string_value(cur);
 }
 
+/* run_err(c, line, want_code), whose message must hold part; freed. */
+static void refused_with(client *c, const char *line, int want_code, const char *part)
+{
+    json_t *o = run_err(c, line, want_code, NULL);
+    const char *msg = str_at(o, "error.message");
+    if (!msg || !strstr(msg, part))
+        print_message("%s: message \"%s\" lacks \"%s\"\n", line, msg ? msg : "", part);
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, part));
+    json_decref(o);
+}
+
 static int sessions_named(client *c, const char *name)
 {
     json_t *o = run_ok(c, "{\"jsonrpc\":\"2.0\",\"id\":90,\"method\":\"sessions.list\"}");
@@ -237,28 +249,22 @@ static void parse_errors_and_unknown_methods(void **state)
 static void strict_params_name_the_field(void **state)
 {
     world *w = *state;
+    refused_with(&w->a,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"exec\",\"params\":{\"session\":"
+                 "\"s1\",\"code\":\"out x\",\"lang\":\"fake\",\"colour\":1}}",
+                 RPC_INVALID_PARAMS, "colour");
+    refused_with(&w->a,
+                 "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"exec\",\"params\":{\"session\":\"s1\","
+                 "\"code\":7,\"lang\":\"fake\"}}",
+                 RPC_INVALID_PARAMS, "code");
+    refused_with(&w->a,
+                 "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"exec\",\"params\":{\"session\":\"s1\","
+                 "\"code\":\"out x\",\"lang\":\"cobol\"}}",
+                 RPC_INVALID_PARAMS, "unknown language \"cobol\"");
     json_t *o = run_err(&w->a,
-                        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"exec\",\"params\":{\"session\":"
-                        "\"s1\",\"code\":\"out x\",\"lang\":\"fake\",\"colour\":1}}",
+                        "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"session.create\",\"params\":{"
+                        "\"session\":\"s1\",\"cpus\":5000}}",
                         RPC_INVALID_PARAMS, NULL);
-    assert_non_null(strstr(str_at(o, "error.message"), "colour"));
-    json_decref(o);
-    o = run_err(&w->a,
-                "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"exec\",\"params\":{\"session\":\"s1\","
-                "\"code\":7,\"lang\":\"fake\"}}",
-                RPC_INVALID_PARAMS, NULL);
-    assert_non_null(strstr(str_at(o, "error.message"), "code"));
-    json_decref(o);
-    o = run_err(&w->a,
-                "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"exec\",\"params\":{\"session\":\"s1\","
-                "\"code\":\"out x\",\"lang\":\"cobol\"}}",
-                RPC_INVALID_PARAMS, NULL);
-    assert_non_null(strstr(str_at(o, "error.message"), "unknown language \"cobol\""));
-    json_decref(o);
-    o = run_err(&w->a,
-                "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"session.create\",\"params\":{"
-                "\"session\":\"s1\",\"cpus\":5000}}",
-                RPC_INVALID_PARAMS, NULL);
     assert_string_equal(str_at(o, "error.message"),
                         "session.create: field \"cpus\": must be a number of CPUs from 0.01 to "
                         "4096");
@@ -286,38 +292,28 @@ static void tiers_lower_and_refuse(void **state)
         assert_string_not_equal(json_string_value(m), "shutdown");
     }
     json_decref(o);
-    o = run_err(&w->a, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"shutdown\"}", RPC_INVALID_PARAMS,
-                NULL);
-    assert_non_null(strstr(str_at(o, "error.message"), "the daemon is its operator's to stop"));
-    json_decref(o);
-    o = run_err(&w->a,
-                "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"session.export\",\"params\":{"
-                "\"session\":\"x\"}}",
-                RPC_INVALID_PARAMS, NULL);
-    assert_non_null(strstr(str_at(o, "error.message"), "not an agent's"));
-    json_decref(o);
+    refused_with(&w->a, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"shutdown\"}",
+                 RPC_INVALID_PARAMS, "the daemon is its operator's to stop");
+    refused_with(&w->a,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"session.export\",\"params\":{"
+                 "\"session\":\"x\"}}",
+                 RPC_INVALID_PARAMS, "not an agent's");
     /* a field of the owner's only */
-    o = run_err(&w->a,
-                "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"packages.install\",\"params\":{"
-                "\"session\":\"x\",\"manager\":\"pip\",\"packages\":[\"a\"],\"allowlist\":\"/"
-                "etc/passwd\"}}",
-                RPC_INVALID_PARAMS, NULL);
-    assert_non_null(strstr(str_at(o, "error.message"), "allowlist"));
-    json_decref(o);
+    refused_with(&w->a,
+                 "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"packages.install\",\"params\":{"
+                 "\"session\":\"x\",\"manager\":\"pip\",\"packages\":[\"a\"],\"allowlist\":\"/"
+                 "etc/passwd\"}}",
+                 RPC_INVALID_PARAMS, "allowlist");
     /* over the ceiling: the memory the kernels get by default */
-    o = run_err(&w->a,
-                "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"session.create\",\"params\":{"
-                "\"session\":\"big\",\"memory\":\"64G\"}}",
-                RPC_INVALID_PARAMS, NULL);
-    assert_non_null(strstr(str_at(o, "error.message"), "memory"));
-    json_decref(o);
+    refused_with(&w->a,
+                 "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"session.create\",\"params\":{"
+                 "\"session\":\"big\",\"memory\":\"64G\"}}",
+                 RPC_INVALID_PARAMS, "memory");
     /* a host path is the owner's */
-    o = run_err(&w->a,
-                "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"session.create\",\"params\":{"
-                "\"session\":\"big\",\"workspace\":\"/etc\"}}",
-                RPC_INVALID_PARAMS, NULL);
-    assert_non_null(strstr(str_at(o, "error.message"), "workspace"));
-    json_decref(o);
+    refused_with(&w->a,
+                 "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"session.create\",\"params\":{"
+                 "\"session\":\"big\",\"workspace\":\"/etc\"}}",
+                 RPC_INVALID_PARAMS, "workspace");
     assert_int_equal(sessions_named(&w->a, "big"), 0);
     /* lower again: http; then back up: refused, and the tier stays */
     json_decref(run_ok(&w->a, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\","
@@ -336,12 +332,10 @@ static void tiers_lower_and_refuse(void **state)
     assert_null(strstr(text, w->h.home));
     free(text);
     json_decref(o);
-    o = run_err(&w->a,
-                "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"exec\",\"params\":{\"session\":"
-                "\"h\",\"code\":\"out x\",\"lang\":\"fake\",\"raw_text\":true}}",
-                RPC_INVALID_PARAMS, NULL);
-    assert_non_null(strstr(str_at(o, "error.message"), "raw_text"));
-    json_decref(o);
+    refused_with(&w->a,
+                 "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"exec\",\"params\":{\"session\":"
+                 "\"h\",\"code\":\"out x\",\"lang\":\"fake\",\"raw_text\":true}}",
+                 RPC_INVALID_PARAMS, "raw_text");
     /* the other connection is still the owner */
     o = run_ok(&w->b, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
     assert_string_equal(str_at(o, "result.tier"), "owner");
